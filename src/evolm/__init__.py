@@ -1,0 +1,38 @@
+"""EvoLM: one model writes rubrics and answers questions; a small frozen judge scores answers
+against the rubrics; both roles are trained with GRPO and co-evolve.
+
+The names below are the public API; everything else is private to its module.
+"""
+
+from evolm.backends.base import Backend, Conversation, SamplingParams
+from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
+from evolm.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
+from evolm.models import load_backend, load_model
+from evolm.rewards import (
+    aggregate_scores,
+    fill_missing_with_group_mean,
+    fleiss_kappa,
+    majority_prefers,
+    policy_reward,
+    rubric_reward,
+)
+from evolm.rubrics import (
+    Criterion,
+    Rubric,
+    WrittenRubric,
+    format_validity,
+    parse_rubric,
+    render_rubric,
+    rubric_messages,
+    strip_thinking,
+    write_rubrics,
+)
+
+__all__ = [
+    "Backend", "BackendError", "Conversation", "Criterion", "EvolmError", "InputError", "JUDGE_MODES", "Judge",
+    "JudgeItem", "ModelError", "Rubric", "RunError", "SamplingParams", "WrittenRubric", "aggregate_scores",
+    "fill_missing_with_group_mean", "fleiss_kappa", "format_validity", "load_backend", "load_model",
+    "majority_prefers", "parse_rubric", "policy_reward", "render_rubric", "rubric_messages", "rubric_reward",
+    "score_with_judges", "strip_thinking", "write_rubrics",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,106 @@
+"""The one small interface every generation backend implements.
+
+A backend turns batches of chat conversations into texts (``generate``) and, for the judge's
+probability modes, into next-token log-probabilities of a few candidate strings
+(``next_token_logprobs``). Three implementations exist: local transformers (``hf``), any
+OpenAI-compatible HTTP server (``openai``) and in-process vLLM (``vllm``, lazy import).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, str]
+Conversation = list[Message]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings shared by all backends.
+
+    ``temperature == 0`` means greedy decoding. ``seed`` makes sampling repeatable where the backend
+    allows it (transformers: always; servers: when they honour the ``seed`` field).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Batches of chat conversations in, texts (or candidate log-probabilities) out."""
+
+    name: str
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False
+    ) -> list[str]:
+        """One completion per conversation, in order. Never drops a row: a failed row raises."""
+        ...
+
+    def next_token_logprobs(
+        self,
+        conversations: Sequence[Conversation],
+        candidates: Sequence[str],
+        *,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> list[dict[str, float]]:
+        """For each conversation, the log-probability that the assistant's reply starts with each candidate.
+
+        The value for a candidate is the log-probability of its first token (a candidate that is not
+        among the tokens the backend can report gets ``-inf``). Candidates that share a first token
+        get the same value, so callers choose candidates that differ in their first token (digits,
+        "Yes"/"No").
+        """
+        ...
+
+
+def chat_kwargs(params_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """Copy of the chat-template kwargs (e.g. ``{"enable_thinking": False}`` for Qwen3)."""
+    return dict(params_kwargs or {})
+
+
+def match_candidates(
+    top: Mapping[str, float] | Iterable[tuple[str, float]], candidates: Sequence[str]
+) -> dict[str, float]:
+    """Log-probability of each candidate among a backend's top next tokens.
+
+    A token matches a candidate when both are equal after ``strip().lower()``, so " Yes", "Yes"
+    and "yes" all count for "Yes": tokenizers split the same word into different variants
+    (leading space or not), and the judge means the word, not one spelling. The variants are
+    disjoint events, so their probabilities add: the value is the logsumexp of the matching
+    log-probabilities, not their max. A candidate with no matching token gets ``-inf`` (it was
+    not among the reported tokens, so its probability is below what the backend showed).
+    ``top`` is a mapping or a list of pairs; a list may repeat a string when two token ids
+    decode alike, and both count. Never raises on odd tokens (NaN log-probabilities are ignored).
+
+    >>> import math
+    >>> top = [(" Yes", math.log(0.5)), ("Yes", math.log(0.25)), ("No", math.log(0.125))]
+    >>> got = match_candidates(top, ["Yes", " no", "Maybe"])
+    >>> round(math.exp(got["Yes"]), 6), round(math.exp(got[" no"]), 6), got["Maybe"]
+    (0.75, 0.125, -inf)
+    """
+    pairs = top.items() if isinstance(top, Mapping) else top
+    wanted = {candidate.strip().lower() for candidate in candidates}
+    found: dict[str, list[float]] = {}
+    for token, logprob in pairs:
+        key = token.strip().lower()
+        if key in wanted and not math.isnan(logprob):
+            found.setdefault(key, []).append(float(logprob))
+    return {candidate: _logsumexp(found.get(candidate.strip().lower(), [])) for candidate in candidates}
+
+
+def _logsumexp(values: Sequence[float]) -> float:
+    """log(sum(exp(v))) without overflow; ``-inf`` for no values (probability zero)."""
+    if not values:
+        return -math.inf
+    peak = max(values)
+    if peak == -math.inf:
+        return -math.inf
+    return peak + math.log(math.fsum(math.exp(v - peak) for v in values))

@@ -1,0 +1,102 @@
+"""Reading and writing JSON Lines, with errors that name the file and line.
+
+Outputs are written to a temporary file beside the target and renamed into place only when
+complete, so that an interrupted command never leaves a file that looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from evolm.errors import InputError
+
+
+def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """All objects of a JSONL file (``-`` reads stdin), checking that each has the ``required`` fields.
+
+    Raises ``InputError`` naming the line for malformed JSON, a non-object line or a missing field.
+    Blank lines are skipped.
+    """
+    required = list(required)
+    name = "<stdin>" if str(path) == "-" else str(path)
+    if str(path) == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{name}: no such file")
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise InputError(f"{name}: not UTF-8 text ({e.reason})") from None
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{name}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        for key in required:
+            if key not in obj:
+                raise InputError(f"{name}:{lineno}: missing field '{key}'")
+        rows.append(obj)
+    return rows
+
+
+def iter_jsonl_lenient(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Objects of a JSONL file that a crash may have cut short: a torn last line is skipped."""
+    p = Path(path)
+    if not p.is_file():
+        return
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path) -> Iterator[TextIO]:
+    """A text stream that becomes ``path`` only if the block finishes (``-`` writes to stdout)."""
+    if str(path) == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write all rows atomically (see ``atomic_writer``)."""
+    with atomic_writer(path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
+    """Append one row and flush it to disk (for logs that must survive a crash)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,322 @@
+"""Rubrics: the weighted, instance-specific checklists the model writes for a question (SPEC §2.1).
+
+A rubric is written from the question alone. This module holds the data model, the prompt that
+asks for one, a parser that never raises on model output, the format-validity score used as a
+reward term, and the text rendering the judge reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from collections.abc import Sequence
+
+from evolm.backends.base import Backend, Conversation, SamplingParams
+
+# ----------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One atomic aspect of a good answer, its weight, and what each score level means."""
+
+    criterion: str
+    weight: float
+    scoring_levels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """A list of criteria whose weights sum to 1 (the parser normalises them)."""
+
+    criteria: tuple[Criterion, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "criteria": [
+                {"criterion": c.criterion, "weight": c.weight, "scoring_levels": dict(c.scoring_levels)}
+                for c in self.criteria
+            ]
+        }
+
+    @staticmethod
+    def from_obj(obj: Any) -> Rubric | None:
+        """A rubric from a parsed JSON value or a JSON string; ``None`` when it holds no usable criterion."""
+        if isinstance(obj, Rubric):
+            return obj
+        if isinstance(obj, str):
+            return parse_rubric(obj)
+        return _rubric_from_value(obj)
+
+
+# ----------------------------------------------------------------------------- prompt
+
+RUBRIC_SYSTEM_PROMPT = """\
+You design grading rubrics. Given a user's question, you write a short checklist that a grader \
+will use to score any answer to that question. You never see an answer: the rubric must come \
+from the question alone."""
+
+_RUBRIC_INSTRUCTIONS = """\
+Write a grading rubric for the question below.
+
+First think about the question:
+- What is the single most important thing a good answer must get right?
+- Which explicit requirements does it state (format, length, content, style, language)?
+- Which implicit requirements would a careful expert expect?
+
+Then write 2 to 5 criteria:
+- Each criterion checks exactly one aspect, is objective, and does not assume one particular wording of the answer.
+- Give each criterion a weight; the weights sum to 1.0 and the most important criteria weigh most.
+- For questions with a short verifiable answer (math, multiple choice, a fact), you may use one \
+dealbreaker criterion of the form "The final answer is equivalent to X" with most of the weight \
+(about 0.8). For open-ended or long-form tasks, no single criterion should dominate.
+- Every criterion has scoring levels from "1.0" (fully met) to "0.0" (not met), with at least one \
+level in between.
+
+Reply with the JSON object only, in this form:
+{example}
+
+Question:
+{question}"""
+
+_EXAMPLE = {
+    "criteria": [
+        {
+            "criterion": "The final answer states that 17 * 24 = 408.",
+            "weight": 0.8,
+            "scoring_levels": {"1.0": "States 408.", "0.5": "Right method, arithmetic slip.", "0.0": "Wrong or missing."},
+        },
+        {
+            "criterion": "Shows the multiplication steps clearly.",
+            "weight": 0.2,
+            "scoring_levels": {"1.0": "Clear steps.", "0.5": "Some steps.", "0.0": "No working."},
+        },
+    ]
+}
+
+
+def rubric_messages(question: str) -> Conversation:
+    """The chat conversation that asks the model (in its rubric role) for a rubric of ``question``."""
+    user = _RUBRIC_INSTRUCTIONS.format(example=json.dumps(_EXAMPLE), question=question)
+    return [{"role": "system", "content": RUBRIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_MAX_OBJECT_STARTS = 256  # bound the scan on adversarial text full of braces
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+def strip_thinking(text: str) -> str:
+    """Text without ``<think>...</think>`` blocks; an unclosed ``<think>`` swallows the rest.
+
+    A lone ``</think>`` (chat templates that open the block in the prompt) keeps what follows it.
+    """
+    if not isinstance(text, str):
+        return ""
+    out = _THINK_BLOCK.sub("", text)
+    low = out.lower()
+    if "</think>" in low:
+        out = out[low.rindex("</think>") + len("</think>") :]
+        low = out.lower()
+    if "<think>" in low:
+        out = out[: low.index("<think>")]
+    return out.strip()
+
+
+def _json_values(text: str) -> list[Any]:
+    """Every JSON object or array that starts at a '{' or '[' in ``text``, outermost first."""
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_OBJECT_STARTS]
+    covered_until = -1
+    for i in starts:
+        if i < covered_until:
+            continue
+        for candidate in (text[i:], _TRAILING_COMMA.sub(r"\1", text[i:])):
+            try:
+                value, end = decoder.raw_decode(candidate)
+            except (json.JSONDecodeError, RecursionError, ValueError):
+                continue
+            values.append(value)
+            if candidate is text[i:]:
+                covered_until = i + end
+            break
+    return values
+
+
+def _find_criteria_object(value: Any, depth: int = 0) -> dict | None:
+    """The first dict (searching nested values) that has a ``criteria`` list."""
+    if depth > 6:
+        return None
+    if isinstance(value, dict):
+        if isinstance(value.get("criteria"), list):
+            return value
+        for v in value.values():
+            found = _find_criteria_object(v, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for v in value:
+            found = _find_criteria_object(v, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _as_float(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int | float):
+        f = float(x)
+    elif isinstance(x, str):
+        try:
+            f = float(x.strip().rstrip("%"))
+        except ValueError:
+            return None
+    else:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _rubric_from_value(value: Any) -> Rubric | None:
+    obj = _find_criteria_object(value)
+    if obj is not None:
+        entries = obj["criteria"]
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        entries = value  # a bare list of criteria
+    else:
+        return None
+    texts, weights, levels = [], [], []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        text = next(
+            (entry[k] for k in ("criterion", "description", "name", "text") if isinstance(entry.get(k), str)), None
+        )
+        if not text or not text.strip():
+            continue
+        w = _as_float(entry.get("weight"))
+        texts.append(text.strip())
+        weights.append(w if w is not None and w > 0 else None)
+        raw_levels = entry.get("scoring_levels")
+        levels.append(
+            {str(k): str(v) for k, v in raw_levels.items()} if isinstance(raw_levels, dict) else {}
+        )
+    if not texts:
+        return None
+    known = [w for w in weights if w is not None]
+    fill = (sum(known) / len(known)) if known else 1.0
+    weights = [w if w is not None else fill for w in weights]
+    total = sum(weights)
+    return Rubric(tuple(Criterion(t, w / total, lv) for t, w, lv in zip(texts, weights, levels, strict=True)))
+
+
+def parse_rubric(text: str) -> Rubric | None:
+    """The rubric in a model's output, or ``None``. Never raises.
+
+    Strips thinking, then finds the first JSON value holding a ``criteria`` list anywhere in the text
+    (prose before or after, code fences, trailing commas, nesting are tolerated). Criteria without
+    text are dropped; missing or non-positive weights get the mean of the others; weights are
+    normalised to sum to 1. Strictness lives in ``format_validity``, not here.
+
+    >>> r = parse_rubric('Sure!\\n```json\\n{"criteria": [{"criterion": "Correct", "weight": 3}, {"criterion": "Clear", "weight": 1}]}\\n```')
+    >>> [round(c.weight, 2) for c in r.criteria]
+    [0.75, 0.25]
+    >>> parse_rubric("no rubric here") is None
+    True
+    """
+    try:
+        body = strip_thinking(text)
+        for value in _json_values(body):
+            rubric = _rubric_from_value(value)
+            if rubric is not None:
+                return rubric
+        return None
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None
+
+
+def format_validity(text: str) -> float:
+    """1.0 if the output is a well-formed rubric by SPEC §2.1, else 0.0. Never raises.
+
+    Well-formed: after stripping thinking, the text contains a JSON object with a ``criteria`` list
+    of at least 2 entries, each with a ``criterion`` string and a numeric ``weight`` > 0, and the
+    weights sum to 1 within ±0.15.
+
+    >>> format_validity('{"criteria": [{"criterion": "a", "weight": 0.5}, {"criterion": "b", "weight": 0.6}]}')
+    1.0
+    >>> format_validity('{"criteria": [{"criterion": "a", "weight": 1.0}]}')
+    0.0
+    """
+    try:
+        for value in _json_values(strip_thinking(text)):
+            obj = _find_criteria_object(value)
+            if obj is not None:
+                return 1.0 if _is_valid_criteria(obj["criteria"]) else 0.0
+        return 0.0
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def _is_valid_criteria(entries: list) -> bool:
+    if len(entries) < 2:
+        return False
+    total = 0.0
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("criterion"), str):
+            return False
+        w = entry.get("weight")
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+            return False
+        total += float(w)
+    return abs(total - 1.0) <= 0.15
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def render_rubric(rubric: Rubric) -> str:
+    """The rubric as numbered plain text for the judge's prompt.
+
+    >>> print(render_rubric(Rubric((Criterion("Says 4", 1.0, {"1.0": "yes", "0.0": "no"}),))))
+    1. (weight 1.00) Says 4
+       - 1.0: yes
+       - 0.0: no
+    """
+    lines = []
+    for i, c in enumerate(rubric.criteria, start=1):
+        lines.append(f"{i}. (weight {c.weight:.2f}) {c.criterion}")
+        for level, desc in c.scoring_levels.items():
+            lines.append(f"   - {level}: {desc}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class WrittenRubric:
+    """A rubric as the model wrote it: raw text, the parsed rubric (or ``None``) and its format validity."""
+
+    text: str
+    rubric: Rubric | None
+    valid: float
+
+
+def read_written(text: str) -> WrittenRubric:
+    """Parse one raw rubric output (never raises)."""
+    return WrittenRubric(text, parse_rubric(text), format_validity(text))
+
+
+def write_rubrics(
+    backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False
+) -> list[WrittenRubric]:
+    """One rubric per question, written by ``backend`` in the rubric role, batched."""
+    texts = backend.generate([rubric_messages(q) for q in questions], params, progress=progress)
+    return [read_written(t) for t in texts]

@@ -1,0 +1,79 @@
+"""Shared fixtures: a tiny random causal LM with a real (small, trained-here) tokenizer.
+
+Nothing is downloaded: the tokenizer is a byte-level BPE trained in the fixture on a few
+sentences, with ChatML special tokens and chat template like SmolLM2's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 Yes No yes no",
+    '{"criteria": [{"criterion": "The final answer is 42.", "weight": 0.8, "scoring_levels": {"1.0": "a", "0.0": "b"}}]}',
+    "Question: What is 2 + 2? Answer: 4. Rubric criterion weight score reasoning.",
+    "You are a helpful assistant. Write a short poem about the sea. Explain gravity to a child.",
+]
+
+
+def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """Write a tiny random LlamaForCausalLM + tokenizer to ``path`` and return it."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    fast.chat_template = CHATML
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = fast.eos_token_id
+    model.generation_config.pad_token_id = fast.pad_token_id
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a tiny random model + tokenizer (session-wide, read-only by convention)."""
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_model_dir: Path):
+    """An ``HFBackend`` over the tiny model."""
+    from evolm.models import load_backend
+
+    return load_backend(str(tiny_model_dir), device="cpu", dtype="float32", batch_size=4)
+
+
+@pytest.fixture(scope="session")
+def smollm2_backend():
+    """The real SmolLM2-135M-Instruct (converted once into the user cache)."""
+    from evolm.models import load_backend
+
+    return load_backend("smollm2-135m-instruct", device="cpu", dtype="float32", batch_size=8)
