@@ -1,0 +1,216 @@
+"""OpenAIBackend against a real local HTTP server (tests/openai_server.py), no mocked client."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+from openai_server import MODEL_ID, RunningServer, free_port
+
+from evolm.backends import Backend, SamplingParams
+from evolm.backends.openai import OpenAIBackend
+from evolm.errors import BackendError
+
+KEY_ENV = "EVOLM_TEST_OPENAI_KEY"
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+
+
+def backend(server: RunningServer, **kwargs: object) -> OpenAIBackend:
+    return OpenAIBackend(MODEL_ID, base_url=server.base_url, api_key_env=KEY_ENV, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+def test_is_a_backend(openai_server: RunningServer) -> None:
+    assert isinstance(backend(openai_server), Backend)
+    assert backend(openai_server).name == "openai"
+
+
+def test_server_lists_its_model(openai_server: RunningServer) -> None:
+    client = openai.OpenAI(api_key="EMPTY", base_url=openai_server.base_url, max_retries=0)
+    assert [m.id for m in client.models.list()] == [MODEL_ID]
+
+
+def test_order_kept_and_concurrency_bounded(openai_server: RunningServer) -> None:
+    # Delays derived from each message make rows finish out of order on the server.
+    openai_server.state.delay_s = 0.02
+    openai_server.state.jitter_s = 0.05
+    questions = [f"question {i}" for i in range(50)]
+    out = backend(openai_server, max_concurrency=4).generate(
+        [conv(q) for q in questions], SamplingParams(max_new_tokens=16)
+    )
+    assert out == [f"echo: {q}" for q in questions]
+    assert len(openai_server.state.requests) == 50
+    # Four in flight at once proves requests overlap; never five proves the bound holds.
+    assert openai_server.state.max_in_flight == 4
+
+
+def test_sampling_params_sent_with_a_seed_per_row(openai_server: RunningServer) -> None:
+    params = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=3, seed=11)
+    out = backend(openai_server, max_concurrency=1).generate([conv("a b c d"), conv("x")], params)
+    assert out == ["echo: a b", "echo: x"]  # cut to max_tokens words by the server
+    first, second = openai_server.state.requests
+    assert first["model"] == MODEL_ID
+    assert first["messages"] == conv("a b c d")
+    assert (first["temperature"], first["top_p"], first["max_tokens"]) == (0.6, 0.95, 3)
+    assert (first["seed"], second["seed"]) == (11, 12)
+    assert "chat_template_kwargs" not in first  # only sent when non-empty
+
+
+def test_no_seed_field_without_seed(openai_server: RunningServer) -> None:
+    backend(openai_server).generate([conv("x")], SamplingParams())
+    assert "seed" not in openai_server.state.requests[0]
+
+
+def test_chat_template_kwargs_forwarded(openai_server: RunningServer) -> None:
+    params = SamplingParams(chat_template_kwargs={"enable_thinking": False})
+    backend(openai_server).generate([conv("x")], params)
+    backend(openai_server).next_token_logprobs([conv("x")], ["Yes"], chat_template_kwargs={"enable_thinking": False})
+    for body in openai_server.state.requests:
+        assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_empty_batch_sends_nothing(openai_server: RunningServer) -> None:
+    assert backend(openai_server).generate([], SamplingParams()) == []
+    assert backend(openai_server).next_token_logprobs([], ["Yes"]) == []
+    assert openai_server.state.requests == []
+
+
+@pytest.mark.parametrize("status", [503, 429, 500])
+def test_transient_failures_are_retried(openai_server: RunningServer, status: int) -> None:
+    openai_server.state.fail_first = 2
+    openai_server.state.fail_status = status
+    openai_server.state.retry_after_ms = 10  # the client honours it, keeping the test fast
+    out = backend(openai_server, max_retries=3).generate([conv("hi")], SamplingParams())
+    assert out == ["echo: hi"]
+    assert len(openai_server.state.requests) == 3
+
+
+def test_retries_back_off_without_retry_after(openai_server: RunningServer) -> None:
+    openai_server.state.fail_first = 1
+    start = time.monotonic()
+    assert backend(openai_server, max_retries=1).generate([conv("hi")], SamplingParams()) == ["echo: hi"]
+    # The client's first backoff is 0.5 s less at most 25 % jitter.
+    assert time.monotonic() - start >= 0.3
+
+
+def test_gives_up_after_retries_with_one_line(openai_server: RunningServer) -> None:
+    openai_server.state.fail_first = 100
+    openai_server.state.retry_after_ms = 10
+    with pytest.raises(BackendError) as info:
+        backend(openai_server, max_retries=2).generate([conv("hi"), conv("there")], SamplingParams())
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{openai_server.base_url}/chat/completions" in message
+    assert "HTTP 503" in message and "3 attempts" in message
+    assert "injected failure" in message  # the server's own message is kept
+
+
+def test_client_errors_are_not_retried(openai_server: RunningServer) -> None:
+    openai_server.state.fail_first = 100
+    openai_server.state.fail_status = 400
+    with pytest.raises(BackendError, match="HTTP 400"):
+        backend(openai_server, max_retries=3).generate([conv("hi")], SamplingParams())
+    assert len(openai_server.state.requests) == 1
+
+
+def test_dead_port_fails_fast() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    start = time.monotonic()
+    with pytest.raises(BackendError) as info:
+        OpenAIBackend(MODEL_ID, base_url=url, api_key_env=KEY_ENV, max_retries=1).generate(
+            [conv("hi")], SamplingParams()
+        )
+    assert time.monotonic() - start < 10
+    assert f"cannot reach {url}/chat/completions" in str(info.value)
+    assert "2 attempts" in str(info.value)
+
+
+def test_timeout_is_a_backend_error(openai_server: RunningServer) -> None:
+    openai_server.state.delay_s = 1.0
+    with pytest.raises(BackendError, match="timed out after 0.2 s"):
+        backend(openai_server, timeout_s=0.2, max_retries=0).generate([conv("hi")], SamplingParams())
+
+
+def test_api_key_sent_but_never_shown(openai_server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-secret-4242"
+    monkeypatch.setenv(KEY_ENV, secret)
+    chosen = backend(openai_server, max_retries=0)
+    assert chosen.generate([conv("hi")], SamplingParams()) == ["echo: hi"]
+    assert openai_server.state.authorizations == [f"Bearer {secret}"]
+    assert secret not in repr(chosen)
+
+    # Even a server that echoes the header back in its error body does not leak it to the user.
+    openai_server.state.fail_first = 100
+    openai_server.state.fail_status = 401
+    openai_server.state.echo_auth_in_errors = True
+    with pytest.raises(BackendError) as info:
+        chosen.generate([conv("hi")], SamplingParams())
+    assert "HTTP 401" in str(info.value) and "Bearer ***" in str(info.value)
+    assert secret not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_missing_key_sends_empty(openai_server: RunningServer) -> None:
+    backend(openai_server).generate([conv("hi")], SamplingParams())
+    assert openai_server.state.authorizations == ["Bearer EMPTY"]
+
+
+def test_next_token_logprobs_match_candidates(openai_server: RunningServer) -> None:
+    convs = [conv("yes please"), conv("no way"), conv("digits now")]
+    got = backend(openai_server).next_token_logprobs(convs, ["Yes", "No", "4", "Maybe"])
+    # Hand sums over the server's tables (variants " Yes"/"Yes"/"yes" add up):
+    expected = [
+        {"Yes": math.log(0.5 + 0.2 + 0.04), "No": math.log(0.1 + 0.05), "4": -math.inf, "Maybe": -math.inf},
+        {"Yes": math.log(0.05), "No": math.log(0.6 + 0.3), "4": -math.inf, "Maybe": math.log(0.01)},
+        {"Yes": -math.inf, "No": -math.inf, "4": math.log(0.3 + 0.1), "Maybe": -math.inf},
+    ]
+    assert len(got) == 3
+    for row, want in zip(got, expected, strict=True):
+        assert row.keys() == want.keys()
+        for key in want:
+            assert row[key] == pytest.approx(want[key]), key
+    body = openai_server.state.requests[0]
+    assert (body["max_tokens"], body["temperature"], body["logprobs"], body["top_logprobs"]) == (1, 0.0, True, 20)
+    assert "chat_template_kwargs" not in body
+
+
+def test_works_inside_a_running_event_loop(openai_server: RunningServer) -> None:
+    chosen = backend(openai_server)
+
+    async def caller() -> tuple[list[str], list[dict[str, float]]]:
+        return chosen.generate([conv("in loop")], SamplingParams()), chosen.next_token_logprobs(
+            [conv("no")], ["No"]
+        )
+
+    texts, probs = asyncio.run(caller())
+    assert texts == ["echo: in loop"]
+    assert probs[0]["No"] == pytest.approx(math.log(0.9))
+
+
+def test_works_from_several_threads(openai_server: RunningServer) -> None:
+    chosen = backend(openai_server, max_concurrency=2)
+    batches = [[conv(f"t{t} r{r}") for r in range(5)] for t in range(3)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda batch: chosen.generate(batch, SamplingParams()), batches))
+    assert results == [[f"echo: t{t} r{r}" for r in range(5)] for t in range(3)]
+
+
+def test_progress_bar(openai_server: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:
+    backend(openai_server).generate([conv("a"), conv("b"), conv("c")], SamplingParams(), progress=True)
+    assert "3/3" in capsys.readouterr().err
+
+
+def test_rejects_bad_settings() -> None:
+    with pytest.raises(BackendError, match="max_concurrency"):
+        OpenAIBackend(MODEL_ID, base_url="http://127.0.0.1:1/v1", max_concurrency=0)

@@ -1,0 +1,175 @@
+"""VLLMBackend without a GPU: the missing-package error, and the wiring to vLLM's documented API.
+
+vLLM installs only as a CUDA build, so the wiring tests stand a small stand-in ``vllm`` module in
+``sys.modules`` whose ``LLM.chat``, ``SamplingParams`` and ``Logprob`` copy the real signatures
+(vllm/entrypoints/llm.py, vllm/sampling_params.py, vllm/logprobs.py): an argument the real
+engine would reject fails here too.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from evolm.backends import Backend, SamplingParams
+from evolm.backends.vllm import VLLMBackend
+from evolm.errors import BackendError
+
+
+def test_missing_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, installed or not
+    with pytest.raises(BackendError, match=r"pip install 'evolm\[vllm\]'"):
+        VLLMBackend("Qwen/Qwen3-1.7B")
+
+
+def test_needs_exactly_one_source() -> None:
+    with pytest.raises(BackendError, match="exactly one"):
+        VLLMBackend()
+    with pytest.raises(BackendError, match="exactly one"):
+        VLLMBackend("some/model", llm=object())
+
+
+# ---------------------------------------------------------------- stand-in vllm
+
+
+@dataclass
+class FakeSamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+
+
+@dataclass
+class FakeLogprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+class FakeTokenizer:
+    def decode(self, ids: list[int]) -> str:
+        return {7: " yes"}[ids[0]]
+
+
+class FakeLLM:
+    """Echoes the last user message; next-token logprobs from a fixed table keyed by token id."""
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        self.init = {"model": model, **kwargs}
+        self.calls: list[dict[str, Any]] = []
+
+    def get_tokenizer(self) -> FakeTokenizer:
+        return FakeTokenizer()
+
+    def chat(
+        self,
+        messages: list[list[dict[str, str]]],
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+        lora_request: Any = None,
+        chat_template: str | None = None,
+        chat_template_content_format: str = "auto",
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+    ) -> list[Any]:
+        self.calls.append(
+            {"messages": messages, "sampling_params": sampling_params, "use_tqdm": use_tqdm,
+             "chat_template_kwargs": chat_template_kwargs}
+        )
+        outputs = []
+        for conversation in messages:
+            prompt = conversation[-1]["content"]
+            if "too long" in prompt:
+                raise ValueError("prompt length exceeds max_model_len")
+            one = sampling_params if isinstance(sampling_params, FakeSamplingParams) else sampling_params[0]
+            logprobs = None
+            if one.logprobs:
+                logprobs = [{
+                    1: FakeLogprob(math.log(0.5), 1, "Yes"),
+                    7: FakeLogprob(math.log(0.2), 2, None),  # decoded by the tokenizer: " yes"
+                    3: FakeLogprob(math.log(0.1), 3, " No"),
+                    4: FakeLogprob(math.log(0.05), 4, "3"),
+                }]
+            text = f"echo: {prompt}"
+            outputs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(text=text, logprobs=logprobs)]))
+        return outputs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    module = types.ModuleType("vllm")
+    module.LLM = FakeLLM  # type: ignore[attr-defined]
+    module.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_loads_model_with_settings(fake_vllm: types.ModuleType) -> None:
+    backend = VLLMBackend("Qwen/Qwen3-1.7B", dtype="bfloat16", gpu_memory_utilization=0.3, seed=5, max_model_len=4096)
+    assert isinstance(backend, Backend) and backend.name == "vllm"
+    assert backend.llm.init == {
+        "model": "Qwen/Qwen3-1.7B", "dtype": "bfloat16", "gpu_memory_utilization": 0.3, "seed": 5, "max_model_len": 4096
+    }
+    assert repr(backend) == "VLLMBackend('Qwen/Qwen3-1.7B')"
+
+
+def test_generate_reuses_given_engine(fake_vllm: types.ModuleType) -> None:
+    engine = FakeLLM("trainer-engine")
+    backend = VLLMBackend(llm=engine)
+    params = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64, chat_template_kwargs={"enable_thinking": False})
+    assert backend.generate([conv("a"), conv("b")], params, progress=True) == ["echo: a", "echo: b"]
+    (call,) = engine.calls
+    assert call["messages"] == [conv("a"), conv("b")]
+    assert call["sampling_params"] == FakeSamplingParams(n=1, temperature=0.6, top_p=0.95, seed=None, max_tokens=64)
+    assert call["use_tqdm"] is True
+    assert call["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_generate_seeds_each_row(fake_vllm: types.ModuleType) -> None:
+    engine = FakeLLM("m")
+    VLLMBackend(llm=engine).generate([conv("a"), conv("a")], SamplingParams(seed=3))
+    assert [p.seed for p in engine.calls[0]["sampling_params"]] == [3, 4]
+    assert engine.calls[0]["chat_template_kwargs"] is None
+
+
+def test_empty_batch_does_not_call_engine(fake_vllm: types.ModuleType) -> None:
+    engine = FakeLLM("m")
+    assert VLLMBackend(llm=engine).generate([], SamplingParams()) == []
+    assert VLLMBackend(llm=engine).next_token_logprobs([], ["Yes"]) == []
+    assert engine.calls == []
+
+
+def test_next_token_logprobs(fake_vllm: types.ModuleType) -> None:
+    engine = FakeLLM("m")
+    got = VLLMBackend(llm=engine).next_token_logprobs(
+        [conv("q1"), conv("q2")], ["Yes", "No", "3", "4"], chat_template_kwargs={"enable_thinking": False}
+    )
+    want = {"Yes": math.log(0.7), "No": math.log(0.1), "3": math.log(0.05), "4": -math.inf}
+    assert len(got) == 2
+    for row in got:
+        assert row.keys() == want.keys()
+        for key in want:
+            assert row[key] == pytest.approx(want[key]), key
+    (call,) = engine.calls
+    assert call["sampling_params"] == FakeSamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=20)
+    assert call["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_engine_errors_become_one_line(fake_vllm: types.ModuleType) -> None:
+    with pytest.raises(BackendError, match="vllm backend: generation failed: ValueError: prompt length"):
+        VLLMBackend(llm=FakeLLM("m")).generate([conv("too long")], SamplingParams())

@@ -1,0 +1,204 @@
+"""A small, real OpenAI-compatible chat server for tests (FastAPI + uvicorn on 127.0.0.1).
+
+It speaks the wire format of ``POST /v1/chat/completions`` and ``GET /v1/models`` closely enough
+for the official ``openai`` client, answers deterministically from the messages, and can be told
+to misbehave so that retries, timeouts and concurrency limits are tested against real HTTP:
+
+- the reply to a conversation is ``"echo: <last user message>"``, cut to ``max_tokens`` words;
+- with ``logprobs``, the first token's ``top_logprobs`` come from ``TOP_LOGPROBS``, chosen by the
+  first word of the last user message ("no", "digits"; anything else gets "yes");
+- ``state.fail_first = N`` answers the first N requests with ``state.fail_status``;
+- ``state.delay_s`` delays every request; ``state.jitter_s`` adds a delay derived from the message
+  (deterministic, so tests can make later rows finish first);
+- every request body and Authorization header is recorded, and the most requests in flight at
+  once is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+MODEL_ID = "test-echo-model"
+
+TOP_LOGPROBS: dict[str, list[tuple[str, float]]] = {
+    "yes": [
+        (" Yes", math.log(0.5)),
+        ("Yes", math.log(0.2)),
+        ("No", math.log(0.1)),
+        (" no", math.log(0.05)),
+        ("yes", math.log(0.04)),
+        ("1", math.log(0.03)),
+        ("2", math.log(0.02)),
+        ("The", math.log(0.01)),
+    ],
+    "no": [
+        ("No", math.log(0.6)),
+        (" No", math.log(0.3)),
+        ("Yes", math.log(0.05)),
+        ("Maybe", math.log(0.01)),
+    ],
+    "digits": [
+        ("3", math.log(0.4)),
+        (" 4", math.log(0.3)),
+        ("4", math.log(0.1)),
+        ("5", math.log(0.1)),
+        ("1", math.log(0.05)),
+    ],
+}
+
+
+@dataclass
+class ServerState:
+    """What the server was told to do and what it saw; tests read and set it between calls."""
+
+    fail_first: int = 0
+    fail_status: int = 503
+    retry_after_ms: int | None = None
+    echo_auth_in_errors: bool = False
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
+    failed: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+
+def _last_user(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else str(content)
+    return ""
+
+
+def _token(text: str, logprob: float) -> dict[str, Any]:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+
+def _logprobs(prompt: str, top_n: int) -> dict[str, Any]:
+    words = prompt.split()
+    table = TOP_LOGPROBS.get(words[0].lower() if words else "", TOP_LOGPROBS["yes"])
+    top = sorted(table, key=lambda pair: -pair[1])[:top_n]
+    first = _token(*top[0])
+    first["top_logprobs"] = [_token(*pair) for pair in top]
+    return {"content": [first], "refusal": None}
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "evolm-tests"}],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        state.requests.append(body)
+        authorization = request.headers.get("authorization")
+        state.authorizations.append(authorization)
+        state.in_flight += 1
+        state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            prompt = _last_user(body.get("messages", []))
+            delay = state.delay_s + state.jitter_s * (zlib.crc32(prompt.encode()) % 1000) / 1000
+            if delay:
+                await asyncio.sleep(delay)
+            if state.failed < state.fail_first:
+                state.failed += 1
+                message = f"injected failure {state.failed} of {state.fail_first}"
+                if state.echo_auth_in_errors:
+                    message += f" (you sent Authorization: {authorization})"
+                headers = {} if state.retry_after_ms is None else {"retry-after-ms": str(state.retry_after_ms)}
+                return JSONResponse(
+                    {"error": {"message": message, "type": "server_error", "code": state.fail_status}},
+                    status_code=state.fail_status,
+                    headers=headers,
+                )
+            words = f"echo: {prompt}".split(" ")
+            max_tokens = body.get("max_tokens")
+            finish = "stop"
+            if max_tokens is not None and len(words) > max_tokens:
+                words, finish = words[:max_tokens], "length"
+            logprobs = None
+            if body.get("logprobs"):
+                logprobs = _logprobs(prompt, int(body.get("top_logprobs") or 1))
+                words = [logprobs["content"][0]["token"]]
+            text = " ".join(words)
+            return JSONResponse(
+                {
+                    "id": f"chatcmpl-{len(state.requests)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", MODEL_ID),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "logprobs": logprobs,
+                            "finish_reason": finish,
+                        }
+                    ],
+                    "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
+                              "total_tokens": len(prompt.split()) + len(words)},
+                }
+            )
+        finally:
+            state.in_flight -= 1
+
+    return app
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    state: ServerState
+
+
+@contextmanager
+def serve() -> Iterator[RunningServer]:
+    """Run the app on a free port of 127.0.0.1 in a background thread until the block ends."""
+    state = ServerState()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test OpenAI server did not start")
+        time.sleep(0.01)
+    try:
+        yield RunningServer(base_url=f"http://127.0.0.1:{port}/v1", state=state)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound then released), for 'server is down' tests."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
