@@ -101,7 +101,7 @@ def yesno_messages(question: str, criterion: str, answer: str) -> Conversation:
 
 # ----------------------------------------------------------------------------- reading outputs
 
-_SCORE_FIELD = re.compile(r'"?score"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)')
+_SCORE_FIELD = re.compile(r'"?score"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)', re.IGNORECASE)  # "Score: 0.8" too
 
 
 def parse_judge_score(text: str) -> float | None:

@@ -44,6 +44,8 @@ def rubric_reward(
     >>> rubric_reward(None, 0.6) is None
     True
     """
+    if kind not in RUBRIC_REWARDS:  # checked first: a typo must not hide behind missing scores
+        raise ValueError(f"unknown rubric reward '{kind}' (choose from {', '.join(RUBRIC_REWARDS)})")
     if _missing(s_pos) or _missing(s_neg):
         return None
     assert s_pos is not None and s_neg is not None
@@ -52,9 +54,7 @@ def rubric_reward(
         return better
     if kind == "margin_format":
         return 0.7 * (s_pos - s_neg) + 0.3 * float(validity)
-    if kind == "separation":
-        return 0.7 * better + 0.3 * min(max(s_pos - s_neg, 0.0), 1.0)
-    raise ValueError(f"unknown rubric reward '{kind}' (choose from {', '.join(RUBRIC_REWARDS)})")
+    return 0.7 * better + 0.3 * min(max(s_pos - s_neg, 0.0), 1.0)  # separation
 
 
 def policy_reward(score: float | None) -> float | None:
@@ -129,6 +129,8 @@ def fleiss_kappa(ratings: Sequence[Sequence[int]]) -> float:
     n = sum(ratings[0])
     if n < 2 or any(sum(r) != n for r in ratings):
         raise ValueError("every item needs the same number (>= 2) of ratings")
+    if any(len(r) != len(ratings[0]) for r in ratings):  # else extra categories would be silently dropped
+        raise ValueError("every item needs a count for the same categories")
     p_items = [(sum(c * c for c in r) - n) / (n * (n - 1)) for r in ratings]
     p_bar = sum(p_items) / n_items
     totals = [sum(r[k] for r in ratings) for k in range(len(ratings[0]))]

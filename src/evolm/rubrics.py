@@ -7,6 +7,7 @@ reward term, and the text rendering the judge reads.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -110,6 +111,7 @@ def rubric_messages(question: str) -> Conversation:
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _MAX_OBJECT_STARTS = 256  # bound the scan on adversarial text full of braces
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
+_OPENER = re.compile(r"[{\[]")
 
 
 def strip_thinking(text: str) -> str:
@@ -130,22 +132,31 @@ def strip_thinking(text: str) -> str:
 
 
 def _json_values(text: str) -> list[Any]:
-    """Every JSON object or array that starts at a '{' or '[' in ``text``, outermost first."""
+    """Every JSON object or array that starts at a '{' or '[' in ``text``, outermost first.
+
+    A value that does not decode as written is retried with trailing commas removed. That repair
+    is done once for the whole text, not per start: it deletes only commas and blanks, never a
+    bracket, so the k-th '{' or '[' of the repaired text is the k-th of the original. Each start
+    then costs one decode from an offset (no copy), and degenerate output full of braces and
+    commas stays linear in its length times the bounded number of starts.
+    """
     decoder = json.JSONDecoder()
+    repaired = _TRAILING_COMMA.sub(r"\1", text)
+    starts = [m.start() for m in itertools.islice(_OPENER.finditer(text), _MAX_OBJECT_STARTS)]
+    repaired_starts = [m.start() for m in itertools.islice(_OPENER.finditer(repaired), _MAX_OBJECT_STARTS)]
+    sources = [(text, starts)] if repaired == text else [(text, starts), (repaired, repaired_starts)]
+    covered = [-1] * len(sources)  # per source: end of the last value decoded from it
     values: list[Any] = []
-    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_OBJECT_STARTS]
-    covered_until = -1
-    for i in starts:
-        if i < covered_until:
-            continue
-        for candidate in (text[i:], _TRAILING_COMMA.sub(r"\1", text[i:])):
+    for k in range(len(starts)):
+        if any(k < len(st) and st[k] < covered[s] for s, (_, st) in enumerate(sources)):
+            continue  # inside a value already found
+        for s, (src, st) in enumerate(sources):
             try:
-                value, end = decoder.raw_decode(candidate)
+                value, end = decoder.raw_decode(src, st[k])
             except (json.JSONDecodeError, RecursionError, ValueError):
                 continue
             values.append(value)
-            if candidate is text[i:]:
-                covered_until = i + end
+            covered[s] = end
             break
     return values
 
@@ -175,8 +186,9 @@ def _as_float(x: Any) -> float | None:
     if isinstance(x, int | float):
         f = float(x)
     elif isinstance(x, str):
+        s = x.strip()
         try:
-            f = float(x.strip().rstrip("%"))
+            f = float(s[:-1]) / 100 if s.endswith("%") else float(s)  # "40%" is 0.4, like 0.4 beside it
         except ValueError:
             return None
     else:
@@ -271,11 +283,14 @@ def _is_valid_criteria(entries: list) -> bool:
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("criterion"), str):
             return False
+        if not entry["criterion"].strip():  # a blank criterion checks nothing (and the parser drops it)
+            return False
         w = entry.get("weight")
         if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
             return False
         total += float(w)
-    return abs(total - 1.0) <= 0.15
+    # ±0.15 is inclusive; the epsilon keeps 0.5 + 0.35 (= 0.85 in decimal) from failing on float rounding.
+    return abs(total - 1.0) <= 0.15 + 1e-9
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -1,0 +1,390 @@
+"""The judge (SPEC §2.2): reading generative replies, and every mode through a deterministic fake backend.
+
+The fake backend is a real ``Backend`` implementation written here: it answers from tables keyed by
+what the judge put in the conversation, and records every conversation it received, so the tests
+check both the arithmetic of each mode and what the judge model would actually read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from evolm.backends.base import Backend, Conversation, SamplingParams
+from evolm.judge import (
+    DIGITS,
+    JUDGE_MODES,
+    Judge,
+    JudgeItem,
+    expected_digit,
+    generative_messages,
+    p_yes,
+    parse_judge_score,
+    prob_messages,
+    score_with_judges,
+    yesno_messages,
+)
+from evolm.rubrics import Criterion, Rubric, render_rubric
+
+LOG = math.log
+
+
+class FakeBackend:
+    """Replies and next-token log-probs computed by plain functions of the conversation."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        reply: Callable[[Conversation], str] | None = None,
+        logprobs: Callable[[Conversation, Sequence[str]], dict[str, float]] | None = None,
+    ) -> None:
+        self.reply = reply or (lambda conv: '{"reasoning": "", "score": 0.5}')
+        self.logprobs = logprobs or (lambda conv, cands: {c: LOG(1 / len(cands)) for c in cands})
+        self.generate_calls: list[tuple[list[Conversation], SamplingParams]] = []
+        self.logprob_calls: list[tuple[list[Conversation], tuple[str, ...], dict[str, Any] | None]] = []
+
+    def generate(
+        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False
+    ) -> list[str]:
+        self.generate_calls.append((list(conversations), params))
+        return [self.reply(c) for c in conversations]
+
+    def next_token_logprobs(
+        self,
+        conversations: Sequence[Conversation],
+        candidates: Sequence[str],
+        *,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> list[dict[str, float]]:
+        self.logprob_calls.append((list(conversations), tuple(candidates), chat_template_kwargs))
+        return [self.logprobs(c, candidates) for c in conversations]
+
+
+def user_text(conv: Conversation) -> str:
+    assert [m["role"] for m in conv] == ["system", "user"]
+    return conv[1]["content"]
+
+
+def section(conv: Conversation, name: str) -> str:
+    """The body of a 'Name:\\n...' section of the judge's user message."""
+    m = re.search(rf"(?:^|\n\n){name}:\n(.*?)(?:\n\n|$)", user_text(conv), re.DOTALL)
+    assert m, f"no {name} section"
+    return m.group(1)
+
+
+RUBRIC = Rubric((
+    Criterion("The final answer is 4.", 0.5, {"1.0": "4", "0.0": "other"}),
+    Criterion("Shows the addition.", 0.3),
+    Criterion("Is polite.", 0.2),
+))
+
+
+# ----------------------------------------------------------------------------- parse_judge_score
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"reasoning": "ok", "score": 0.75}', 0.75),
+        ('{"score": 0, "reasoning": "wrong"}', 0.0),
+        ('{"reasoning": "perfect", "score": 1}', 1.0),
+        ('```json\n{"reasoning": "fine", "score": 0.4}\n```', 0.4),
+        ('Here is my grade:\n{"reasoning": "partly right", "score": 0.55}\nThanks.', 0.55),
+        ('{"result": {"reasoning": "nested", "score": 0.35}}', 0.35),
+        ('{"reasoning": "first"} {"score": 0.1}', 0.1),
+        ('{"reasoning": "a score: 0.9 would be too high", "score": 0.5}', 0.5),  # the JSON field wins
+        ('{"score": "0.6"}', 0.6),
+        ('The answer is mostly right. "score": 0.3', 0.3),
+        ("score: 0.3", 0.3),
+        ("Score: 0.8", 0.8),
+        ("FINAL SCORE = 1", 1.0),
+        ('{"reasoning": "cut off here", "score": 0.45', 0.45),  # truncated JSON: the field is still read
+        ("<think>score: 0.9</think>\n{\"score\": 0.2}", 0.2),
+        ('<think>{"score": 0.9}</think>', None),
+        ("<think>I would say score: 0.9", None),  # unfinished thinking: no reply
+        ("reasoning...</think>score: 0.65", 0.65),
+        ('{"score": 1.5}', None),
+        ('{"score": -0.1}', None),
+        ("Score: 7", None),
+        ('{"score": 7, "reasoning": "out of 10"}', None),
+        ('{"score": true}', None),
+        ('{"score": null}', None),
+        ('{"score": NaN}', None),
+        ('{"score": "high"}', None),
+        ("garbage", None),
+        ("", None),
+        ("{" * 5000, None),
+        ("The answer deserves 0.8.", None),
+    ],
+)
+def test_parse_judge_score(text: str, expected: float | None) -> None:
+    got = parse_judge_score(text)
+    assert got == expected
+    assert got is None or isinstance(got, float)
+
+
+@pytest.mark.parametrize("value", [None, b'{"score": 0.5}', 0.5, ["score: 0.5"]])
+def test_parse_judge_score_non_strings(value: object) -> None:
+    assert parse_judge_score(value) is None  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- probability read-outs
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "expected"),
+    [
+        ({"0": LOG(0.5), "9": LOG(0.5)}, 0.5),
+        ({"9": 0.0}, 1.0),
+        ({"0": 0.0}, 0.0),
+        ({"0": LOG(0.2), "5": LOG(0.5), "9": LOG(0.3)}, (0 * 0.2 + 5 * 0.5 + 9 * 0.3) / 9),
+        ({"3": LOG(0.25), "9": LOG(0.25)}, (3 * 0.25 + 9 * 0.25) / (9 * 0.5)),  # renormalised over digits
+        ({d: LOG(0.1) for d in DIGITS}, 0.5),
+        ({"7": LOG(0.01), "Yes": LOG(0.9)}, 7 / 9),  # non-digit entries ignored
+        ({}, 0.5),
+        ({d: -math.inf for d in DIGITS}, 0.5),
+    ],
+)
+def test_expected_digit(logprobs: dict[str, float], expected: float) -> None:
+    assert expected_digit(logprobs) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "expected"),
+    [
+        ({"Yes": LOG(0.3), "No": LOG(0.1)}, 0.75),
+        ({"Yes": LOG(0.45), "No": LOG(0.05)}, 0.9),
+        ({"Yes": 0.0}, 1.0),
+        ({"No": 0.0}, 0.0),
+        ({"Yes": -math.inf, "No": LOG(0.2)}, 0.0),
+        ({}, 0.5),
+        ({"Yes": -math.inf, "No": -math.inf}, 0.5),
+        ({"yes": 0.0, "No": LOG(0.5)}, 0.0),  # keys are the candidates the judge asked for, exactly
+    ],
+)
+def test_p_yes(logprobs: dict[str, float], expected: float) -> None:
+    assert p_yes(logprobs) == pytest.approx(expected)
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+def test_fake_backend_is_a_backend() -> None:
+    assert isinstance(FakeBackend(), Backend)
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="unknown judge mode 'vote'"):
+        Judge(FakeBackend(), mode="vote")
+    assert set(JUDGE_MODES) == {"generative", "prob", "yesno"}
+
+
+@pytest.mark.parametrize("mode", sorted(JUDGE_MODES))
+def test_no_items_no_calls(mode: str) -> None:
+    backend = FakeBackend()
+    assert Judge(backend, mode=mode).score([]) == []
+    assert backend.generate_calls == [] and backend.logprob_calls == []
+
+
+# P(Yes | criterion, answer) before renormalisation: P(Yes) and P(No) do not sum to 1, as for a real model.
+P_YES = {
+    ("The final answer is 4.", "2 + 2 = 4."): 0.9,
+    ("Shows the addition.", "2 + 2 = 4."): 0.5,
+    ("Is polite.", "2 + 2 = 4."): 0.1,
+    ("The final answer is 4.", "5"): 0.2,
+    ("Shows the addition.", "5"): 0.0,
+    ("Is polite.", "5"): 0.6,
+}
+
+
+def yesno_logprobs(conv: Conversation, candidates: Sequence[str]) -> dict[str, float]:
+    assert tuple(candidates) == ("Yes", "No")
+    p = P_YES[(section(conv, "Criterion"), section(conv, "Answer"))]
+    mass = 0.5  # the rest goes to other tokens
+    return {"Yes": LOG(p * mass) if p > 0 else -math.inf, "No": LOG((1 - p) * mass)}
+
+
+def test_yesno_weights_rubric_criteria() -> None:
+    backend = FakeBackend(logprobs=yesno_logprobs)
+    judge = Judge(backend, mode="yesno", chat_template_kwargs={"enable_thinking": False})
+    items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
+    scores = judge.score(items)
+    assert scores == pytest.approx([
+        0.5 * 0.9 + 0.3 * 0.5 + 0.2 * 0.1,  # 0.62
+        0.5 * 0.2 + 0.3 * 0.0 + 0.2 * 0.6,  # 0.22
+    ])
+    # one batched call: a conversation per (item, criterion), in order
+    assert len(backend.logprob_calls) == 1
+    convs, cands, kwargs = backend.logprob_calls[0]
+    assert cands == ("Yes", "No") and kwargs == {"enable_thinking": False}
+    assert [(section(c, "Criterion"), section(c, "Answer")) for c in convs] == [
+        (c.criterion, a) for a in ("2 + 2 = 4.", "5") for c in RUBRIC.criteria
+    ]
+    assert all(section(c, "Question") == "What is 2 + 2?" for c in convs)
+
+
+def test_yesno_unnormalised_rubric_weights() -> None:
+    """A hand-built rubric whose weights do not sum to 1 still gives a weighted mean in [0, 1]."""
+    rubric = Rubric((Criterion("The final answer is 4.", 3.0), Criterion("Is polite.", 1.0)))
+    judge = Judge(FakeBackend(logprobs=yesno_logprobs), mode="yesno")
+    assert judge.score([JudgeItem("q", "2 + 2 = 4.", rubric)]) == pytest.approx([(3 * 0.9 + 1 * 0.1) / 4])
+
+
+def test_yesno_judge_alone_uses_one_criterion() -> None:
+    seen: list[str] = []
+
+    def lp(conv: Conversation, cands: Sequence[str]) -> dict[str, float]:
+        seen.append(section(conv, "Criterion"))
+        return {"Yes": LOG(0.3), "No": LOG(0.1)}
+
+    backend = FakeBackend(logprobs=lp)
+    scores = Judge(backend, mode="yesno").score([JudgeItem("q1", "a1"), JudgeItem("q2", "a2")])
+    assert scores == pytest.approx([0.75, 0.75])
+    assert len(backend.logprob_calls[0][0]) == 2  # one conversation per item
+    assert seen[0] == seen[1] and seen[0]  # the same fixed criterion for every item
+    assert "correct" in seen[0].lower()
+
+
+DIGIT_DISTRIBUTIONS = {
+    "2 + 2 = 4.": {"9": LOG(0.6), "7": LOG(0.2), "0": LOG(0.1)},  # mass 0.9 on digits
+    "5": {"0": LOG(0.5), "2": LOG(0.25)},
+    "": {"5": 0.0},
+}
+
+
+def prob_logprobs(conv: Conversation, candidates: Sequence[str]) -> dict[str, float]:
+    assert tuple(candidates) == DIGITS
+    dist = DIGIT_DISTRIBUTIONS[section(conv, "Answer")]
+    return {d: dist.get(d, -math.inf) for d in candidates}
+
+
+def test_prob_expected_value() -> None:
+    backend = FakeBackend(logprobs=prob_logprobs)
+    items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
+    scores = Judge(backend, mode="prob").score(items)
+    assert scores == pytest.approx([
+        (9 * 0.6 + 7 * 0.2 + 0 * 0.1) / (9 * 0.9),  # 6.8 / 8.1
+        (0 * 0.5 + 2 * 0.25) / (9 * 0.75),
+    ])
+    convs, cands, kwargs = backend.logprob_calls[0]
+    assert len(backend.logprob_calls) == 1 and len(convs) == 2
+    assert section(convs[0], "Rubric") == render_rubric(RUBRIC)
+    assert kwargs == {}
+
+
+def test_prob_judge_alone_has_no_rubric() -> None:
+    backend = FakeBackend(logprobs=prob_logprobs)
+    assert Judge(backend, mode="prob").score([JudgeItem("q", "5")]) == pytest.approx([0.5 / 6.75])
+    text = user_text(backend.logprob_calls[0][0][0])
+    assert "Rubric:" not in text and "rubric" not in text.lower()
+
+
+def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
+    replies = {"2 + 2 = 4.": '{"reasoning": "right", "score": 0.9}', "5": "I think it is wrong.", "four": "Score: 0.4"}
+    backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
+    judge = Judge(backend, mode="generative", seed=7, chat_template_kwargs={"enable_thinking": False})
+    items = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("2 + 2 = 4.", "5", "four")]
+    assert judge.score(items) == [0.9, None, 0.4]
+    convs, params = backend.generate_calls[0]
+    assert params == SamplingParams(0.6, 0.95, 512, 7, {"enable_thinking": False})
+    assert render_rubric(RUBRIC) in user_text(convs[0])
+    assert '"score"' in user_text(convs[0])
+
+
+def test_generative_judge_alone() -> None:
+    backend = FakeBackend()
+    assert Judge(backend, mode="generative").score([JudgeItem("q", "a")]) == [0.5]
+    assert "Rubric" not in user_text(backend.generate_calls[0][0][0])
+
+
+@pytest.mark.parametrize("mode", sorted(JUDGE_MODES))
+def test_thinking_is_stripped_from_answers(mode: str) -> None:
+    answers: list[str] = []
+
+    def lp(conv: Conversation, cands: Sequence[str]) -> dict[str, float]:
+        answers.append(section(conv, "Answer"))
+        return {c: LOG(0.5) for c in cands}
+
+    def reply(conv: Conversation) -> str:
+        answers.append(section(conv, "Answer"))
+        return '{"score": 1}'
+
+    backend = FakeBackend(reply=reply, logprobs=lp)
+    items = [
+        JudgeItem("q", "<think>secret plan: say 4</think>\nThe answer is 4.", RUBRIC),
+        JudgeItem("q", "<think>never finished", RUBRIC),
+        JudgeItem("q", "opened by the template</think>Four.", RUBRIC),
+        JudgeItem("q", "  plain answer \n", RUBRIC),
+    ]
+    scores = Judge(backend, mode=mode).score(items)
+    assert len(scores) == 4 and all(s is not None and 0.0 <= s <= 1.0 for s in scores)
+    per_item = len(RUBRIC.criteria) if mode == "yesno" else 1
+    assert answers[::per_item] == ["The answer is 4.", "", "Four.", "plain answer"]
+    every = [m["content"] for call in backend.logprob_calls for c in call[0] for m in c]
+    every += [m["content"] for call in backend.generate_calls for c in call[0] for m in c]
+    assert not any("secret plan" in t or "never finished" in t or "think>" in t for t in every)
+
+
+def _joined(conv: Conversation) -> str:
+    return "".join(f"<{m['role']}>{m['content']}" for m in conv)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("kind", ["prob-rubric", "prob-alone", "yesno"])
+def test_prompt_puts_answer_after_shared_part(kind: str) -> None:
+    """Two answers to the same question (and rubric) give texts identical up to the answer.
+
+    That is what lets a backend compute the shared prefix once per question.
+    """
+    a1, a2 = "Alpha: 4.", "Beta: five."
+    question = "What is 2 + 2? Explain."
+    shared_parts = {"prob-rubric": [question, render_rubric(RUBRIC)], "prob-alone": [question],
+                    "yesno": [question, "Shows the addition."]}[kind]
+
+    def make(answer: str) -> Conversation:
+        if kind == "yesno":
+            return yesno_messages(question, "Shows the addition.", answer)
+        return prob_messages(JudgeItem(question, answer, RUBRIC if kind == "prob-rubric" else None))
+
+    t1, t2 = _joined(make(a1)), _joined(make(a2))
+    start = t1.index(a1)
+    assert t2.index(a2) == start
+    assert _common_prefix(t1, t2) == start  # everything before the answer is shared
+    assert all(part in t1[:start] for part in shared_parts)
+    assert t1[start + len(a1) :] == t2[start + len(a2) :]  # the same closing text after the answer
+
+
+def test_generative_messages_hold_question_rubric_answer() -> None:
+    conv = generative_messages(JudgeItem("Q?", "A.", RUBRIC))
+    text = user_text(conv)
+    assert text.index("Q?") < text.index(render_rubric(RUBRIC)) < text.index("A.")
+
+
+# ----------------------------------------------------------------------------- several judges
+
+
+def test_score_with_judges_aggregates() -> None:
+    def const(p9: float) -> Callable[[Conversation, Sequence[str]], dict[str, float]]:
+        return lambda conv, cands: {"9": LOG(p9), "0": LOG(1 - p9)}
+
+    replies = iter(['{"score": 0.1}', "unreadable"])
+    judges = [
+        Judge(FakeBackend(logprobs=const(0.9)), mode="prob"),  # 0.9
+        Judge(FakeBackend(logprobs=const(0.3)), mode="prob"),  # 0.3
+        Judge(FakeBackend(reply=lambda conv: next(replies)), mode="generative"),  # 0.1, then None
+    ]
+    items = [JudgeItem("q", "a1", RUBRIC), JudgeItem("q", "a2", RUBRIC)]
+    assert score_with_judges(judges, items, "mean") == pytest.approx([(0.9 + 0.3 + 0.1) / 3, (0.9 + 0.3) / 2])
+    replies = iter(['{"score": 0.1}', "unreadable"])
+    assert score_with_judges(judges, items, "majority") == pytest.approx([0.3, 0.6])

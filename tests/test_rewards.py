@@ -1,0 +1,226 @@
+"""Rewards (SPEC §2.3) against hand-computed values, missing-score handling and multi-judge statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evolm.rewards import (
+    RUBRIC_REWARDS,
+    aggregate_scores,
+    fill_missing_with_group_mean,
+    fleiss_kappa,
+    majority_prefers,
+    policy_reward,
+    rubric_reward,
+)
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("s_pos", "s_neg", "kind", "validity", "expected"),
+    [
+        # binary: 1 iff s+ > s- strictly
+        (0.8, 0.3, "binary", 1.0, 1.0),
+        (0.3, 0.8, "binary", 1.0, 0.0),
+        (0.5, 0.5, "binary", 1.0, 0.0),
+        (0.0, 0.0, "binary", 0.0, 0.0),
+        (1.0, 0.0, "binary", 0.0, 1.0),  # validity plays no part
+        (0.5000001, 0.5, "binary", 1.0, 1.0),
+        # margin_format: 0.7 (s+ - s-) + 0.3 validity
+        (0.8, 0.3, "margin_format", 1.0, 0.7 * 0.5 + 0.3),  # 0.65
+        (0.8, 0.3, "margin_format", 0.0, 0.35),
+        (0.5, 0.5, "margin_format", 1.0, 0.3),
+        (0.5, 0.5, "margin_format", 0.0, 0.0),
+        (0.2, 0.6, "margin_format", 1.0, 0.7 * -0.4 + 0.3),  # 0.02: negative margin is not clamped
+        (0.0, 1.0, "margin_format", 0.0, -0.7),
+        (1.0, 0.0, "margin_format", 1.0, 1.0),
+        # separation: 0.7 [s+ > s-] + 0.3 clamp(s+ - s-, 0, 1)
+        (0.8, 0.3, "separation", 1.0, 0.7 + 0.3 * 0.5),  # 0.85
+        (0.2, 0.6, "separation", 1.0, 0.0),  # clamp at 0
+        (0.5, 0.5, "separation", 1.0, 0.0),
+        (1.0, 0.0, "separation", 0.0, 1.0),
+        (0.9, 0.89, "separation", 1.0, 0.7 + 0.3 * 0.01),
+        (3.0, -1.0, "separation", 1.0, 1.0),  # clamp at 1 (scores out of range are not the reward's business)
+    ],
+)
+def test_rubric_reward_values(s_pos: float, s_neg: float, kind: str, validity: float, expected: float) -> None:
+    got = rubric_reward(s_pos, s_neg, kind, validity=validity)
+    assert got == pytest.approx(expected, abs=1e-12)
+    assert isinstance(got, float)
+
+
+@pytest.mark.parametrize("kind", RUBRIC_REWARDS)
+@pytest.mark.parametrize(("s_pos", "s_neg"), [(None, 0.5), (0.5, None), (None, None), (NAN, 0.5), (0.5, NAN)])
+def test_rubric_reward_missing(kind: str, s_pos: float | None, s_neg: float | None) -> None:
+    assert rubric_reward(s_pos, s_neg, kind, validity=1.0) is None
+
+
+def test_rubric_reward_kinds_listed() -> None:
+    assert set(RUBRIC_REWARDS) == {"binary", "margin_format", "separation"}
+
+
+@pytest.mark.parametrize(("s_pos", "s_neg"), [(0.8, 0.3), (None, 0.3)])
+def test_rubric_reward_unknown_kind_raises_even_without_scores(s_pos: float | None, s_neg: float) -> None:
+    with pytest.raises(ValueError, match="unknown rubric reward 'margin'"):
+        rubric_reward(s_pos, s_neg, "margin")
+
+
+@pytest.mark.parametrize(("score", "expected"), [(0.25, 0.25), (0, 0.0), (1, 1.0), (None, None), (NAN, None)])
+def test_policy_reward(score: float | None, expected: float | None) -> None:
+    got = policy_reward(score)
+    assert got == expected
+    assert got is None or isinstance(got, float)
+
+
+# ----------------------------------------------------------------------------- GRPO groups
+
+
+def test_fill_missing_mixed_groups() -> None:
+    rewards = [1.0, None, 0.0, 0.5, NAN, 0.25, None]
+    groups = ["a", "a", "a", "b", "b", "b", "c"]
+    # a: mean(1, 0) = 0.5; b: mean(0.5, 0.25) = 0.375; c: no present reward -> 0.0
+    assert fill_missing_with_group_mean(rewards, groups) == [1.0, 0.5, 0.0, 0.5, 0.375, 0.25, 0.0]
+
+
+def test_fill_missing_interleaved_group_keys() -> None:
+    rewards = [0.2, None, 0.6, None, 0.9, None]
+    groups = [1, 2, 1, 1, 2, 3]
+    # group 1: (0.2, 0.6) -> 0.4; group 2: (0.9) -> 0.9; group 3: nothing -> 0.0
+    assert fill_missing_with_group_mean(rewards, groups) == pytest.approx([0.2, 0.9, 0.6, 0.4, 0.9, 0.0])
+
+
+def test_fill_missing_all_missing_group_gives_equal_rewards() -> None:
+    out = fill_missing_with_group_mean([None, NAN, None], [("q", 0)] * 3)
+    assert out == [0.0, 0.0, 0.0]
+
+
+def test_fill_missing_gives_zero_advantage() -> None:
+    rewards = [0.9, None, 0.1, 0.4]
+    out = fill_missing_with_group_mean(rewards, ["g"] * 4)
+    mean = sum(out) / len(out)
+    assert out[1] == pytest.approx(mean)  # the filled sample sits exactly at the group mean
+    assert out[1] != 0.0
+
+
+def test_fill_missing_nothing_missing_is_identity() -> None:
+    assert fill_missing_with_group_mean([0.1, 1, 0], ["a", "b", "a"]) == [0.1, 1.0, 0.0]
+    assert fill_missing_with_group_mean([], []) == []
+
+
+def test_fill_missing_length_mismatch() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        fill_missing_with_group_mean([1.0, 2.0], ["a"])
+
+
+# ----------------------------------------------------------------------------- several judges
+
+
+@pytest.mark.parametrize(
+    ("scores", "how", "expected"),
+    [
+        ([0.2, 0.4, 0.9], "mean", 0.5),
+        ([0.2, None, 0.6], "mean", 0.4),
+        ([0.2, NAN, 0.6], "mean", 0.4),
+        ([0.7], "mean", 0.7),
+        ([0.1, 0.9, 0.8], "majority", 0.8),
+        ([0.1, 0.2, 0.9], "majority", 0.2),
+        ([0.1, 0.9], "majority", 0.5),  # even count: middle of the two
+        ([0.0, 1.0, 1.0, None], "majority", 1.0),
+        ([None, None], "mean", None),
+        ([], "majority", None),
+    ],
+)
+def test_aggregate_scores(scores: list[float | None], how: str, expected: float | None) -> None:
+    got = aggregate_scores(scores, how)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+def test_aggregate_scores_unknown() -> None:
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        aggregate_scores([0.5], "vote")
+
+
+@pytest.mark.parametrize(
+    ("pos", "neg", "expected"),
+    [
+        ([0.9, 0.4, 0.7], [0.5, 0.6, 0.2], 2 / 3),
+        ([0.5, 0.5], [0.5, 0.5], 0.0),  # ties are not preferences
+        ([0.9, None, 0.1], [0.1, 0.2, NAN], 1.0),  # only judges with both scores vote
+        ([None], [0.2], None),
+        ([], [], None),
+    ],
+)
+def test_majority_prefers(pos: list[float | None], neg: list[float | None], expected: float | None) -> None:
+    got = majority_prefers(pos, neg)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_majority_prefers_length_mismatch() -> None:
+    with pytest.raises(ValueError):
+        majority_prefers([0.1, 0.2], [0.3])
+
+
+# ----------------------------------------------------------------------------- Fleiss' kappa
+
+# Wikipedia, "Fleiss' kappa", worked example: 10 subjects, 14 raters, 5 categories.
+WIKIPEDIA = [
+    [0, 0, 0, 0, 14],
+    [0, 2, 6, 4, 2],
+    [0, 0, 3, 5, 6],
+    [0, 3, 9, 2, 0],
+    [2, 2, 8, 1, 1],
+    [7, 7, 0, 0, 0],
+    [3, 2, 6, 3, 0],
+    [2, 5, 3, 2, 2],
+    [6, 5, 2, 1, 0],
+    [0, 2, 2, 3, 7],
+]
+
+
+def test_fleiss_kappa_wikipedia_example() -> None:
+    # P-bar = 0.378, P-bar_e = 0.213, kappa = (0.378 - 0.213) / (1 - 0.213) = 0.210
+    assert fleiss_kappa(WIKIPEDIA) == pytest.approx(0.210, abs=5e-4)
+
+
+def test_fleiss_kappa_hand_computed_two_raters() -> None:
+    # Items: agree(A), agree(B), split. P_i = 1, 1, 0 -> P-bar = 2/3.
+    # Category shares: A = 3/6, B = 3/6 -> P_e = 0.5. kappa = (2/3 - 1/2) / (1/2) = 1/3.
+    assert fleiss_kappa([[2, 0], [0, 2], [1, 1]]) == pytest.approx(1 / 3)
+
+
+def test_fleiss_kappa_perfect_and_chance() -> None:
+    assert fleiss_kappa([[3, 0], [0, 3], [3, 0]]) == 1.0
+    assert fleiss_kappa([[4, 0], [4, 0]]) == 1.0  # one category only: agreement is perfect, kappa undefined
+    assert fleiss_kappa([]) == 1.0
+    # Every item split evenly: observed agreement below chance -> negative kappa.
+    # P_i = (1 + 1 - 2) / 2 = 0; P_e = 0.5; kappa = -1.
+    assert fleiss_kappa([[1, 1], [1, 1]]) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize(
+    "ratings",
+    [
+        [[1, 0], [0, 1]],  # one rater per item
+        [[2, 0], [1, 2]],  # different numbers of raters
+        [[2, 0], [0, 1, 1]],  # different categories per item
+    ],
+)
+def test_fleiss_kappa_bad_tables(ratings: list[list[int]]) -> None:
+    with pytest.raises(ValueError):
+        fleiss_kappa(ratings)
+
+
+def test_rewards_are_finite_for_unit_scores() -> None:
+    grid = [i / 10 for i in range(11)]
+    for kind in RUBRIC_REWARDS:
+        for p in grid:
+            for n in grid:
+                r = rubric_reward(p, n, kind, validity=1.0)
+                assert r is not None and math.isfinite(r)
+                assert -0.7 - 1e-12 <= r <= 1.0 + 1e-12

@@ -1,0 +1,378 @@
+"""Rubric parsing, format validity, thinking removal and rendering (SPEC §2.1) on many model outputs.
+
+Every case states what a rubric writer could plausibly emit and what the parser must make of it:
+the weights the judge will use (normalised to sum 1) and the 0/1 format-validity reward term.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from evolm import rubrics
+from evolm.rubrics import (
+    Criterion,
+    Rubric,
+    WrittenRubric,
+    format_validity,
+    parse_rubric,
+    read_written,
+    render_rubric,
+    rubric_messages,
+    strip_thinking,
+    write_rubrics,
+)
+
+
+def rub(*pairs: tuple[str, object]) -> str:
+    """A rubric JSON text with the given (criterion, weight) pairs."""
+    return json.dumps({"criteria": [{"criterion": c, "weight": w} for c, w in pairs]})
+
+
+GOOD = rub(("Correct", 0.7), ("Clear", 0.3))
+
+# (id, text, expected criterion texts or None, expected normalised weights or None, validity)
+CASES: list[tuple[str, str, list[str] | None, list[float] | None, float]] = [
+    ("plain", GOOD, ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("prose-before", "Here is the rubric:\n" + GOOD, ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("prose-after", GOOD + "\nHope this helps! {not json}", ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("prose-both", "Sure.\n\n" + GOOD + "\n\nLet me know.", ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("fence-json", "```json\n" + GOOD + "\n```", ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("fence-plain", "Rubric:\n```\n" + GOOD + "\n```\nDone.", ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("pretty-printed", json.dumps(json.loads(GOOD), indent=2), ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    (
+        "first-with-criteria-wins",
+        '{"note": "draft"} ' + rub(("A", 0.5), ("B", 0.5)) + " " + rub(("C", 0.9), ("D", 0.1)),
+        ["A", "B"], [0.5, 0.5], 1.0,
+    ),
+    (
+        "first-criteria-object-decides-validity",
+        rub(("Only", 1.0)) + "\n" + GOOD,
+        ["Only"], [1.0], 0.0,
+    ),
+    ("nested-rubric-key", json.dumps({"rubric": json.loads(GOOD)}), ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    (
+        "nested-deeper-in-list",
+        json.dumps({"answer": [{"x": 1}, {"rubric": json.loads(GOOD)}]}),
+        ["Correct", "Clear"], [0.7, 0.3], 1.0,
+    ),
+    (
+        "bare-list",
+        json.dumps([{"criterion": "A", "weight": 0.25}, {"criterion": "B", "weight": 0.75}]),
+        ["A", "B"], [0.25, 0.75], 0.0,  # no {"criteria": ...} object: parsed, but not well-formed
+    ),
+    (
+        "other-text-keys",
+        json.dumps({"criteria": [{"description": "A", "weight": 1}, {"name": "B", "weight": 1}, {"text": "C", "weight": 2}]}),
+        ["A", "B", "C"], [0.25, 0.25, 0.5], 0.0,
+    ),
+    ("truncated-mid-string", GOOD[: GOOD.index("Clear") + 2], None, None, 0.0),
+    ("truncated-mid-array", GOOD[: GOOD.index("}, {") + 3], None, None, 0.0),
+    ("truncated-final-brace", GOOD[:-1], ["Correct", "Clear"], [0.7, 0.3], 0.0),  # the criteria list is still whole
+    ("truncated-after-key", '{"criteria": ', None, None, 0.0),
+    ("truncated-mid-number", '{"criteria": [{"criterion": "A", "weight": 0.', None, None, 0.0),
+    ("trailing-comma-array", '{"criteria": [{"criterion": "A", "weight": 0.5}, {"criterion": "B", "weight": 0.5},]}',
+     ["A", "B"], [0.5, 0.5], 1.0),
+    ("trailing-comma-object", '{"criteria": [{"criterion": "A", "weight": 0.4,}, {"criterion": "B", "weight": 0.6,},],}',
+     ["A", "B"], [0.4, 0.6], 1.0),
+    ("trailing-comma-with-newlines", 'x {"criteria": [\n {"criterion": "A", "weight": 0.5},\n {"criterion": "B", "weight": 0.5},\n]\n} y',
+     ["A", "B"], [0.5, 0.5], 1.0),
+    ("weights-as-strings", rub(("A", "0.6"), ("B", "0.4")), ["A", "B"], [0.6, 0.4], 0.0),
+    ("weights-as-percent", rub(("A", "60%"), ("B", "40%")), ["A", "B"], [0.6, 0.4], 0.0),
+    ("percent-beside-number", rub(("A", "40%"), ("B", 0.6)), ["A", "B"], [0.4, 0.6], 0.0),
+    ("weights-unnormalised-ints", rub(("A", 3), ("B", 1)), ["A", "B"], [0.75, 0.25], 0.0),
+    ("weights-missing", json.dumps({"criteria": [{"criterion": "A"}, {"criterion": "B"}]}), ["A", "B"], [0.5, 0.5], 0.0),
+    ("one-weight-missing", json.dumps({"criteria": [{"criterion": "A", "weight": 0.6}, {"criterion": "B"}]}),
+     ["A", "B"], [0.5, 0.5], 0.0),
+    ("zero-weight", rub(("A", 0.0), ("B", 0.6), ("C", 0.2)), ["A", "B", "C"], [0.4 / 1.2, 0.6 / 1.2, 0.2 / 1.2], 0.0),
+    ("negative-weight", rub(("A", -0.5), ("B", 0.5)), ["A", "B"], [0.5, 0.5], 0.0),
+    ("nan-weight", '{"criteria": [{"criterion": "A", "weight": NaN}, {"criterion": "B", "weight": 0.5}]}',
+     ["A", "B"], [0.5, 0.5], 0.0),
+    ("infinite-weight", '{"criteria": [{"criterion": "A", "weight": Infinity}, {"criterion": "B", "weight": 1}]}',
+     ["A", "B"], [0.5, 0.5], 0.0),
+    ("bool-weight", rub(("A", True), ("B", 0.5)), ["A", "B"], [0.5, 0.5], 0.0),
+    ("null-weight", rub(("A", None), ("B", 0.5)), ["A", "B"], [0.5, 0.5], 0.0),
+    ("list-weight", rub(("A", [0.5]), ("B", 0.5)), ["A", "B"], [0.5, 0.5], 0.0),
+    ("nonsense-string-weight", rub(("A", "heavy"), ("B", 0.5)), ["A", "B"], [0.5, 0.5], 0.0),
+    ("sum-0.84", rub(("A", 0.5), ("B", 0.34)), ["A", "B"], [0.5 / 0.84, 0.34 / 0.84], 0.0),
+    ("sum-0.85-boundary", rub(("A", 0.5), ("B", 0.35)), ["A", "B"], [0.5 / 0.85, 0.35 / 0.85], 1.0),
+    ("sum-0.86", rub(("A", 0.5), ("B", 0.36)), ["A", "B"], [0.5 / 0.86, 0.36 / 0.86], 1.0),
+    ("sum-1.15-boundary", rub(("A", 0.6), ("B", 0.55)), ["A", "B"], [0.6 / 1.15, 0.55 / 1.15], 1.0),
+    ("sum-1.16", rub(("A", 0.6), ("B", 0.56)), ["A", "B"], [0.6 / 1.16, 0.56 / 1.16], 0.0),
+    ("five-criteria", rub(*[(f"C{i}", 0.2) for i in range(5)]), [f"C{i}" for i in range(5)], [0.2] * 5, 1.0),
+    ("one-criterion", rub(("Everything", 1.0)), ["Everything"], [1.0], 0.0),
+    ("empty-criteria", '{"criteria": []}', None, None, 0.0),
+    ("criteria-not-a-list", '{"criteria": "be correct"}', None, None, 0.0),
+    ("criterion-not-a-string", rub((5, 0.5), ("B", 0.5)), ["B"], [1.0], 0.0),  # type: ignore[arg-type]
+    ("criterion-blank", rub(("   ", 0.5), ("B", 0.5)), ["B"], [1.0], 0.0),
+    ("criterion-text-stripped", rub(("  A  ", 0.5), ("B\n", 0.5)), ["A", "B"], [0.5, 0.5], 1.0),
+    ("entry-not-a-dict", '{"criteria": ["be correct", {"criterion": "B", "weight": 1.0}]}', ["B"], [1.0], 0.0),
+    ("no-usable-criterion", '{"criteria": [{"weight": 0.5}, {"weight": 0.5}]}', None, None, 0.0),
+    ("unicode", rub(("Réponse correcte — 答案正确 ✓", 0.8), ("Ton poli 🙂", 0.2)),
+     ["Réponse correcte — 答案正确 ✓", "Ton poli 🙂"], [0.8, 0.2], 1.0),
+    ("unicode-unescaped", json.dumps(json.loads(rub(("Ça marche", 0.5), ("日本語", 0.5))), ensure_ascii=False),
+     ["Ça marche", "日本語"], [0.5, 0.5], 1.0),
+    ("braces-inside-strings", rub(("Uses {braces} and [brackets]", 0.5), ("B", 0.5)),
+     ["Uses {braces} and [brackets]", "B"], [0.5, 0.5], 1.0),
+    ("think-closed", "<think>The question asks for X.</think>\n" + GOOD, ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("think-uppercase", "<THINK>hmm</THINK>" + GOOD, ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("think-contains-rubric", "<think>Draft: " + rub(("Draft", 1.0)) + "</think>" + GOOD,
+     ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("think-unclosed", "<think>Still thinking " + GOOD, None, None, 0.0),
+    ("think-unclosed-after-rubric", GOOD + "\n<think>second thoughts " + rub(("X", 1.0)), ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("lone-close-think", "draft " + rub(("Draft", 0.5), ("Other", 0.5)) + "</think>" + GOOD,
+     ["Correct", "Clear"], [0.7, 0.3], 1.0),
+    ("only-thinking", "<think>" + GOOD + "</think>", None, None, 0.0),
+    ("empty", "", None, None, 0.0),
+    ("whitespace", "  \n\t ", None, None, 0.0),
+    ("prose-only", "A good answer should be correct and clear.", None, None, 0.0),
+    ("scalar-json", "42", None, None, 0.0),
+    ("list-of-numbers", "[0.5, 0.5]", None, None, 0.0),
+    ("single-quotes", "{'criteria': [{'criterion': 'A', 'weight': 0.5}, {'criterion': 'B', 'weight': 0.5}]}", None, None, 0.0),
+]
+
+
+@pytest.mark.parametrize(("text", "names", "weights", "valid"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_parse_and_validity(text: str, names: list[str] | None, weights: list[float] | None, valid: float) -> None:
+    rubric = parse_rubric(text)
+    if names is None:
+        assert rubric is None
+    else:
+        assert rubric is not None
+        assert [c.criterion for c in rubric.criteria] == names
+        assert [c.weight for c in rubric.criteria] == pytest.approx(weights)
+        assert math.fsum(c.weight for c in rubric.criteria) == pytest.approx(1.0)
+    assert format_validity(text) == valid
+    written = read_written(text)
+    assert written == WrittenRubric(text, rubric, valid)
+
+
+def test_case_table_is_wide() -> None:
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_scoring_levels_are_kept_as_strings() -> None:
+    text = json.dumps({"criteria": [
+        {"criterion": "A", "weight": 0.5, "scoring_levels": {"1.0": "all", 0.5: "half", "0.0": 0}},
+        {"criterion": "B", "weight": 0.5, "scoring_levels": ["not", "a", "dict"]},
+    ]})
+    rubric = parse_rubric(text)
+    assert rubric is not None
+    assert rubric.criteria[0].scoring_levels == {"1.0": "all", "0.5": "half", "0.0": "0"}
+    assert rubric.criteria[1].scoring_levels == {}
+
+
+@pytest.mark.parametrize("value", [None, b'{"criteria": []}', 3.5, ["x"], {"criteria": []}, object()])
+def test_non_string_inputs_never_raise(value: object) -> None:
+    assert parse_rubric(value) is None  # type: ignore[arg-type]
+    assert format_validity(value) == 0.0  # type: ignore[arg-type]
+    assert strip_thinking(value) == ""  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- strip_thinking
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("no thinking", "no thinking"),
+        ("<think>a</think>b", "b"),
+        ("  <think>\nmulti\nline\n</think>\n\nanswer  ", "answer"),
+        ("<think>a</think>b<think>c</think>d", "bd"),
+        ("<Think>a</tHiNk>b", "b"),
+        ("answer<think>unfinished", "answer"),
+        ("<think>unfinished", ""),
+        ("prompt-opened thinking</think>answer", "answer"),
+        ("x</think>y</think>z", "z"),
+        ("a</think>b<think>c</think>d", "bd"),
+        ("<think>outer<think>inner</think>tail", "tail"),
+        ("", ""),
+    ],
+)
+def test_strip_thinking(text: str, expected: str) -> None:
+    assert strip_thinking(text) == expected
+
+
+# ----------------------------------------------------------------------------- adversarial and fuzzed input
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{" * 200_000,
+        "[" * 200_000,
+        '{"a": [' * 50_000,
+        "{, " * 60_000,
+        '{"a":1,' * 50_000 + " " * 1000 + "," * 1000,
+        '{"' + "x" * 500_000,
+        "}" * 100_000 + "]" * 100_000,
+    ],
+    ids=["open-braces", "open-brackets", "nested-unclosed", "brace-comma", "commas", "long-string", "closers"],
+)
+def test_adversarial_text_returns(text: str) -> None:
+    """Degenerate outputs (RL policies do produce them) give 'no rubric', never an exception."""
+    assert parse_rubric(text) is None
+    assert format_validity(text) == 0.0
+
+
+def test_object_start_bound_limits_the_scan() -> None:
+    """Only the first ``_MAX_OBJECT_STARTS`` openers are tried: a rubric after that many is not looked for."""
+    n = rubrics._MAX_OBJECT_STARTS
+    assert parse_rubric("{ " * (n - 1) + GOOD) is not None
+    assert format_validity("{ " * (n - 1) + GOOD) == 1.0
+    assert parse_rubric("{ " * n + GOOD) is None
+    assert format_validity("{ " * n + GOOD) == 0.0
+    # The lone braces decode to nothing; the openers inside the rubric are skipped, not decoded again.
+    assert len(rubrics._json_values("{ " * (n - 1) + GOOD)) == 1
+
+
+def test_trailing_comma_repair_maps_openers() -> None:
+    """The repair is done once on the whole text; values before and after a repaired one are all found."""
+    text = '[1, 2,] then {"a": {"b": 1,},} then {"c": [3]}'
+    assert rubrics._json_values(text) == [[1, 2], {"a": {"b": 1}}, {"c": [3]}]
+
+
+def _random_text(rng: random.Random) -> str:
+    alphabet = '{}[]":,. 0123456789-eE+truefalsnNaIiy\n\\<>/thinkcriterionweight' + "é中🙂\x00"
+    pieces = [GOOD, "<think>", "</think>", '"criteria"', '"weight"', "NaN", "```json"]
+    out = []
+    for _ in range(rng.randint(0, 60)):
+        if rng.random() < 0.15:
+            piece = rng.choice(pieces)
+            cut = rng.randint(0, len(piece))
+            out.append(piece[:cut] if rng.random() < 0.5 else piece[cut:])
+        else:
+            out.append(rng.choice(alphabet))
+    return "".join(out)
+
+
+def test_fuzz_never_raises() -> None:
+    """Seeded random strings built from JSON-ish pieces (hypothesis is not a dependency)."""
+    rng = random.Random(1234)
+    parsed = 0
+    for _ in range(3000):
+        text = _random_text(rng)
+        rubric = parse_rubric(text)
+        valid = format_validity(text)
+        assert valid in (0.0, 1.0)
+        if rubric is not None:
+            parsed += 1
+            assert rubric.criteria
+            assert math.fsum(c.weight for c in rubric.criteria) == pytest.approx(1.0)
+            assert all(c.weight > 0 and c.criterion.strip() for c in rubric.criteria)
+        if valid == 1.0:
+            assert rubric is not None and len(rubric.criteria) >= 2
+        strip_thinking(text)
+    assert parsed > 0  # the generator does produce parseable rubrics, so the loop tests both paths
+
+
+def test_fuzz_with_hypothesis() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(st.text())
+    def check(text: str) -> None:
+        parse_rubric(text)
+        assert format_validity(text) in (0.0, 1.0)
+
+    check()
+
+
+# ----------------------------------------------------------------------------- data model and rendering
+
+
+def test_to_dict_from_obj_round_trip() -> None:
+    rubric = parse_rubric(
+        json.dumps({"criteria": [
+            {"criterion": "Final answer is 408", "weight": 2, "scoring_levels": {"1.0": "408", "0.0": "other"}},
+            {"criterion": "Shows steps", "weight": 1, "scoring_levels": {"1.0": "all", "0.5": "some", "0.0": "none"}},
+            {"criterion": "Concise", "weight": 1},
+        ]})
+    )
+    assert rubric is not None
+    d = rubric.to_dict()
+    assert d == {"criteria": [
+        {"criterion": "Final answer is 408", "weight": 0.5, "scoring_levels": {"1.0": "408", "0.0": "other"}},
+        {"criterion": "Shows steps", "weight": 0.25, "scoring_levels": {"1.0": "all", "0.5": "some", "0.0": "none"}},
+        {"criterion": "Concise", "weight": 0.25, "scoring_levels": {}},
+    ]}
+    assert Rubric.from_obj(d) == rubric
+    assert Rubric.from_obj(json.dumps(d)) == rubric
+    assert Rubric.from_obj(json.loads(json.dumps(d))) == rubric
+    assert Rubric.from_obj(rubric) is rubric
+    assert format_validity(json.dumps(d)) == 1.0
+
+
+def test_from_obj_round_trip_keeps_awkward_weights() -> None:
+    rubric = parse_rubric(rub(("A", 1), ("B", 1), ("C", 1)))
+    assert rubric is not None
+    back = Rubric.from_obj(rubric.to_dict())
+    assert back is not None
+    assert [c.criterion for c in back.criteria] == ["A", "B", "C"]
+    assert [c.weight for c in back.criteria] == pytest.approx([1 / 3] * 3)
+
+
+@pytest.mark.parametrize("obj", [None, 3, "not json", {"criteria": []}, [], {"x": 1}])
+def test_from_obj_unusable(obj: object) -> None:
+    assert Rubric.from_obj(obj) is None
+
+
+def test_render_rubric() -> None:
+    rubric = Rubric((
+        Criterion("The final answer is 408.", 0.8, {"1.0": "States 408.", "0.5": "Slip.", "0.0": "Wrong."}),
+        Criterion("Shows steps.", 0.2),
+    ))
+    assert render_rubric(rubric) == (
+        "1. (weight 0.80) The final answer is 408.\n"
+        "   - 1.0: States 408.\n"
+        "   - 0.5: Slip.\n"
+        "   - 0.0: Wrong.\n"
+        "2. (weight 0.20) Shows steps."
+    )
+    assert render_rubric(Rubric(())) == ""
+
+
+def test_rubric_messages_hold_the_question_only() -> None:
+    conv = rubric_messages("What is 17 * 24?")
+    assert [m["role"] for m in conv] == ["system", "user"]
+    assert conv[1]["content"].rstrip().endswith("Question:\nWhat is 17 * 24?")
+    example = conv[1]["content"].split("in this form:\n", 1)[1].split("\n\nQuestion:", 1)[0]
+    assert format_validity(example) == 1.0  # the one-shot example itself is a valid rubric
+    assert "{question}" not in conv[1]["content"] and "{example}" not in conv[1]["content"]
+
+
+class _ScriptedBackend:
+    """A backend that replies with fixed texts and records what it was asked."""
+
+    name = "scripted"
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.calls: list[tuple[list, object]] = []
+
+    def generate(self, conversations, params, *, progress=False):  # type: ignore[no-untyped-def]
+        self.calls.append((list(conversations), params))
+        return self.replies[: len(conversations)]
+
+    def next_token_logprobs(self, conversations, candidates, *, chat_template_kwargs=None):  # type: ignore[no-untyped-def]
+        raise AssertionError("not used")
+
+
+def test_write_rubrics_one_batched_call() -> None:
+    from evolm.backends.base import SamplingParams
+
+    backend = _ScriptedBackend([GOOD, "<think>hmm</think>no json", rub(("Only", 1.0))])
+    params = SamplingParams(temperature=0.6, max_new_tokens=64, seed=3)
+    written = write_rubrics(backend, ["q1", "q2", "q3"], params)
+    assert len(backend.calls) == 1
+    convs, got_params = backend.calls[0]
+    assert convs == [rubric_messages(q) for q in ("q1", "q2", "q3")]
+    assert got_params is params
+    assert [w.valid for w in written] == [1.0, 0.0, 0.0]
+    assert written[0].rubric is not None and written[1].rubric is None and written[2].rubric is not None
+    assert [w.text for w in written] == backend.replies
