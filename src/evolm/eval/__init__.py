@@ -1,0 +1,1 @@
+"""Evaluations (SPEC §3): RewardBench 2, pairwise judge accuracy, policy quality."""

@@ -1,0 +1,202 @@
+"""Plots of a run for the report: each function takes plain series and returns PNG bytes.
+
+Figures are built with ``matplotlib.figure.Figure`` and rendered by Agg, never through ``pyplot``,
+so that no global backend or figure registry is touched (the report may run inside another
+program). Each role has its own line style and marker as well as its own colour, so the plots stay
+readable printed in greyscale. NaN values leave gaps instead of failing.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+# role -> (colour, line style, marker); colour-blind-safe hues that also differ in grey value
+STYLE = {
+    "policy": ("#1f4e9c", "-", "o"),
+    "rubric": ("#c2410c", "--", "s"),
+    "pairs": ("#111111", "-.", "^"),
+}
+_PHASE_SHADE = "0.90"
+_DENSE = 60  # points above which a per-step curve is drawn thin and without markers
+
+
+@dataclass(frozen=True)
+class Series:
+    """One curve: x (global steps), y, optional ±band, and the phase of each point (lines break between phases)."""
+
+    x: Sequence[float]
+    y: Sequence[float]
+    band: Sequence[float] | None = None
+    phase: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    """A phase's extent in global steps, for shading (rubric phases are shaded, policy phases are not)."""
+
+    index: int
+    role: str
+    first: float
+    last: float
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _broken(s: Series, values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """x, y with a NaN inserted wherever the phase changes, so a line never bridges the other role's phase."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (x, y) in enumerate(zip(s.x, values, strict=True)):
+        if i and s.phase is not None and s.phase[i] != s.phase[i - 1]:
+            xs.append(math.nan)
+            ys.append(math.nan)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+def _shade_phases(ax, phases: Sequence[PhaseSpan]) -> None:
+    for i, p in enumerate(phases):
+        if p.role == "rubric":
+            ax.axvspan(p.first - 0.5, p.last + 0.5, color=_PHASE_SHADE, zorder=0, linewidth=0)
+        if i:
+            ax.axvline(p.first - 0.5, color="0.6", linewidth=0.6, linestyle=":", zorder=0)
+
+
+def _line(ax, s: Series, style: str, label: str, values: Sequence[float] | None = None) -> None:
+    """A per-step curve; dense ones (long runs) get thin, lighter lines without markers so trends stay visible."""
+    colour, ls, marker = STYLE[style]
+    xs, ys = _broken(s, values if values is not None else s.y)
+    if len(s.x) > _DENSE:
+        ax.plot(xs, ys, color=colour, linestyle=ls, linewidth=0.8, alpha=0.6, label=label)
+    else:
+        ax.plot(xs, ys, color=colour, linestyle=ls, marker=marker, markersize=4, linewidth=1.4, label=label)
+
+
+def _means(ax, style: str, label: str, xs: Sequence[float], ys: Sequence[float]) -> None:
+    """Phase means as large hollow markers joined by a dotted line."""
+    colour, _, marker = STYLE[style]
+    ax.plot(xs, ys, color=colour, linestyle=(0, (1, 1)), marker=marker, markersize=9, markerfacecolor="white",
+            markeredgewidth=1.8, linewidth=1.0, label=label)
+
+
+def _finish(ax, phases: Sequence[PhaseSpan], ylabel: str) -> None:
+    ax.set_xlabel("global step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.grid(True, color="0.85", linewidth=0.5)
+    handles, labels = ax.get_legend_handles_labels()
+    if any(p.role == "rubric" for p in phases):
+        handles.append(Patch(facecolor=_PHASE_SHADE, edgecolor="0.6", label="rubric phase (shaded)"))
+        labels.append("rubric phase (shaded)")
+    if handles:
+        ax.legend(handles, labels, loc="best", fontsize=8, framealpha=0.9)
+
+
+def reward_plot(series: dict[str, Series], phases: Sequence[PhaseSpan],
+                phase_means: dict[str, tuple[list[float], list[float]]] | None = None) -> bytes:
+    """Mean reward ± std per step for each role (``series`` and ``phase_means`` keyed by role)."""
+    fig = Figure(figsize=(8.5, 3.6))
+    ax = fig.add_subplot()
+    _shade_phases(ax, phases)
+    for role, s in series.items():
+        colour, _, _ = STYLE.get(role, STYLE["pairs"])
+        if s.band is not None:
+            xs, ys = _broken(s, s.y)
+            _, bs = _broken(s, s.band)
+            lo = [y - b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
+            hi = [y + b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
+            ax.fill_between(xs, lo, hi, color=colour, alpha=0.18, linewidth=0,
+                            hatch="///" if role == "rubric" else None)
+        _line(ax, s, role if role in STYLE else "pairs", f"{role} reward (mean ± std)")
+    for role, (xs, ys) in (phase_means or {}).items():
+        _means(ax, role if role in STYLE else "pairs", f"{role} reward, phase mean", xs, ys)
+    ax.set_title("Reward per step")
+    _finish(ax, phases, "reward")
+    return _png(fig)
+
+
+def pairs_plot(pair_acc: Series, policy_reward: Series | None, phases: Sequence[PhaseSpan],
+               phase_means: dict[str, tuple[list[float], list[float]]]) -> bytes:
+    """The judge's pair accuracy on temporal pairs (rubric steps) beside the policy's reward (SPEC §4).
+
+    Per-step values are thin lines; ``phase_means`` (name -> (phase mid-steps, means)) are joined
+    large markers, so the trend across cycles reads at a glance.
+    """
+    fig = Figure(figsize=(8.5, 3.6))
+    ax = fig.add_subplot()
+    _shade_phases(ax, phases)
+    _line(ax, pair_acc, "pairs", "pair accuracy (rubric steps)")
+    if policy_reward is not None:
+        _line(ax, policy_reward, "policy", "policy reward (policy steps)")
+    names = {"pair accuracy": "pairs", "policy reward": "policy"}
+    for name, (xs, ys) in phase_means.items():
+        _means(ax, names[name], f"{name}, phase mean", xs, ys)
+    ax.axhline(0.5, color="0.4", linewidth=0.8, linestyle=":")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("Judge accuracy on temporal pairs vs policy reward")
+    _finish(ax, phases, "accuracy / reward")
+    return _png(fig)
+
+
+def validity_plot(series: dict[str, Series], phases: Sequence[PhaseSpan]) -> bytes:
+    """Share of format-valid rubrics per step, for each role."""
+    fig = Figure(figsize=(8.5, 3.2))
+    ax = fig.add_subplot()
+    _shade_phases(ax, phases)
+    for role, s in series.items():
+        label = "rubrics being trained" if role == "rubric" else "rubrics judging the policy"
+        _line(ax, s, role if role in STYLE else "pairs", f"{label} ({role} steps)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("Rubric format validity")
+    _finish(ax, phases, "valid share")
+    return _png(fig)
+
+
+# (title, key, scale) of each small multiple; scale 100 shows a share as a percentage
+STAT_PANELS = (
+    ("label-only criteria (%)", "label_only", 100.0),
+    ("specific-value criteria (%)", "specific_value", 100.0),
+    ("constraint criteria (%)", "constraint", 100.0),
+    ("criterion length (chars)", "criterion_chars", 1.0),
+    ("criteria per rubric", "criteria_per_rubric", 1.0),
+    ("rubrics with a weight >= 0.7 (%)", "dominant", 100.0),
+)
+
+
+def rubric_stats_plot(rows: Sequence[dict]) -> bytes:
+    """Small multiples of rubric statistics by phase; ``rows`` are ``PhaseRubricStats.to_json()`` dicts."""
+    fig = Figure(figsize=(9.5, 5.0))
+    axes = fig.subplots(2, 3)
+    sources = sorted({r["source"] for r in rows})
+    for ax, (title, key, scale) in zip(axes.flat, STAT_PANELS, strict=True):
+        for source in sources:
+            pts = [(r["phase"], r[key]) for r in rows if r["source"] == source and r.get(key) is not None]
+            if not pts:
+                continue
+            colour, ls, marker = STYLE.get(source, STYLE["pairs"])
+            ax.plot([p for p, _ in pts], [v * scale for _, v in pts], color=colour, linestyle=ls, marker=marker,
+                    markersize=5, linewidth=1.3, label=f"{source}-phase rubrics")
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, color="0.85", linewidth=0.5)
+        ax.set_xlabel("phase", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.subplots_adjust(hspace=0.55, wspace=0.3, bottom=0.16)
+    return _png(fig)

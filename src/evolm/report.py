@@ -1,0 +1,523 @@
+"""Run directory -> one self-contained HTML report.
+
+The report is a reader: it loads what training appended (``metrics.jsonl``, ``samples/``,
+``eval/*.json``, ``config.yaml``) and never the other way round; training does not import this
+module. It must work on the run a user actually has: a crash leaves a torn last line, a short run
+has only one role, a judge that failed to score leaves nulls. None of these stops the report; each
+is listed at the top under "What is missing". Plots are PNG embedded as base64, and the HTML has
+no external CSS or JS, so the file can be mailed or archived alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evolm import plots
+from evolm.errors import RunError
+from evolm.eval.rubric_stats import (
+    DOMINANT_WEIGHT,
+    PhaseRubricStats,
+    RunSamples,
+    has_specific_value,
+    is_constraint,
+    is_label_only,
+    phase_rubric_stats,
+    read_samples,
+)
+from evolm.jsonl import atomic_writer
+from evolm.rubrics import Rubric
+
+METRIC_KEYS = ("reward_mean", "reward_std", "pair_accuracy", "rubric_validity", "kl", "completion_length",
+               "seconds", "time")
+# config keys (last dotted component) worth showing in the header; the whole config is shown collapsed
+_HIGHLIGHT_KEYS = {
+    "model", "policy", "judge", "mode", "regime", "backend", "cycles", "steps_per_phase", "policy_steps",
+    "rubric_steps", "k", "reward", "rubric_reward", "learning_rate", "lr", "beta", "num_generations",
+    "questions_per_step", "batch_size", "min_age", "max_age", "buffer_size", "temperature",
+    "max_completion_length", "seed", "device", "dtype",
+}
+_MAX_EVAL_ROWS = 300
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _num(v: Any) -> float:
+    """A finite float, or NaN for null, text, booleans and infinities (a partial run logs all of these)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return math.nan
+    f = float(v)
+    return f if math.isfinite(f) else math.nan
+
+
+def _nanmean(xs: list[float]) -> float:
+    ok = [x for x in xs if not math.isnan(x)]
+    return sum(ok) / len(ok) if ok else math.nan
+
+
+def _nansum(xs: list[float]) -> float:
+    ok = [x for x in xs if not math.isnan(x)]
+    return sum(ok) if ok else math.nan
+
+
+@dataclass
+class Phase:
+    """A run of consecutive metric rows with the same phase and role."""
+
+    index: int
+    role: str
+    cycle: int | None
+    rows: list[dict[str, Any]]
+
+    @property
+    def first(self) -> int:
+        return self.rows[0]["step"]
+
+    @property
+    def last(self) -> int:
+        return self.rows[-1]["step"]
+
+    def mean(self, key: str) -> float:
+        return _nanmean([r[key] for r in self.rows])
+
+
+@dataclass
+class RunData:
+    """Everything the report reads from a run directory, plus notes on what was missing or unreadable."""
+
+    run_dir: Path
+    metrics: list[dict[str, Any]]
+    phases: list[Phase]
+    samples: RunSamples
+    rubric_stats: list[PhaseRubricStats]
+    config: Any = None
+    config_text: str | None = None
+    evals: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    rows, bad = [], []
+    for i, line in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            bad.append(i)
+            continue
+        step = obj.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            step = rows[-1]["step"] + 1 if rows else 1  # keep the row in order rather than drop its values
+        row = {
+            "step": step,
+            "role": obj.get("role") if isinstance(obj.get("role"), str) else "unknown",
+            "cycle": obj.get("cycle") if isinstance(obj.get("cycle"), int) else None,
+            "phase": obj.get("phase") if isinstance(obj.get("phase"), int) else None,
+        }
+        row.update({k: _num(obj.get(k)) for k in METRIC_KEYS})
+        rows.append(row)
+    if bad:
+        torn = " (the last line is torn: the run crashed or is still writing)" if bad[-1] == len(lines) - 1 else ""
+        notes.append(f"metrics.jsonl: {len(bad)} unreadable line(s) skipped{torn}.")
+    rows.sort(key=lambda r: r["step"])
+    return rows
+
+
+def _split_phases(rows: list[dict[str, Any]]) -> list[Phase]:
+    """Consecutive rows sharing (phase, role); rows without a phase index get a running one."""
+    phases: list[Phase] = []
+    for row in rows:
+        key = (row["phase"], row["role"])
+        if phases and (phases[-1].rows[-1]["phase"], phases[-1].role) == key:
+            phases[-1].rows.append(row)
+        else:
+            index = row["phase"] if row["phase"] is not None else (phases[-1].index + 1 if phases else 0)
+            phases.append(Phase(index, row["role"], row["cycle"], [row]))
+    return phases
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory; raises ``RunError`` only when it has no ``metrics.jsonl`` at all."""
+    root = Path(run_dir)
+    if not (root / "metrics.jsonl").is_file():
+        raise RunError(f"{root}: not a run directory (no metrics.jsonl)")
+    notes: list[str] = []
+    metrics = _read_metrics(root / "metrics.jsonl", notes)
+    if not metrics:
+        notes.append("metrics.jsonl holds no readable step yet.")
+    roles = {r["role"] for r in metrics}
+    for role in ("policy", "rubric"):
+        if metrics and role not in roles:
+            notes.append(f"no {role} steps in metrics.jsonl (the run stopped early or trains one role).")
+    samples = read_samples(root)
+    if not samples.rows:
+        notes.append("no samples/phase-XXX-<role>.jsonl files: no rubric statistics or example rubrics.")
+    if samples.skipped_lines:
+        notes.append(f"samples: {samples.skipped_lines} unreadable line(s) skipped.")
+    data = RunData(root, metrics, _split_phases(metrics), samples, phase_rubric_stats(samples), notes=notes)
+    cfg = root / "config.yaml"
+    if cfg.is_file():
+        data.config_text = cfg.read_text(encoding="utf-8", errors="replace")
+        try:
+            data.config = yaml.safe_load(data.config_text)
+        except yaml.YAMLError as e:
+            notes.append(f"config.yaml is not valid YAML ({str(e).splitlines()[0]}); shown as text.")
+    else:
+        notes.append("no config.yaml.")
+    eval_dir = root / "eval"
+    for path in sorted(eval_dir.glob("*.json")) if eval_dir.is_dir() else []:
+        try:
+            data.evals[path.name] = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            notes.append(f"eval/{path.name}: unreadable JSON ({e}).")
+    if not data.evals:
+        notes.append("no evaluation results in eval/*.json.")
+    return data
+
+
+# ----------------------------------------------------------------------------- html helpers
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1060px;margin:2em auto;
+padding:0 1em;color:#111;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #bbb;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #bbb;padding:.25em .55em;
+vertical-align:top}th{background:#eee;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.notes{background:#fff6e0;border:1px solid #d9a400;padding:.5em 1em}.muted{color:#555;font-size:.9em}
+img{max-width:100%;border:1px solid #ddd}pre{background:#f5f5f5;padding:.7em;overflow-x:auto;font-size:.85em}
+.pair{display:flex;gap:1em;flex-wrap:wrap}.pair>div{flex:1 1 440px;min-width:0}.q{background:#f5f5f5;
+padding:.5em;white-space:pre-wrap;font-size:.9em}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return _e(v)
+    if pct:
+        return f"{100 * v:.1f}%"
+    return str(v) if isinstance(v, int) else f"{v:.4g}"
+
+
+def _cell(c: Any) -> str:
+    """A table cell's HTML: ``("html", s)`` is trusted markup, text is escaped, numbers are formatted."""
+    if isinstance(c, tuple) and c[0] == "html":
+        return c[1]
+    return _e(c) if isinstance(c, str) else _fmt(c)
+
+
+def _table(header: list[str], rows: list[list[Any]], numeric_from: int = 1) -> str:
+    """An HTML table; columns from ``numeric_from`` on are right-aligned."""
+    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"]
+    for row in rows:
+        out.append("<tr>" + "".join(
+            f'<td class="n">{_cell(c)}</td>' if i >= numeric_from else f"<td>{_cell(c)}</td>" for i, c in enumerate(row)
+        ) + "</tr>")
+    return "\n".join(out) + "</table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<p><img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></p>'
+
+
+def _duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "–"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d} (h:mm:ss)"
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, leaf) pairs of a nested JSON/YAML value."""
+    if isinstance(value, dict):
+        return [kv for k, v in value.items() for kv in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(value, list):
+        return [kv for i, v in enumerate(value) for kv in _flatten(v, f"{prefix}[{i}]")]
+    return [(prefix, value)]
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _header(d: RunData) -> str:
+    m = d.metrics
+    per_role = Counter(r["role"] for r in m)
+    seconds = _nansum([r["seconds"] for r in m])
+    times = [r["time"] for r in m if not math.isnan(r["time"])]
+    rows: list[list[Any]] = [
+        ["steps logged", sum(per_role.values())],
+        *[[f"{role} steps", n] for role, n in sorted(per_role.items())],
+        ["global steps", f"{m[0]['step']}–{m[-1]['step']}" if m else "–"],
+        ["phases / cycles", f"{len(d.phases)} / {len({r['cycle'] for r in m if r['cycle'] is not None})}"],
+        ["training time (sum of step times)", _duration(seconds)],
+        ["wall-clock span (first to last record)", _duration(max(times) - min(times)) if len(times) > 1 else "–"],
+    ]
+    if times:
+        rows.append(["last record", dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")])
+    out = ["<h2>Run summary</h2>", _table(["", "value"], rows)]
+    if isinstance(d.config, dict):
+        hl = [[k, v] for k, v in _flatten(d.config)
+              if (last := k.split(".")[-1]) in _HIGHLIGHT_KEYS or "model" in last]
+        if hl:
+            out += ["<h3>Configuration highlights</h3>", _table(["key", "value"], [[k, str(v)] for k, v in hl[:24]])]
+    if d.config_text is not None:
+        out.append("<details><summary>Full configuration (config.yaml)</summary>"
+                   f"<pre>{_e(d.config_text)}</pre></details>")
+    return "\n".join(out)
+
+
+def _series(d: RunData, role: str, key: str, band: str | None = None) -> plots.Series | None:
+    rows = [r for r in d.metrics if r["role"] == role]
+    if not rows or all(math.isnan(r[key]) for r in rows):
+        return None
+    return plots.Series([r["step"] for r in rows], [r[key] for r in rows],
+                        [r[band] for r in rows] if band else None, [r["phase"] for r in rows])
+
+
+def _spans(d: RunData) -> list[plots.PhaseSpan]:
+    return [plots.PhaseSpan(p.index, p.role, p.first, p.last) for p in d.phases]
+
+
+def _phase_means(d: RunData, role: str, key: str) -> tuple[list[float], list[float]] | None:
+    """(mid-step, mean of ``key``) of each phase of ``role`` that has a value; None when none has."""
+    pts = [((p.first + p.last) / 2, p.mean(key)) for p in d.phases if p.role == role]
+    pts = [(x, y) for x, y in pts if not math.isnan(y)]
+    return ([x for x, _ in pts], [y for _, y in pts]) if pts else None
+
+
+def _plot(d: RunData, alt: str, fn, *args) -> str:
+    """A plot as an <img>, or a line saying why it is missing (a bad value must not lose the whole report)."""
+    try:
+        return _img(fn(*args), alt)
+    except Exception as e:  # noqa: BLE001 - the report must survive any odd value in a partial run
+        d.notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
+        return f'<p class="muted">Plot "{_e(alt)}" could not be drawn ({_e(type(e).__name__)}).</p>'
+
+
+def _rewards(d: RunData) -> str:
+    series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "reward_mean", "reward_std"))}
+    if not series:
+        return "<h2>Rewards</h2><p>No reward values logged yet.</p>"
+    means = {r: pm for r in series if (pm := _phase_means(d, r, "reward_mean")) is not None}
+    return ("<h2>Rewards</h2><p class='muted'>Mean reward of each optimizer step with a ±1 std band; rubric "
+            "phases are shaded. The policy's reward is the judge's score under the rubric; the rubric role's "
+            "reward is its discrimination reward on temporal pairs. Large hollow markers: phase means.</p>"
+            + _plot(d, "reward curves", plots.reward_plot, series, _spans(d), means))
+
+
+def _pairs(d: RunData) -> str:
+    out = ["<h2>Judge accuracy on temporal pairs, beside the policy's reward</h2>",
+           "<p class='muted'>Pair accuracy: share of temporal pairs (the current policy's answer vs. the answer it "
+           "gave to the same question some policy steps earlier; 20–100 by default) where the judge, reading the "
+           "rubric, scores the newer answer strictly higher. Watch it together "
+           "with the policy's reward (SPEC §4): training assumes newer is better, which stops being true if the "
+           "policy degrades, and then the rubrics learn to reward the degradation.</p>"]
+    acc = _series(d, "rubric", "pair_accuracy")
+    if acc is None:
+        return "\n".join(out + ["<p>No rubric steps with a pair accuracy yet.</p>"])
+    pol = _series(d, "policy", "reward_mean")
+    means: dict[str, tuple[list[float], list[float]]] = {}
+    for name, role, key in (("pair accuracy", "rubric", "pair_accuracy"), ("policy reward", "policy", "reward_mean")):
+        if (pm := _phase_means(d, role, key)) is not None:
+            means[name] = pm
+    out.append(_plot(d, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means))
+    trend = []
+    for name in ("pair accuracy", "policy reward"):
+        if name in means and len(means[name][1]) > 1:
+            ys = means[name][1]
+            trend.append(f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)")
+    if trend:
+        out.append(f"<p>{_e('; '.join(trend))}.</p>")
+    policy_means = means.get("policy reward", ([], []))[1]
+    if len(policy_means) > 1 and policy_means[-1] < policy_means[0]:
+        out.append("<p class='notes'>The policy's reward fell from the first to the last policy phase: check the "
+                   "samples before trusting that newer answers are better.</p>")
+    return "\n".join(out)
+
+
+def _validity(d: RunData) -> str:
+    series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "rubric_validity"))}
+    if not series:
+        return "<h2>Rubric validity</h2><p>No rubric validity logged yet.</p>"
+    return ("<h2>Rubric validity</h2><p class='muted'>Share of rubrics that are format-valid (SPEC §2.1): on rubric "
+            "steps the rubrics being trained, on policy steps the rubrics written to judge that step's questions.</p>"
+            + _plot(d, "rubric validity", plots.validity_plot, series, _spans(d)))
+
+
+def _phase_table(d: RunData) -> str:
+    if not d.phases:
+        return "<h2>Per-phase summary</h2><p>No phases yet.</p>"
+    rows = [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
+             p.mean("pair_accuracy"), p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
+             _duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
+    header = ["phase", "cycle", "role", "steps", "n", "mean reward", "pair accuracy", "validity", "KL", "length (tok)",
+              "time"]
+    return "<h2>Per-phase summary</h2><p class='muted'>Means over the phase's steps.</p>" + _table(header, rows, 3)
+
+
+def _stats_section(d: RunData) -> str:
+    out = ["<h2>How the rubrics evolve</h2>",
+           "<p class='muted'>Statistics of SPEC §3.3 per phase. <b>rubric</b>: the rubrics written in a rubric phase "
+           "(the ones being trained); <b>policy</b>: the rubrics written to judge a policy phase's questions. "
+           "Criterion classes follow plain regexes (<code>evolm.eval.rubric_stats</code>): label-only = at most 5 "
+           "words with no specific value and no constraint; specific value = a number, quoted text, math, "
+           "'equivalent to X'...; constraint = must/should not, length, format, inclusion, language. The paper "
+           "reports, from start to end of training: label-only 21.9% → 0.3%, specific values 6.9% → 19.3%, "
+           "constraints 7.7% → 20.3%, criterion length 59 → 112 chars, 3–4 criteria per rubric. A growing share of "
+           "rubrics with one weight ≥ 0.7 outside math questions is the drift towards narrow pattern matching that "
+           "SPEC §4 warns about.</p>"]
+    if not d.rubric_stats:
+        return "\n".join(out + ["<p>No rubrics in the samples.</p>"])
+    rows = [s.to_json() for s in d.rubric_stats]
+    bins = list(rows[0]["max_weight_hist"])
+    table_rows = [[r["phase"], _fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
+                   r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
+                   _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
+                   " / ".join(str(r["max_weight_hist"][b]) for b in bins)] for r in rows]
+    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria/rubric", "chars/criterion", "label-only",
+              "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
+              f"max weight bins {' / '.join(bins)}"]
+    out.append(_table(header, table_rows, 3))
+    out.append(_plot(d, "rubric statistics by phase", plots.rubric_stats_plot, rows))
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class _Example:
+    phase: int
+    role: str
+    step: Any
+    cycle: Any
+    question: str
+    rubric: Rubric
+
+
+def _examples(samples: RunSamples) -> list[_Example]:
+    out = []
+    for (phase, role), rows in sorted(samples.rows.items()):
+        for row in rows:
+            q, obj = row.get("question"), row.get("rubric")
+            r = Rubric.from_obj(obj) if obj is not None else None
+            if isinstance(q, str) and r is not None and r.criteria:
+                out.append(_Example(phase, role, row.get("step"), row.get("cycle"), q, r))
+    return out
+
+
+def pick_early_late(samples: RunSamples, n: int = 2) -> tuple[list[tuple[_Example, _Example]], bool]:
+    """Up to ``n`` (early, late) rubric pairs for the same question, farthest apart in phases first.
+
+    Returns ``(pairs, shared)``; when no question has rubrics in two phases, falls back to the first
+    and the last rubric of the run with ``shared=False``.
+    """
+    ex = _examples(samples)
+    first: dict[str, _Example] = {}
+    last: dict[str, _Example] = {}
+    for e in ex:
+        first.setdefault(e.question, e)
+        if e.phase > first[e.question].phase and (e.question not in last or e.phase > last[e.question].phase):
+            last[e.question] = e
+    ranked = sorted(last, key=lambda q: -(last[q].phase - first[q].phase))  # stable: earlier questions win ties
+    if ranked:
+        return [(first[q], last[q]) for q in ranked[:n]], True
+    return ([(ex[0], ex[-1])] if ex else []), False
+
+
+def _rubric_html(e: _Example, title: str) -> str:
+    rows = []
+    for i, c in enumerate(e.rubric.criteria, start=1):
+        tags = [t for t, f in (("label-only", is_label_only), ("value", has_specific_value),
+                               ("constraint", is_constraint)) if f(c.criterion)]
+        rows.append([i, f"{c.weight:.2f}", c.criterion, ", ".join(tags) or "–"])
+    head = f"{title}: phase {e.phase}, cycle {_fmt(e.cycle)}, {e.role} samples, step {_fmt(e.step)}"
+    return f"<div><h4>{_e(head)}</h4>{_table(['#', 'weight', 'criterion', 'class'], rows, 4)}</div>"
+
+
+def _examples_section(d: RunData) -> str:
+    out = ["<h2>Example rubrics, early versus late</h2>"]
+    pairs, shared = pick_early_late(d.samples)
+    if not pairs:
+        return "\n".join(out + ["<p>No parsed rubric in the samples.</p>"])
+    if not shared:
+        out.append("<p class='notes'>No question has rubrics in two different phases; showing the first and the last "
+                   "rubric of the run instead (different questions).</p>")
+    for early, late in pairs:
+        if shared:
+            out.append(f"<p>Question (rubrics from phase {early.phase} and phase {late.phase}):</p>"
+                       f"<div class='q'>{_e(early.question[:1500])}</div>")
+        else:
+            out.append(f"<div class='q'>first: {_e(early.question[:600])}\n\nlast: {_e(late.question[:600])}</div>")
+        out.append(f"<div class='pair'>{_rubric_html(early, 'Early')}{_rubric_html(late, 'Late')}</div>")
+    return "\n".join(out)
+
+
+def _eval_html(name: str, value: Any) -> str:
+    parts = [f"<h3>{_e(name)}</h3>"]
+    rest = value
+    if isinstance(value, dict) and isinstance(value.get("subsets"), dict):
+        rows = [[k, v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)]
+                for k, v in value["subsets"].items()]
+        if "overall" in value:
+            rows.append([("html", "<b>overall</b>"), value["overall"]])
+        parts.append(_table(["subset", "score"], rows))
+        rest = {k: v for k, v in value.items() if k not in ("subsets", "overall")}
+    leaves = [[k, v] for k, v in _flatten(rest) if isinstance(v, int | float) and not isinstance(v, bool)]
+    if leaves:
+        parts.append(_table(["metric", "value"], leaves[:_MAX_EVAL_ROWS]))
+        if len(leaves) > _MAX_EVAL_ROWS:
+            parts.append(f"<p class='muted'>{len(leaves) - _MAX_EVAL_ROWS} more values not shown.</p>")
+    elif rest is value:
+        parts.append("<p class='muted'>No numeric values in this file.</p>")
+    return "\n".join(parts)
+
+
+def _evals_section(d: RunData) -> str:
+    if not d.evals:
+        return "<h2>Evaluation results</h2><p>None found in eval/.</p>"
+    return "<h2>Evaluation results</h2>" + "\n".join(_eval_html(k, v) for k, v in d.evals.items())
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def render_report(d: RunData) -> str:
+    """The report's HTML for loaded run data."""
+    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _phase_table(d), _stats_section(d),
+            _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
+    notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
+             + "</ul></div>") if d.notes else ""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    title = f"EvoLM run report: {d.run_dir.resolve().name}"
+    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
+            f"<p class='muted'>{_e(d.run_dir)} — generated {now}</p>{notes}\n" + "\n".join(body) + "</body></html>\n")
+
+
+def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    """Write the HTML report of ``run_dir`` (default ``RUN/report.html``) and return its path.
+
+    Raises ``RunError`` if ``run_dir`` has no ``metrics.jsonl``; anything else missing or torn is
+    reported inside the HTML instead.
+    """
+    data = load_run(run_dir)
+    target = Path(output) if output is not None else Path(run_dir) / "report.html"
+    text = render_report(data)
+    with atomic_writer(target) as f:
+        f.write(text)
+    return target

@@ -1,0 +1,177 @@
+"""The HTML run report: a tiny run directory in the training loop's format, rendered end to end."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from evolm.cli import main
+from evolm.errors import RunError
+from evolm.eval.rubric_stats import RunSamples
+from evolm.report import load_run, pick_early_late, write_report
+
+Q_MATH = "What is 17 * 24?"
+Q_POEM = "Write a haiku about autumn."
+EARLY_MATH = {"criteria": [{"criterion": "Accuracy", "weight": 0.5, "scoring_levels": {"1.0": "ok", "0.0": "no"}},
+                           {"criterion": "Clarity", "weight": 0.5, "scoring_levels": {"1.0": "ok", "0.0": "no"}}]}
+LATE_MATH = {"criteria": [
+    {"criterion": "The final answer is equivalent to 408.", "weight": 0.8, "scoring_levels": {"1.0": "408", "0.0": "no"}},
+    {"criterion": "Shows the multiplication steps in at most five lines.", "weight": 0.2, "scoring_levels": {}},
+]}
+POEM = {"criteria": [{"criterion": "Has three lines of 5, 7 and 5 syllables.", "weight": 0.6},
+                     {"criterion": "Evokes autumn imagery", "weight": 0.4}]}
+
+# (phase, cycle, role, steps, rewards, reward stds, pair accuracies, validities)
+PHASES = [
+    (0, 0, "policy", [1, 2, 3], [0.2, 0.3, 0.4], [0.1, 0.1, None], [None] * 3, [0.5, 0.5, 1.0]),
+    (1, 0, "rubric", [4, 5, 6], [0.5, 0.6, 0.7], [0.2, 0.2, 0.2], [0.5, None, 0.75], [0.5, 1.0, 1.0]),
+    (2, 1, "policy", [7, 8, 9], [0.45, 0.55, 0.65], [0.1, 0.1, 0.1], [None] * 3, [1.0, 1.0, 1.0]),
+    (3, 1, "rubric", [10, 11, 12], [0.6, 0.7, 0.8], [0.2, 0.2, 0.2], [0.75, 0.875, 1.0], [1.0, 1.0, 1.0]),
+]
+
+
+def _metric(phase, cycle, role, step, reward, std, acc, valid) -> dict:
+    return {"step": step, "role": role, "cycle": cycle, "phase": phase, "reward_mean": reward, "reward_std": std,
+            "pair_accuracy": acc, "rubric_validity": valid, "kl": 0.01 * step, "completion_length": 30 + step,
+            "seconds": 2.0, "time": 1_700_000_000 + 2 * step, "extra_key": "ignored"}
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _policy_rows(phase, cycle, step, question, rubric) -> list[dict]:
+    return [{"step": step, "role": "policy", "cycle": cycle, "phase": phase, "question": question,
+             "completion": f"answer {i}", "reward": 0.5, "rubric": rubric, "score": 0.5} for i in range(2)]
+
+
+def _rubric_row(phase, cycle, step, question, rubric) -> dict:
+    return {"step": step, "role": "rubric", "cycle": cycle, "phase": phase, "question": question,
+            "completion": json.dumps(rubric) if rubric else "not json", "reward": 1.0, "rubric": rubric,
+            "rubric_valid": 1.0 if rubric else 0.0, "a_pos": "new", "a_neg": "old", "s_pos": 0.8, "s_neg": 0.3}
+
+
+def build_run(root: Path) -> Path:
+    """2 cycles x (policy phase, rubric phase), 3 steps each, a torn last metrics line, samples, eval JSON."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.yaml").write_text(
+        "model: smollm2-135m-instruct\njudge:\n  model: smollm2-135m-instruct\n  mode: prob\n"
+        "schedule:\n  cycles: 2\n  steps_per_phase: 3\nseed: 0\n", encoding="utf-8")
+    rows = [_metric(ph, cy, role, s, r, sd, a, v)
+            for ph, cy, role, steps, rs, sds, accs, vs in PHASES
+            for s, r, sd, a, v in zip(steps, rs, sds, accs, vs, strict=True)]
+    _write_jsonl(root / "metrics.jsonl", rows)
+    with open(root / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 13, "role": "policy", "cycle": 2, "reward_me')  # the crash tore this line
+    s = root / "samples"
+    _write_jsonl(s / "phase-000-policy.jsonl", _policy_rows(0, 0, 1, Q_MATH, EARLY_MATH) + _policy_rows(0, 0, 1, Q_POEM, POEM))
+    _write_jsonl(s / "phase-001-rubric.jsonl", [_rubric_row(1, 0, 4, Q_MATH, EARLY_MATH), _rubric_row(1, 0, 4, Q_MATH, None)])
+    _write_jsonl(s / "phase-002-policy.jsonl", _policy_rows(2, 1, 7, Q_POEM, POEM))
+    _write_jsonl(s / "phase-003-rubric.jsonl", [_rubric_row(3, 1, 10, Q_MATH, LATE_MATH)])
+    (root / "eval").mkdir()
+    (root / "eval" / "rb2-final.json").write_text(json.dumps(
+        {"benchmark": "RewardBench 2", "subsets": {"Factuality": 0.3125, "Math": 0.5625}, "overall": 0.4375,
+         "counts": {"Factuality": 16, "Math": 16}}), encoding="utf-8")
+    (root / "eval" / "pairs-final.json").write_text(json.dumps(
+        {"files": {"a.jsonl": {"pairs": 8, "accuracy": 0.625}}, "total": {"pairs": 8, "accuracy": 0.625}}),
+        encoding="utf-8")
+    return root
+
+
+def _images(text: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)]
+
+
+def test_load_run_reads_phases_and_skips_the_torn_line(tmp_path):
+    d = load_run(build_run(tmp_path / "run"))
+    assert [(p.index, p.role, p.cycle, p.first, p.last) for p in d.phases] == [
+        (0, "policy", 0, 1, 3), (1, "rubric", 0, 4, 6), (2, "policy", 1, 7, 9), (3, "rubric", 1, 10, 12)]
+    assert d.phases[0].mean("reward_mean") == pytest.approx(0.3)
+    assert d.phases[1].mean("pair_accuracy") == pytest.approx(0.625)  # null skipped: (0.5 + 0.75) / 2
+    assert math.isnan(d.metrics[2]["reward_std"])  # null -> NaN
+    assert any("torn" in n for n in d.notes)
+    assert set(d.evals) == {"rb2-final.json", "pairs-final.json"}
+
+
+def test_report_is_one_self_contained_html_file(tmp_path):
+    run = build_run(tmp_path / "run")
+    before = {p for p in run.rglob("*")}
+    out = write_report(run)
+    assert out == run / "report.html"
+    assert {p for p in run.rglob("*")} - before == {out}  # nothing else written
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert "<script" not in text and "<link" not in text and "http://" not in text and "https://" not in text
+    images = _images(text)
+    assert len(images) >= 4 and all(img.startswith(b"\x89PNG\r\n\x1a\n") for img in images)
+    assert text.count("<img") == len(images)  # every image is embedded
+    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity", "rubric statistics by phase"):
+        assert f'alt="{alt}"' in text
+    # header: steps per role and summed step time (12 steps x 2 s)
+    assert "policy steps</td><td class=\"n\">6" in text and "rubric steps</td><td class=\"n\">6" in text
+    assert "0:00:24" in text
+    assert "steps_per_phase" in text and "smollm2-135m-instruct" in text
+    assert "torn" in text
+
+
+def test_report_shows_early_and_late_rubrics_for_the_same_question(tmp_path):
+    text = write_report(build_run(tmp_path / "run"), tmp_path / "r.html").read_text(encoding="utf-8")
+    section = text[text.index("Example rubrics, early versus late"):text.index("Evaluation results")]
+    assert "rubrics from phase 0 and phase 3" in section  # the math question spans the whole run
+    assert "What is 17 * 24?" in section
+    assert "Accuracy" in section and "The final answer is equivalent to 408." in section
+    assert "label-only" in section and "value" in section
+
+
+def test_report_shows_eval_numbers_and_phase_table(tmp_path):
+    text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")
+    evals = text[text.index("<h2>Evaluation results"):]
+    for number in ("0.3125", "0.5625", "0.4375", "0.625", "Factuality", "overall"):
+        assert number in evals
+    assert "0.625" in text[text.index("Per-phase summary"):text.index("How the rubrics evolve")]
+
+
+def test_pick_early_late_falls_back_to_first_and_last(tmp_path):
+    samples = RunSamples({(0, "policy"): [{"step": 1, "question": "A?", "rubric": EARLY_MATH}],
+                          (1, "rubric"): [{"step": 4, "question": "B?", "rubric": LATE_MATH}]})
+    pairs, shared = pick_early_late(samples)
+    assert not shared and [(e.question, l.question) for e, l in pairs] == [("A?", "B?")]
+    assert pick_early_late(RunSamples()) == ([], False)
+
+
+def test_partial_run_one_role_no_samples_nulls(tmp_path):
+    run = tmp_path / "partial"
+    rows = [_metric(0, 0, "policy", s, r, None, None, None) for s, r in ((1, None), (2, float("nan")), (3, 0.4))]
+    rows.append({"step": "x", "role": 3, "reward_mean": "high"})  # garbage types must not crash either
+    _write_jsonl(run / "metrics.jsonl", rows)
+    text = write_report(run).read_text(encoding="utf-8")
+    assert 'alt="reward curves"' in text
+    for missing in ("no rubric steps", "no samples", "no config.yaml", "no evaluation results",
+                    "No rubric steps with a pair accuracy yet"):
+        assert missing in text
+
+
+def test_empty_metrics_file_still_renders(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("", encoding="utf-8")
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "holds no readable step yet" in text and "No reward values logged yet" in text
+
+
+def test_not_a_run_dir_raises(tmp_path):
+    with pytest.raises(RunError, match="not a run directory"):
+        write_report(tmp_path)
+
+
+def test_cli_report(tmp_path, capsys):
+    run = build_run(tmp_path / "run")
+    assert main(["report", str(run), "--output", str(tmp_path / "out.html")]) == 0
+    assert (tmp_path / "out.html").is_file()
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("evolm report: error:") and "not a run directory" in err[-1]
