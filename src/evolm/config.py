@@ -1,0 +1,278 @@
+"""Every setting of a training run, as typed dataclasses, with the paper's values as defaults.
+
+A run is described by one YAML file whose sections mirror ``RunConfig``; any field can be
+overridden on the command line with a dotted ``key=value`` (``judge.mode=prob schedule.cycles=3``).
+Unknown keys are errors. GRPO settings that EvoLM does not interpret live in the ``grpo`` mapping
+and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the reference for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evolm.errors import InputError
+
+REGIMES = ("coevolve", "sequential", "frozen_rubric")
+PAIR_MODES = ("temporal", "rubric_conditioned", "inferred_question", "combined")
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
+    if isinstance(default, dict | list):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass
+class ModelConfig:
+    """The one model that plays both roles (policy and rubric writer)."""
+
+    name: str = _f("Qwen/Qwen3-8B", "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct' (paper: Qwen3-8B)")
+    dtype: str = _f("auto", "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
+    system_prompt: str = _f("You are a helpful assistant.", "system prompt of the policy role (paper's)")
+    chat_template_kwargs: dict = _f({}, "passed to the chat template, e.g. {enable_thinking: false} for Qwen3")
+
+
+@dataclass
+class JudgeConfig:
+    """The small frozen judge that scores answers against rubrics."""
+
+    model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
+    mode: str = _f("generative", "generative (reference: JSON score, sampled), prob (expected 0-9 digit, one "
+                   "forward pass, ~10x+ faster), yesno (per-criterion P(yes))")
+    backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
+                      "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
+    base_url: str | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1")
+    api_key_env: str = _f("OPENAI_API_KEY", "environment variable with the judge server's API key")
+    temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
+    top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
+    max_new_tokens: int = _f(1024, "generation budget of the generative mode")
+    batch_size: int = _f(16, "answers per forward pass for backend=hf")
+    chat_template_kwargs: dict = _f({"enable_thinking": False},
+                                    "judge chat-template kwargs (Qwen3 judges: thinking off so the score comes first)")
+    extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
+    aggregate: str = _f("mean", "how several judges' scores combine: mean or majority (median)")
+
+
+@dataclass
+class RubricConfig:
+    """The rubric role: how rubrics are written and rewarded."""
+
+    reward: str = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 margin + 0.3 "
+                     "format), separation")
+    temperature: float = _f(0.6, "temperature when writing the rubric shared by a policy question's samples")
+    max_new_tokens: int = _f(1024, "token budget for writing a rubric for the policy phase")
+    writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
+                            "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
+    writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
+    writer_base_url: str | None = _f(None, "server URL of the fixed writer for writer_backend=openai")
+
+
+@dataclass
+class ContrastConfig:
+    """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
+
+    pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
+                    "rubric_conditioned, inferred_question, combined")
+    combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
+                                "mix of builders for pairs=combined")
+    buffer_size: int = _f(2048, "replay buffer entries (oldest dropped first; reference: 2048)")
+    min_age: int = _f(20, "youngest stored answer usable as the worse answer, in policy steps (reference: 20)")
+    max_age: int = _f(100, "oldest stored answer usable, in policy steps (reference: 100)")
+    temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)")
+    max_new_tokens: int = _f(16384, "token budget of the fresh answer")
+
+
+@dataclass
+class ScheduleConfig:
+    """How the two roles alternate."""
+
+    regime: str = _f("coevolve", "coevolve: K policy then K rubric steps per cycle; sequential: all rubric "
+                     "steps, then all policy steps with the rubric writer frozen; frozen_rubric: policy steps "
+                     "only, rubrics from a fixed writer (the paper's baselines)")
+    cycles: int = _f(10, "number of cycles (paper: 10)")
+    steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)")
+    prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)")
+    samples_per_prompt: int = _f(8, "GRPO group size (paper: 8)")
+    save_every: int = _f(25, "checkpoint every N steps, besides every phase end (paper: 25)")
+    samples_logged_per_step: int = _f(0, "rows per step written to samples/*.jsonl (0: all)")
+
+
+@dataclass
+class DataConfig:
+    """Training prompts (only prompts are used, never labels)."""
+
+    prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
+    limit: int = _f(0, "use only the first N prompts (0: all)")
+
+
+@dataclass
+class RunConfig:
+    """A whole EvoLM run."""
+
+    output_dir: str = _f("runs/evolm", "run directory: config, checkpoints, buffer, metrics, samples")
+    seed: int = _f(0, "seed of everything random in the run")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    rubric: RubricConfig = field(default_factory=RubricConfig)
+    contrast: ContrastConfig = field(default_factory=ContrastConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    grpo: dict = _f(
+        {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2,
+         "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
+         "bf16": True, "gradient_checkpointing": True, "use_vllm": True, "vllm_mode": "colocate"},
+        "passed to trl.GRPOConfig as is (learning_rate, beta = KL coefficient with TRL's k3 estimator, epsilon "
+        "= clip, use_vllm, ...); EvoLM sets num_generations, batch sizes, max_steps, saving and logging itself",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run (both roles)."""
+        per_role = self.schedule.cycles * self.schedule.steps_per_phase
+        return per_role if self.schedule.regime == "frozen_rubric" else 2 * per_role
+
+
+_RESERVED_GRPO = {"num_generations", "max_steps", "output_dir", "save_steps", "logging_steps", "shuffle_dataset",
+                  "generation_batch_size", "steps_per_generation", "gradient_accumulation_steps", "seed"}
+
+
+def validate(cfg: RunConfig) -> None:
+    """Reject inconsistent settings with a message that says which field and why."""
+    s, c, j = cfg.schedule, cfg.contrast, cfg.judge
+    checks = [
+        (s.regime in REGIMES, f"schedule.regime must be one of {', '.join(REGIMES)}, not '{s.regime}'"),
+        (c.pairs in PAIR_MODES, f"contrast.pairs must be one of {', '.join(PAIR_MODES)}, not '{c.pairs}'"),
+        (cfg.rubric.reward in ("binary", "margin_format", "separation"),
+         f"rubric.reward must be binary, margin_format or separation, not '{cfg.rubric.reward}'"),
+        (j.mode in ("generative", "prob", "yesno"), f"judge.mode must be generative, prob or yesno, not '{j.mode}'"),
+        (j.backend in ("hf", "openai", "vllm"), f"judge.backend must be hf, openai or vllm, not '{j.backend}'"),
+        (j.aggregate in ("mean", "majority"), f"judge.aggregate must be mean or majority, not '{j.aggregate}'"),
+        (s.cycles >= 1 and s.steps_per_phase >= 1, "schedule.cycles and schedule.steps_per_phase must be >= 1"),
+        (s.prompts_per_step >= 1, "schedule.prompts_per_step must be >= 1"),
+        (s.samples_per_prompt >= 2, "schedule.samples_per_prompt must be >= 2 (GRPO compares samples of a group)"),
+        (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
+        (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
+        (s.save_every >= 1, "schedule.save_every must be >= 1"),
+        (not (_RESERVED_GRPO & set(cfg.grpo)),
+         f"grpo.{sorted(_RESERVED_GRPO & set(cfg.grpo))[0] if _RESERVED_GRPO & set(cfg.grpo) else ''} is set by "
+         "EvoLM from the schedule; use the schedule section instead"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise InputError(msg)
+
+
+# ----------------------------------------------------------------------------- YAML + overrides
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise InputError(f"unknown setting '{where}{sorted(unknown)[0]}' (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise InputError(f"'{where}{f.name}' must be a mapping")
+            kwargs[f.name] = _build(hint, value, f"{where}{f.name}.")
+        else:
+            kwargs[f.name] = _coerce(value, hint, f"{where}{f.name}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    args = typing.get_args(hint)
+    if value is None and type(None) in args:
+        return None
+    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    if base is bool and isinstance(value, bool):
+        return value
+    if base in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        if base is int and float(value) != int(value):
+            raise InputError(f"'{name}' must be an integer, got {value}")
+        return base(value)
+    if base is str and isinstance(value, str):
+        return value
+    if base in (dict, list) and isinstance(value, base):
+        return value
+    raise InputError(f"'{name}' must be {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """The run config from a YAML file (or the defaults) with dotted ``key=value`` overrides applied."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{path}: no such config file")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{path}: the config must be a mapping")
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"override '{item}' must look like section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InputError(f"override '{item}': '{part}' is not a section")
+        if parts[0] == "grpo" and len(parts) == 2:
+            node[parts[-1]] = value
+        else:
+            node[parts[-1]] = value
+    if "grpo" in data and isinstance(data["grpo"], dict):
+        merged = dict(RunConfig.__dataclass_fields__["grpo"].default_factory())  # type: ignore[misc]
+        merged.update(data["grpo"])
+        data["grpo"] = merged
+    return _build(RunConfig, data, "")
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+
+
+def describe() -> str:
+    """Every setting with its default and help, for ``evolm train --help``."""
+    lines = []
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], f"{prefix}{f.name}.")
+                continue
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+            if f.name == "grpo":
+                default = "{...}"
+            lines.append(f"  {prefix}{f.name} (default {default!r})\n      {f.metadata.get('help', '')}")
+
+    walk(RunConfig, "")
+    return "\n".join(lines)
