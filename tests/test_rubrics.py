@@ -338,12 +338,11 @@ def test_render_rubric() -> None:
 
 
 def test_rubric_messages_hold_the_question_only() -> None:
-    conv = rubric_messages("What is 17 * 24?")
-    assert [m["role"] for m in conv] == ["system", "user"]
-    assert conv[1]["content"].rstrip().endswith("Question:\nWhat is 17 * 24?")
-    example = conv[1]["content"].split("in this form:\n", 1)[1].split("\n\nQuestion:", 1)[0]
-    assert format_validity(example) == 1.0  # the one-shot example itself is a valid rubric
-    assert "{question}" not in conv[1]["content"] and "{example}" not in conv[1]["content"]
+    conv = rubric_messages("Name the capital of Australia.")
+    assert [m["role"] for m in conv] == ["system", "user", "assistant", "user"]
+    assert conv[-1]["content"] == "Question:\nName the capital of Australia."
+    assert format_validity(conv[2]["content"]) == 1.0  # the worked example is itself a valid rubric
+    assert all("{" not in m["content"] or m["role"] != "user" for m in conv)  # no unfilled placeholders
 
 
 class _ScriptedBackend:

@@ -13,6 +13,7 @@ from evolm.rewards import (
     fill_missing_with_group_mean,
     fleiss_kappa,
     majority_prefers,
+    make_trl_reward,
     policy_reward,
     rubric_reward,
 )
@@ -32,7 +33,7 @@ __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "EvolmError", "InputError", "JUDGE_MODES", "Judge",
     "JudgeItem", "ModelError", "Rubric", "RunError", "SamplingParams", "WrittenRubric", "aggregate_scores",
     "fill_missing_with_group_mean", "fleiss_kappa", "format_validity", "load_backend", "load_model",
-    "majority_prefers", "parse_rubric", "policy_reward", "render_rubric", "rubric_messages", "rubric_reward",
+    "majority_prefers", "make_trl_reward", "parse_rubric", "policy_reward", "render_rubric", "rubric_messages", "rubric_reward",
     "score_with_judges", "strip_thinking", "write_rubrics",
 ]
 __version__ = "0.1.0"

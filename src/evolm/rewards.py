@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
-from typing import Literal
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Literal
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
 RUBRIC_REWARDS: tuple[str, ...] = ("binary", "margin_format", "separation")
@@ -138,3 +138,40 @@ def fleiss_kappa(ratings: Sequence[Sequence[int]]) -> float:
     if math.isclose(p_e, 1.0):
         return 1.0
     return (p_bar - p_e) / (1 - p_e)
+
+
+# ----------------------------------------------------------------------------- for your own TRL runs
+
+
+def make_trl_reward(judge: Any, rubric_column: str = "rubric") -> Callable[..., list[float | None]]:
+    """A TRL ``GRPOTrainer`` reward function: the judge's score of each completion against its row's rubric.
+
+    The rubric comes from the dataset column ``rubric_column`` (object or JSON string; empty or
+    missing: the judge scores alone), so rows are self-contained and TRL may split groups across
+    processes. Returns ``None`` for a missing score (TRL then gives it zero advantage).
+    """
+    from evolm.judge import JudgeItem
+    from evolm.rubrics import Rubric
+
+    def evolm_rubric_reward(prompts: list[Any], completions: list[Any], **cols: Any) -> list[float | None]:
+        rubrics = cols.get(rubric_column) or [None] * len(prompts)
+        items = [
+            JudgeItem(_question_of(p), _text_of(c), Rubric.from_obj(r) if r else None)
+            for p, c, r in zip(prompts, completions, rubrics, strict=True)
+        ]
+        return [policy_reward(s) for s in judge.score(items)]
+
+    return evolm_rubric_reward
+
+
+def _question_of(prompt: Any) -> str:
+    if isinstance(prompt, list):  # conversational: the last user message is the question
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return str(prompt)
+
+
+def _text_of(completion: Any) -> str:
+    if isinstance(completion, list):
+        return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
+    return str(completion)

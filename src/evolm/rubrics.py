@@ -62,9 +62,7 @@ will use to score any answer to that question. You never see an answer: the rubr
 from the question alone."""
 
 _RUBRIC_INSTRUCTIONS = """\
-Write a grading rubric for the question below.
-
-First think about the question:
+For each question you receive, first think about it:
 - What is the single most important thing a good answer must get right?
 - Which explicit requirements does it state (format, length, content, style, language)?
 - Which implicit requirements would a careful expert expect?
@@ -78,16 +76,13 @@ dealbreaker criterion of the form "The final answer is equivalent to X" with mos
 - Every criterion has scoring levels from "1.0" (fully met) to "0.0" (not met), with at least one \
 level in between.
 
-Reply with the JSON object only, in this form:
-{example}
+Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ..., "scoring_levels": {...}}, ...]}"""
 
-Question:
-{question}"""
-
+_EXAMPLE_QUESTION = "What is 17 * 24?"
 _EXAMPLE = {
     "criteria": [
         {
-            "criterion": "The final answer states that 17 * 24 = 408.",
+            "criterion": "The final answer is equivalent to 408.",
             "weight": 0.8,
             "scoring_levels": {"1.0": "States 408.", "0.5": "Right method, arithmetic slip.", "0.0": "Wrong or missing."},
         },
@@ -101,9 +96,18 @@ _EXAMPLE = {
 
 
 def rubric_messages(question: str) -> Conversation:
-    """The chat conversation that asks the model (in its rubric role) for a rubric of ``question``."""
-    user = _RUBRIC_INSTRUCTIONS.format(example=json.dumps(_EXAMPLE), question=question)
-    return [{"role": "system", "content": RUBRIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    """The chat conversation that asks the model (in its rubric role) for a rubric of ``question``.
+
+    The instructions sit in the system prompt and one worked example is given as a previous turn
+    of the conversation: small models copy the format of a turn far more reliably than that of an
+    example quoted inside the instructions.
+    """
+    return [
+        {"role": "system", "content": f"{RUBRIC_SYSTEM_PROMPT}\n\n{_RUBRIC_INSTRUCTIONS}"},
+        {"role": "user", "content": f"Question:\n{_EXAMPLE_QUESTION}"},
+        {"role": "assistant", "content": json.dumps(_EXAMPLE)},
+        {"role": "user", "content": f"Question:\n{question}"},
+    ]
 
 
 # ----------------------------------------------------------------------------- parsing
