@@ -64,7 +64,7 @@ from evolm.contrast import (
     temporal_pairs,
 )
 from evolm.errors import InputError, RunError
-from evolm.jsonl import append_jsonl, iter_jsonl_lenient, read_jsonl, write_jsonl
+from evolm.jsonl import append_jsonl, atomic_writer, iter_jsonl_lenient, read_jsonl, write_jsonl
 from evolm.judge import Judge, JudgeItem, score_with_judges
 from evolm.rewards import fill_missing_with_group_mean, policy_reward, rubric_reward
 from evolm.rubrics import Rubric, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
@@ -524,7 +524,7 @@ def _build_trainer(cfg: RunConfig, plan: Plan, loop: Orchestrator, model: Any, t
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_RunRecorder(loop, plan))
+    trainer.add_callback(_run_recorder_class()(loop, plan))
     return trainer
 
 
@@ -557,67 +557,69 @@ def _trainer_class() -> type:
 # ============================================================================= run directory, metrics, resume
 
 
-def _trainer_callback_base() -> type:
+def _run_recorder_class() -> type:
+    """The callback class, built on first use: importing transformers at module import would make every
+    ``evolm train`` error (a bad config, nothing to resume) wait for seconds of imports."""
     from transformers import TrainerCallback
 
-    return TrainerCallback
+    class _RunRecorder(TrainerCallback):
+        """Writes metrics.jsonl, saves the buffer into each checkpoint, forces phase-end saves, shows progress."""
 
+        def __init__(self, loop: Orchestrator, plan: Plan) -> None:
+            self.loop, self.plan = loop, plan
+            self.last_time = time.time()
+            self.bar: Any = None
 
-class _RunRecorder(_trainer_callback_base()):  # type: ignore[misc]
-    """Writes metrics.jsonl, saves the buffer into each checkpoint, forces phase-end saves, shows progress."""
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            from tqdm.auto import tqdm
 
-    def __init__(self, loop: Orchestrator, plan: Plan) -> None:
-        self.loop, self.plan = loop, plan
-        self.last_time = time.time()
-        self.bar: Any = None
+            if state.is_world_process_zero:
+                self.bar = tqdm(total=self.plan.total_steps, initial=state.global_step, desc="evolm", unit="step",
+                                dynamic_ncols=True)
+            self.last_time = time.time()
 
-    def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
-        from tqdm.auto import tqdm
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            if self.plan.is_phase_end(state.global_step):
+                control.should_save = True
 
-        if state.is_world_process_zero:
-            self.bar = tqdm(total=self.plan.total_steps, initial=state.global_step, desc="evolm", unit="step",
-                            dynamic_ncols=True)
-        self.last_time = time.time()
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            logs = logs or {}
+            if "reward" not in logs or not state.is_world_process_zero:
+                return
+            step = state.global_step
+            info = self.plan.info(step - 1)
+            extra = self.loop.step_metrics.pop(step, {})
+            now = time.time()
+            line = {
+                "step": step, "role": info.role, "cycle": info.cycle, "phase": info.phase,
+                "reward_mean": logs.get("reward"), "reward_std": logs.get("reward_std"),
+                "pair_accuracy": extra.get("pair_accuracy"), "rubric_validity": extra.get("rubric_validity"),
+                "missing_rewards": extra.get("missing_rewards"),
+                "kl": logs.get("kl"), "completion_length": logs.get("completions/mean_length"),
+                "loss": logs.get("loss"), "seconds": round(now - self.last_time, 3), "time": now,
+            }
+            self.last_time = now
+            append_jsonl(self.loop.run_dir / "metrics.jsonl", line)
+            if self.bar is not None:
+                self.bar.set_postfix(role=info.role, cycle=info.cycle, reward=f"{line['reward_mean']:.3f}")
+                self.bar.update(step - self.bar.n)
 
-    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-        if self.plan.is_phase_end(state.global_step):
-            control.should_save = True
+        def on_save(self, args, state, control, **kw):  # noqa: ANN001
+            if not state.is_world_process_zero:
+                return
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.loop.buffer.save(ckpt / BUFFER_FILE)
+            info = self.plan.info(state.global_step - 1)
+            state_json = {"step": state.global_step, "phase": info.phase, "cycle": info.cycle, "role": info.role,
+                          "buffer_entries": len(self.loop.buffer)}
+            with atomic_writer(ckpt / STATE_FILE) as f:  # the completeness marker: never half-written
+                f.write(json.dumps(state_json))
 
-    def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
-        logs = logs or {}
-        if "reward" not in logs or not state.is_world_process_zero:
-            return
-        step = state.global_step
-        info = self.plan.info(step - 1)
-        extra = self.loop.step_metrics.pop(step, {})
-        now = time.time()
-        line = {
-            "step": step, "role": info.role, "cycle": info.cycle, "phase": info.phase,
-            "reward_mean": logs.get("reward"), "reward_std": logs.get("reward_std"),
-            "pair_accuracy": extra.get("pair_accuracy"), "rubric_validity": extra.get("rubric_validity"),
-            "missing_rewards": extra.get("missing_rewards"),
-            "kl": logs.get("kl"), "completion_length": logs.get("completions/mean_length"),
-            "loss": logs.get("loss"), "seconds": round(now - self.last_time, 3), "time": now,
-        }
-        self.last_time = now
-        append_jsonl(self.loop.run_dir / "metrics.jsonl", line)
-        if self.bar is not None:
-            self.bar.set_postfix(role=info.role, cycle=info.cycle, reward=f"{line['reward_mean']:.3f}")
-            self.bar.update(step - self.bar.n)
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            if self.bar is not None:
+                self.bar.close()
 
-    def on_save(self, args, state, control, **kw):  # noqa: ANN001
-        if not state.is_world_process_zero:
-            return
-        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        self.loop.buffer.save(ckpt / BUFFER_FILE)
-        info = self.plan.info(state.global_step - 1)
-        state_json = {"step": state.global_step, "phase": info.phase, "cycle": info.cycle, "role": info.role,
-                      "buffer_entries": len(self.loop.buffer)}
-        (ckpt / STATE_FILE).write_text(json.dumps(state_json))
-
-    def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
-        if self.bar is not None:
-            self.bar.close()
+    return _RunRecorder
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:

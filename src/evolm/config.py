@@ -9,6 +9,7 @@ and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the refer
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ import yaml
 from evolm.errors import InputError
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric")
-PAIR_MODES = ("temporal", "rubric_conditioned", "inferred_question", "combined")
+PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")
+PAIR_MODES = (*PAIR_BUILDERS, "combined")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
@@ -164,7 +166,13 @@ def validate(cfg: RunConfig) -> None:
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
         (not (_RESERVED_GRPO & set(cfg.grpo)),
          f"grpo.{sorted(_RESERVED_GRPO & set(cfg.grpo))[0] if _RESERVED_GRPO & set(cfg.grpo) else ''} is set by "
-         "EvoLM from the schedule; use the schedule section instead"),
+         "EvoLM from the schedule, seed and output_dir settings; set those instead"),
+        (set(c.combined_weights) <= set(PAIR_BUILDERS),
+         f"contrast.combined_weights keys must be among {', '.join(PAIR_BUILDERS)}, not "
+         f"{', '.join(sorted(set(c.combined_weights) - set(PAIR_BUILDERS)))}"),
+        (all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in c.combined_weights.values())
+         and (c.pairs != "combined" or any(w > 0 for w in c.combined_weights.values())),
+         "contrast.combined_weights must be numbers >= 0, at least one > 0 when contrast.pairs=combined"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -199,11 +207,22 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     return cls(**kwargs)
 
 
+# PyYAML follows YAML 1.1, which reads "1e-6" (no dot) as a string; YAML 1.2 and every user read it as a number.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$")
+
+
+def _number(value: Any) -> Any:
+    """``value`` as a float if it is a string in exponent notation (``1e-6``), else unchanged."""
+    return float(value.replace("_", "")) if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()) else value
+
+
 def _coerce(value: Any, hint: Any, name: str) -> Any:
     args = typing.get_args(hint)
     if value is None and type(None) in args:
         return None
     base = next((a for a in args if a is not type(None)), hint) if args else hint
+    if base in (int, float):
+        value = _number(value)
     if base is bool and isinstance(value, bool):
         return value
     if base in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
@@ -234,25 +253,39 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise InputError(f"override '{item}' must look like section.key=value")
+        parts = key.split(".")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
+        if _is_text_field(parts) and value is not None and not isinstance(value, str):
+            value = raw  # model.name=2024, model.system_prompt=yes: the text as typed, not YAML's int or bool
         node = data
-        parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise InputError(f"override '{item}': '{part}' is not a section")
-        if parts[0] == "grpo" and len(parts) == 2:
-            node[parts[-1]] = value
-        else:
-            node[parts[-1]] = value
+        node[parts[-1]] = value
     if "grpo" in data and isinstance(data["grpo"], dict):
         merged = dict(RunConfig.__dataclass_fields__["grpo"].default_factory())  # type: ignore[misc]
-        merged.update(data["grpo"])
+        merged.update({k: _number(v) for k, v in data["grpo"].items()})
         data["grpo"] = merged
     return _build(RunConfig, data, "")
+
+
+def _is_text_field(parts: list[str]) -> bool:
+    """True if the dotted key names a ``str`` (or ``str | None``) setting."""
+    cls: Any = RunConfig
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return False
+        hint = typing.get_type_hints(cls).get(part)
+        if hint is None:
+            return False
+        if i == len(parts) - 1:
+            return hint is str or (str in typing.get_args(hint) and not dataclasses.is_dataclass(hint))
+        cls = hint
+    return False
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:

@@ -5,7 +5,7 @@ During policy training one sampled answer per question goes into a bounded ``Rep
 policy step minus its step) lies in [min_age, max_age] as the worse answer, and a fresh answer of
 the current policy to the same question as the better one: "newer is better". When no entry is in
 the window the selection relaxes, in this order: drop max_age; halve min_age; the oldest half of
-the buffer; any entry.
+the buffer's answers from earlier policy steps; any entry.
 
 Two more pair builders exist as options: ``rubric_conditioned`` (better = answer written with the
 rubric in the system prompt, worse = without) and ``inferred_question`` (worse = the policy's
@@ -25,6 +25,7 @@ from pathlib import Path
 from evolm.backends.base import Conversation, SamplingParams
 from evolm.errors import RunError
 from evolm.jsonl import atomic_writer
+from evolm.rubrics import strip_thinking
 
 Generate = Callable[[Sequence[Conversation], SamplingParams], list[str]]
 
@@ -91,11 +92,17 @@ class ReplayBuffer:
         def aged(lo: int, hi: float) -> list[BufferEntry]:
             return [e for e in entries if lo <= current_step - e.step <= hi]
 
+        def oldest_half() -> list[BufferEntry]:
+            # Only answers from earlier policy steps are "older"; when the buffer holds none (all from
+            # the current step or later), "any" below takes whatever is there.
+            older = sorted((e for e in entries if current_step - e.step >= 1), key=lambda e: e.step)
+            return older[: max(1, len(older) // 2)] if older else []
+
         for level, found in (
             ("window", lambda: aged(min_age, max_age)),
             ("no_max_age", lambda: aged(min_age, float("inf"))),
             ("half_min_age", lambda: aged(min_age // 2, float("inf"))),
-            ("oldest_half", lambda: sorted(entries, key=lambda e: e.step)[: max(1, len(entries) // 2)]),
+            ("oldest_half", oldest_half),
             ("any", lambda: entries),
         ):
             chosen = found()
@@ -150,8 +157,8 @@ def inferred_question_pairs(questions: Sequence[str], generate: Generate, params
     """Better = an answer to the question; worse = an answer to the question the model infers from it."""
     answers = generate([policy_messages(q, system_prompt) for q in questions], params)
     guesses = generate([_guess_question_messages(a) for a in answers], params)
-    off_topic = generate([policy_messages(g or q, system_prompt) for g, q in zip(guesses, questions, strict=True)],
-                         params)
+    guessed = [strip_thinking(g).strip() or q for g, q in zip(guesses, questions, strict=True)]  # no guess: q itself
+    off_topic = generate([policy_messages(g, system_prompt) for g in guessed], params)
     return [Pair(q, a, b, "inferred_question") for q, a, b in zip(questions, answers, off_topic, strict=True)]
 
 

@@ -1,0 +1,604 @@
+"""The EvoLM loop on TRL (SPEC §2.4-2.5, §6): the plan, the reward dispatch, whole runs of every regime with a
+tiny random model, the logs they leave, and resuming after a hard kill.
+
+The runs are short (1-2 steps per phase, 2 questions x 2 samples, 8 new tokens) so the file stays within
+a few minutes on two CPU cores; what they check does not depend on the model being any good.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from evolm.coevolve import (
+    BUFFER_FILE,
+    FROZEN_RUBRICS,
+    STATE_FILE,
+    Orchestrator,
+    Plan,
+    _prepare_run_dir,
+    _step_metrics,
+    complete_checkpoints,
+    load_prompts,
+    resume_config,
+    run,
+    summarise,
+)
+from evolm.config import RunConfig, load_config
+from evolm.contrast import ReplayBuffer, choose_builders, policy_messages
+from evolm.errors import InputError, RunError
+from evolm.jsonl import read_jsonl
+from evolm.judge import Judge, JudgeItem
+from evolm.rewards import rubric_reward
+from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "configs" / "demo-cpu.yaml"
+P, G = 2, 2  # questions per step, samples per question
+METRIC_FIELDS = ("step", "role", "cycle", "phase", "reward_mean", "reward_std", "pair_accuracy", "rubric_validity",
+                 "kl", "completion_length", "seconds")
+VALID_RUBRIC = json.dumps({"criteria": [
+    {"criterion": "The answer says 4.", "weight": 0.75, "scoring_levels": {"1.0": "says 4", "0.0": "does not"}},
+    {"criterion": "The answer is one short sentence.", "weight": 0.25, "scoring_levels": {"1.0": "yes", "0.0": "no"}},
+]})
+
+
+def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
+    """The demo config shrunk to the tiny model: every run in this file starts from these."""
+    return [
+        f"model.name={model_dir}", f"judge.model={model_dir}", f"output_dir={out}",
+        f"schedule.prompts_per_step={P}", f"schedule.samples_per_prompt={G}", "schedule.samples_logged_per_step=0",
+        f"grpo.per_device_train_batch_size={P * G}", "grpo.max_completion_length=8",
+        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", *extra,
+    ]
+
+
+def tiny_config(model_dir: Path, out: Path, *extra: str) -> RunConfig:
+    return load_config(DEMO, tiny_overrides(model_dir, out, *extra))
+
+
+def metrics(run_dir: Path) -> list[dict[str, Any]]:
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def samples(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    return {p.name: read_jsonl(p) for p in sorted((run_dir / "samples").glob("*.jsonl"))}
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    return [int(p.name.split("-")[1]) for p in complete_checkpoints(run_dir)]
+
+
+def buffer_rows(path: Path) -> list[tuple[int, str, str]]:
+    return [(e.step, e.question, e.answer) for e in ReplayBuffer.load(path, 10_000).entries]
+
+
+# ============================================================================= the plan
+
+
+def plan_for(*overrides: str, n_questions: int = 24, seed: int = 0) -> Plan:
+    cfg = load_config(None, [f"seed={seed}", *overrides])
+    return Plan(cfg, [f"q{i}" for i in range(n_questions)])
+
+
+def test_plan_coevolve_roles_and_clock() -> None:
+    plan = plan_for("schedule.cycles=2", "schedule.steps_per_phase=3", "schedule.prompts_per_step=2")
+    assert plan.total_steps == 12
+    infos = [plan.info(s) for s in range(12)]
+    assert [i.role[0] for i in infos] == list("ppprrrppprrr")
+    assert [i.phase for i in infos] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [i.cycle for i in infos] == [0] * 6 + [1] * 6
+    assert [i.policy_step for i in infos] == [0, 1, 2, 3, 3, 3, 3, 4, 5, 6, 6, 6]
+    assert [plan.policy_steps_before(s) for s in range(13)] == [0, 1, 2, 3, 3, 3, 3, 4, 5, 6, 6, 6, 6]
+    assert [s for s in range(1, 13) if plan.is_phase_end(s)] == [3, 6, 9, 12]
+
+
+def test_plan_sequential_trains_the_rubric_writer_first() -> None:
+    plan = plan_for("schedule.regime=sequential", "schedule.cycles=2", "schedule.steps_per_phase=2")
+    assert plan.total_steps == 8
+    infos = [plan.info(s) for s in range(8)]
+    assert [i.role[0] for i in infos] == list("rrrrpppp")
+    assert [i.phase for i in infos] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [i.cycle for i in infos] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert [i.policy_step for i in infos] == [0, 0, 0, 0, 0, 1, 2, 3]
+    assert [s for s in range(1, 9) if plan.is_phase_end(s)] == [2, 4, 6, 8]
+
+
+def test_plan_frozen_rubric_is_policy_only() -> None:
+    plan = plan_for("schedule.regime=frozen_rubric", "schedule.cycles=3", "schedule.steps_per_phase=2")
+    assert plan.total_steps == 6
+    infos = [plan.info(s) for s in range(6)]
+    assert {i.role for i in infos} == {"policy"}
+    assert [i.phase for i in infos] == [0, 0, 1, 1, 2, 2]
+    assert [i.cycle for i in infos] == [0, 0, 1, 1, 2, 2]
+    assert [i.policy_step for i in infos] == [0, 1, 2, 3, 4, 5]
+
+
+def test_policy_questions_are_a_seeded_permutation() -> None:
+    a = plan_for("schedule.prompts_per_step=4", n_questions=12)
+    b = plan_for("schedule.prompts_per_step=4", n_questions=12)
+    c = plan_for("schedule.prompts_per_step=4", n_questions=12, seed=1)
+    first = [a.policy_question(p, s) for p in range(3) for s in range(4)]
+    assert sorted(first) == sorted(f"q{i}" for i in range(12))  # one pass sees every question once
+    assert first == [b.policy_question(p, s) for p in range(3) for s in range(4)]  # deterministic
+    assert first != [c.policy_question(p, s) for p in range(3) for s in range(4)]  # the seed matters
+    assert [a.policy_question(p, s) for p in range(3, 6) for s in range(4)] == first  # then it wraps around
+    assert a.policy_question(1, 2) == first[6]  # slot s of policy step p is row p * prompts_per_step + s
+
+
+def test_policy_questions_from_covers_the_remaining_policy_steps() -> None:
+    plan = plan_for("schedule.regime=sequential", "schedule.cycles=1", "schedule.steps_per_phase=2",
+                    "schedule.prompts_per_step=3", n_questions=100)
+    expected = [plan.policy_question(p, s) for p in range(2) for s in range(3)]
+    assert plan.policy_questions_from(0) == expected  # from the start: both policy steps
+    assert plan.policy_questions_from(2) == expected  # the first policy step is step 2
+    assert plan.policy_questions_from(3) == expected[3:]
+
+
+def test_load_prompts(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "a"}\n{"prompt": "  "}\n{"prompt": "c"}\n')
+    assert load_prompts(str(path)) == ["a", "b", "c"]  # deduplicated, blanks dropped, order kept
+    assert load_prompts(str(path), limit=2) == ["a", "b"]
+    assert len(load_prompts("builtin:demo")) == 24
+    path.write_text('{"prompt": " "}\n')
+    with pytest.raises(InputError, match="no prompts"):
+        load_prompts(str(path))
+
+
+# ============================================================================= rewards, row by row
+
+
+@pytest.fixture(scope="module")
+def tiny_judge(tiny_backend: Any) -> Judge:
+    return Judge(tiny_backend, mode="prob")
+
+
+def orchestrator(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> Orchestrator:
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", *extra)
+    (tmp_path / "run").mkdir()
+    return Orchestrator(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run", None)
+
+
+@pytest.mark.parametrize("kind", ["binary", "margin_format", "separation"])
+def test_reward_dispatches_on_the_role(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge, kind: str) -> None:
+    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, f"rubric.reward={kind}")
+    rubric = parse_rubric(VALID_RUBRIC)
+    assert rubric is not None
+    q = "What is 2 + 2?"
+    cols = {
+        "role": ["policy", "policy", "rubric", "rubric"],
+        "question": [q, q, q, q],
+        "rubric": [json.dumps(rubric.to_dict()), "", "", ""],
+        "a_pos": ["", "", "The answer is 4.", "The answer is 4."],
+        "a_neg": ["", "", "fish", "fish"],
+    }
+    completions = [[{"role": "assistant", "content": "It is 4."}], "Five.", VALID_RUBRIC, "not a rubric at all"]
+    rewards = loop.reward(completions, **cols)
+
+    j = tiny_judge.score
+    (s_policy_rubric,) = j([JudgeItem(q, "It is 4.", rubric)])
+    (s_policy_alone,) = j([JudgeItem(q, "Five.", None)])
+    s_pos, s_neg = j([JudgeItem(q, "The answer is 4.", rubric), JudgeItem(q, "fish", rubric)])
+    assert rewards[0] == pytest.approx(s_policy_rubric, abs=1e-6)
+    assert rewards[1] == pytest.approx(s_policy_alone, abs=1e-6)
+    assert rewards[2] == pytest.approx(rubric_reward(s_pos, s_neg, kind, format_validity(VALID_RUBRIC)), abs=1e-6)
+    assert rewards[3] == 0.0  # a rubric that does not parse earns nothing (not "missing")
+    d = loop.last_details
+    assert d[0]["score"] == pytest.approx(s_policy_rubric, abs=1e-6)
+    assert d[2]["s_pos"] == pytest.approx(s_pos, abs=1e-6) and d[2]["s_neg"] == pytest.approx(s_neg, abs=1e-6)
+    assert d[2]["rubric_valid"] == 1.0 and d[2]["parsed"] == rubric.to_dict()
+    assert d[3] == {"s_pos": None, "s_neg": None, "rubric_valid": 0.0, "parsed": None}
+
+
+def test_step_metrics_by_hand() -> None:
+    rubric_rows = [{"s_pos": 0.9, "s_neg": 0.1, "rubric_valid": 1.0},
+                   {"s_pos": 0.2, "s_neg": 0.2, "rubric_valid": 1.0},
+                   {"s_pos": None, "s_neg": None, "rubric_valid": 0.0},
+                   {"s_pos": 0.3, "s_neg": 0.6, "rubric_valid": 0.0}]
+    m = _step_metrics(rubric_rows, [0.7, 0.3, 0.0, None], "rubric", 2)
+    assert m == {"missing_rewards": 0.25, "pair_accuracy": 0.25, "rubric_validity": 0.5}
+    policy_rows = [{"rubric_valid": 1.0}, {"rubric_valid": 1.0}, {"rubric_valid": 0.0}, {"rubric_valid": 0.0}]
+    m = _step_metrics(policy_rows, [0.5, 0.5, 0.1, 0.2], "policy", 2)
+    assert m == {"missing_rewards": 0.0, "pair_accuracy": None, "rubric_validity": 0.5}  # one rubric per question
+
+
+# ============================================================================= per-step materialisation
+
+
+class FakeEngine:
+    """Stands in for the trainer's generation engine: scripted replies, every call recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[list[dict[str, str]]]] = []
+
+    def generate(self, convs: list, params: Any) -> list[str]:
+        self.calls.append(convs)
+        out = []
+        for c in convs:
+            text = c[-1]["content"]
+            if c[0]["content"].startswith(RUBRIC_SYSTEM_PROMPT):
+                out.append(VALID_RUBRIC)
+            elif text.startswith("Here is an answer"):
+                out.append("GUESSED")
+            else:
+                out.append(("RUBRIC-AWARE " if "rubric" in c[0]["content"] else "") + "ANS(" + text + ")")
+        return out
+
+
+def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge) -> None:
+    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, "schedule.prompts_per_step=6", "contrast.pairs=combined",
+                        "contrast.combined_weights={temporal: 1, rubric_conditioned: 1, inferred_question: 1}",
+                        "contrast.min_age=1", "contrast.max_age=3")
+    for step in range(3):
+        for k in range(6):
+            loop.buffer.add(step, f"Q{step}-{k}", f"OLD{step}-{k}")
+    info = replace(loop.plan.info(0), role="rubric", policy_step=3)
+    engine = FakeEngine()
+    filled = loop._rubric_slots(info, list(range(6)), engine)  # type: ignore[arg-type]
+
+    rng = random.Random(f"{loop.cfg.seed}:{info.step}")  # the same draws as the loop makes
+    builders = choose_builders(6, "combined", loop.cfg.contrast.combined_weights, rng)
+    picked = loop.buffer.sample(3, 6, 1, 3, rng)
+    assert set(builders) == {"temporal", "rubric_conditioned", "inferred_question"}
+    for slot, row in filled.items():
+        q = picked[slot][0].question
+        assert row["question"] == q and row["prompt"] == rubric_messages(q)
+        if builders[slot] == "temporal":
+            assert row["pair_source"] == "temporal:window"
+            assert (row["a_pos"], row["a_neg"]) == (f"ANS({q})", picked[slot][0].answer)
+        elif builders[slot] == "rubric_conditioned":
+            assert row["pair_source"] == "rubric_conditioned"
+            assert (row["a_pos"], row["a_neg"]) == (f"RUBRIC-AWARE ANS({q})", f"ANS({q})")
+        else:
+            assert row["pair_source"] == "inferred_question"
+            assert (row["a_pos"], row["a_neg"]) == (f"ANS({q})", "ANS(GUESSED)")
+    assert sorted(filled) == list(range(6))
+
+
+def test_rubric_step_with_an_empty_buffer_uses_conditioned_pairs(tmp_path: Path, tiny_model_dir: Path,
+                                                                   tiny_judge: Judge) -> None:
+    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=sequential")
+    info = replace(loop.plan.info(0), role="rubric")
+    filled = loop._rubric_slots(info, [0, 1], FakeEngine())  # type: ignore[arg-type]
+    for slot, row in filled.items():
+        assert row["question"] == loop.plan.policy_question(0, slot)
+        assert row["pair_source"] == "rubric_conditioned"
+
+
+def test_policy_step_rows_carry_the_written_rubric(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge) -> None:
+    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge)
+    engine = FakeEngine()
+    filled = loop._policy_slots(loop.plan.info(0), [0, 1], engine)  # type: ignore[arg-type]
+    assert len(engine.calls) == 1 and len(engine.calls[0]) == 2  # one rubric per question, batched
+    for slot, row in filled.items():
+        q = loop.plan.policy_question(0, slot)
+        assert row["prompt"] == policy_messages(q, loop.cfg.model.system_prompt)
+        assert Rubric.from_obj(row["rubric"]) == parse_rubric(VALID_RUBRIC)
+        assert row["rubric_valid"] == 1.0
+
+
+# ============================================================================= a whole co-evolving run
+
+
+@pytest.fixture(scope="module")
+def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 cycles x (2 policy + 2 rubric steps); save_every is larger than the run: only phase ends save."""
+    out = tmp_path_factory.mktemp("coevolve") / "run"
+    cfg = tiny_config(tiny_model_dir, out, "schedule.cycles=2", "schedule.steps_per_phase=2",
+                      "schedule.save_every=100", "grpo.learning_rate=1e-3")
+    assert run(cfg) == out
+    return out
+
+
+def test_run_metrics_alternate_roles(coevolve_run: Path) -> None:
+    rows = metrics(coevolve_run)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert [r["role"] for r in rows] == ["policy"] * 2 + ["rubric"] * 2 + ["policy"] * 2 + ["rubric"] * 2
+    assert [r["phase"] for r in rows] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [r["cycle"] for r in rows] == [0] * 4 + [1] * 4
+    for r in rows:
+        assert set(METRIC_FIELDS) <= set(r), r
+        for key in ("reward_mean", "reward_std", "rubric_validity", "kl", "completion_length", "seconds"):
+            assert isinstance(r[key], int | float) and math.isfinite(r[key]), (key, r)
+        assert 0 < r["completion_length"] <= 8
+        if r["role"] == "policy":
+            assert r["pair_accuracy"] is None
+        else:
+            assert 0.0 <= r["pair_accuracy"] <= 1.0
+    summary = summarise(coevolve_run)
+    assert [(p["phase"], p["role"], p["steps"]) for p in summary] == [(0, "policy", 2), (1, "rubric", 2),
+                                                                     (2, "policy", 2), (3, "rubric", 2)]
+
+
+def test_run_checkpoints_at_phase_ends(coevolve_run: Path, tiny_model_dir: Path) -> None:
+    assert checkpoint_steps(coevolve_run) == [2, 4, 6, 8]  # save_every=100: the phase ends alone force a save
+    states = [json.loads((coevolve_run / "checkpoints" / f"checkpoint-{s}" / STATE_FILE).read_text())
+              for s in (2, 4, 6, 8)]
+    assert [(s["step"], s["phase"], s["cycle"], s["role"]) for s in states] == [
+        (2, 0, 0, "policy"), (4, 1, 0, "rubric"), (6, 2, 1, "policy"), (8, 3, 1, "rubric")]
+    assert [s["buffer_entries"] for s in states] == [2 * P, 2 * P, 4 * P, 4 * P]  # one answer per policy question
+    for s in (2, 4, 6, 8):
+        buf = buffer_rows(coevolve_run / "checkpoints" / f"checkpoint-{s}" / BUFFER_FILE)
+        assert len(buf) == states[[2, 4, 6, 8].index(s)]["buffer_entries"]
+    assert [b[0] for b in buf] == [0, 0, 1, 1, 2, 2, 3, 3]  # stamped with the policy-step clock
+
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    trained = load_file(coevolve_run / "checkpoints" / "checkpoint-8" / "model.safetensors")
+    assert set(initial) == set(trained)
+    changed = [k for k in initial if not torch.equal(initial[k], trained[k])]
+    assert changed, "training did not change any weight"
+    after_policy = load_file(coevolve_run / "checkpoints" / "checkpoint-2" / "model.safetensors")
+    assert any(not torch.equal(initial[k], after_policy[k]) for k in initial)
+
+
+def test_run_samples_cover_both_roles(coevolve_run: Path) -> None:
+    files = samples(coevolve_run)
+    assert sorted(files) == ["phase-000-policy.jsonl", "phase-001-rubric.jsonl", "phase-002-policy.jsonl",
+                             "phase-003-rubric.jsonl"]
+    for name, rows in files.items():
+        phase, role = int(name[6:9]), name[10:-6]
+        assert len(rows) == 2 * P * G  # samples_logged_per_step=0: every row of both steps
+        assert {r["phase"] for r in rows} == {phase} and {r["role"] for r in rows} == {role}
+        assert Counter((r["step"], r["slot"]) for r in rows) == {(s, k): G for s in {r["step"] for r in rows}
+                                                                for k in range(P)}
+        for r in rows:
+            assert isinstance(r["completion"], str)
+            if role == "rubric":
+                assert r["pair_source"].startswith("temporal:")  # the buffer is never empty at a rubric step
+                assert isinstance(r["a_pos"], str) and isinstance(r["a_neg"], str)
+
+
+def test_run_policy_questions_follow_the_plan_and_feed_the_buffer(coevolve_run: Path) -> None:
+    cfg = load_config(coevolve_run / "config.yaml")
+    plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit))
+    policy = [r for name, rows in samples(coevolve_run).items() if "policy" in name for r in rows]
+    for r in policy:
+        assert r["question"] == plan.policy_question(plan.policy_steps_before(r["step"] - 1), r["slot"])
+    firsts = {}
+    for r in policy:  # the buffer keeps the first sample of each question's group
+        firsts.setdefault((r["step"], r["slot"]), r)
+    expected = [(plan.policy_steps_before(st - 1), r["question"], r["completion"])
+                for (st, _), r in sorted(firsts.items())]
+    assert buffer_rows(coevolve_run / "checkpoints" / "checkpoint-8" / BUFFER_FILE) == expected
+
+
+def test_run_rubric_pairs_use_stored_answers(coevolve_run: Path) -> None:
+    buffered = {(q, a) for _, q, a in buffer_rows(coevolve_run / "checkpoints" / "checkpoint-8" / BUFFER_FILE)}
+    for name, rows in samples(coevolve_run).items():
+        if "rubric" in name:
+            for r in rows:
+                assert (r["question"], r["a_neg"]) in buffered  # a- is an answer the policy gave earlier
+
+
+def test_logged_rewards_match_the_samples(coevolve_run: Path) -> None:
+    kind = load_config(coevolve_run / "config.yaml").rubric.reward
+    by_step: dict[int, list[float]] = {}
+    for rows in samples(coevolve_run).values():
+        for r in rows:
+            if r["role"] == "policy":
+                assert r["reward"] == pytest.approx(r["score"], rel=1e-6, abs=1e-7)
+            else:
+                parsed = Rubric.from_obj(r["rubric"]) if r["rubric"] else None
+                expected = 0.0 if parsed is None else rubric_reward(r["s_pos"], r["s_neg"], kind, r["rubric_valid"])
+                assert r["reward"] == pytest.approx(expected, rel=1e-6, abs=1e-7)
+                assert r["rubric_valid"] == format_validity(r["completion"])
+            by_step.setdefault(r["step"], []).append(r["reward"])
+    for m in metrics(coevolve_run):
+        step_rewards = by_step[m["step"]]
+        assert len(step_rewards) == P * G
+        assert m["reward_mean"] == pytest.approx(sum(step_rewards) / len(step_rewards), rel=1e-5, abs=1e-6)
+
+
+def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Judge) -> None:
+    rows = [r for name, rs in samples(coevolve_run).items() if "policy" in name for r in rs][:: G + 1][:4]
+    items = [JudgeItem(r["question"], r["completion"], Rubric.from_obj(r["rubric"]) if r["rubric"] else None)
+             for r in rows]
+    fresh = tiny_judge.score(items)
+    assert fresh == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)
+
+
+# ============================================================================= the other regimes
+
+
+def test_sequential_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "seq"
+    cfg = tiny_config(tiny_model_dir, out, "schedule.regime=sequential", "schedule.cycles=1",
+                      "schedule.steps_per_phase=1", "schedule.save_every=100")
+    run(cfg)
+    rows = metrics(out)
+    assert [(r["step"], r["role"], r["phase"]) for r in rows] == [(1, "rubric", 0), (2, "policy", 1)]
+    assert checkpoint_steps(out) == [1, 2]
+    files = samples(out)
+    assert sorted(files) == ["phase-000-rubric.jsonl", "phase-001-policy.jsonl"]
+    # the buffer is empty at the first rubric step: pairs fall back to rubric-conditioned ones
+    assert {r["pair_source"] for r in files["phase-000-rubric.jsonl"]} == {"rubric_conditioned"}
+    # the rubric writer is frozen when the policy starts: one rubric per question, written once
+    plan = Plan(cfg, load_prompts(cfg.data.prompts))
+    frozen = read_jsonl(out / FROZEN_RUBRICS)
+    assert [f["question"] for f in frozen] == plan.policy_questions_from(1)
+    assert {r["question"] for r in files["phase-001-policy.jsonl"]} <= {f["question"] for f in frozen}
+    assert len(buffer_rows(out / "checkpoints" / "checkpoint-2" / BUFFER_FILE)) == P
+
+
+def test_frozen_rubric_run_with_a_fixed_writer(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "frozen"
+    cfg = tiny_config(tiny_model_dir, out, "schedule.regime=frozen_rubric", "schedule.cycles=2",
+                      "schedule.steps_per_phase=1", f"rubric.writer={tiny_model_dir}")
+    run(cfg)
+    rows = metrics(out)
+    assert [(r["step"], r["role"], r["phase"], r["cycle"]) for r in rows] == [(1, "policy", 0, 0), (2, "policy", 1, 1)]
+    assert checkpoint_steps(out) == [1, 2]
+    plan = Plan(cfg, load_prompts(cfg.data.prompts))
+    frozen = [f["question"] for f in read_jsonl(out / FROZEN_RUBRICS)]
+    # a fixed writer writes each question's rubric when the question first comes up, never twice
+    assert frozen == [plan.policy_question(p, s) for p in range(2) for s in range(P)]
+    assert sorted(samples(out)) == ["phase-000-policy.jsonl", "phase-001-policy.jsonl"]
+
+
+# ============================================================================= run directories and resuming
+
+
+def _fake_checkpoint(run_dir: Path, step: int, complete: bool = True) -> Path:
+    ckpt = run_dir / "checkpoints" / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / BUFFER_FILE).write_text(json.dumps({"step": 0, "question": "q", "answer": "a"}) + "\n")
+    if complete:
+        (ckpt / STATE_FILE).write_text(json.dumps({"step": step}))
+    return ckpt
+
+
+def test_resume_cuts_logs_back_to_the_last_complete_checkpoint(tmp_path: Path) -> None:
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    _fake_checkpoint(tmp_path, 2)
+    _fake_checkpoint(tmp_path, 10)
+    _fake_checkpoint(tmp_path, 3, complete=False)  # killed while saving: no marker
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 12))
+                                            + '{"step": 12, "ro')  # torn last line
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "phase-000-policy.jsonl").write_text(
+        "".join(json.dumps({"step": s, "slot": 0}) + "\n" for s in (9, 10, 10, 11)))
+    assert _prepare_run_dir(cfg, tmp_path, resume=True) == tmp_path / "checkpoints" / "checkpoint-10"
+    assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))
+    assert [r["step"] for r in read_jsonl(tmp_path / "samples" / "phase-000-policy.jsonl")] == [9, 10, 10]
+
+
+def test_resume_needs_a_complete_checkpoint(tmp_path: Path) -> None:
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    _fake_checkpoint(tmp_path, 3, complete=False)
+    with pytest.raises(RunError, match="no complete checkpoint"):
+        _prepare_run_dir(cfg, tmp_path, resume=True)
+    ckpt = _fake_checkpoint(tmp_path, 4)
+    (ckpt / BUFFER_FILE).unlink()
+    with pytest.raises(RunError, match="no replay buffer"):
+        _prepare_run_dir(cfg, tmp_path, resume=True)
+
+
+def test_fresh_run_refuses_a_used_directory(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text("")
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    with pytest.raises(RunError, match="already holds a run: resume it with `evolm train --resume"):
+        run(cfg)  # before any model is loaded
+
+
+def test_resume_config_keeps_schedule_and_seed(tmp_path: Path) -> None:
+    with pytest.raises(RunError, match="not a run directory"):
+        resume_config(tmp_path)
+    cfg = load_config(DEMO, [f"output_dir={tmp_path / 'elsewhere'}"])
+    from evolm.config import save_config
+
+    save_config(cfg, tmp_path / "config.yaml")
+    again = resume_config(tmp_path, ["judge.base_url=http://judge:8000/v1"])
+    assert again.output_dir == str(tmp_path)  # the directory given wins over the saved one
+    assert again.judge.base_url == "http://judge:8000/v1"
+    with pytest.raises(RunError, match="schedule and seed"):
+        resume_config(tmp_path, ["schedule.cycles=5"])
+    with pytest.raises(RunError, match="schedule and seed"):
+        resume_config(tmp_path, ["seed=9"])
+
+
+def _evolm(*args: str, log: Path | None = None, **kw: Any) -> subprocess.Popen:
+    """A real ``evolm train`` process; its output goes to ``log`` (or to pipes when no log is given)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "evolm.cli", "train", *args]
+    if log is None:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    with open(log, "w") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, **kw)
+
+
+@pytest.mark.slow
+def test_resume_without_checkpoint_is_one_line_error(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(DEMO.read_text())
+    proc = _evolm("--resume", str(run_dir))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+    assert err.startswith("evolm train: error: ") and "no complete checkpoint" in err
+
+
+def test_cli_refuses_to_start_over_a_run(tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    from evolm.cli import main
+
+    run_dir = tmp_path / "r"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    assert main(["train", "--config", str(DEMO), *tiny_overrides(tiny_model_dir, run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"evolm train: error: {run_dir} already holds a run: resume it with "
+                           f"`evolm train --resume {run_dir}` or choose another output_dir")
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "not a run directory (no config.yaml)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Kill a real `evolm train` process mid-phase, resume it, and check nothing is lost or repeated."""
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(tiny_model_dir, run_dir, "schedule.cycles=1", "schedule.steps_per_phase=2",
+                               "schedule.save_every=1")
+    # steps 1-2 policy, 3-4 rubric; killed as soon as checkpoint 1 (mid policy phase) is complete
+    proc = _evolm("--config", str(DEMO), *overrides, log=tmp_path / "first.log", start_new_session=True)
+    marker = run_dir / "checkpoints" / "checkpoint-1" / STATE_FILE
+    deadline = time.time() + 300
+    while not marker.exists():
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.time() < deadline, "the run did not reach step 1"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    last = checkpoint_steps(run_dir)[-1]
+    assert last in (1, 2), last  # the kill lands during step 2 (a later save would need step 2 to finish)
+    before_kill = buffer_rows(run_dir / "checkpoints" / f"checkpoint-{last}" / BUFFER_FILE)
+    assert len(before_kill) == last * P
+    assert [r["step"] for r in metrics(run_dir)][:1] == [1]
+
+    proc = _evolm("--resume", str(run_dir), log=tmp_path / "second.log")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    assert f"resuming after step {last}" in (tmp_path / "second.log").read_text()
+
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # all planned steps, each once, in order
+    assert [r["role"] for r in rows] == ["policy", "policy", "rubric", "rubric"]
+
+    assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    state = json.loads((run_dir / "checkpoints" / "checkpoint-4" / STATE_FILE).read_text())
+    assert state == {"step": 4, "phase": 1, "cycle": 0, "role": "rubric", "buffer_entries": 2 * P}
+    final = buffer_rows(run_dir / "checkpoints" / "checkpoint-4" / BUFFER_FILE)
+    assert final[: len(before_kill)] == before_kill  # the pre-kill entries survive, unchanged
+    assert [b[0] for b in final] == [0] * P + [1] * P  # no entry lost or stored twice; same clock
+
+    cfg = resume_config(run_dir)
+    plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit))
+    files = samples(run_dir)
+    assert sorted(files) == ["phase-000-policy.jsonl", "phase-001-rubric.jsonl"]
+    per_step = Counter(r["step"] for rs in files.values() for r in rs)
+    assert per_step == {s: P * G for s in range(1, 5)}  # nothing written twice, nothing missing
+    for rs in files.values():
+        assert Counter((r["step"], r["slot"]) for r in rs) == {k: G for k in {(r["step"], r["slot"]) for r in rs}}
+    firsts: dict[tuple[int, int], dict] = {}
+    for r in files["phase-000-policy.jsonl"]:
+        # the resumed trainer gives each slot the question the plan gave it
+        assert r["question"] == plan.policy_question(plan.policy_steps_before(r["step"] - 1), r["slot"])
+        firsts.setdefault((r["step"], r["slot"]), r)
+    assert final == [(plan.policy_steps_before(st - 1), r["question"], r["completion"])
+                     for (st, _), r in sorted(firsts.items())]
+    buffered = {(q, a) for _, q, a in final}
+    assert all((r["question"], r["a_neg"]) in buffered for r in files["phase-001-rubric.jsonl"])

@@ -1,0 +1,260 @@
+"""Run configuration: YAML + dotted overrides, type coercion, validation, the shipped configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from evolm.config import (
+    RunConfig,
+    ScheduleConfig,
+    describe,
+    load_config,
+    save_config,
+    to_dict,
+)
+from evolm.errors import InputError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "run.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+# ----------------------------------------------------------------------------- loading and overrides
+
+
+def test_defaults_are_the_paper_values() -> None:
+    cfg = load_config()
+    assert (cfg.schedule.cycles, cfg.schedule.steps_per_phase) == (10, 50)
+    assert (cfg.schedule.prompts_per_step, cfg.schedule.samples_per_prompt) == (64, 8)
+    assert (cfg.contrast.min_age, cfg.contrast.max_age, cfg.contrast.buffer_size) == (20, 100, 2048)
+    assert cfg.judge.model == "Qwen/Qwen3-1.7B"
+    assert cfg.grpo["learning_rate"] == 1e-6 and cfg.grpo["beta"] == 0.001
+
+
+def test_yaml_and_dotted_overrides_with_types(tmp_path: Path) -> None:
+    path = write(tmp_path, "seed: 3\nschedule:\n  cycles: 4\njudge:\n  mode: yesno\n")
+    cfg = load_config(path, ["schedule.steps_per_phase=7", "judge.temperature=1", "contrast.min_age=0",
+                             "model.chat_template_kwargs={enable_thinking: false}", "rubric.writer=null",
+                             "judge.extra_models=[a, b]", "output_dir=runs/x"])
+    assert cfg.seed == 3
+    assert cfg.schedule.cycles == 4 and cfg.schedule.steps_per_phase == 7
+    assert isinstance(cfg.schedule.steps_per_phase, int)
+    assert cfg.judge.mode == "yesno"
+    assert cfg.judge.temperature == 1.0 and isinstance(cfg.judge.temperature, float)  # int -> float
+    assert cfg.contrast.min_age == 0
+    assert cfg.model.chat_template_kwargs == {"enable_thinking": False}
+    assert cfg.rubric.writer is None
+    assert cfg.judge.extra_models == ["a", "b"]
+    assert cfg.output_dir == "runs/x"
+    assert cfg.schedule.prompts_per_step == 64  # untouched fields keep their defaults
+
+
+def test_override_beats_the_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, "schedule:\n  cycles: 4\n")
+    assert load_config(path, ["schedule.cycles=2"]).schedule.cycles == 2
+
+
+def test_exponent_numbers_are_numbers(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1) reads ``1e-6`` as a string; a learning rate must still be a float."""
+    path = write(tmp_path, "grpo:\n  learning_rate: 3e-6\njudge:\n  temperature: 5e-1\n")
+    cfg = load_config(path, ["grpo.beta=1e-2", "schedule.cycles=2e1"])
+    assert cfg.grpo["learning_rate"] == 3e-6 and isinstance(cfg.grpo["learning_rate"], float)
+    assert cfg.grpo["beta"] == 0.01
+    assert cfg.judge.temperature == 0.5
+    assert cfg.schedule.cycles == 20 and isinstance(cfg.schedule.cycles, int)
+    assert load_config(None, ["grpo.vllm_mode=colocate"]).grpo["vllm_mode"] == "colocate"  # text stays text
+
+
+def test_text_settings_keep_the_text_typed() -> None:
+    cfg = load_config(None, ["model.system_prompt=yes", "output_dir=2024", "model.name=1.5", "rubric.writer=gpt-4.1"])
+    assert cfg.model.system_prompt == "yes"  # not YAML's True
+    assert cfg.output_dir == "2024"
+    assert cfg.model.name == "1.5"
+    assert cfg.rubric.writer == "gpt-4.1"
+
+
+def test_grpo_overrides_merge_with_the_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "grpo:\n  beta: 0.04\n")
+    cfg = load_config(path, ["grpo.use_vllm=false", "grpo.num_iterations=2"])
+    assert cfg.grpo["beta"] == 0.04
+    assert cfg.grpo["use_vllm"] is False
+    assert cfg.grpo["num_iterations"] == 2
+    assert cfg.grpo["epsilon"] == 0.2 and cfg.grpo["top_p"] == 0.95  # defaults kept
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("schedule.cyclez=3", "schedule.cyclez"),
+    ("judgee.mode=prob", "judgee"),
+    ("contrast.window=3", "contrast.window"),
+])
+def test_unknown_key_is_named(override: str, named: str) -> None:
+    with pytest.raises(InputError, match=f"unknown setting '{named}'"):
+        load_config(None, [override])
+
+
+def test_unknown_key_in_yaml_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown setting 'model.nmae'"):
+        load_config(write(tmp_path, "model:\n  nmae: x\n"))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("schedule.cycles=two", "'schedule.cycles' must be int, got 'two'"),
+    ("schedule.cycles=2.5", "'schedule.cycles' must be an integer, got 2.5"),
+    ("schedule.cycles=true", "'schedule.cycles' must be int, got True"),
+    ("judge.temperature=hot", "'judge.temperature' must be float, got 'hot'"),
+    ("model.chat_template_kwargs=5", "'model.chat_template_kwargs' must be dict, got 5"),
+    ("judge.extra_models=x", "'judge.extra_models' must be list, got 'x'"),
+    ("model=3", "'model' must be a mapping"),
+    ("seed.x=1", "'seed' must be int, got {'x': 1}"),
+    ("schedule.cycles", "must look like section.key=value"),
+    ("=3", "must look like section.key=value"),
+])
+def test_bad_values_are_input_errors(override: str, message: str) -> None:
+    with pytest.raises(InputError) as e:
+        load_config(None, [override])
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_config(write(tmp_path, "schedule: [unclosed\n"))
+    with pytest.raises(InputError, match="must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+    assert load_config(write(tmp_path, "")) == load_config()  # an empty file is the defaults
+    with pytest.raises(InputError, match="override 'seed.x=1': 'seed' is not a section"):
+        load_config(write(tmp_path, "seed: 1\n"), ["seed.x=1"])
+
+
+@pytest.mark.parametrize("key", ["num_generations", "max_steps", "output_dir", "save_steps", "seed",
+                                 "gradient_accumulation_steps", "shuffle_dataset"])
+def test_reserved_grpo_keys_are_rejected(key: str) -> None:
+    with pytest.raises(InputError, match=f"grpo.{key} is set by EvoLM"):
+        load_config(None, [f"grpo.{key}=1"])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("schedule.regime=alternate",
+     "schedule.regime must be one of coevolve, sequential, frozen_rubric, not 'alternate'"),
+    ("contrast.pairs=random", "contrast.pairs must be one of"),
+    ("rubric.reward=margin", "rubric.reward must be binary, margin_format or separation, not 'margin'"),
+    ("judge.mode=pairwise", "judge.mode must be generative, prob or yesno"),
+    ("judge.backend=tgi", "judge.backend must be hf, openai or vllm"),
+    ("judge.aggregate=max", "judge.aggregate must be mean or majority"),
+    ("schedule.cycles=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
+    ("schedule.steps_per_phase=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
+    ("schedule.prompts_per_step=0", "schedule.prompts_per_step must be >= 1"),
+    ("schedule.samples_per_prompt=1", "schedule.samples_per_prompt must be >= 2"),
+    ("contrast.min_age=101", "contrast.min_age must be >= 0 and <= contrast.max_age"),
+    ("contrast.min_age=-1", "contrast.min_age must be >= 0"),
+    ("contrast.buffer_size=0", "contrast.buffer_size must be >= 1"),
+    ("schedule.save_every=0", "schedule.save_every must be >= 1"),
+    ("contrast.combined_weights={temporal: 1, tempral: 1}", "keys must be among temporal, rubric_conditioned, "
+                                                             "inferred_question, not tempral"),
+    ("contrast.combined_weights={temporal: -1}", "must be numbers >= 0"),
+])
+def test_validate_messages(override: str, message: str) -> None:
+    with pytest.raises(InputError) as e:
+        load_config(None, [override])
+    assert message in str(e.value)
+
+
+def test_combined_needs_a_positive_weight() -> None:
+    with pytest.raises(InputError, match="at least one > 0"):
+        load_config(None, ["contrast.pairs=combined", "contrast.combined_weights={temporal: 0}"])
+    cfg = load_config(None, ["contrast.pairs=combined", "contrast.combined_weights={inferred_question: 1}"])
+    assert cfg.contrast.combined_weights == {"inferred_question": 1}
+    load_config(None, ["contrast.combined_weights={temporal: 0}"])  # unused unless pairs=combined
+
+
+def test_validation_runs_on_direct_construction() -> None:
+    with pytest.raises(InputError, match="samples_per_prompt"):
+        RunConfig(schedule=ScheduleConfig(samples_per_prompt=1))
+
+
+def test_total_steps_per_regime() -> None:
+    base = ["schedule.cycles=3", "schedule.steps_per_phase=5"]
+    assert load_config(None, base).total_steps == 30
+    assert load_config(None, [*base, "schedule.regime=sequential"]).total_steps == 30
+    assert load_config(None, [*base, "schedule.regime=frozen_rubric"]).total_steps == 15
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    cfg = load_config(CONFIGS / "demo-cpu.yaml", ["schedule.cycles=3", "model.chat_template_kwargs={a: 1}"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
+    assert to_dict(load_config(tmp_path / "config.yaml")) == to_dict(cfg)
+
+
+def test_defaults_are_not_shared_between_configs() -> None:
+    a, b = RunConfig(), RunConfig()
+    a.grpo["beta"] = 0.5
+    a.contrast.combined_weights["temporal"] = 0.0
+    assert b.grpo["beta"] == 0.001
+    assert b.contrast.combined_weights["temporal"] == 0.5
+
+
+# ----------------------------------------------------------------------------- describe
+
+
+def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.type) or (isinstance(f.type, str) and f.type.endswith("Config")):
+            keys += _leaf_keys(getattr(RunConfig(), f.name).__class__, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def test_describe_lists_every_setting_with_its_help() -> None:
+    text = describe()
+    keys = _leaf_keys(RunConfig)
+    assert len(keys) > 40
+    for key in keys:
+        assert f"  {key} (default " in text, key
+    assert "schedule.cycles (default 10)\n      number of cycles (paper: 10)" in text
+    assert "grpo (default '{...}')" in text
+    for f in dataclasses.fields(RunConfig().schedule):
+        assert f.metadata["help"], f.name
+
+
+# ----------------------------------------------------------------------------- the shipped configs
+
+
+def test_demo_config_loads() -> None:
+    cfg = load_config(CONFIGS / "demo-cpu.yaml")
+    assert cfg.model.name == "smollm2-135m-instruct"
+    assert cfg.schedule.regime == "coevolve"
+    assert cfg.grpo["use_vllm"] is False and cfg.grpo["use_cpu"] is True
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
+    assert rows % cfg.grpo["per_device_train_batch_size"] == 0
+
+
+def test_paper_config_has_the_spec_values() -> None:
+    cfg = load_config(CONFIGS / "paper-qwen3-8b.yaml")
+    s, c, g = cfg.schedule, cfg.contrast, cfg.grpo
+    assert cfg.model.name == "Qwen/Qwen3-8B"
+    assert cfg.judge.model == "Qwen/Qwen3-1.7B"
+    assert (s.regime, s.cycles, s.steps_per_phase) == ("coevolve", 10, 50)
+    assert (s.prompts_per_step, s.samples_per_prompt, s.save_every) == (64, 8, 25)
+    assert cfg.total_steps == 1000
+    assert g["learning_rate"] == 1e-6 and isinstance(g["learning_rate"], float)
+    assert g["lr_scheduler_type"] == "constant"
+    assert g["beta"] == 0.001 and g["epsilon"] == 0.2
+    assert g["temperature"] == 1.0 and g["top_p"] == 0.95
+    assert g["max_completion_length"] == 16384
+    assert g["use_vllm"] is True
+    assert (c.pairs, c.min_age, c.max_age, c.buffer_size) == ("temporal", 20, 100, 2048)
+    assert c.temperature == 1.0
+    assert cfg.rubric.reward == "margin_format" and cfg.rubric.temperature == 0.6
+    assert (cfg.judge.temperature, cfg.judge.top_p) == (0.6, 0.95)
