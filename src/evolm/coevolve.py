@@ -66,7 +66,7 @@ from evolm.contrast import (
 from evolm.errors import InputError, RunError
 from evolm.jsonl import append_jsonl, atomic_writer, iter_jsonl_lenient, read_jsonl, write_jsonl
 from evolm.judge import Judge, JudgeItem, score_with_judges
-from evolm.rewards import fill_missing_with_group_mean, policy_reward, rubric_reward
+from evolm.rewards import completion_text, fill_missing_with_group_mean, policy_reward, rubric_reward
 from evolm.rubrics import Rubric, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 
 BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompts.jsonl"}
@@ -300,7 +300,7 @@ class Orchestrator:
 
     def reward(self, completions: list[Any], **cols: Any) -> list[float | None]:
         """TRL reward function for both roles; uses only the rows' own columns."""
-        texts = [_completion_text(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         items: list[JudgeItem] = []
         plan: list[tuple[str, Any]] = []  # per row: ("policy", item index) | ("rubric", (i+, i-, written))
         for i, text in enumerate(texts):
@@ -349,7 +349,7 @@ class Orchestrator:
         local = [
             {**{k: r.get(k) for k in ("step", "role", "cycle", "phase", "slot", "question", "rubric", "rubric_valid",
                                       "a_pos", "a_neg", "pair_source")},
-             "completion": _completion_text(c), **d}
+             "completion": completion_text(c), **d}
             for r, c, d in zip(inputs, completions, self.last_details, strict=True)
         ]
         rows = gather_object(local)  # every process: the whole batch, in TRL's gathered order
@@ -394,12 +394,6 @@ def _row(prompt: Conversation, question: str, rubric: Rubric | None, valid: floa
     """A materialised row; both roles carry the same columns (TRL reads the keys of the first row)."""
     return {"prompt": prompt, "question": question, "rubric": json.dumps(rubric.to_dict()) if rubric else "",
             "rubric_valid": float(valid), "a_pos": "", "a_neg": "", "pair_source": ""}
-
-
-def _completion_text(c: Any) -> str:
-    if isinstance(c, list):  # conversational: [{"role": "assistant", "content": ...}]
-        return "".join(str(m.get("content", "")) for m in c if isinstance(m, dict))
-    return str(c)
 
 
 def _step_metrics(rows: list[dict], raw: list[float | None], role: str, g: int) -> dict[str, float | None]:
@@ -641,7 +635,7 @@ def _prepare_run_dir(cfg: RunConfig, run_dir: Path, resume: bool) -> Path | None
     ckpts = complete_checkpoints(run_dir)
     if not ckpts:
         raise RunError(f"{run_dir}: no complete checkpoint to resume from (a run saves every "
-                       f"schedule.save_every steps and at each phase end)")
+                       f"schedule.save_every steps and at each phase end); to start over, delete {run_dir}")
     ckpt = ckpts[-1]
     try:
         step = int(json.loads((ckpt / STATE_FILE).read_text())["step"])

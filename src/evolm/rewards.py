@@ -156,7 +156,7 @@ def make_trl_reward(judge: Any, rubric_column: str = "rubric") -> Callable[..., 
     def evolm_rubric_reward(prompts: list[Any], completions: list[Any], **cols: Any) -> list[float | None]:
         rubrics = cols.get(rubric_column) or [None] * len(prompts)
         items = [
-            JudgeItem(_question_of(p), _text_of(c), Rubric.from_obj(r) if r else None)
+            JudgeItem(_question_of(p), completion_text(c), Rubric.from_obj(r) if r else None)
             for p, c, r in zip(prompts, completions, rubrics, strict=True)
         ]
         return [policy_reward(s) for s in judge.score(items)]
@@ -171,7 +171,8 @@ def _question_of(prompt: Any) -> str:
     return str(prompt)
 
 
-def _text_of(completion: Any) -> str:
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion (a string, or a conversational list of messages)."""
     if isinstance(completion, list):
         return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
     return str(completion)
