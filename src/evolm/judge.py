@@ -65,6 +65,7 @@ _PROB_TASK_ALONE = (
 _YESNO_TASK = "Does the answer meet the criterion? Reply with Yes or No only."
 
 DIGITS = tuple(str(d) for d in range(10))
+PROGRESS_BLOCK = 128  # answers per backend call when a progress bar is shown
 
 
 def _clean_answer(answer: str) -> str:
@@ -185,10 +186,26 @@ class Judge:
             raise ValueError(f"unknown judge mode '{self.mode}' (choose from {', '.join(sorted(JUDGE_MODES))})")
 
     def score(self, items: Sequence[JudgeItem], progress: bool = False) -> list[float | None]:
-        """One score per item, in order: a float in [0, 1], or ``None`` (generative mode only)."""
+        """One score per item, in order: a float in [0, 1], or ``None`` (generative mode only).
+
+        With ``progress``, items go to the backend in blocks of ``PROGRESS_BLOCK`` under a progress bar;
+        answers to the same question should be adjacent so that a block keeps their shared prefix.
+        """
+        items = list(items)
         if not items:
             return []
-        return JUDGE_MODES[self.mode](self, list(items), progress)
+        score = JUDGE_MODES[self.mode]
+        if not progress or len(items) <= PROGRESS_BLOCK or self.mode == "generative":  # generative has its own bar
+            return score(self, items, progress)
+        from tqdm.auto import tqdm
+
+        out: list[float | None] = []
+        with tqdm(total=len(items), desc=f"judge ({self.mode})", unit="answer") as bar:
+            for start in range(0, len(items), PROGRESS_BLOCK):
+                block = items[start : start + PROGRESS_BLOCK]
+                out += score(self, block, False)
+                bar.update(len(block))
+        return out
 
 
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
