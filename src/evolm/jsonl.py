@@ -80,6 +80,9 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions open() would
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
