@@ -69,8 +69,12 @@ CASES: list[tuple[str, str, list[str] | None, list[float] | None, float]] = [
         json.dumps({"criteria": [{"description": "A", "weight": 1}, {"name": "B", "weight": 1}, {"text": "C", "weight": 2}]}),
         ["A", "B", "C"], [0.25, 0.25, 0.5], 0.0,
     ),
-    ("truncated-mid-string", GOOD[: GOOD.index("Clear") + 2], None, None, 0.0),
-    ("truncated-mid-array", GOOD[: GOOD.index("}, {") + 3], None, None, 0.0),
+    # cut off by the token limit: the complete criteria are kept (parsed), but the output is not well-formed
+    ("truncated-mid-string", GOOD[: GOOD.index("Clear") + 2], ["Correct"], [1.0], 0.0),
+    ("truncated-mid-array", GOOD[: GOOD.index("}, {") + 3], ["Correct"], [1.0], 0.0),
+    ("truncated-nested-levels",
+     '{"criteria": [{"criterion": "A", "weight": 0.6, "scoring_levels": {"1.0": "x"}}, '
+     '{"criterion": "B", "weight": 0.4, "scoring_levels": {"1.0": "y", "0.5": "z', ["A"], [1.0], 0.0),
     ("truncated-final-brace", GOOD[:-1], ["Correct", "Clear"], [0.7, 0.3], 0.0),  # the criteria list is still whole
     ("truncated-after-key", '{"criteria": ', None, None, 0.0),
     ("truncated-mid-number", '{"criteria": [{"criterion": "A", "weight": 0.', None, None, 0.0),

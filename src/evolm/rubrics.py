@@ -253,9 +253,58 @@ def parse_rubric(text: str) -> Rubric | None:
             rubric = _rubric_from_value(value)
             if rubric is not None:
                 return rubric
-        return None
+        return _rubric_from_value(_repair_truncated(body))
     except Exception:  # noqa: BLE001 - model output must never crash the caller
         return None
+
+
+_MAX_REPAIRS = 64  # closing braces tried, from the end, when repairing a cut-off rubric
+
+
+def _repair_truncated(text: str) -> Any:
+    """The longest whole prefix of a cut-off ``{"criteria": [...`` object, closed, or ``None``.
+
+    A rubric cut off by the token limit (or a small model that never closes its JSON) keeps its
+    complete criteria: this closes the open brackets after the last complete object. Only parsing
+    uses it; ``format_validity`` still scores such output 0.
+
+    >>> _repair_truncated('{"criteria": [{"criterion": "A", "weight": 0.8}, {"criterion": "B", "wei')
+    {'criteria': [{'criterion': 'A', 'weight': 0.8}]}
+    """
+    m = re.search(r'\{\s*"criteria"\s*:', text)
+    if m is None:
+        return None
+    start = m.start()
+    stack: list[str] = []
+    ends: list[tuple[int, str]] = []  # (index after a closing '}', the closers still needed there)
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return None
+            if not stack:
+                return None  # the object closed normally: nothing to repair
+            if ch == "}":
+                ends.append((i + 1, "".join(reversed(stack))))
+    for end, closers in reversed(ends[-_MAX_REPAIRS:]):
+        try:
+            return json.loads(_TRAILING_COMMA.sub(r"\1", text[start:end] + closers))
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            continue
+    return None
 
 
 def format_validity(text: str) -> float:

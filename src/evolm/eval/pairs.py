@@ -1,0 +1,260 @@
+"""Pairwise accuracy of a rubric writer + judge (or the judge alone) on preference pairs.
+
+Each answer of a pair is scored separately, from the same rubric (written once per distinct
+prompt, from the prompt alone), like in training and in RewardBench 2. A pair earns 1 when the
+better answer scores strictly higher, 0 when it scores lower, and 1/2 on a tie; a missing score
+(either answer) also counts as a tie, 1/2: the judge expressed no preference, and reading it as
+a loss or a win would move the accuracy for reasons unrelated to the rubric. Chance is 0.5.
+
+Accepted records (formats may mix within a file; ``.gz`` files are read too):
+
+- LLMBar: ``{input, output_1, output_2, label}`` with ``label`` 1 or 2 naming the better output
+  (a JSON list, as in ``princeton-nlp/LLMBar``);
+- ``{prompt, chosen, rejected}`` (UltraFeedback-style; a message list keeps its last message);
+- temporal pairs saved by a training run: ``{question, a_pos, a_neg}``;
+- HH-RLHF: ``{chosen, rejected}`` whole dialogues, split at the last ``\\n\\nAssistant:``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolm.backends.base import Backend, SamplingParams
+from evolm.errors import InputError
+from evolm.eval.rb2 import RubricStats, prompt_rubrics
+from evolm.jsonl import read_jsonl
+
+if TYPE_CHECKING:
+    from evolm.judge import Judge
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A prompt and two answers, the first one better."""
+
+    prompt: str
+    better: str
+    worse: str
+
+
+# ----------------------------------------------------------------------------- scoring (pure)
+
+
+def _missing(s: float | None) -> bool:
+    return s is None or (isinstance(s, float) and math.isnan(s))
+
+
+def pair_credit(s_better: float | None, s_worse: float | None) -> float:
+    """1 if the better answer scores higher, 0 if lower, 1/2 on a tie or a missing score.
+
+    >>> pair_credit(0.8, 0.3), pair_credit(0.3, 0.8), pair_credit(0.5, 0.5), pair_credit(None, 0.2)
+    (1.0, 0.0, 0.5, 0.5)
+    """
+    if _missing(s_better) or _missing(s_worse):
+        return 0.5
+    assert s_better is not None and s_worse is not None
+    return 1.0 if s_better > s_worse else 0.0 if s_better < s_worse else 0.5
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """Accuracy on one file, with its wins, ties and losses (a missing score is a tie)."""
+
+    pairs: int
+    accuracy: float
+    wins: int
+    ties: int
+    losses: int
+    missing: int  # pairs with at least one missing score (counted among the ties)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pairs": self.pairs, "accuracy": self.accuracy, "wins": self.wins, "ties": self.ties,
+                "losses": self.losses, "missing": self.missing}
+
+
+def summarize(scores: Sequence[tuple[float | None, float | None]]) -> FileResult:
+    """Accuracy of (better score, worse score) pairs.
+
+    >>> summarize([(0.9, 0.1), (0.2, 0.4), (0.5, 0.5), (None, 0.3)]).accuracy
+    0.5
+    """
+    credits = [pair_credit(b, w) for b, w in scores]
+    return FileResult(
+        pairs=len(credits),
+        accuracy=sum(credits) / len(credits) if credits else 0.0,
+        wins=sum(c == 1.0 for c in credits),
+        ties=sum(c == 0.5 for c in credits),
+        losses=sum(c == 0.0 for c in credits),
+        missing=sum(_missing(b) or _missing(w) for b, w in scores),
+    )
+
+
+@dataclass
+class PairsResult:
+    """Accuracy per file and in total (over all pairs pooled); ``mean_of_files`` weighs files equally."""
+
+    files: dict[str, FileResult]
+    total: FileResult
+    rubrics: RubricStats
+
+    @property
+    def mean_of_files(self) -> float:
+        return sum(f.accuracy for f in self.files.values()) / len(self.files) if self.files else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": {name: f.to_dict() for name, f in self.files.items()},
+            "total": self.total.to_dict(),
+            "mean_of_files": self.mean_of_files,
+            "rubrics": self.rubrics.to_dict(),
+        }
+
+
+def format_table(result: PairsResult) -> str:
+    """Plain aligned text: one line per file (by base name), then the total; accuracy in percent."""
+    names = {name: Path(name).name for name in result.files}
+    if len(set(names.values())) < len(names):
+        names = {name: name for name in result.files}
+    width = max([len("total"), *(len(n) for n in names.values())])
+    lines = [f"{'file':<{width}}  {'pairs':>6}  {'accuracy':>8}  {'ties':>5}"]
+    for name, f in result.files.items():
+        lines.append(f"{names[name]:<{width}}  {f.pairs:>6}  {100 * f.accuracy:>8.1f}  {f.ties:>5}")
+    t = result.total
+    lines.append(f"{'total':<{width}}  {t.pairs:>6}  {100 * t.accuracy:>8.1f}  {t.ties:>5}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    name = str(path)
+    if not path.is_file():
+        raise InputError(f"{name}: no such file")
+    stem = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if not path.name.endswith(".gz") and stem.endswith(".jsonl"):
+        return read_jsonl(path)
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise InputError(f"{name}: cannot read ({e})") from None
+    if not stem.endswith(".jsonl"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None  # not one JSON document: read it as JSON Lines below
+        if isinstance(value, list):
+            if not all(isinstance(v, dict) for v in value):
+                raise InputError(f"{name}: expected a JSON list of objects")
+            return value
+    records = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{name}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        records.append(obj)
+    return records
+
+
+def _text(value: Any) -> str | None:
+    """A string, or the content of the last message of a chat message list."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and isinstance(value[-1], dict) and isinstance(value[-1].get("content"), str):
+        return value[-1]["content"]
+    return None
+
+
+_ASSISTANT = "\n\nAssistant:"
+
+
+def _split_dialogue(text: str) -> tuple[str, str] | None:
+    cut = text.rfind(_ASSISTANT)
+    if cut < 0:
+        return None
+    return text[:cut].strip(), text[cut + len(_ASSISTANT) :].strip()
+
+
+def pair_from_record(rec: dict[str, Any], where: str = "<record>") -> Pair:
+    """A ``Pair`` from any accepted record format; ``InputError`` (naming ``where``) otherwise."""
+    if {"input", "output_1", "output_2", "label"} <= rec.keys():
+        label = rec["label"]
+        label = int(label) if isinstance(label, str) and label.strip() in ("1", "2") else label
+        if label not in (1, 2) or isinstance(label, bool):
+            raise InputError(f"{where}: LLMBar 'label' must be 1 or 2, got {rec['label']!r}")
+        a, b = rec["output_1"], rec["output_2"]
+        better, worse = (a, b) if label == 1 else (b, a)
+        fields = (rec["input"], better, worse)
+    elif {"question", "a_pos", "a_neg"} <= rec.keys():
+        fields = (rec["question"], rec["a_pos"], rec["a_neg"])
+    elif {"prompt", "chosen", "rejected"} <= rec.keys():
+        fields = (_text(rec["prompt"]), _text(rec["chosen"]), _text(rec["rejected"]))
+    elif {"chosen", "rejected"} <= rec.keys() and isinstance(rec["chosen"], str) and isinstance(rec["rejected"], str):
+        c, r = _split_dialogue(rec["chosen"]), _split_dialogue(rec["rejected"])
+        if c is None or r is None:
+            raise InputError(f"{where}: 'chosen'/'rejected' without 'prompt' must be HH-RLHF dialogues "
+                             f"(with '{_ASSISTANT.strip()}')")
+        fields = (c[0], c[1], r[1])
+    else:
+        raise InputError(
+            f"{where}: unknown pair format (keys {sorted(rec)}); expected input/output_1/output_2/label, "
+            "prompt/chosen/rejected or question/a_pos/a_neg"
+        )
+    if not all(isinstance(f, str) for f in fields):
+        raise InputError(f"{where}: the prompt and both answers must be strings")
+    return Pair(*fields)  # type: ignore[arg-type]
+
+
+def load_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
+    """The first ``limit`` pairs (all when ``None``) of one file."""
+    if limit is not None and limit < 1:
+        raise InputError("--limit must be at least 1")
+    records = _read_records(Path(path))[:limit]
+    return [pair_from_record(rec, f"{path}: record {n}") for n, rec in enumerate(records, start=1)]
+
+
+# ----------------------------------------------------------------------------- runner
+
+
+def run_pairs(
+    files: Mapping[str, Sequence[Pair]],
+    judge: Judge,
+    *,
+    rubric_backend: Backend | None = None,
+    rubric_params: SamplingParams | None = None,
+    progress: bool = False,
+) -> PairsResult:
+    """Accuracy of the judge (with one rubric per distinct prompt, if ``rubric_backend``) on every file.
+
+    All rubrics are written in one batched call and all answers of all files judged in one
+    ``Judge.score`` call (the two answers of a pair next to each other, sharing their prefix).
+    """
+    from evolm.judge import JudgeItem
+
+    flat = [p for pairs in files.values() for p in pairs]
+    prompts = [p.prompt for p in flat]
+    rubrics, stats = prompt_rubrics(
+        [None] * len(flat), prompts, rubric_backend=rubric_backend, rubric_params=rubric_params, progress=progress
+    )
+    items = [JudgeItem(p.prompt, a, r) for p, r in zip(flat, rubrics, strict=True) for a in (p.better, p.worse)]
+    scores = judge.score(items, progress=progress) if items else []
+    if len(scores) != len(items):
+        raise RuntimeError(f"the judge returned {len(scores)} scores for {len(items)} answers")
+    pair_scores = list(zip(scores[0::2], scores[1::2], strict=True))
+    results, i = {}, 0
+    for name, pairs in files.items():
+        results[name] = summarize(pair_scores[i : i + len(pairs)])
+        i += len(pairs)
+    return PairsResult(results, summarize(pair_scores), stats)

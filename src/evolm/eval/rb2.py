@@ -1,0 +1,596 @@
+"""RewardBench 2 with a rubric writer and a judge as the reward model (SPEC §3.1).
+
+Protocol: one rubric per prompt, written from the prompt alone; every completion is then scored
+separately by the judge reading that rubric (or alone, for the no-rubric baseline). All rubrics
+are written in one batched call and all completions are judged in one ``Judge.score`` call, so a
+backend can share the prompt prefix across the completions of a prompt.
+
+Scoring reimplements the official RewardBench 2 code, allenai/reward-bench (Apache-2.0),
+``rewardbench/utils.py`` at commit a0096928eb1d54edd3f6361374708cc68e738b79:
+``reroll_and_score_dataset`` (non-Ties rows), ``_compute_prompt_stats`` and
+``process_single_model`` (Ties), and ``scripts/run_v2.py`` (one score per subset):
+
+- non-Ties row: with s_0 the score of the first completion (the chosen one) and k the number of
+  completions sharing the maximum, the row earns 1/k if s_0 is the maximum, else 0; a subset
+  scores the mean over its rows.
+- Ties: rows ``ref:<pid>`` / ``tied:<pid>``, the first ``num_correct`` completions correct. Per
+  prompt: accurate = worst_correct > best_incorrect, diff_corr = best_correct - worst_correct,
+  ci = worst_correct - best_incorrect. Score = 0.30 acc(tied) + 0.30 acc(ref)
+  + 0.20 mean(ci_tied > diff_corr) + 0.20 mean(min(ci_ref, ci_tied) > diff_corr)
+  + 0.01 mean(tanh(min(ci_ref, ci_tied) / diff_corr - 1)), the last three over the prompt ids
+  that have both a ref and a tied row, with diff_corr from the tied prompt; a NaN in the tanh
+  term (0/0) counts 0, and x/0 is ±inf as in numpy, so tanh gives ±1.
+- overall: plain mean of the subset scores (the leaderboard's mean of the six).
+
+Where the official code has no answer, we decide (and test):
+
+- Missing score (the judge gave none): it ranks below every present score (read as -inf). A
+  chosen answer with a missing score earns 0, and a row with every score missing earns 0 (not
+  1/k). In Ties, a missing correct score makes its prompt inaccurate; a prompt whose scores are
+  all missing contributes 0 to every term (its margins are NaN).
+- A tied prompt with a single correct answer: diff_corr = 0 (the official code would fail on None).
+- A tied prompt without its ref prompt (or the reverse) counts in its own accuracy term and is
+  left out of the three paired terms, exactly as the official intersection of prompt ids does;
+  when no prompt id is paired at all, the paired terms are 0 (the official code gives NaN).
+- ``overall`` averages the subsets present; ``complete`` says whether all six were.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolm.backends.base import Backend, SamplingParams
+from evolm.errors import InputError
+from evolm.jsonl import read_jsonl, write_jsonl
+from evolm.rubrics import Rubric
+
+if TYPE_CHECKING:
+    from evolm.judge import Judge
+
+HUB_ID = "allenai/reward-bench-2"
+SUBSETS: tuple[str, ...] = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
+TIES = "Ties"
+
+# ----------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True)
+class RB2Row:
+    """One RewardBench 2 prompt with its completions: ``chosen`` (correct) first, then ``rejected``."""
+
+    id: str
+    prompt: str
+    subset: str
+    chosen: tuple[str, ...]
+    rejected: tuple[str, ...]
+    num_correct: int
+
+    @property
+    def completions(self) -> tuple[str, ...]:
+        return self.chosen + self.rejected
+
+
+@dataclass(frozen=True)
+class ScoredRow:
+    """The judge's scores of one row's completions, in the row's order (chosen, then rejected).
+
+    This is one line of ``--save-scores``; ``None`` is a missing score.
+    """
+
+    id: str
+    subset: str
+    num_correct: int
+    scores: tuple[float | None, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "subset": self.subset, "num_correct": self.num_correct, "scores": list(self.scores)}
+
+
+@dataclass(frozen=True)
+class TiesBreakdown:
+    """The five terms of the Ties score and the number of prompts behind each."""
+
+    tied_accuracy: float
+    ref_accuracy: float
+    correctness_preferred: float
+    correctness_preferred_hard: float
+    margin: float
+    n_tied: int
+    n_ref: int
+    n_paired: int
+
+    @property
+    def score(self) -> float:
+        return (
+            0.30 * self.tied_accuracy
+            + 0.30 * self.ref_accuracy
+            + 0.20 * self.correctness_preferred
+            + 0.20 * self.correctness_preferred_hard
+            + 0.01 * self.margin
+        )
+
+
+@dataclass
+class RB2Result:
+    """Per-subset scores in [0, 1] (Ties may reach 1.01, as officially), their mean, and counts."""
+
+    subsets: dict[str, float]
+    counts: dict[str, int]
+    overall: float
+    complete: bool
+    missing_scores: int
+    ties: TiesBreakdown | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "benchmark": "RewardBench 2",
+            "subsets": dict(self.subsets),
+            "overall": self.overall,
+            "complete": self.complete,
+            "counts": dict(self.counts),
+            "missing_scores": self.missing_scores,
+        }
+        if self.ties is not None:
+            out["ties"] = {**asdict(self.ties), "score": self.ties.score}
+        out.update(self.extra)
+        return out
+
+
+# ----------------------------------------------------------------------------- scoring (pure)
+
+
+def _is_missing(s: float | None) -> bool:
+    return s is None or (isinstance(s, float) and math.isnan(s))
+
+
+def _as_score(s: float | None) -> float:
+    """A missing score (None or NaN) ranks below every present one."""
+    return -math.inf if _is_missing(s) else float(s)  # type: ignore[arg-type]
+
+
+def row_credit(scores: Sequence[float | None]) -> float:
+    """Credit of a non-Ties row: 1/k when the first (chosen) score ties k-way at the top, else 0.
+
+    A missing score ranks below every present one; a missing chosen score earns 0.
+
+    >>> row_credit([0.9, 0.1, 0.2, 0.3]), row_credit([0.9, 0.9, 0.2, 0.3]), row_credit([0.5] * 4)
+    (1.0, 0.5, 0.25)
+    >>> row_credit([None, 0.1, None, 0.2]), row_credit([0.4, None, None, 0.4])
+    (0.0, 0.5)
+    """
+    if not scores:
+        raise ValueError("a row needs at least one score")
+    if _is_missing(scores[0]):
+        return 0.0
+    values = [_as_score(s) for s in scores]
+    top = max(values)
+    return 1.0 / sum(v == top for v in values) if values[0] == top else 0.0
+
+
+@dataclass(frozen=True)
+class PromptStats:
+    """Ties statistics of one prompt (NaN where missing scores leave a margin undefined)."""
+
+    accurate: bool
+    diff_corr: float  # best_correct - worst_correct
+    ci: float  # worst_correct - best_incorrect
+
+
+def prompt_stats(scores: Sequence[float | None], num_correct: int) -> PromptStats:
+    """Accuracy and margins of one Ties prompt whose first ``num_correct`` scores are the correct answers.
+
+    >>> prompt_stats([8, 7, 5, 2], 2)
+    PromptStats(accurate=True, diff_corr=1.0, ci=2.0)
+    """
+    return _stats([(i < num_correct, _as_score(s)) for i, s in enumerate(scores)])
+
+
+def _stats(samples: Sequence[tuple[bool, float]]) -> PromptStats:
+    correct = [s for ok, s in samples if ok]
+    incorrect = [s for ok, s in samples if not ok]
+    if not correct or not incorrect:
+        raise ValueError("a Ties prompt needs at least one correct and one incorrect answer")
+    worst_correct = min(correct)
+    ci = worst_correct - max(incorrect)  # -inf - -inf is NaN: all missing
+    diff = max(correct) - worst_correct
+    return PromptStats(accurate=ci > 0, diff_corr=diff, ci=ci)
+
+
+def _nanmin(a: float, b: float) -> float:
+    """``min`` that propagates NaN like numpy's ``minimum`` (Python's ``min`` depends on order)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else min(a, b)
+
+
+def _margin_term(m: float, diff: float) -> float:
+    """tanh(m / diff - 1), with numpy's division semantics (x/0 = ±inf, 0/0 = NaN) and NaN read as 0."""
+    if diff == 0 and not math.isnan(m):
+        ratio = math.nan if m == 0 else math.copysign(math.inf, m)
+    else:
+        ratio = m / diff
+    value = math.tanh(ratio - 1)
+    return 0.0 if math.isnan(value) else value
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _ties_key(row_id: str) -> tuple[str, str]:
+    kind, sep, pid = row_id.partition(":")
+    if not sep or kind not in ("ref", "tied") or not pid.strip():
+        raise InputError(f"Ties row id '{row_id}' is not 'ref:<prompt id>' or 'tied:<prompt id>'")
+    pid = pid.strip()
+    return kind, str(int(pid)) if re.fullmatch(r"[+-]?\d+", pid) else pid  # "07" and "7" are one prompt, as officially
+
+
+def ties_breakdown(rows: Sequence[ScoredRow]) -> TiesBreakdown:
+    """The official Ties score of ``rows`` (all from the Ties subset), term by term.
+
+    Rows sharing a kind and prompt id are pooled, as in the official code.
+    """
+    grouped: dict[tuple[str, str], list[tuple[bool, float]]] = defaultdict(list)
+    for row in rows:
+        key = _ties_key(row.id)
+        grouped[key].extend((i < row.num_correct, _as_score(s)) for i, s in enumerate(row.scores))
+    ref: dict[str, PromptStats] = {}
+    tied: dict[str, PromptStats] = {}
+    for (kind, pid), samples in grouped.items():
+        (ref if kind == "ref" else tied)[pid] = _stats(samples)
+    paired = [pid for pid in tied if pid in ref]
+    preferred, preferred_hard, margins = [], [], []
+    for pid in paired:
+        t, r = tied[pid], ref[pid]
+        hard = _nanmin(r.ci, t.ci)
+        preferred.append(float(t.ci > t.diff_corr))
+        preferred_hard.append(float(hard > t.diff_corr))
+        margins.append(_margin_term(hard, t.diff_corr))
+    return TiesBreakdown(
+        tied_accuracy=_mean([float(s.accurate) for s in tied.values()]),
+        ref_accuracy=_mean([float(s.accurate) for s in ref.values()]),
+        correctness_preferred=_mean(preferred),
+        correctness_preferred_hard=_mean(preferred_hard),
+        margin=_mean(margins),
+        n_tied=len(tied),
+        n_ref=len(ref),
+        n_paired=len(paired),
+    )
+
+
+def is_ties(subset: str) -> bool:
+    return subset.lower() == TIES.lower()
+
+
+def score_rows(rows: Sequence[ScoredRow]) -> RB2Result:
+    """Per-subset scores (in order of first appearance), their mean, and the Ties breakdown.
+
+    >>> r = score_rows([ScoredRow("1", "Math", 1, (0.9, 0.9, 0.1, 0.1)), ScoredRow("2", "Math", 1, (0.2, 0.7, 0.1, 0.1))])
+    >>> r.subsets, r.overall
+    ({'Math': 0.25}, 0.25)
+    """
+    by_subset: dict[str, list[ScoredRow]] = {}
+    for row in rows:
+        by_subset.setdefault(row.subset, []).append(row)
+    subsets: dict[str, float] = {}
+    ties = None
+    for name, group in by_subset.items():
+        if is_ties(name):
+            ties = ties_breakdown(group)
+            subsets[name] = ties.score
+        else:
+            subsets[name] = _mean([row_credit(r.scores) for r in group])
+    present = {s.lower() for s in subsets}
+    return RB2Result(
+        subsets=subsets,
+        counts={name: len(group) for name, group in by_subset.items()},
+        overall=_mean(list(subsets.values())),
+        complete=all(s.lower() in present for s in SUBSETS),
+        missing_scores=sum(_is_missing(s) for r in rows for s in r.scores),
+        ties=ties,
+    )
+
+
+def format_table(result: RB2Result) -> str:
+    """Plain aligned text: one line per subset, scores in percent (as RewardBench reports them)."""
+    width = max([len("overall"), *(len(s) for s in result.subsets)])
+    lines = [f"{'subset':<{width}}  {'rows':>5}  {'score':>6}"]
+    for name, score in result.subsets.items():
+        lines.append(f"{name:<{width}}  {result.counts[name]:>5}  {100 * score:>6.1f}")
+    total = sum(result.counts.values())
+    lines.append(f"{'overall':<{width}}  {total:>5}  {100 * result.overall:>6.1f}")
+    if not result.complete:
+        lines.append(f"(overall averages the {len(result.subsets)} subsets present, not all six)")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- score files
+
+
+def write_scores(path: str | Path, rows: Iterable[ScoredRow]) -> None:
+    """One JSON line per row: ``id``, ``subset``, ``num_correct``, ``scores`` (chosen first)."""
+    write_jsonl(path, (r.to_dict() for r in rows))
+
+
+def _score_value(x: Any) -> float | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        raise ValueError
+    return float(x)
+
+
+def read_scores(path: str | Path) -> list[ScoredRow]:
+    """Rows written by ``write_scores``; malformed lines raise ``InputError`` naming the line."""
+    required = ["id", "subset", "num_correct", "scores"]
+    rows = []
+    for n, obj in enumerate(read_jsonl(path, required=required), start=1):
+        where = f"{path}: row {n} (id {obj.get('id')!r})"
+        raw = obj["scores"]
+        try:
+            if not isinstance(raw, list) or not raw:
+                raise ValueError
+            scores = tuple(_score_value(x) for x in raw)
+        except ValueError:
+            raise InputError(f"{where}: 'scores' must be a non-empty list of numbers or nulls") from None
+        num_correct = obj["num_correct"]
+        if isinstance(num_correct, bool) or not isinstance(num_correct, int) or not 1 <= num_correct < len(scores):
+            raise InputError(f"{where}: 'num_correct' must be an integer from 1 to len(scores) - 1")
+        rows.append(ScoredRow(str(obj["id"]), str(obj["subset"]), num_correct, scores))
+    return rows
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", source)) and not source.endswith((".parquet", ".json", ".jsonl"))
+
+
+def _read_records(source: str) -> list[dict[str, Any]]:
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(path.rglob("*.parquet")) or sorted(path.rglob("*.jsonl"))
+        if not files:
+            raise InputError(f"{source}: a directory without .parquet or .jsonl files")
+        return [rec for f in files for rec in _read_records(str(f))]
+    if path.is_file():
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                return pq.read_table(path).to_pylist()
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
+                raise InputError(f"{source}: cannot read parquet ({str(e).splitlines()[0]})") from None
+        if path.suffix == ".json":
+            try:
+                value = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                return read_jsonl(path)  # JSON Lines under a .json name; errors name the line
+            if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+                return value
+            raise InputError(f"{source}: expected a JSON list of objects")
+        return read_jsonl(path)
+    if _looks_like_hub_id(source):
+        return _read_hub(source)
+    raise InputError(f"{source}: no such file (give a .parquet, .json or .jsonl file, or the hub id {HUB_ID})")
+
+
+def _read_hub(hub_id: str) -> list[dict[str, Any]]:
+    """The ``test`` split from the Hugging Face hub: only when the user names a hub id."""
+    try:
+        from datasets import load_dataset
+
+        return load_dataset(hub_id, split="test").to_list()
+    except Exception as e:  # noqa: BLE001 - network, auth and schema errors all end here
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"cannot load '{hub_id}' (split test) from the Hugging Face hub: {reason}") from None
+
+
+def _texts(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def parse_rows(records: Sequence[dict[str, Any]], source: str = "<data>") -> list[RB2Row]:
+    """RewardBench 2 rows from records in its schema; raises ``InputError`` naming the bad row."""
+    rows = []
+    for n, rec in enumerate(records, start=1):
+        where = f"{source}: row {n}"
+        for key in ("id", "prompt", "chosen", "rejected", "subset"):
+            if key not in rec or rec[key] is None:
+                raise InputError(f"{where}: missing field '{key}'")
+        where = f"{source}: row {n} (id {rec['id']!r})"
+        chosen, rejected = _texts(rec["chosen"]), _texts(rec["rejected"])
+        if not chosen or not rejected:
+            raise InputError(f"{where}: 'chosen' and 'rejected' must be non-empty lists of strings")
+        if not isinstance(rec["prompt"], str):
+            raise InputError(f"{where}: 'prompt' must be a string")
+        num_correct = rec.get("num_correct", len(chosen))
+        total = len(chosen) + len(rejected)
+        if isinstance(num_correct, bool) or not isinstance(num_correct, int) or not 1 <= num_correct < total:
+            raise InputError(f"{where}: 'num_correct' must be an integer from 1 to the number of completions - 1")
+        rows.append(RB2Row(str(rec["id"]), rec["prompt"], str(rec["subset"]), chosen, rejected, num_correct))
+    return rows
+
+
+def select_rows(rows: Sequence[RB2Row], subsets: Sequence[str] | None = None, limit: int | None = None) -> list[RB2Row]:
+    """Rows of the named subsets (case-insensitive), at most ``limit`` per subset, in file order.
+
+    For Ties, ``limit`` counts prompt ids, keeping both the ref and the tied row of each, so that
+    the paired terms stay defined.
+    """
+    present = list(dict.fromkeys(r.subset for r in rows))
+    if subsets:
+        lookup = {s.lower(): s for s in present}
+        unknown = [s for s in subsets if s.lower() not in lookup]
+        if unknown:
+            raise InputError(f"unknown subset(s) {', '.join(unknown)} (present: {', '.join(present) or 'none'})")
+        wanted = {s.lower() for s in subsets}
+        rows = [r for r in rows if r.subset.lower() in wanted]
+    if limit is None:
+        return list(rows)
+    if limit < 1:
+        raise InputError("--limit must be at least 1")
+    taken: dict[str, int] = defaultdict(int)
+    ties_ids: list[str] = []
+    out = []
+    for r in rows:
+        if is_ties(r.subset):
+            pid = _ties_key(r.id)[1]
+            if pid not in ties_ids:
+                if len(ties_ids) >= limit:
+                    continue
+                ties_ids.append(pid)
+            out.append(r)
+        elif taken[r.subset] < limit:
+            taken[r.subset] += 1
+            out.append(r)
+    return out
+
+
+def load_rb2(source: str, subsets: Sequence[str] | None = None, limit: int | None = None) -> list[RB2Row]:
+    """RewardBench 2 rows from a local .parquet/.json/.jsonl file (or a folder of them), or a hub id.
+
+    The hub is tried only when ``source`` is not a local path and looks like ``owner/name``
+    (e.g. ``allenai/reward-bench-2``).
+    """
+    return select_rows(parse_rows(_read_records(source), source), subsets, limit)
+
+
+# ----------------------------------------------------------------------------- rubrics
+
+
+@dataclass(frozen=True)
+class RubricStats:
+    """Where the rubrics came from and how many parsed (an unparsed one leaves the judge alone)."""
+
+    source: str  # "written", "file" or "none"
+    prompts: int  # distinct prompts
+    parsed: int  # of which have a usable rubric
+    valid: int | None = None  # of which are well-formed (format_validity), for written rubrics
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed, "unparsed": self.prompts - self.parsed}
+        if self.valid is not None:
+            out["valid"] = self.valid
+        return out
+
+
+def write_prompt_rubrics(
+    backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False
+) -> tuple[list[Rubric | None], RubricStats]:
+    """One rubric per distinct prompt, written in one batched call, aligned back to ``prompts``."""
+    from evolm.rubrics import write_rubrics
+
+    distinct = list(dict.fromkeys(prompts))
+    written = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
+    by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
+    stats = RubricStats("written", len(distinct), sum(r is not None for r in by_prompt.values()),
+                        valid=int(sum(w.valid for w in written)))
+    return [by_prompt[p] for p in prompts], stats
+
+
+@dataclass(frozen=True)
+class RubricTable:
+    """Rubrics written earlier (``evolm rubric`` output), looked up by row id, then by prompt text."""
+
+    by_id: dict[str, Rubric | None]
+    by_prompt: dict[str, Rubric | None]
+    source: str = "<rubrics>"
+
+    def lookup(self, row_id: str | None, prompt: str) -> Rubric | None:
+        if row_id is not None and row_id in self.by_id:
+            return self.by_id[row_id]
+        if prompt in self.by_prompt:
+            return self.by_prompt[prompt]
+        label = f"id {row_id!r}, " if row_id is not None else ""
+        raise InputError(f"{self.source}: no rubric for {label}prompt {prompt[:60]!r}")
+
+
+def read_rubric_table(path: str | Path) -> RubricTable:
+    """JSONL lines with ``rubric`` (object, JSON string or null) and ``id`` and/or ``prompt``."""
+    by_id: dict[str, Rubric | None] = {}
+    by_prompt: dict[str, Rubric | None] = {}
+    for n, obj in enumerate(read_jsonl(path, required=["rubric"]), start=1):
+        if obj.get("id") is None and not isinstance(obj.get("prompt"), str):
+            raise InputError(f"{path}: row {n} has neither 'id' nor 'prompt'")
+        rubric = None if obj["rubric"] is None else Rubric.from_obj(obj["rubric"])
+        if obj.get("id") is not None:
+            by_id[str(obj["id"])] = rubric
+        if isinstance(obj.get("prompt"), str):
+            by_prompt[obj["prompt"]] = rubric
+    return RubricTable(by_id, by_prompt, str(path))
+
+
+def table_rubrics(
+    table: RubricTable, ids: Sequence[str | None], prompts: Sequence[str]
+) -> tuple[list[Rubric | None], RubricStats]:
+    """The rubric of each prompt from ``table``; ``InputError`` when one has none."""
+    rubrics = [table.lookup(i, p) for i, p in zip(ids, prompts, strict=True)]
+    distinct = {p: r for p, r in zip(prompts, rubrics, strict=True)}
+    return rubrics, RubricStats("file", len(distinct), sum(r is not None for r in distinct.values()))
+
+
+def prompt_rubrics(
+    ids: Sequence[str | None],
+    prompts: Sequence[str],
+    *,
+    rubric_backend: Backend | None = None,
+    rubric_params: SamplingParams | None = None,
+    rubric_table: RubricTable | None = None,
+    progress: bool = False,
+) -> tuple[list[Rubric | None], RubricStats]:
+    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none."""
+    if rubric_backend is not None and rubric_table is not None:
+        raise InputError("give either a rubric model or a rubric file, not both")
+    if rubric_backend is not None:
+        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress)
+    if rubric_table is not None:
+        return table_rubrics(rubric_table, ids, prompts)
+    return [None] * len(prompts), RubricStats("none", len(set(prompts)), 0)
+
+
+# ----------------------------------------------------------------------------- runner
+
+
+def run_rb2(
+    rows: Sequence[RB2Row],
+    judge: Judge,
+    *,
+    rubric_backend: Backend | None = None,
+    rubric_params: SamplingParams | None = None,
+    rubric_table: RubricTable | None = None,
+    progress: bool = False,
+) -> tuple[list[ScoredRow], RubricStats]:
+    """Write (or look up) one rubric per prompt, then judge every completion in one batched call.
+
+    With neither ``rubric_backend`` nor ``rubric_table`` the judge scores alone (no-rubric
+    baseline). A rubric that does not parse leaves the judge alone for that prompt; the count is
+    in the returned ``RubricStats``.
+    """
+    from evolm.judge import JudgeItem
+
+    rubrics, stats = prompt_rubrics(
+        [r.id for r in rows], [r.prompt for r in rows], rubric_backend=rubric_backend,
+        rubric_params=rubric_params, rubric_table=rubric_table, progress=progress,
+    )
+    items = [JudgeItem(row.prompt, c, rubric) for row, rubric in zip(rows, rubrics, strict=True) for c in row.completions]
+    flat = judge.score(items, progress=progress) if items else []
+    if len(flat) != len(items):
+        raise RuntimeError(f"the judge returned {len(flat)} scores for {len(items)} completions")
+    scored, i = [], 0
+    for row in rows:
+        n = len(row.completions)
+        scored.append(ScoredRow(row.id, row.subset, row.num_correct, tuple(flat[i : i + n])))
+        i += n
+    return scored, stats
