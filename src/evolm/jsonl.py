@@ -24,7 +24,6 @@ def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str,
     Raises ``InputError`` naming the line for malformed JSON, a non-object line or a missing field.
     Blank lines are skipped.
     """
-    required = list(required)
     name = "<stdin>" if str(path) == "-" else str(path)
     if str(path) == "-":
         lines = sys.stdin.read().splitlines()
@@ -36,6 +35,12 @@ def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str,
             lines = p.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as e:
             raise InputError(f"{name}: not UTF-8 text ({e.reason})") from None
+    return parse_jsonl_lines(lines, name, required)
+
+
+def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The objects of JSONL text lines; ``InputError`` naming ``name`` and the line on any bad line."""
+    required = list(required)
     rows = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():

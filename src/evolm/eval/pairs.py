@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.eval.rb2 import RubricStats, prompt_rubrics
-from evolm.jsonl import read_jsonl
+from evolm.jsonl import parse_jsonl_lines, read_jsonl
 
 if TYPE_CHECKING:
     from evolm.judge import Judge
@@ -154,18 +154,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             if not all(isinstance(v, dict) for v in value):
                 raise InputError(f"{name}: expected a JSON list of objects")
             return value
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{name}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-        records.append(obj)
-    return records
+    return parse_jsonl_lines(text.splitlines(), name)
 
 
 def _text(value: Any) -> str | None:
