@@ -1,0 +1,148 @@
+"""What every benchmark prints and needs: the machine, a timer with warm-up and repeats, tables.
+
+Benchmarks are scripts, not tests (STYLE §3): each measures its variants side by side in one
+process (ratios, not absolute times, are what carries over to another machine) and prints the
+machine first, because a number without its machine means little.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Load average when the benchmark started, before its own work: above the core count, another job
+# shared the CPU and the absolute times (not so much the side-by-side ratios) are inflated.
+_LOAD_AT_START = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, torch threads, load and library versions (printed before every table)."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    if _LOAD_AT_START is not None:
+        info["load_avg_1m_at_start"] = _LOAD_AT_START
+    try:
+        import trl
+
+        info["trl"] = trl.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def print_header(title: str, sizes: dict[str, Any]) -> None:
+    print(f"\n## {title}\n")
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in machine().items()))
+    print("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+    print()
+
+
+def timed(fn: Callable[[], Any], repeats: int = 3, warmup: int = 1) -> tuple[float, Any]:
+    """Median wall time of ``fn()`` over ``repeats`` runs after ``warmup`` untimed runs, and its last result."""
+    result = None
+    for _ in range(warmup):
+        result = fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def timed_interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int = 3, warmup: int = 1, progress: bool = True
+) -> dict[str, tuple[float, Any]]:
+    """Median wall time and last result of each variant, timed round-robin (A B C, A B C, ...).
+
+    Interleaving spreads any load another job puts on the machine over all variants alike,
+    so their ratios stay fair even when the absolute times do not.
+    """
+    from tqdm.auto import tqdm
+
+    results: dict[str, Any] = {}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    rounds = warmup + max(1, repeats)
+    with tqdm(total=rounds * len(fns), desc="timing", unit="run", disable=not progress) as bar:
+        for r in range(rounds):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                results[name] = fn()
+                if r >= warmup:
+                    times[name].append(time.perf_counter() - t0)
+                bar.update()
+    return {name: (statistics.median(times[name]), results[name]) for name in fns}
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-markdown table (floats at 3 significant digits)."""
+
+    def fmt(x: Any) -> str:
+        if isinstance(x, float):
+            return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+        return "" if x is None else str(x)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(fmt(x) for x in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def load_old_module(rev: str, path: str, name: str) -> Any:
+    """The module at ``path`` as it was at git revision ``rev``: a 'before' to time beside 'after'.
+
+    Loaded under its own name from ``git show``, so both versions live in one process and are
+    timed side by side on the same model, threads and load.
+    """
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, check=True, capture_output=True,
+                            text=True).stdout
+    tmp = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+    tmp.write(source)
+    tmp.close()
+    spec = importlib.util.spec_from_file_location(name, tmp.name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
+# valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
+GENERIC_RUBRIC = {
+    "criteria": [
+        {"criterion": "The answer does exactly what the question asks, with every explicit requirement met.",
+         "weight": 0.5, "scoring_levels": {"1.0": "all requirements met", "0.5": "some met", "0.0": "none met"}},
+        {"criterion": "Every factual statement in the answer is correct.", "weight": 0.3,
+         "scoring_levels": {"1.0": "no errors", "0.5": "minor errors", "0.0": "major errors"}},
+        {"criterion": "The answer is clear, well organised and free of irrelevant content.", "weight": 0.2,
+         "scoring_levels": {"1.0": "clear and focused", "0.5": "somewhat unclear", "0.0": "confusing"}},
+    ]
+}
