@@ -67,6 +67,10 @@ def sharp_model(tiny_backend: HFBackend) -> object:
         # two groups interleaved in the input
         ([[1, 1, 1, 2], [3, 3, 3, 4], [1, 1, 1, 5], [3, 3, 3, 6], [7]], 3,
          [([0, 2], 3), ([1, 3], 3), ([4], 0)]),
+        # answers to two questions after common instructions: grouped per question, not all at the
+        # instructions' length (4 x 2 shared tokens would save 6; two groups of 2 x 5 save 10)
+        ([[7, 7, 1, 1, 1, 8], [7, 7, 2, 2, 2, 8], [7, 7, 1, 1, 1, 9], [7, 7, 2, 2, 2, 9]], 2,
+         [([0, 2], 5), ([1, 3], 5)]),
     ],
 )
 def test_prefix_groups(encoded: list[list[int]], min_shared: int, expected: list[tuple[list[int], int]]) -> None:
