@@ -50,8 +50,10 @@ def main() -> None:
     ap.add_argument("--modes", default="generative,prob,yesno", help="comma-separated judge modes")
     ap.add_argument("--prob-batch-sizes", default="1,4",
                     help="extra prob-mode rows at these judge batch sizes (empty: none)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="weights of the judge in every mode (bfloat16: fast on CPUs with AMX / avx512_bf16)")
     ap.add_argument("--bf16", action="store_true",
-                    help="extra prob-mode row with a bfloat16 copy of the judge (fast on CPUs with AMX)")
+                    help="extra prob-mode row with a bfloat16 copy of the judge (with --dtype float32)")
     ap.add_argument("--compare-rev", default=None, help="also time the probability modes with hf.py at this git rev")
     args = ap.parse_args()
 
@@ -63,7 +65,7 @@ def main() -> None:
     from evolm.rubrics import Rubric, write_rubrics
 
     torch.manual_seed(0)
-    backend = load_backend(args.model, device="cpu", dtype="float32", batch_size=args.batch_size)
+    backend = load_backend(args.model, device="cpu", dtype=args.dtype, batch_size=args.batch_size)
     rows = json.loads(Path(args.data).read_text())[: args.pairs]
 
     written = write_rubrics(backend, [r["input"] for r in rows],
@@ -86,7 +88,7 @@ def main() -> None:
     for b in (int(x) for x in args.prob_batch_sizes.split(",") if x.strip()):
         if b != args.batch_size and "prob" in judges:
             judges[f"prob, batch {b}"] = Judge(HFBackend(backend.model, backend.tokenizer, batch_size=b), mode="prob")
-    if args.bf16 and "prob" in judges:
+    if args.bf16 and "prob" in judges and args.dtype != "bfloat16":
         import copy
 
         bf16 = copy.deepcopy(backend.model).to(torch.bfloat16)
@@ -120,7 +122,7 @@ def main() -> None:
 
     answer_tokens = [len(backend.tokenizer.encode(it.answer)) for it in items]
     print_header("Judge throughput: generative vs probability modes", {
-        "model": args.model, "data": Path(args.data).name, "pairs": len(rows), "answers": len(items),
+        "model": args.model, "dtype": args.dtype, "data": Path(args.data).name, "pairs": len(rows), "answers": len(items),
         "answer_tokens_mean": round(sum(answer_tokens) / len(answer_tokens)),
         "rubrics": f"{n_written} written by the model, {len(rows) - n_written} generic fallback",
         "generative_max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,

@@ -602,3 +602,13 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
                      for (st, _), r in sorted(firsts.items())]
     buffered = {(q, a) for _, q, a in final}
     assert all((r["question"], r["a_neg"]) in buffered for r in files["phase-001-rubric.jsonl"])
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("auto", torch.float32), ("bfloat16", torch.bfloat16)])
+def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, setting: str, expected: torch.dtype) -> None:
+    """judge.dtype=auto follows model.dtype; another value loads the judge's weights in that type."""
+    from evolm.coevolve import _build_judge
+
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", f"judge.dtype={setting}")
+    judge = _build_judge(cfg, cfg.judge.model)
+    assert next(judge.backend.model.parameters()).dtype == expected

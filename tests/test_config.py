@@ -150,6 +150,8 @@ def test_reserved_grpo_keys_are_rejected(key: str) -> None:
     ("judge.mode=pairwise", "judge.mode must be generative, prob or yesno"),
     ("judge.backend=tgi", "judge.backend must be hf, openai or vllm"),
     ("judge.aggregate=max", "judge.aggregate must be mean or majority"),
+    ("judge.dtype=fp8", "judge.dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"),
+    ("model.dtype=half", "model.dtype must be one of auto, float32, bfloat16, float16, not 'half'"),
     ("schedule.cycles=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
     ("schedule.steps_per_phase=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
     ("schedule.prompts_per_step=0", "schedule.prompts_per_step must be >= 1"),

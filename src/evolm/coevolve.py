@@ -468,7 +468,7 @@ def _build_judge(cfg: RunConfig, model_name: str) -> Judge:
 
     j = cfg.judge
     backend = load_backend(model_name, backend=j.backend, base_url=j.base_url, api_key_env=j.api_key_env,
-                           dtype=cfg.model.dtype, batch_size=j.batch_size)
+                           dtype=cfg.model.dtype if j.dtype == "auto" else j.dtype, batch_size=j.batch_size)
     return Judge(backend, mode=j.mode, temperature=j.temperature, top_p=j.top_p, max_new_tokens=j.max_new_tokens,
                  seed=cfg.seed, chat_template_kwargs=dict(j.chat_template_kwargs))
 

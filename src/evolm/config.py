@@ -22,6 +22,7 @@ from evolm.errors import InputError
 REGIMES = ("coevolve", "sequential", "frozen_rubric")
 PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")
 PAIR_MODES = (*PAIR_BUILDERS, "combined")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
@@ -55,6 +56,8 @@ class JudgeConfig:
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
     max_new_tokens: int = _f(1024, "generation budget of the generative mode")
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
+    dtype: str = _f("auto", "judge weights for backend=hf: auto (same as model.dtype), float32, bfloat16 (several "
+                    "times faster on CPUs with AMX / avx512_bf16; see docs/PERFORMANCE.md), float16")
     chat_template_kwargs: dict = _f({"enable_thinking": False},
                                     "judge chat-template kwargs (Qwen3 judges: thinking off so the score comes first)")
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
@@ -157,6 +160,8 @@ def validate(cfg: RunConfig) -> None:
          f"rubric.reward must be binary, margin_format or separation, not '{cfg.rubric.reward}'"),
         (j.mode in ("generative", "prob", "yesno"), f"judge.mode must be generative, prob or yesno, not '{j.mode}'"),
         (j.backend in ("hf", "openai", "vllm"), f"judge.backend must be hf, openai or vllm, not '{j.backend}'"),
+        (j.dtype in DTYPES, f"judge.dtype must be one of {', '.join(DTYPES)}, not '{j.dtype}'"),
+        (cfg.model.dtype in DTYPES, f"model.dtype must be one of {', '.join(DTYPES)}, not '{cfg.model.dtype}'"),
         (j.aggregate in ("mean", "majority"), f"judge.aggregate must be mean or majority, not '{j.aggregate}'"),
         (s.cycles >= 1 and s.steps_per_phase >= 1, "schedule.cycles and schedule.steps_per_phase must be >= 1"),
         (s.prompts_per_step >= 1, "schedule.prompts_per_step must be >= 1"),
