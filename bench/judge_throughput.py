@@ -85,9 +85,6 @@ def main() -> None:
         judges[mode] = Judge(backend, mode=mode, max_new_tokens=args.max_new_tokens, seed=0)
     from evolm.backends.hf import HFBackend
 
-    if "prob" in judges:  # the same batch size without the CPU token budget: what the budget buys
-        judges[f"prob, batch {args.batch_size}, no token budget"] = Judge(
-            HFBackend(backend.model, backend.tokenizer, batch_size=args.batch_size, max_batch_tokens=0), mode="prob")
     for b in (int(x) for x in args.prob_batch_sizes.split(",") if x.strip()):
         if b != args.batch_size and "prob" in judges:
             judges[f"prob, batch {b}"] = Judge(HFBackend(backend.model, backend.tokenizer, batch_size=b), mode="prob")

@@ -315,39 +315,3 @@ def test_smollm2_writes_rubric_and_judges(smollm2_backend: HFBackend) -> None:
         scores = Judge(smollm2_backend, mode=mode).score(items)
         assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores), (mode, scores)
         assert scores[0] != pytest.approx(scores[1], abs=1e-6), (mode, scores)
-
-
-def test_batches_respect_rows_and_token_budget(tiny_backend: HFBackend) -> None:
-    b = HFBackend(tiny_backend.model, tiny_backend.tokenizer, batch_size=3, max_batch_tokens=100)
-    lengths = [10, 20, 30, 30, 40, 60, 200]
-    batches = b._batches(list(range(len(lengths))), lengths)
-    assert batches == [[0, 1, 2], [3, 4], [5], [6]]  # 3 rows max; 3 x 40 > 100; 2 x 60 > 100; 200 alone
-    assert [i for batch in batches for i in batch] == list(range(len(lengths)))
-    assert HFBackend(tiny_backend.model, tiny_backend.tokenizer, batch_size=3, max_batch_tokens=0)._batches(
-        list(range(7)), lengths) == [[0, 1, 2], [3, 4, 5], [6]]  # 0: rows only
-    assert tiny_backend.max_batch_tokens == 2048  # the CPU default
-
-
-@pytest.mark.parametrize("share_prefix", [True, False])
-def test_token_budget_does_not_change_scores(tiny_backend: HFBackend, share_prefix: bool) -> None:
-    """A tight budget splits the forward passes (more calls) and gives the same log-probs."""
-    convs = _mixed_batch()
-    calls = {"n": 0}
-
-    def count(*_: object) -> None:
-        calls["n"] += 1
-
-    handle = tiny_backend.model.register_forward_pre_hook(count)
-    try:
-        results = {}
-        for budget in (0, 40):
-            b = HFBackend(tiny_backend.model, tiny_backend.tokenizer, batch_size=8, share_prefix=share_prefix,
-                          max_batch_tokens=budget)
-            calls["n"] = 0
-            results[budget] = (b.next_token_logprobs(convs, list(DIGITS)), calls["n"])
-    finally:
-        handle.remove()
-    (loose, n_loose), (tight, n_tight) = results[0], results[40]
-    assert n_tight > n_loose
-    for a, b in zip(loose, tight, strict=True):
-        assert a == pytest.approx(b, abs=1e-4)

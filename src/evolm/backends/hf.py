@@ -20,7 +20,6 @@ from tqdm.auto import tqdm
 from evolm.backends.base import Conversation, SamplingParams
 
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
-CPU_MAX_BATCH_TOKENS = 2048  # default scoring batch budget on CPU (bench/judge_throughput.py: batch 4 beat 16)
 
 
 class HFBackend:
@@ -32,18 +31,11 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True,
-                 max_batch_tokens: int | None = None) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.share_prefix = share_prefix
-        # Scoring batches stop at ``batch_size`` rows or this many (padded) tokens, whichever comes first.
-        # On CPU large batches of long prompts are slower per token than small ones (attention scores
-        # no longer fit in cache: docs/PERFORMANCE.md), so None means 2048 tokens there, no cap on GPU.
-        if max_batch_tokens is None:
-            max_batch_tokens = CPU_MAX_BATCH_TOKENS if self.device.type == "cpu" else 0
-        self.max_batch_tokens = max(0, int(max_batch_tokens))
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._candidate_ids: dict[str, list[int]] = {}
@@ -156,19 +148,6 @@ class HFBackend:
             out.append(d)
         return out
 
-    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
-        """``order`` (sorted by length, ascending) cut into batches of at most ``batch_size`` rows and,
-        when ``max_batch_tokens`` is set, at most that many padded tokens (a longer row goes alone)."""
-        batches: list[list[int]] = []
-        for i in order:
-            cur = batches[-1] if batches else None
-            if (cur is None or len(cur) >= self.batch_size
-                    or (self.max_batch_tokens and (len(cur) + 1) * lengths[i] > self.max_batch_tokens)):
-                batches.append([i])
-            else:
-                cur.append(i)
-        return batches
-
     def last_token_logits(self, encoded: list[list[int]]) -> torch.Tensor:
         """Logits after the last token of each sequence: ``[N, vocab]``, shared prefixes computed once."""
         groups = _prefix_groups(encoded, MIN_SHARED_PREFIX) if self.share_prefix else [([i], 0) for i in range(len(encoded))]
@@ -179,7 +158,8 @@ class HFBackend:
         try:
             with torch.no_grad():
                 singles.sort(key=lambda i: len(encoded[i]))  # similar lengths together: less padding
-                for idx in self._batches(singles, [len(x) for x in encoded]):
+                for s in range(0, len(singles), self.batch_size):
+                    idx = singles[s : s + self.batch_size]
                     ids, mask = self._left_pad([encoded[i] for i in idx])  # left-padded: last column = last token
                     logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False,
                                         **self._last_only).logits[:, -1, :]  # [B, V]
@@ -208,7 +188,8 @@ class HFBackend:
         rows: dict[int, torch.Tensor] = {}
         pad = self.tokenizer.pad_token_id
         by_length = sorted(members, key=lambda i: len(encoded[i]))  # similar lengths together: less padding
-        for idx in self._batches(by_length, [len(x) - shared for x in encoded]):
+        for s in range(0, len(by_length), self.batch_size):
+            idx = by_length[s : s + self.batch_size]
             suffixes = [encoded[i][shared:] for i in idx]
             width = max(len(x) for x in suffixes)
             ids = torch.full((len(idx), width), pad, dtype=torch.long)  # left-padded suffixes: [B, S]
