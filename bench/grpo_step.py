@@ -231,6 +231,8 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--skip-plain", action="store_true", help="skip the plain-TRL constant-reward baseline")
     ap.add_argument("--skip-scaling", action="store_true", help="skip the samples / length scaling runs")
+    ap.add_argument("--compare-micro-batch", type=int, default=0, metavar="N",
+                    help="also run one demo cycle with grpo.per_device_train_batch_size=N (memory and step time)")
     ap.add_argument("--samples", default="4,8,16", help="samples per prompt for the scaling runs")
     ap.add_argument("--lengths", default="32,64,128", help="max_completion_length values for the scaling runs")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -246,6 +248,10 @@ def main() -> None:
     jobs: list[tuple[str, dict[str, Any]]] = [("demo", {"kind": "evolm"})]
     if not args.skip_plain:
         jobs += [(f"plain TRL {role}", {"kind": "plain", "role": role, "steps": 3}) for role in ("policy", "rubric")]
+    micro = f"demo, one cycle, per_device_train_batch_size={args.compare_micro_batch}"
+    if args.compare_micro_batch:
+        jobs.append((micro, {"kind": "evolm", "overrides": [
+            "schedule.cycles=1", f"grpo.per_device_train_batch_size={args.compare_micro_batch}"]}))
     scaling: list[tuple[str, int, int]] = []
     if not args.skip_scaling:
         n = args.scaling_steps
@@ -305,13 +311,22 @@ def main() -> None:
                      "share of EvoLM step"], over))
 
     print("\nMemory and whole-run time:\n")
-    mem = [["demo (8 steps, as shipped)", demo["peak_rss_mib"], demo["total_seconds"],
+    mem = [[f"demo ({len(demo['steps'])} steps{', as shipped' if not args.set else ''})", demo["peak_rss_mib"], demo["total_seconds"],
             sum(s["wall"] for s in demo["steps"])]]
     for label in (f"plain TRL {r}" for r in ("policy", "rubric")):
         if label in results:
             mem.append([label + " (3 steps)", results[label]["peak_rss_mib"], results[label]["total_seconds"],
                         sum(s["wall"] for s in results[label]["steps"])])
     print(table(["run", "peak RSS MiB", "train() seconds (incl. saves, logs)", "sum of step seconds"], mem))
+    if micro in results:
+        print("\nMicro-batch size (grpo.per_device_train_batch_size), median step:\n")
+        mrows = []
+        for label, res in ((f"demo, {cfg.grpo.get('per_device_train_batch_size')} (config)", demo),
+                           (micro, results[micro])):
+            for role in ("policy", "rubric"):
+                b = breakdown([s for s in res["steps"][1:] if s.get("role") == role])
+                mrows.append([label, role, b["wall"], b["update"], res["peak_rss_mib"]])
+        print(table(["run", "role", "step s", "update s", "peak RSS MiB (run)"], mrows))
 
     if scaling:
         print(f"\nScaling of a policy step (median of steps 2..{args.scaling_steps}):\n")
