@@ -11,6 +11,7 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -136,6 +137,9 @@ def load_old_module(rev: str, path: str, name: str) -> Any:
 
 # A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
 # valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
+# The judge benchmarks' data: LLMBar Natural pairs, read in place from ../shared/data.
+LLMBAR_NATURAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmbar" / "Natural.json"
+
 GENERIC_RUBRIC = {
     "criteria": [
         {"criterion": "The answer does exactly what the question asks, with every explicit requirement met.",

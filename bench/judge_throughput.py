@@ -26,22 +26,20 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import GENERIC_RUBRIC, load_old_module, print_header, table, timed_interleaved  # noqa: E402
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmbar" / "Natural.json"
-
-
-def credit(s_better: float | None, s_worse: float | None) -> float:
-    """1 if the better answer scores higher, 0 if lower, 1/2 on a tie or a missing score."""
-    if s_better is None or s_worse is None:
-        return 0.5
-    return 1.0 if s_better > s_worse else 0.0 if s_better < s_worse else 0.5
+from common import (  # noqa: E402
+    GENERIC_RUBRIC,
+    LLMBAR_NATURAL,
+    load_old_module,
+    print_header,
+    table,
+    timed_interleaved,
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="judge (and rubric writer) model")
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="LLMBar JSON file (input, output_1, output_2, label)")
+    ap.add_argument("--data", default=str(LLMBAR_NATURAL), help="LLMBar JSON file (input, output_1, output_2, label)")
     ap.add_argument("--pairs", type=int, default=12, help="first N pairs (2N answers); generative time grows with N")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="generation budget of the generative judge")
     ap.add_argument("--rubric-tokens", type=int, default=256, help="generation budget of the rubric writer")
@@ -60,6 +58,7 @@ def main() -> None:
     import torch
 
     from evolm.backends.base import SamplingParams
+    from evolm.eval.pairs import pair_credit
     from evolm.judge import Judge, JudgeItem
     from evolm.models import load_backend
     from evolm.rubrics import Rubric, write_rubrics
@@ -133,7 +132,7 @@ def main() -> None:
     gen_rate = len(items) / results["generative"][0] if "generative" in results else None
     out = []
     for name, (seconds, scores) in results.items():
-        acc = sum(credit(scores[2 * k], scores[2 * k + 1]) for k in range(len(rows))) / len(rows)
+        acc = sum(pair_credit(scores[2 * k], scores[2 * k + 1]) for k in range(len(rows))) / len(rows)
         missing = sum(s is None for s in scores)
         rate = len(items) / seconds
         out.append([name, seconds, rate, rate / gen_rate if gen_rate else None, acc, missing])

@@ -29,15 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import GENERIC_RUBRIC, load_old_module, print_header, table, timed_interleaved  # noqa: E402
+from common import (  # noqa: E402
+    GENERIC_RUBRIC,
+    LLMBAR_NATURAL,
+    load_old_module,
+    print_header,
+    table,
+    timed_interleaved,
+)
 from tqdm.auto import tqdm  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmbar" / "Natural.json"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct", help="judge (and answer) model")
-    ap.add_argument("--data", default=str(DEFAULT_DATA), help="LLMBar JSON file; its inputs are the questions")
+    ap.add_argument("--data", default=str(LLMBAR_NATURAL), help="LLMBar JSON file; its inputs are the questions")
     ap.add_argument("--questions", type=int, default=3, help="questions; each gets its own group of answers")
     ap.add_argument("--answers", type=int, default=8, help="answers per question (the GRPO group size G)")
     ap.add_argument("--answer-tokens", type=int, default=128, help="max new tokens of each sampled answer")
