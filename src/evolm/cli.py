@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from evolm.errors import EvolmError
+from evolm.models import DTYPES
 
 _BACKENDS = ("hf", "openai", "vllm")
 
@@ -31,7 +32,7 @@ def _add_model_args(p: argparse.ArgumentParser, flag: str, help_: str) -> None:
         help="environment variable holding the API key for --backend openai (the key is never logged)",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--batch-size", type=int, default=8, help="rows per batch for local backends")
 
 
@@ -281,7 +282,7 @@ def _add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", default="OPENAI_API_KEY",
                    help="environment variable holding the API key for openai backends (never logged)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--batch-size", type=int, default=8, help="rows per batch for local backends")
     p.add_argument("--temperature", type=float, default=0.6, help="rubric sampling temperature (paper: 0.6)")
     p.add_argument("--top-p", type=float, default=0.95, help="rubric sampling top-p (paper: 0.95)")
@@ -404,7 +405,7 @@ def _add_eval_policy(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--system-instruction", default=None, help="system message for every prompt (default: none)")
     p.add_argument("--think-end-token", default="auto",
                    help="score only the text after this token (auto: '</think>' when the tokenizer has it; '' for none)")

@@ -18,11 +18,11 @@ from typing import Any
 import yaml
 
 from evolm.errors import InputError
+from evolm.models import DTYPES
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric")
 PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")
 PAIR_MODES = (*PAIR_BUILDERS, "combined")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata

@@ -41,16 +41,18 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
+
+
 def resolve_dtype(dtype: str, device: str) -> Any:
     """``auto`` is bfloat16 on GPU and float32 on CPU (CPU bfloat16 matmuls are slow on most machines)."""
     import torch
 
-    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
     if dtype == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if dtype not in names:
-        raise ModelError(f"unknown dtype '{dtype}' (choose from auto, {', '.join(names)})")
-    return names[dtype]
+    return getattr(torch, dtype)
 
 
 def _gguf_path(name: str) -> Path:
