@@ -1,7 +1,8 @@
-"""The `evolm rubric` and `evolm judge` commands, end to end on the tiny model, and their errors."""
+"""The `evolm rubric` and `evolm judge` commands, end to end on the tiny model, and their errors; the parser's plumbing."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evolm.cli import main
+from evolm.cli import build_parser, main
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -84,7 +85,101 @@ def test_stdin_stdout(tiny_model_dir: Path) -> None:
 
 
 def test_help_at_every_level() -> None:
-    for argv in (["--help"], ["rubric", "--help"], ["judge", "--help"], ["train", "--help"], ["eval", "--help"]):
+    for argv in (["--help"], ["rubric", "--help"], ["judge", "--help"], ["train", "--help"], ["eval", "--help"],
+                 ["eval", "rb2", "--help"], ["eval", "pairs", "--help"], ["eval", "policy", "--help"],
+                 ["eval", "stats", "--help"], ["report", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 0
+
+
+def _subparsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every leaf (sub)subcommand parser, by its command path, e.g. ("eval", "rb2")."""
+    out = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.update(_subparsers(sub, (*path, name)))
+    return out or {path: parser}
+
+
+def _flag_help(parser: argparse.ArgumentParser, flag: str) -> tuple | None:
+    for action in parser._actions:
+        if flag in action.option_strings:
+            return action.help, action.default, action.choices, action.type
+    return None
+
+
+def test_every_subcommand_dispatches_through_run() -> None:
+    leaves = _subparsers(build_parser())
+    assert {"rubric", "judge", "train", "report"} <= {p[0] for p in leaves}
+    assert {("eval", "rb2"), ("eval", "pairs"), ("eval", "policy"), ("eval", "stats")} <= set(leaves)
+    for path, p in leaves.items():
+        assert callable(p.get_default("run")), path
+
+
+@pytest.mark.parametrize(
+    ("flag", "commands"),
+    [
+        ("--device", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
+        ("--dtype", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
+        ("--batch-size", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
+        ("--temperature", ["rubric", "eval rb2", "eval pairs", "eval policy"]),
+        ("--top-p", ["rubric", "eval rb2", "eval pairs", "eval policy"]),
+        ("--seed", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
+        ("--max-new-tokens", ["rubric", "eval rb2", "eval pairs"]),
+        ("--backend", ["rubric", "judge", "eval rb2", "eval pairs"]),
+        ("--api-key-env", ["rubric", "judge", "eval rb2", "eval pairs"]),
+        ("--mode", ["judge", "eval rb2", "eval pairs"]),
+    ],
+)
+def test_shared_flags_are_declared_once(flag: str, commands: list[str]) -> None:
+    """A shared flag comes from one helper: the same help, default, choices and type wherever it appears."""
+    leaves = _subparsers(build_parser())
+    declared = {c: _flag_help(leaves[tuple(c.split())], flag) for c in commands}
+    assert all(d is not None for d in declared.values()), declared
+    assert len(set(declared.values())) == 1, declared
+    assert declared[commands[0]][0], f"{flag} has no help text"
+
+
+def test_flag_choices_come_from_the_library_constants() -> None:
+    from evolm.judge import JUDGE_MODES
+    from evolm.models import BACKENDS, DTYPES
+
+    leaves = _subparsers(build_parser())
+    assert list(_flag_help(leaves[("judge",)], "--dtype")[2]) == list(DTYPES)
+    assert list(_flag_help(leaves[("eval", "rb2")], "--backend")[2]) == list(BACKENDS)
+    assert list(_flag_help(leaves[("eval", "rb2")], "--judge-backend")[2]) == list(BACKENDS)
+    assert set(_flag_help(leaves[("judge",)], "--mode")[2]) == set(JUDGE_MODES)
+
+
+def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge goes through build_judge; the rubric writer shares its model when it is the same one."""
+    from evolm import models
+    from evolm.cli import _rubric_and_judge, _rubric_params
+
+    loaded: list[tuple[str, dict]] = []
+
+    def fake_load_backend(spec: str, **kw: object) -> object:
+        loaded.append((spec, kw))
+        return object()
+
+    monkeypatch.setattr(models, "load_backend", fake_load_backend)
+    args = build_parser().parse_args(["eval", "pairs", "f.json", "--judge", "J", "--rubric-model", "J", "--mode", "yesno",
+                                      "--top-p", "0.5", "--seed", "3", "--dtype", "float32", "--batch-size", "2"])
+    rubric_backend, judge = _rubric_and_judge(args)
+    assert [spec for spec, _ in loaded] == ["J"] and rubric_backend is judge.backend
+    assert loaded[0][1] == {"backend": "hf", "base_url": None, "api_key_env": "OPENAI_API_KEY", "device": "auto",
+                            "dtype": "float32", "batch_size": 2}
+    assert (judge.mode, judge.seed, judge.max_new_tokens, judge.chat_template_kwargs) == ("yesno", 3, 512, {})
+    assert (judge.temperature, judge.top_p) == (0.6, 0.95)  # the judge's own sampling; --top-p is the rubric writer's
+    params = _rubric_params(args)
+    assert (params.temperature, params.top_p, params.max_new_tokens, params.seed) == (0.6, 0.5, 1024, 3)
+
+    loaded.clear()
+    args = build_parser().parse_args(["eval", "pairs", "f.json", "--judge", "J", "--rubric-model", "R",
+                                      "--judge-backend", "openai", "--judge-base-url", "http://j/v1"])
+    rubric_backend, judge = _rubric_and_judge(args)
+    assert [(spec, kw["backend"], kw["base_url"]) for spec, kw in loaded] == [("J", "openai", "http://j/v1"),
+                                                                               ("R", "hf", None)]
+    assert rubric_backend is not judge.backend

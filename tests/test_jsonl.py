@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from evolm.errors import InputError
-from evolm.jsonl import atomic_writer, iter_jsonl_lenient, read_jsonl, write_jsonl
+from evolm.jsonl import atomic_writer, read_jsonl, read_records, write_jsonl
 
 
 def test_errors_name_the_line(tmp_path: Path) -> None:
@@ -23,6 +25,27 @@ def test_errors_name_the_line(tmp_path: Path) -> None:
         read_jsonl(tmp_path / "missing.jsonl")
 
 
+def test_read_records_json_list_or_json_lines_gz_too(tmp_path: Path) -> None:
+    rows = [{"a": 1}, {"a": 2}]
+    (tmp_path / "list.json").write_text(json.dumps(rows))
+    (tmp_path / "lines.json").write_text("".join(json.dumps(r) + "\n" for r in rows))  # JSON Lines under .json
+    (tmp_path / "lines.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    (tmp_path / "one.jsonl").write_text(json.dumps(rows) + "\n")  # .jsonl is always JSON Lines: a list line is an error
+    for name in ("list.json", "lines.json", "lines.jsonl.gz"):
+        assert read_records(tmp_path / name) == rows
+    assert read_jsonl(tmp_path / "lines.jsonl.gz") == rows
+    with pytest.raises(InputError, match=r"one.jsonl:1: expected a JSON object"):
+        read_records(tmp_path / "one.jsonl")
+    (tmp_path / "ints.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="expected a JSON list of objects"):
+        read_records(tmp_path / "ints.json")
+    (tmp_path / "bad.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="bad.json.gz: cannot read"):
+        read_records(tmp_path / "bad.json.gz")
+    with pytest.raises(InputError, match="no such file"):
+        read_records(tmp_path / "missing.json")
+
+
 def test_atomic_write_leaves_nothing_on_failure_and_normal_permissions(tmp_path: Path) -> None:
     target = tmp_path / "out.jsonl"
     with pytest.raises(RuntimeError), atomic_writer(target) as f:
@@ -34,9 +57,3 @@ def test_atomic_write_leaves_nothing_on_failure_and_normal_permissions(tmp_path:
     plain.write_text("x")
     assert os.stat(target).st_mode & 0o777 == os.stat(plain).st_mode & 0o777
     assert read_jsonl(target) == [{"a": 1}]
-
-
-def test_lenient_reader_skips_a_torn_last_line(tmp_path: Path) -> None:
-    p = tmp_path / "m.jsonl"
-    p.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
-    assert [r["step"] for r in iter_jsonl_lenient(p)] == [1, 2]

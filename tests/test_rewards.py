@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from evolm.scores import aggregate_scores
 from evolm.rewards import (
     RUBRIC_REWARDS,
-    aggregate_scores,
     fill_missing_with_group_mean,
     fleiss_kappa,
     majority_prefers,

@@ -9,7 +9,6 @@ from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunEr
 from evolm.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
 from evolm.models import load_backend, load_model
 from evolm.rewards import (
-    aggregate_scores,
     fill_missing_with_group_mean,
     fleiss_kappa,
     majority_prefers,
@@ -28,6 +27,7 @@ from evolm.rubrics import (
     strip_thinking,
     write_rubrics,
 )
+from evolm.scores import aggregate_scores
 
 __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "EvolmError", "InputError", "JUDGE_MODES", "Judge",

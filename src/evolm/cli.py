@@ -1,7 +1,9 @@
 """The ``evolm`` command line: the only place that prints errors and exits.
 
-Every subcommand is a pair ``_add_<name>(subparsers)`` / ``_run_<name>(args)``. Library code
-raises ``EvolmError``; ``main`` turns it into one line on stderr and exit status 2.
+Every subcommand is a pair ``_add_<name>(subparsers)`` / ``_run_<name>(args)``; the first registers
+the second with ``set_defaults(run=...)`` and ``main`` calls ``args.run(args)``. Flags that several
+subcommands share are declared once, by the ``_add_*_args`` helpers. Library code raises
+``EvolmError``; ``main`` turns it into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -11,16 +13,22 @@ import sys
 from collections.abc import Sequence
 
 from evolm.errors import EvolmError
-from evolm.models import DTYPES
+from evolm.judge import JUDGE_MODES
+from evolm.models import BACKENDS, DTYPES
 
-_BACKENDS = ("hf", "openai", "vllm")
+_MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
 
 
-def _add_model_args(p: argparse.ArgumentParser, flag: str, help_: str) -> None:
-    p.add_argument(flag, required=True, help=help_)
+# ----------------------------------------------------------------------------- shared flags
+# Each group of shared flags is declared by one function, so that a flag means and says the same
+# in every subcommand that has it.
+
+
+def _add_backend_args(p: argparse.ArgumentParser) -> None:
+    """Where a model runs: --backend, --base-url, --api-key-env."""
     p.add_argument(
         "--backend",
-        choices=_BACKENDS,
+        choices=BACKENDS,
         default="hf",
         help="hf: local transformers (default); openai: an OpenAI-compatible server (vllm serve, OpenAI...); "
         "vllm: in-process vLLM (GPU, needs the 'vllm' extra)",
@@ -29,11 +37,74 @@ def _add_model_args(p: argparse.ArgumentParser, flag: str, help_: str) -> None:
     p.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
-        help="environment variable holding the API key for --backend openai (the key is never logged)",
+        help="environment variable holding the API key for openai backends (the key is never logged)",
     )
+
+
+def _add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """How a local model runs: --device, --dtype, --batch-size."""
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
-    p.add_argument("--batch-size", type=int, default=8, help="rows per batch for local backends")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="weight type of a local model (auto: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="rows per batch on a local model (prompts generated or answers scored together)")
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """Sampled generation: --temperature, --top-p, --seed (the paper's values by default)."""
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling top-p (paper: 0.95)")
+    _add_seed_arg(p)
+
+
+def _add_seed_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed of sampled generation (rubrics, answers, generative judge)")
+
+
+def _add_rubric_writing_args(p: argparse.ArgumentParser) -> None:
+    """How rubrics are written: the sampling flags and --max-new-tokens."""
+    _add_sampling_args(p)
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="rubric length limit in tokens")
+
+
+def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mode",
+        choices=sorted(JUDGE_MODES),
+        default="prob",
+        help="prob: expected value of a 0-9 score token (one forward pass, deterministic, default); "
+        "yesno: per-criterion P(yes) weighted by the rubric; generative: the reference JSON-score mode "
+        "(sampled, temperature 0.6)",
+    )
+
+
+def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Backend
+    """A model behind the backend the flags name, run as the runtime flags say."""
+    from evolm.models import load_backend
+
+    return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
+                        dtype=args.dtype, batch_size=args.batch_size)
+
+
+def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Judge
+    """The judge the flags describe, through the one builder training uses too.
+
+    The CLI's judge keeps its own defaults: no chat-template kwargs and 512 new tokens for the
+    generative mode (``JudgeConfig``'s are for training runs with Qwen3 judges).
+    """
+    from evolm.config import JudgeConfig
+    from evolm.judge import build_judge
+
+    cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
+                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=512, chat_template_kwargs={})
+    return build_judge(cfg, seed=args.seed, device=args.device)
+
+
+def _rubric_params(args: argparse.Namespace):  # -> SamplingParams
+    """Rubric-writing sampling parameters, all from the flags."""
+    from evolm.backends.base import SamplingParams
+
+    return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed)
 
 
 # ----------------------------------------------------------------------------- rubric
@@ -47,28 +118,22 @@ def _add_rubric(sub: argparse._SubParsersAction) -> None:
         "every input field and add 'rubric' (parsed object or null), 'rubric_valid' (format validity, 0 or 1) "
         "and 'rubric_text' (raw model output).",
     )
-    _add_model_args(p, "--model", "rubric writer: local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'")
+    p.add_argument("--model", required=True, help=f"rubric writer: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with a 'prompt' field per line ('-' for stdin)")
     p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
-    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--seed", type=int, default=0)
+    _add_backend_args(p)
+    _add_runtime_args(p)
+    _add_rubric_writing_args(p)
+    p.set_defaults(run=_run_rubric)
 
 
 def _run_rubric(args: argparse.Namespace) -> None:
-    from evolm.backends.base import SamplingParams
     from evolm.jsonl import read_jsonl, write_jsonl
-    from evolm.models import load_backend
     from evolm.rubrics import write_rubrics
 
     rows = read_jsonl(args.input, required=["prompt"])
-    backend = load_backend(
-        args.model, backend=args.backend, device=args.device, dtype=args.dtype, base_url=args.base_url,
-        api_key_env=args.api_key_env, batch_size=args.batch_size,
-    )
-    params = SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed)
-    written = write_rubrics(backend, [str(r["prompt"]) for r in rows], params, progress=True)
+    backend = _load(args, args.model, args.backend, args.base_url)
+    written = write_rubrics(backend, [str(r["prompt"]) for r in rows], _rubric_params(args), progress=True)
     out = []
     for row, w in zip(rows, written, strict=True):
         out.append({**row, "rubric": w.rubric.to_dict() if w.rubric else None, "rubric_valid": w.valid,
@@ -81,8 +146,6 @@ def _run_rubric(args: argparse.Namespace) -> None:
 
 
 def _add_judge(sub: argparse._SubParsersAction) -> None:
-    from evolm.judge import JUDGE_MODES
-
     p = sub.add_parser(
         "judge",
         help="score answers with a (rubric +) judge",
@@ -90,25 +153,20 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
         "(object or JSON string; without it the judge scores alone). Output lines add 'score' in [0, 1], or null "
         "when the judge gave no readable score (generative mode only).",
     )
-    _add_model_args(p, "--judge", "judge model: local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'")
+    p.add_argument("--judge", required=True, help=f"judge model: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
     p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
-    p.add_argument(
-        "--mode",
-        choices=sorted(JUDGE_MODES),
-        default="prob",
-        help="prob: expected value of a 0-9 score token (one forward pass, deterministic, default); "
-        "yesno: per-criterion P(yes) weighted by the rubric; generative: the reference JSON-score mode "
-        "(sampled, temperature 0.6)",
-    )
+    _add_judge_mode_arg(p)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
-    p.add_argument("--seed", type=int, default=0)
+    _add_backend_args(p)
+    _add_runtime_args(p)
+    _add_seed_arg(p)
+    p.set_defaults(run=_run_judge)
 
 
 def _run_judge(args: argparse.Namespace) -> None:
     from evolm.jsonl import read_jsonl, write_jsonl
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_backend
+    from evolm.judge import JudgeItem
     from evolm.rubrics import Rubric
 
     rows = read_jsonl(args.input, required=["prompt", "response"])
@@ -116,11 +174,8 @@ def _run_judge(args: argparse.Namespace) -> None:
     for row in rows:
         rubric = None if args.no_rubric or row.get("rubric") is None else Rubric.from_obj(row["rubric"])
         items.append(JudgeItem(str(row["prompt"]), str(row["response"]), rubric))
-    backend = load_backend(
-        args.judge, backend=args.backend, device=args.device, dtype=args.dtype, base_url=args.base_url,
-        api_key_env=args.api_key_env, batch_size=args.batch_size,
-    )
-    scores = Judge(backend, mode=args.mode, seed=args.seed).score(items, progress=True)
+    judge = _build_judge(args, args.judge, args.backend, args.base_url)
+    scores = judge.score(items, progress=True)
     write_jsonl(args.output, [{**row, "score": s} for row, s in zip(rows, scores, strict=True)])
     n_missing = sum(s is None for s in scores)
     _done(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}")
@@ -152,14 +207,35 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--config", help="YAML run config (e.g. configs/demo-cpu.yaml, configs/paper-qwen3-8b.yaml)")
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. schedule.cycles=3")
+    p.set_defaults(run=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> None:
-    from evolm.coevolve import resume_config, run, summarise
+    import signal
+
+    from tqdm.auto import tqdm
+
+    from evolm.coevolve import run
     from evolm.config import load_config
+    from evolm.report import summarise
+    from evolm.rundir import resume_config
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
-    run_dir = run(cfg, resume=bool(args.resume))
+    print(f"evolm: {cfg.schedule.regime} run in {cfg.output_dir}: {cfg.total_steps} steps "
+          f"({'resuming' if args.resume else 'fresh start'})", file=sys.stderr, flush=True)
+    bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1)
+
+    def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
+        reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
+        bar.set_postfix(role=rec.role, cycle=rec.cycle, reward=reward)
+        bar.update(rec.step - bar.n)
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    try:
+        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        bar.close()
     _print_summary(run_dir, summarise(run_dir))
 
 
@@ -224,7 +300,7 @@ def _add_eval_rb2(esub: argparse._SubParsersAction) -> None:
 def _run_eval_rb2(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.eval import rb2
-    from evolm.jsonl import atomic_writer
+    from evolm.eval.rubric_source import read_rubric_table
 
     settings: dict = {"data": args.data, "from_scores": args.from_scores}
     subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
@@ -234,97 +310,70 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
         scored = rb2.read_scores(args.from_scores)
         if subsets:
             scored = [r for r in scored if r.subset.lower() in {s.lower() for s in subsets}]
-        rubric_stats = None
+        coverage = None
     else:
         if not args.data:
             raise InputError("give the RewardBench 2 data (a file or allenai/reward-bench-2), or --from-scores")
         rows = rb2.load_rb2(args.data, subsets=subsets, limit=args.limit)
         if not rows:
             raise InputError(f"{args.data}: no rows to evaluate")
-        table = rb2.read_rubric_table(args.rubrics) if args.rubrics and not args.no_rubric else None
+        table = read_rubric_table(args.rubrics) if args.rubrics and not args.no_rubric else None
         rubric_backend, judge = _rubric_and_judge(args, need_rubric_model=table is None)
-        scored, rubric_stats = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
-                                           rubric_table=table, progress=True)
+        scored, coverage = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
+                                       rubric_table=table, progress=True)
         if args.save_scores:
             rb2.write_scores(args.save_scores, scored)
         settings.update(_rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets)
     result = rb2.score_rows(scored)
     result.extra["settings"] = settings
-    if rubric_stats is not None:
-        result.extra["rubrics"] = rubric_stats.to_dict()
-    if args.output:
-        import json
-
-        with atomic_writer(args.output) as f:
-            f.write(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
-    print(rb2.format_table(result), file=sys.stderr if args.output == "-" else sys.stdout)
+    if coverage is not None:
+        result.extra["rubrics"] = coverage.to_dict()
+    _write_result(args.output, result.to_dict(), rb2.format_table(result))
     wrote = [p for p in (args.save_scores if not args.from_scores else None, args.output) if p and p != "-"]
     _done(f"RewardBench 2 overall {100 * result.overall:.1f} over {len(scored)} rows"
           + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
-          + (_rubric_note(rubric_stats) if rubric_stats is not None else "")
+          + (_rubric_note(coverage) if coverage is not None else "")
           + (f"; wrote {', '.join(wrote)}" if wrote else ""))
 
 
 def _add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
     """Flags for the two models of an evaluation: the rubric writer and the judge."""
-    from evolm.judge import JUDGE_MODES
-
-    p.add_argument("--judge", default=None, help="judge model: local dir, Hugging Face id, or 'smollm2-135m-instruct'")
+    p.add_argument("--judge", default=None, help=f"judge model: {_MODEL_NAMES}")
     p.add_argument("--rubric-model", default=None,
                    help="rubric writer (same kinds of names); loaded once when it is the judge model too")
     p.add_argument("--no-rubric", action="store_true", help="judge alone, no rubric (the baseline)")
-    p.add_argument("--mode", choices=sorted(JUDGE_MODES), default="prob",
-                   help="judge mode: prob (expected 0-9 digit, deterministic, default), yesno, generative")
-    p.add_argument("--backend", choices=_BACKENDS, default="hf", help="backend of the rubric model (default hf)")
-    p.add_argument("--judge-backend", choices=_BACKENDS, default=None, help="backend of the judge (default: --backend)")
-    p.add_argument("--base-url", default=None, help="server URL of the rubric model for --backend openai")
+    _add_judge_mode_arg(p)
+    _add_backend_args(p)  # the rubric model's, and the judge's unless --judge-backend / --judge-base-url
+    p.add_argument("--judge-backend", choices=BACKENDS, default=None, help="backend of the judge (default: --backend)")
     p.add_argument("--judge-base-url", default=None, help="server URL of the judge (default: --base-url)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the API key for openai backends (never logged)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
-    p.add_argument("--batch-size", type=int, default=8, help="rows per batch for local backends")
-    p.add_argument("--temperature", type=float, default=0.6, help="rubric sampling temperature (paper: 0.6)")
-    p.add_argument("--top-p", type=float, default=0.95, help="rubric sampling top-p (paper: 0.95)")
-    p.add_argument("--max-new-tokens", type=int, default=1024, help="rubric length limit in tokens")
-    p.add_argument("--seed", type=int, default=0, help="seed for rubric sampling and the generative judge")
-
-
-def _rubric_params(args: argparse.Namespace):  # -> SamplingParams
-    from evolm.backends.base import SamplingParams
-
-    return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed)
+    _add_runtime_args(p)
+    _add_rubric_writing_args(p)
 
 
 def _rubric_and_judge(args: argparse.Namespace, need_rubric_model: bool = True):  # -> (Backend | None, Judge)
-    """Load the judge and (unless --no-rubric or not needed) the rubric writer, sharing one model when equal."""
+    """Build the judge and (unless --no-rubric or not needed) the rubric writer, sharing one model when equal."""
     from evolm.errors import InputError
-    from evolm.judge import Judge
-    from evolm.models import load_backend
 
     if not args.judge:
         raise InputError("--judge is required")
     wants_rubrics = need_rubric_model and not args.no_rubric
     if wants_rubrics and not args.rubric_model:
         raise InputError("--rubric-model is required (or --no-rubric to judge alone, or --rubrics FILE)")
-    judge_backend_name = args.judge_backend or args.backend
-    judge_url = args.judge_base_url or args.base_url
-    common = {"device": args.device, "dtype": args.dtype, "api_key_env": args.api_key_env, "batch_size": args.batch_size}
-    judge_backend = load_backend(args.judge, backend=judge_backend_name, base_url=judge_url, **common)
+    judge_backend, judge_url = args.judge_backend or args.backend, args.judge_base_url or args.base_url
+    judge = _build_judge(args, args.judge, judge_backend, judge_url)
     rubric_backend = None
     if wants_rubrics:
-        same = (args.rubric_model, args.backend, args.base_url) == (args.judge, judge_backend_name, judge_url)
-        rubric_backend = judge_backend if same else load_backend(
-            args.rubric_model, backend=args.backend, base_url=args.base_url, **common)
-    return rubric_backend, Judge(judge_backend, mode=args.mode, seed=args.seed)
+        same = (args.rubric_model, args.backend, args.base_url) == (args.judge, judge_backend, judge_url)
+        rubric_backend = judge.backend if same else _load(args, args.rubric_model, args.backend, args.base_url)
+    return rubric_backend, judge
 
 
-def _rubric_note(stats) -> str:  # stats: evolm.eval.rb2.RubricStats
+def _rubric_note(coverage) -> str:  # coverage: evolm.eval.rubric_source.RubricCoverage
     """Say how many rubrics parsed: an unparsed one leaves the judge alone on that prompt."""
-    if stats.source == "none":
+    if coverage.source == "none":
         return "; judge alone (no rubrics)"
-    note = f"; rubrics: {stats.parsed} of {stats.prompts} parsed"
-    return note + (" (the others judged without a rubric)" if stats.parsed < stats.prompts else "")
+    note = f"; rubrics: {coverage.parsed} of {coverage.prompts} parsed"
+    return note + (" (the others judged without a rubric)" if coverage.parsed < coverage.prompts else "")
 
 
 def _rubric_judge_settings(args: argparse.Namespace) -> dict:
@@ -357,19 +406,13 @@ def _add_eval_pairs(esub: argparse._SubParsersAction) -> None:
 
 def _run_eval_pairs(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
-    from evolm.jsonl import atomic_writer
 
     files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
     rubric_backend, judge = _rubric_and_judge(args)
     result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
                                   progress=True)
-    if args.output:
-        import json
-
-        out = {**result.to_dict(), "settings": {**_rubric_judge_settings(args), "limit": args.limit}}
-        with atomic_writer(args.output) as f:
-            f.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
-    print(pairs_eval.format_table(result), file=sys.stderr if args.output == "-" else sys.stdout)
+    out = {**result.to_dict(), "settings": {**_rubric_judge_settings(args), "limit": args.limit}}
+    _write_result(args.output, out, pairs_eval.format_table(result))
     _done(f"pairwise accuracy {100 * result.total.accuracy:.1f} over {result.total.pairs} pairs"
           + _rubric_note(result.rubrics) + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))
 
@@ -400,12 +443,8 @@ def _add_eval_policy(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-gen-toks", type=int, default=16384,
                    help="most tokens generated per answer (paper: 16k; capped to fit the model's context)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
-    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (paper: 0.95)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    _add_sampling_args(p)
+    _add_runtime_args(p)
     p.add_argument("--system-instruction", default=None, help="system message for every prompt (default: none)")
     p.add_argument("--think-end-token", default="auto",
                    help="score only the text after this token (auto: '</think>' when the tokenizer has it; '' for none)")
@@ -417,13 +456,10 @@ def _add_eval_policy(esub: argparse._SubParsersAction) -> None:
 
 
 def _run_eval_policy(args: argparse.Namespace) -> None:
-    import json
-
     from evolm.eval.policy import (
         POLICY_TASKS, Decoding, default_data_dir, default_output_path, format_table, parse_tasks,
         resolve_data_files, run_policy_eval,
     )
-    from evolm.jsonl import atomic_writer
 
     tasks = parse_tasks(args.tasks)
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
@@ -435,10 +471,7 @@ def _run_eval_policy(args: argparse.Namespace) -> None:
         batch_size=args.batch_size, system_instruction=args.system_instruction,
         think_end_token=args.think_end_token, samples_path=args.samples,
     )
-    with atomic_writer(output) as f:
-        f.write(json.dumps(result.to_dict(), indent=2) + "\n")
-    # The table goes to stdout unless the JSON does.
-    print(format_table(result), file=sys.stderr if output == "-" else sys.stdout)
+    _write_result(output, result.to_dict(), format_table(result))
     if output != "-":
         _done(f"wrote {output}")
 
@@ -456,17 +489,16 @@ def _add_eval_stats(esub: argparse._SubParsersAction) -> None:
         "phase, from its samples/). The classification rules are in evolm.eval.rubric_stats.",
     )
     p.add_argument("path", metavar="FILE_OR_RUN_DIR", help="rubric JSONL file or run directory")
-    p.add_argument("--output", default=None, help="also write the statistics as JSON to this file")
+    p.add_argument("--output", default=None, help="also write the statistics as JSON ('-' for stdout)")
     p.set_defaults(run=_run_eval_stats)
 
 
 def _run_eval_stats(args: argparse.Namespace) -> None:
-    import json
     from pathlib import Path
 
     from evolm.errors import InputError
     from evolm.eval.rubric_stats import format_table, rubric_stats, run_rubric_stats
-    from evolm.jsonl import atomic_writer, read_jsonl
+    from evolm.jsonl import read_jsonl
 
     path = Path(args.path)
     if path.is_dir():
@@ -477,11 +509,8 @@ def _run_eval_stats(args: argparse.Namespace) -> None:
     else:
         stats = rubric_stats(row["rubric"] for row in read_jsonl(path, required=["rubric"])).to_json()
         table, result = format_table([stats]), {"file": str(path), **stats}
-    print(table)
-    if args.output:
-        with atomic_writer(args.output) as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+    _write_result(args.output, result, table)
+    if args.output and args.output != "-":
         _done(f"wrote rubric statistics to {args.output}")
 
 
@@ -508,38 +537,42 @@ def _run_report(args: argparse.Namespace) -> None:
     _done(f"wrote {write_report(args.run_dir, args.output)}")
 
 
+def _write_result(output: str | None, result: dict, table: str) -> None:
+    """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on stdout."""
+    if output:
+        import json
+
+        from evolm.jsonl import atomic_writer
+
+        with atomic_writer(output) as f:
+            f.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(table, file=sys.stderr if output == "-" else sys.stdout)
+
 
 def _done(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-_COMMANDS = {
-    "rubric": (_add_rubric, _run_rubric),
-    "judge": (_add_judge, _run_judge),
-    "train": (_add_train, _run_train),
-    "eval": (_add_eval, None),
-    "report": (_add_report, None),
-}
+_SUBCOMMANDS = (_add_rubric, _add_judge, _add_train, _add_eval, _add_report)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``evolm`` parser; every (sub)subcommand sets ``run``, the function that carries it out."""
     parser = argparse.ArgumentParser(
         prog="evolm",
         description="EvoLM: a language model that writes rubrics, is judged by them, and improves both roles.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add, _ in _COMMANDS.values():
+    for add in _SUBCOMMANDS:
         add(sub)
-    # Subcommands registered with ``p.set_defaults(run=fn)`` (e.g. the eval group) dispatch through ``args.run``.
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    run = args.run if hasattr(args, "run") else _COMMANDS[args.command][1]
     try:
-        run(args)
+        args.run(args)
     except EvolmError as e:
         print(f"evolm {args.command}: error: {e}", file=sys.stderr)
         return 2

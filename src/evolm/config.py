@@ -17,12 +17,14 @@ from typing import Any
 
 import yaml
 
+from evolm.contrast import PAIR_BUILDERS, PAIR_MODES
 from evolm.errors import InputError
-from evolm.models import DTYPES
+from evolm.judge import JUDGE_MODES
+from evolm.models import BACKENDS, DTYPES
+from evolm.rewards import RUBRIC_REWARDS
+from evolm.scores import AGGREGATIONS
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric")
-PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")
-PAIR_MODES = (*PAIR_BUILDERS, "combined")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
@@ -71,6 +73,7 @@ class RubricConfig:
     reward: str = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 margin + 0.3 "
                      "format), separation")
     temperature: float = _f(0.6, "temperature when writing the rubric shared by a policy question's samples")
+    top_p: float = _f(0.95, "top-p when writing that rubric (paper: 0.95)")
     max_new_tokens: int = _f(1024, "token budget for writing a rubric for the policy phase")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
@@ -146,32 +149,80 @@ class RunConfig:
         return per_role if self.schedule.regime == "frozen_rubric" else 2 * per_role
 
 
-_RESERVED_GRPO = {"num_generations", "max_steps", "output_dir", "save_steps", "logging_steps", "shuffle_dataset",
-                  "generation_batch_size", "steps_per_generation", "gradient_accumulation_steps", "seed"}
+def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any]:
+    """The ``GRPOConfig`` keywords evolm sets itself, from the schedule, the seed and the output_dir.
+
+    These are what make one TRL generation batch exactly one optimizer step of one role, in plan
+    order; ``validate`` refuses them in ``grpo:`` (the set is derived from this function, so a new
+    keyword here is reserved there too).
+    """
+    s = cfg.schedule
+    rows_per_step = s.prompts_per_step * s.samples_per_prompt
+    per_device = int(cfg.grpo.get("per_device_train_batch_size", 8))
+    accum = max(1, rows_per_step // max(1, per_device * num_processes))
+    return {
+        "output_dir": str(Path(cfg.output_dir) / "checkpoints"),
+        "num_generations": s.samples_per_prompt,
+        "gradient_accumulation_steps": accum,
+        "steps_per_generation": accum,  # one generation batch == one optimizer step == one step of one role
+        "generation_batch_size": None,
+        "num_iterations": 1,  # one update per batch (paper); >1 would reuse a step's rows across plan steps
+        "max_steps": cfg.total_steps,
+        "shuffle_dataset": False,  # the dataset is the plan, read in order
+        "remove_unused_columns": False,  # the reward reads the rows' evolm columns
+        "save_strategy": "steps",
+        "save_steps": s.save_every,
+        "logging_strategy": "steps",
+        "logging_steps": 1,
+        "seed": cfg.seed,
+        "disable_tqdm": True,  # evolm shows its own progress per step
+        "chat_template_kwargs": dict(cfg.model.chat_template_kwargs) or None,
+    }
+
+
+def batch_error(cfg: RunConfig, num_processes: int) -> str | None:
+    """Why the batch arithmetic fails for ``num_processes`` processes, or ``None``."""
+    s = cfg.schedule
+    rows_per_step = s.prompts_per_step * s.samples_per_prompt
+    per_device = cfg.grpo.get("per_device_train_batch_size", 8)
+    if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
+        return f"grpo.per_device_train_batch_size must be an integer >= 1, not {per_device!r}"
+    if rows_per_step % (per_device * num_processes):
+        return (f"schedule.prompts_per_step x schedule.samples_per_prompt ({rows_per_step}) must be a multiple of "
+                f"grpo.per_device_train_batch_size x processes ({per_device} x {num_processes})")
+    return None
+
+
+def _choice(name: str, value: Any, choices: Any) -> str:
+    return f"{name} must be one of {', '.join(choices)}, not '{value}'"
 
 
 def validate(cfg: RunConfig) -> None:
     """Reject inconsistent settings with a message that says which field and why."""
     s, c, j = cfg.schedule, cfg.contrast, cfg.judge
+    reserved = sorted(set(evolm_grpo_settings(cfg)) & set(cfg.grpo))
     checks = [
-        (s.regime in REGIMES, f"schedule.regime must be one of {', '.join(REGIMES)}, not '{s.regime}'"),
-        (c.pairs in PAIR_MODES, f"contrast.pairs must be one of {', '.join(PAIR_MODES)}, not '{c.pairs}'"),
-        (cfg.rubric.reward in ("binary", "margin_format", "separation"),
-         f"rubric.reward must be binary, margin_format or separation, not '{cfg.rubric.reward}'"),
-        (j.mode in ("generative", "prob", "yesno"), f"judge.mode must be generative, prob or yesno, not '{j.mode}'"),
-        (j.backend in ("hf", "openai", "vllm"), f"judge.backend must be hf, openai or vllm, not '{j.backend}'"),
-        (j.dtype in DTYPES, f"judge.dtype must be one of {', '.join(DTYPES)}, not '{j.dtype}'"),
-        (cfg.model.dtype in DTYPES, f"model.dtype must be one of {', '.join(DTYPES)}, not '{cfg.model.dtype}'"),
-        (j.aggregate in ("mean", "majority"), f"judge.aggregate must be mean or majority, not '{j.aggregate}'"),
+        (s.regime in REGIMES, _choice("schedule.regime", s.regime, REGIMES)),
+        (c.pairs in PAIR_MODES, _choice("contrast.pairs", c.pairs, PAIR_MODES)),
+        (cfg.rubric.reward in RUBRIC_REWARDS, _choice("rubric.reward", cfg.rubric.reward, RUBRIC_REWARDS)),
+        (j.mode in JUDGE_MODES, _choice("judge.mode", j.mode, JUDGE_MODES)),
+        (j.backend in BACKENDS, _choice("judge.backend", j.backend, BACKENDS)),
+        (cfg.rubric.writer_backend in BACKENDS, _choice("rubric.writer_backend", cfg.rubric.writer_backend, BACKENDS)),
+        (j.dtype in DTYPES, _choice("judge.dtype", j.dtype, DTYPES)),
+        (cfg.model.dtype in DTYPES, _choice("model.dtype", cfg.model.dtype, DTYPES)),
+        (j.aggregate in AGGREGATIONS, _choice("judge.aggregate", j.aggregate, AGGREGATIONS)),
         (s.cycles >= 1 and s.steps_per_phase >= 1, "schedule.cycles and schedule.steps_per_phase must be >= 1"),
         (s.prompts_per_step >= 1, "schedule.prompts_per_step must be >= 1"),
         (s.samples_per_prompt >= 2, "schedule.samples_per_prompt must be >= 2 (GRPO compares samples of a group)"),
         (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
         (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
-        (not (_RESERVED_GRPO & set(cfg.grpo)),
-         f"grpo.{sorted(_RESERVED_GRPO & set(cfg.grpo))[0] if _RESERVED_GRPO & set(cfg.grpo) else ''} is set by "
-         "EvoLM from the schedule, seed and output_dir settings; set those instead"),
+        (cfg.grpo.get("num_iterations", 1) == 1,
+         "grpo.num_iterations must be 1: evolm makes one update per generation batch (as the paper does), and a "
+         "reused batch would train one step's rows at the next step of the plan"),
+        (not reserved, f"grpo.{(reserved or [''])[0]} is set by evolm (it keeps one TRL generation batch = one "
+         "optimizer step of one role; see config.evolm_grpo_settings): set schedule.*, seed, output_dir or "
+         "model.chat_template_kwargs instead"),
         (set(c.combined_weights) <= set(PAIR_BUILDERS),
          f"contrast.combined_weights keys must be among {', '.join(PAIR_BUILDERS)}, not "
          f"{', '.join(sorted(set(c.combined_weights) - set(PAIR_BUILDERS)))}"),

@@ -1,4 +1,4 @@
-"""Reading and writing JSON Lines, with errors that name the file and line.
+"""Reading and writing JSON Lines (and reading JSON-list data files), with errors that name the file and line.
 
 Outputs are written to a temporary file beside the target and renamed into place only when
 complete, so that an interrupted command never leaves a file that looks finished.
@@ -7,10 +7,12 @@ complete, so that an interrupted command never leaves a file that looks finished
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import sys
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,23 +21,48 @@ from evolm.errors import InputError
 
 
 def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """All objects of a JSONL file (``-`` reads stdin), checking that each has the ``required`` fields.
+    """All objects of a JSONL file (``-`` reads stdin, ``.gz`` is decompressed), checking the ``required`` fields.
 
     Raises ``InputError`` naming the line for malformed JSON, a non-object line or a missing field.
     Blank lines are skipped.
     """
-    name = "<stdin>" if str(path) == "-" else str(path)
     if str(path) == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"{name}: no such file")
+        return parse_jsonl_lines(sys.stdin.read().splitlines(), "<stdin>", required)
+    return parse_jsonl_lines(_file_text(path).splitlines(), str(path), required)
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a file holding either a JSON list of objects or JSON Lines (``.gz`` too).
+
+    Data sets ship both ways, and JSON Lines often under a ``.json`` name, so the content decides:
+    a ``.jsonl`` file is JSON Lines; any other is one JSON list if it parses as one, else JSON
+    Lines. ``InputError`` names the file (and the line) otherwise.
+    """
+    text = _file_text(path)
+    if not Path(path).name.removesuffix(".gz").endswith(".jsonl"):
         try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except UnicodeDecodeError as e:
-            raise InputError(f"{name}: not UTF-8 text ({e.reason})") from None
-    return parse_jsonl_lines(lines, name, required)
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None  # not one JSON document: read it as JSON Lines below
+        if isinstance(value, list):
+            if not all(isinstance(v, dict) for v in value):
+                raise InputError(f"{path}: expected a JSON list of objects")
+            return value
+    return parse_jsonl_lines(text.splitlines(), str(path))
+
+
+def _file_text(path: str | Path) -> str:
+    """The UTF-8 text of a file, decompressed first when its name ends in ``.gz``."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        raw = p.read_bytes()
+        return (gzip.decompress(raw) if p.name.endswith(".gz") else raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read ({e})") from None
 
 
 def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] = ()) -> list[dict[str, Any]]:
@@ -56,20 +83,6 @@ def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] =
                 raise InputError(f"{name}:{lineno}: missing field '{key}'")
         rows.append(obj)
     return rows
-
-
-def iter_jsonl_lenient(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Objects of a JSONL file that a crash may have cut short: a torn last line is skipped."""
-    p = Path(path)
-    if not p.is_file():
-        return
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
 
 
 @contextlib.contextmanager

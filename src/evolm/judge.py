@@ -23,11 +23,14 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.rewards import aggregate_scores
 from evolm.rubrics import Rubric, render_rubric, strip_thinking
+from evolm.scores import aggregate_scores
+
+if TYPE_CHECKING:
+    from evolm.config import JudgeConfig
 
 
 @dataclass(frozen=True)
@@ -250,3 +253,19 @@ def score_with_judges(judges: Sequence[Judge], items: Sequence[JudgeItem], how: 
     """Several judges score the same items; per item, scores are aggregated (``mean`` or ``majority``)."""
     per_judge = [j.score(items) for j in judges]
     return [aggregate_scores([s[k] for s in per_judge], how) for k in range(len(items))]
+
+
+def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None = 0, device: str = "auto",
+                fallback_dtype: str = "auto") -> Judge:
+    """The one way a judge is built, for training (``RunConfig.judge``) and the CLI alike.
+
+    ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model);
+    ``cfg.dtype == "auto"`` takes ``fallback_dtype`` (training: the policy's dtype).
+    """
+    from evolm.models import load_backend
+
+    backend = load_backend(model or cfg.model, backend=cfg.backend, base_url=cfg.base_url,
+                           api_key_env=cfg.api_key_env, device=device,
+                           dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size)
+    return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
+                 max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs))

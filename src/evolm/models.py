@@ -41,6 +41,7 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
 
 
@@ -172,4 +173,4 @@ def load_backend(
 
         path = resolve_model_path(spec)
         return VLLMBackend(model=path, dtype="auto" if dtype == "auto" else dtype)
-    raise ModelError(f"unknown backend '{backend}' (choose from hf, openai, vllm)")
+    raise ModelError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})")

@@ -35,17 +35,16 @@ from evolm.eval.rubric_stats import (
     read_samples,
 )
 from evolm.jsonl import atomic_writer
+from evolm.records import METRIC_FIELDS, METRICS_FILE, StepRecord, read_lenient, read_metrics
 from evolm.rubrics import Rubric
 
-METRIC_KEYS = ("reward_mean", "reward_std", "pair_accuracy", "rubric_validity", "kl", "completion_length",
-               "seconds", "time")
-# config keys (last dotted component) worth showing in the header; the whole config is shown collapsed
-_HIGHLIGHT_KEYS = {
-    "model", "policy", "judge", "mode", "regime", "backend", "cycles", "steps_per_phase", "policy_steps",
-    "rubric_steps", "k", "reward", "rubric_reward", "learning_rate", "lr", "beta", "num_generations",
-    "questions_per_step", "batch_size", "min_age", "max_age", "buffer_size", "temperature",
-    "max_completion_length", "seed", "device", "dtype",
-}
+METRIC_KEYS = METRIC_FIELDS
+# RunConfig settings shown in the header (dotted paths; tests check each exists in RunConfig, so a renamed
+# setting cannot silently drop out); the whole config is shown collapsed below them
+HIGHLIGHTS = ("model.name", "model.dtype", "judge.model", "judge.mode", "judge.backend", "judge.dtype",
+              "schedule.regime", "schedule.cycles", "schedule.steps_per_phase", "schedule.prompts_per_step",
+              "schedule.samples_per_prompt", "rubric.reward", "contrast.pairs", "contrast.min_age", "contrast.max_age",
+              "contrast.buffer_size", "grpo.learning_rate", "grpo.beta", "grpo.max_completion_length", "seed")
 _MAX_EVAL_ROWS = 300
 
 
@@ -107,30 +106,18 @@ class RunData:
 
 
 def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    rows, bad = [], []
-    for i, line in enumerate(lines):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            bad.append(i)
-            continue
-        step = obj.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            step = rows[-1]["step"] + 1 if rows else 1  # keep the row in order rather than drop its values
-        row = {
-            "step": step,
-            "role": obj.get("role") if isinstance(obj.get("role"), str) else "unknown",
-            "cycle": obj.get("cycle") if isinstance(obj.get("cycle"), int) else None,
-            "phase": obj.get("phase") if isinstance(obj.get("phase"), int) else None,
-        }
-        row.update({k: _num(obj.get(k)) for k in METRIC_KEYS})
+    read = read_lenient(path)
+    rows = []
+    for obj in read.rows:
+        rec = StepRecord.from_json(obj)
+        if not isinstance(obj.get("step"), int) or isinstance(obj.get("step"), bool):
+            rec.step = rows[-1]["step"] + 1 if rows else 1  # keep the row in order rather than drop its values
+        row = {"step": rec.step, "role": rec.role, "cycle": rec.cycle, "phase": rec.phase}
+        row.update({k: _num(getattr(rec, k)) for k in METRIC_KEYS})
         rows.append(row)
-    if bad:
-        torn = " (the last line is torn: the run crashed or is still writing)" if bad[-1] == len(lines) - 1 else ""
-        notes.append(f"metrics.jsonl: {len(bad)} unreadable line(s) skipped{torn}.")
+    if read.skipped:
+        torn = " (the last line is torn: the run crashed or is still writing)" if read.torn_last else ""
+        notes.append(f"{path.name}: {read.skipped} unreadable line(s) skipped{torn}.")
     rows.sort(key=lambda r: r["step"])
     return rows
 
@@ -273,8 +260,8 @@ def _header(d: RunData) -> str:
         rows.append(["last record", dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")])
     out = ["<h2>Run summary</h2>", _table(["", "value"], rows)]
     if isinstance(d.config, dict):
-        hl = [[k, v] for k, v in _flatten(d.config)
-              if (last := k.split(".")[-1]) in _HIGHLIGHT_KEYS or "model" in last]
+        flat = dict(_flatten(d.config))
+        hl = [[k, flat[k]] for k in HIGHLIGHTS if k in flat]
         if hl:
             out += ["<h3>Configuration highlights</h3>", _table(["key", "value"], [[k, str(v)] for k, v in hl[:24]])]
     if d.config_text is not None:
@@ -521,3 +508,22 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     with atomic_writer(target) as f:
         f.write(text)
     return target
+
+
+# ----------------------------------------------------------------------------- the summary table
+
+
+def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Per phase: role, cycle, steps, mean reward, judge pair accuracy, rubric validity, seconds."""
+    phases: dict[int, list[StepRecord]] = {}
+    for rec in read_metrics(run_dir):
+        phases.setdefault(rec.phase if rec.phase is not None else -1, []).append(rec)
+
+    def mean(recs: list[StepRecord], key: str) -> float | None:
+        vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    return [{"phase": p, "role": recs[0].role, "cycle": recs[0].cycle, "steps": len(recs),
+             "reward": mean(recs, "reward_mean"), "pair_accuracy": mean(recs, "pair_accuracy"),
+             "rubric_validity": mean(recs, "rubric_validity"), "seconds": sum(r.seconds or 0.0 for r in recs)}
+            for p, recs in sorted(phases.items())]

@@ -12,16 +12,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from evolm.scores import is_missing
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
 RUBRIC_REWARDS: tuple[str, ...] = ("binary", "margin_format", "separation")
 Aggregation = Literal["mean", "majority"]
-
-
-def _missing(x: float | None) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
 
 
 def rubric_reward(
@@ -46,7 +45,7 @@ def rubric_reward(
     """
     if kind not in RUBRIC_REWARDS:  # checked first: a typo must not hide behind missing scores
         raise ValueError(f"unknown rubric reward '{kind}' (choose from {', '.join(RUBRIC_REWARDS)})")
-    if _missing(s_pos) or _missing(s_neg):
+    if is_missing(s_pos) or is_missing(s_neg):
         return None
     assert s_pos is not None and s_neg is not None
     better = 1.0 if s_pos > s_neg else 0.0
@@ -59,7 +58,7 @@ def rubric_reward(
 
 def policy_reward(score: float | None) -> float | None:
     """The policy's reward is the judge's rubric-conditioned score itself (no reference, no length term)."""
-    return None if _missing(score) else float(score)  # type: ignore[arg-type]
+    return None if is_missing(score) else float(score)  # type: ignore[arg-type]
 
 
 def fill_missing_with_group_mean(
@@ -76,32 +75,111 @@ def fill_missing_with_group_mean(
         raise ValueError("rewards and groups differ in length")
     present: dict[Hashable, list[float]] = defaultdict(list)
     for r, g in zip(rewards, groups, strict=True):
-        if not _missing(r):
+        if not is_missing(r):
             present[g].append(float(r))  # type: ignore[arg-type]
     means = {g: sum(v) / len(v) for g, v in present.items()}
-    return [float(r) if not _missing(r) else means.get(g, 0.0) for r, g in zip(rewards, groups, strict=True)]  # type: ignore[arg-type]
+    return [float(r) if not is_missing(r) else means.get(g, 0.0) for r, g in zip(rewards, groups, strict=True)]  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- one step's rows, both roles
+
+
+@dataclass(frozen=True)
+class RowReward:
+    """A row's raw reward (``None``: missing) and what it was computed from."""
+
+    reward: float | None
+    score: float | None = None  # policy rows: the judge's score
+    s_pos: float | None = None  # rubric rows: the judge's scores of the better and the worse answer
+    s_neg: float | None = None
+    rubric_valid: float | None = None  # rubric rows: format validity of the written rubric
+    parsed: dict[str, Any] | None = None  # rubric rows: the written rubric, parsed
+
+
+def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
+               rubric_reward_kind: str = "binary", aggregate: str = "mean") -> list[RowReward]:
+    """Rewards of a batch of rows of either role, computed from each row alone (SPEC §2.3).
+
+    A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
+    empty to judge alone) and ``a_pos``/``a_neg`` (rubric: the pair). A policy row's reward is the
+    judge's score of its completion. A rubric row's completion is a written rubric: its reward comes
+    from the judge's scores of the pair under that rubric; a rubric that does not parse cannot guide
+    the judge, so it earns 0 (the writer is at fault), not a missing reward. All judging of the
+    batch is one call per judge, so answers to one question share the judge's prefix.
+    """
+    from evolm.judge import JudgeItem, score_with_judges
+    from evolm.rubrics import Rubric, read_written
+
+    items: list[Any] = []
+    where: list[Any] = []  # per row: index of its item (policy), (i+, i-, written) or (None, None, written)
+    for row, text in zip(rows, completions, strict=True):
+        if row["role"] == "policy":
+            where.append(len(items))
+            items.append(JudgeItem(row["question"], text, Rubric.from_obj(row["rubric"]) if row["rubric"] else None))
+            continue
+        written = read_written(text)
+        if written.rubric is None:
+            where.append((None, None, written))
+            continue
+        where.append((len(items), len(items) + 1, written))
+        items += [JudgeItem(row["question"], row["a_pos"], written.rubric),
+                  JudgeItem(row["question"], row["a_neg"], written.rubric)]
+    scores = score_with_judges(judges, items, aggregate) if items else []
+    out: list[RowReward] = []
+    for w in where:
+        if isinstance(w, int):
+            out.append(RowReward(policy_reward(scores[w]), score=scores[w]))
+            continue
+        i_pos, i_neg, written = w
+        if i_pos is None:
+            out.append(RowReward(0.0, rubric_valid=written.valid))
+            continue
+        sp, sn = scores[i_pos], scores[i_neg]
+        out.append(RowReward(rubric_reward(sp, sn, rubric_reward_kind, written.valid), s_pos=sp, s_neg=sn,
+                             rubric_valid=written.valid, parsed=written.rubric.to_dict()))
+    return out
+
+
+@dataclass(frozen=True)
+class StepRewards:
+    """A whole step's rewards as GRPO uses them, and the numbers the step record logs."""
+
+    rewards: list[float]  # missing rewards replaced by their group's mean
+    reward_mean: float
+    reward_std: float  # mean over groups of the within-group standard deviation
+    missing_rewards: float  # share of rows with a missing reward
+    pair_accuracy: float | None  # rubric steps: share of rows whose rubric made the judge score a+ > a-
+    rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
+
+
+def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
+                 policy_rubric_valid: Sequence[float | None] = ()) -> StepRewards:
+    """Fill missing rewards with their group's mean and summarise one step (all processes' rows).
+
+    >>> r = step_rewards(["rubric"] * 2, [RowReward(1.0, s_pos=0.9, s_neg=0.1, rubric_valid=1.0),
+    ...                                    RowReward(None, rubric_valid=0.0)], ["q", "q"])
+    >>> r.rewards, r.pair_accuracy, r.rubric_validity, r.missing_rewards
+    ([1.0, 1.0], 0.5, 0.5, 0.5)
+    """
+    filled = fill_missing_with_group_mean([r.reward for r in raw], groups)
+    n = len(filled)
+    by_group: dict[Hashable, list[float]] = defaultdict(list)
+    for g, r in zip(groups, filled, strict=True):
+        by_group[g].append(r)
+    stds = [statistics.pstdev(v) if len(v) > 1 else 0.0 for v in by_group.values()]
+    if roles and roles[0] == "rubric":
+        pair_acc: float | None = sum(1.0 for r in raw if not is_missing(r.s_pos) and not is_missing(r.s_neg)
+                                     and r.s_pos > r.s_neg) / n  # type: ignore[operator]
+        validity: float | None = sum(float(r.rubric_valid or 0.0) for r in raw) / n
+    else:
+        pair_acc = None
+        present = [float(v) for v in policy_rubric_valid if v is not None]
+        validity = sum(present) / len(present) if present else None
+    return StepRewards(filled, sum(filled) / n if n else 0.0, sum(stds) / len(stds) if stds else 0.0,
+                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity)
 
 
 # ----------------------------------------------------------------------------- several judges
-
-
-def aggregate_scores(scores: Sequence[float | None], how: str = "mean") -> float | None:
-    """One score from several judges' scores of the same answer; missing scores are ignored.
-
-    ``mean`` averages; ``majority`` takes the median, the value a majority of judges is at or
-    beyond on both sides (the pointwise analogue of a vote). ``None`` if every judge is missing.
-
-    >>> aggregate_scores([0.2, None, 0.6]), aggregate_scores([0.1, 0.9, 0.8], "majority")
-    (0.4, 0.8)
-    """
-    present = [float(s) for s in scores if not _missing(s)]  # type: ignore[arg-type]
-    if not present:
-        return None
-    if how == "mean":
-        return sum(present) / len(present)
-    if how == "majority":
-        return float(statistics.median(present))
-    raise ValueError(f"unknown aggregation '{how}' (choose from mean, majority)")
 
 
 def majority_prefers(pos: Sequence[float | None], neg: Sequence[float | None]) -> float | None:
@@ -110,7 +188,7 @@ def majority_prefers(pos: Sequence[float | None], neg: Sequence[float | None]) -
     >>> majority_prefers([0.9, 0.4, 0.7], [0.5, 0.6, 0.2])
     0.6666666666666666
     """
-    votes = [1.0 if p > n else 0.0 for p, n in zip(pos, neg, strict=True) if not _missing(p) and not _missing(n)]  # type: ignore[operator]
+    votes = [1.0 if p > n else 0.0 for p, n in zip(pos, neg, strict=True) if not is_missing(p) and not is_missing(n)]  # type: ignore[operator]
     return sum(votes) / len(votes) if votes else None
 
 

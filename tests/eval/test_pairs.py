@@ -12,7 +12,7 @@ from rb2_fakes import FakeBackend
 from evolm.cli import main
 from evolm.errors import InputError
 from evolm.eval import pairs
-from evolm.eval.pairs import Pair, load_pairs, pair_credit, summarize
+from evolm.eval.pairs import PreferencePair, load_pairs, pair_credit, summarize
 from evolm.judge import Judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -37,12 +37,12 @@ def test_summarize_counts():
 
 def test_load_every_format():
     assert load_pairs(LLMBAR) == [
-        Pair("Give a synonym of 'happy'.", "GOOD: joyful", "BAD: sad"),  # label 1
-        Pair("Give a synonym of 'happy'.", "GOOD: cheerful", "BAD: angry"),  # label 2: output_2 is better
-        Pair("Name the capital of France.", "plain: it is Paris", "GOOD: Paris"),
+        PreferencePair("Give a synonym of 'happy'.", "GOOD: joyful", "BAD: sad"),  # label 1
+        PreferencePair("Give a synonym of 'happy'.", "GOOD: cheerful", "BAD: angry"),  # label 2: output_2 is better
+        PreferencePair("Name the capital of France.", "plain: it is Paris", "GOOD: Paris"),
     ]
-    assert load_pairs(PROMPT)[0] == Pair("Translate 'cat' to French.", "GOOD: chat", "BAD: chien")
-    assert load_pairs(TEMPORAL) == [Pair("What is 2 + 2?", "OK: 4", "BAD: 5")]
+    assert load_pairs(PROMPT)[0] == PreferencePair("Translate 'cat' to French.", "GOOD: chat", "BAD: chien")
+    assert load_pairs(TEMPORAL) == [PreferencePair("What is 2 + 2?", "OK: 4", "BAD: 5")]
     assert len(load_pairs(LLMBAR, limit=2)) == 2
 
 
@@ -56,8 +56,8 @@ def test_hh_dialogues_chat_messages_and_gzip(tmp_path):
     ]
     path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode()))
     assert load_pairs(path) == [
-        Pair("Human: hi\n\nAssistant: hello\n\nHuman: help me?", "Sure.", "No."),
-        Pair("Q?", "A1", "A2"),
+        PreferencePair("Human: hi\n\nAssistant: hello\n\nHuman: help me?", "Sure.", "No."),
+        PreferencePair("Q?", "A1", "A2"),
     ]
 
 

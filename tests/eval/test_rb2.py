@@ -16,6 +16,7 @@ from evolm.cli import main
 from evolm.errors import InputError
 from evolm.eval import rb2
 from evolm.eval.rb2 import ScoredRow, prompt_stats, row_credit, score_rows, ties_breakdown
+from evolm.eval.rubric_source import read_rubric_table
 from evolm.judge import Judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -320,7 +321,7 @@ def test_rubrics_from_a_file_by_id_then_prompt(tmp_path):
     lines.append({"id": "p1", "prompt": "other", "rubric": None})  # id wins over prompt: p1 judged alone
     path = tmp_path / "rubrics.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    table = rb2.read_rubric_table(path)
+    table = read_rubric_table(path)
     scored, stats = rb2.run_rb2(rows, Judge(FakeBackend()), rubric_table=table)
     assert (stats.source, stats.prompts, stats.parsed) == ("file", 10, 9)
     assert score_rows(scored).subsets == pytest.approx({**WITH_RUBRIC, "Precise IF": 0.25})

@@ -17,9 +17,6 @@ Accepted records (formats may mix within a file; ``.gz`` files are read too):
 
 from __future__ import annotations
 
-import gzip
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
-from evolm.eval.rb2 import RubricStats, prompt_rubrics
-from evolm.jsonl import parse_jsonl_lines, read_jsonl
+from evolm.eval.rubric_source import RubricCoverage, prompt_rubrics
+from evolm.jsonl import read_records
+from evolm.scores import is_missing
 
 if TYPE_CHECKING:
     from evolm.judge import Judge
 
 
 @dataclass(frozen=True)
-class Pair:
-    """A prompt and two answers, the first one better."""
+class PreferencePair:
+    """A prompt and two answers, the first one better (labelled data, unlike training's ``contrast.Pair``)."""
 
     prompt: str
     better: str
@@ -46,17 +44,13 @@ class Pair:
 # ----------------------------------------------------------------------------- scoring (pure)
 
 
-def _missing(s: float | None) -> bool:
-    return s is None or (isinstance(s, float) and math.isnan(s))
-
-
 def pair_credit(s_better: float | None, s_worse: float | None) -> float:
     """1 if the better answer scores higher, 0 if lower, 1/2 on a tie or a missing score.
 
     >>> pair_credit(0.8, 0.3), pair_credit(0.3, 0.8), pair_credit(0.5, 0.5), pair_credit(None, 0.2)
     (1.0, 0.0, 0.5, 0.5)
     """
-    if _missing(s_better) or _missing(s_worse):
+    if is_missing(s_better) or is_missing(s_worse):
         return 0.5
     assert s_better is not None and s_worse is not None
     return 1.0 if s_better > s_worse else 0.0 if s_better < s_worse else 0.5
@@ -91,7 +85,7 @@ def summarize(scores: Sequence[tuple[float | None, float | None]]) -> FileResult
         wins=sum(c == 1.0 for c in credits),
         ties=sum(c == 0.5 for c in credits),
         losses=sum(c == 0.0 for c in credits),
-        missing=sum(_missing(b) or _missing(w) for b, w in scores),
+        missing=sum(is_missing(b) or is_missing(w) for b, w in scores),
     )
 
 
@@ -101,7 +95,7 @@ class PairsResult:
 
     files: dict[str, FileResult]
     total: FileResult
-    rubrics: RubricStats
+    rubrics: RubricCoverage
 
     @property
     def mean_of_files(self) -> float:
@@ -133,30 +127,6 @@ def format_table(result: PairsResult) -> str:
 # ----------------------------------------------------------------------------- loading
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    name = str(path)
-    if not path.is_file():
-        raise InputError(f"{name}: no such file")
-    stem = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if not path.name.endswith(".gz") and stem.endswith(".jsonl"):
-        return read_jsonl(path)
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise InputError(f"{name}: cannot read ({e})") from None
-    if not stem.endswith(".jsonl"):
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = None  # not one JSON document: read it as JSON Lines below
-        if isinstance(value, list):
-            if not all(isinstance(v, dict) for v in value):
-                raise InputError(f"{name}: expected a JSON list of objects")
-            return value
-    return parse_jsonl_lines(text.splitlines(), name)
-
-
 def _text(value: Any) -> str | None:
     """A string, or the content of the last message of a chat message list."""
     if isinstance(value, str):
@@ -176,8 +146,8 @@ def _split_dialogue(text: str) -> tuple[str, str] | None:
     return text[:cut].strip(), text[cut + len(_ASSISTANT) :].strip()
 
 
-def pair_from_record(rec: dict[str, Any], where: str = "<record>") -> Pair:
-    """A ``Pair`` from any accepted record format; ``InputError`` (naming ``where``) otherwise."""
+def pair_from_record(rec: dict[str, Any], where: str = "<record>") -> PreferencePair:
+    """A ``PreferencePair`` from any accepted record format; ``InputError`` (naming ``where``) otherwise."""
     if {"input", "output_1", "output_2", "label"} <= rec.keys():
         label = rec["label"]
         label = int(label) if isinstance(label, str) and label.strip() in ("1", "2") else label
@@ -203,14 +173,14 @@ def pair_from_record(rec: dict[str, Any], where: str = "<record>") -> Pair:
         )
     if not all(isinstance(f, str) for f in fields):
         raise InputError(f"{where}: the prompt and both answers must be strings")
-    return Pair(*fields)  # type: ignore[arg-type]
+    return PreferencePair(*fields)  # type: ignore[arg-type]
 
 
-def load_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
+def load_pairs(path: str | Path, limit: int | None = None) -> list[PreferencePair]:
     """The first ``limit`` pairs (all when ``None``) of one file."""
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
-    records = _read_records(Path(path))[:limit]
+    records = read_records(path)[:limit]
     return [pair_from_record(rec, f"{path}: record {n}") for n, rec in enumerate(records, start=1)]
 
 
@@ -218,7 +188,7 @@ def load_pairs(path: str | Path, limit: int | None = None) -> list[Pair]:
 
 
 def run_pairs(
-    files: Mapping[str, Sequence[Pair]],
+    files: Mapping[str, Sequence[PreferencePair]],
     judge: Judge,
     *,
     rubric_backend: Backend | None = None,
@@ -234,7 +204,7 @@ def run_pairs(
 
     flat = [p for pairs in files.values() for p in pairs]
     prompts = [p.prompt for p in flat]
-    rubrics, stats = prompt_rubrics(
+    rubrics, coverage = prompt_rubrics(
         [None] * len(flat), prompts, rubric_backend=rubric_backend, rubric_params=rubric_params, progress=progress
     )
     items = [JudgeItem(p.prompt, a, r) for p, r in zip(flat, rubrics, strict=True) for a in (p.better, p.worse)]
@@ -246,4 +216,4 @@ def run_pairs(
     for name, pairs in files.items():
         results[name] = summarize(pair_scores[i : i + len(pairs)])
         i += len(pairs)
-    return PairsResult(results, summarize(pair_scores), stats)
+    return PairsResult(results, summarize(pair_scores), coverage)

@@ -37,7 +37,6 @@ Where the official code has no answer, we decide (and test):
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -48,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
-from evolm.jsonl import read_jsonl, write_jsonl
-from evolm.rubrics import Rubric
+from evolm.eval.rubric_source import RubricCoverage, RubricTable, prompt_rubrics
+from evolm.jsonl import read_jsonl, read_records, write_jsonl
+from evolm.scores import is_missing
 
 if TYPE_CHECKING:
     from evolm.judge import Judge
@@ -147,13 +147,9 @@ class RB2Result:
 # ----------------------------------------------------------------------------- scoring (pure)
 
 
-def _is_missing(s: float | None) -> bool:
-    return s is None or (isinstance(s, float) and math.isnan(s))
-
-
 def _as_score(s: float | None) -> float:
     """A missing score (None or NaN) ranks below every present one."""
-    return -math.inf if _is_missing(s) else float(s)  # type: ignore[arg-type]
+    return -math.inf if is_missing(s) else float(s)  # type: ignore[arg-type]
 
 
 def row_credit(scores: Sequence[float | None]) -> float:
@@ -168,7 +164,7 @@ def row_credit(scores: Sequence[float | None]) -> float:
     """
     if not scores:
         raise ValueError("a row needs at least one score")
-    if _is_missing(scores[0]):
+    if is_missing(scores[0]):
         return 0.0
     values = [_as_score(s) for s in scores]
     top = max(values)
@@ -292,7 +288,7 @@ def score_rows(rows: Sequence[ScoredRow]) -> RB2Result:
         counts={name: len(group) for name, group in by_subset.items()},
         overall=_mean(list(subsets.values())),
         complete=all(s.lower() in present for s in SUBSETS),
-        missing_scores=sum(_is_missing(s) for r in rows for s in r.scores),
+        missing_scores=sum(is_missing(s) for r in rows for s in r.scores),
         ties=ties,
     )
 
@@ -353,13 +349,13 @@ def _looks_like_hub_id(source: str) -> bool:
     return bool(re.fullmatch(r"[\w.-]+/[\w.-]+", source)) and not source.endswith((".parquet", ".json", ".jsonl"))
 
 
-def _read_records(source: str) -> list[dict[str, Any]]:
+def _read_source(source: str) -> list[dict[str, Any]]:
     path = Path(source)
     if path.is_dir():
         files = sorted(path.rglob("*.parquet")) or sorted(path.rglob("*.jsonl"))
         if not files:
             raise InputError(f"{source}: a directory without .parquet or .jsonl files")
-        return [rec for f in files for rec in _read_records(str(f))]
+        return [rec for f in files for rec in _read_source(str(f))]
     if path.is_file():
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
@@ -368,15 +364,7 @@ def _read_records(source: str) -> list[dict[str, Any]]:
                 return pq.read_table(path).to_pylist()
             except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
                 raise InputError(f"{source}: cannot read parquet ({str(e).splitlines()[0]})") from None
-        if path.suffix == ".json":
-            try:
-                value = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
-                return read_jsonl(path)  # JSON Lines under a .json name; errors name the line
-            if isinstance(value, list) and all(isinstance(v, dict) for v in value):
-                return value
-            raise InputError(f"{source}: expected a JSON list of objects")
-        return read_jsonl(path)
+        return read_records(path)
     if _looks_like_hub_id(source):
         return _read_hub(source)
     raise InputError(f"{source}: no such file (give a .parquet, .json or .jsonl file, or the hub id {HUB_ID})")
@@ -464,100 +452,7 @@ def load_rb2(source: str, subsets: Sequence[str] | None = None, limit: int | Non
     The hub is tried only when ``source`` is not a local path and looks like ``owner/name``
     (e.g. ``allenai/reward-bench-2``).
     """
-    return select_rows(parse_rows(_read_records(source), source), subsets, limit)
-
-
-# ----------------------------------------------------------------------------- rubrics
-
-
-@dataclass(frozen=True)
-class RubricStats:
-    """Where the rubrics came from and how many parsed (an unparsed one leaves the judge alone)."""
-
-    source: str  # "written", "file" or "none"
-    prompts: int  # distinct prompts
-    parsed: int  # of which have a usable rubric
-    valid: int | None = None  # of which are well-formed (format_validity), for written rubrics
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed, "unparsed": self.prompts - self.parsed}
-        if self.valid is not None:
-            out["valid"] = self.valid
-        return out
-
-
-def write_prompt_rubrics(
-    backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False
-) -> tuple[list[Rubric | None], RubricStats]:
-    """One rubric per distinct prompt, written in one batched call, aligned back to ``prompts``."""
-    from evolm.rubrics import write_rubrics
-
-    distinct = list(dict.fromkeys(prompts))
-    written = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
-    by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
-    stats = RubricStats("written", len(distinct), sum(r is not None for r in by_prompt.values()),
-                        valid=int(sum(w.valid for w in written)))
-    return [by_prompt[p] for p in prompts], stats
-
-
-@dataclass(frozen=True)
-class RubricTable:
-    """Rubrics written earlier (``evolm rubric`` output), looked up by row id, then by prompt text."""
-
-    by_id: dict[str, Rubric | None]
-    by_prompt: dict[str, Rubric | None]
-    source: str = "<rubrics>"
-
-    def lookup(self, row_id: str | None, prompt: str) -> Rubric | None:
-        if row_id is not None and row_id in self.by_id:
-            return self.by_id[row_id]
-        if prompt in self.by_prompt:
-            return self.by_prompt[prompt]
-        label = f"id {row_id!r}, " if row_id is not None else ""
-        raise InputError(f"{self.source}: no rubric for {label}prompt {prompt[:60]!r}")
-
-
-def read_rubric_table(path: str | Path) -> RubricTable:
-    """JSONL lines with ``rubric`` (object, JSON string or null) and ``id`` and/or ``prompt``."""
-    by_id: dict[str, Rubric | None] = {}
-    by_prompt: dict[str, Rubric | None] = {}
-    for n, obj in enumerate(read_jsonl(path, required=["rubric"]), start=1):
-        if obj.get("id") is None and not isinstance(obj.get("prompt"), str):
-            raise InputError(f"{path}: row {n} has neither 'id' nor 'prompt'")
-        rubric = None if obj["rubric"] is None else Rubric.from_obj(obj["rubric"])
-        if obj.get("id") is not None:
-            by_id[str(obj["id"])] = rubric
-        if isinstance(obj.get("prompt"), str):
-            by_prompt[obj["prompt"]] = rubric
-    return RubricTable(by_id, by_prompt, str(path))
-
-
-def table_rubrics(
-    table: RubricTable, ids: Sequence[str | None], prompts: Sequence[str]
-) -> tuple[list[Rubric | None], RubricStats]:
-    """The rubric of each prompt from ``table``; ``InputError`` when one has none."""
-    rubrics = [table.lookup(i, p) for i, p in zip(ids, prompts, strict=True)]
-    distinct = {p: r for p, r in zip(prompts, rubrics, strict=True)}
-    return rubrics, RubricStats("file", len(distinct), sum(r is not None for r in distinct.values()))
-
-
-def prompt_rubrics(
-    ids: Sequence[str | None],
-    prompts: Sequence[str],
-    *,
-    rubric_backend: Backend | None = None,
-    rubric_params: SamplingParams | None = None,
-    rubric_table: RubricTable | None = None,
-    progress: bool = False,
-) -> tuple[list[Rubric | None], RubricStats]:
-    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none."""
-    if rubric_backend is not None and rubric_table is not None:
-        raise InputError("give either a rubric model or a rubric file, not both")
-    if rubric_backend is not None:
-        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress)
-    if rubric_table is not None:
-        return table_rubrics(rubric_table, ids, prompts)
-    return [None] * len(prompts), RubricStats("none", len(set(prompts)), 0)
+    return select_rows(parse_rows(_read_source(source), source), subsets, limit)
 
 
 # ----------------------------------------------------------------------------- runner
@@ -571,16 +466,16 @@ def run_rb2(
     rubric_params: SamplingParams | None = None,
     rubric_table: RubricTable | None = None,
     progress: bool = False,
-) -> tuple[list[ScoredRow], RubricStats]:
+) -> tuple[list[ScoredRow], RubricCoverage]:
     """Write (or look up) one rubric per prompt, then judge every completion in one batched call.
 
     With neither ``rubric_backend`` nor ``rubric_table`` the judge scores alone (no-rubric
     baseline). A rubric that does not parse leaves the judge alone for that prompt; the count is
-    in the returned ``RubricStats``.
+    in the returned ``RubricCoverage``.
     """
     from evolm.judge import JudgeItem
 
-    rubrics, stats = prompt_rubrics(
+    rubrics, coverage = prompt_rubrics(
         [r.id for r in rows], [r.prompt for r in rows], rubric_backend=rubric_backend,
         rubric_params=rubric_params, rubric_table=rubric_table, progress=progress,
     )
@@ -593,4 +488,4 @@ def run_rb2(
         n = len(row.completions)
         scored.append(ScoredRow(row.id, row.subset, row.num_correct, tuple(flat[i : i + n])))
         i += n
-    return scored, stats
+    return scored, coverage

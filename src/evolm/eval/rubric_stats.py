@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolm.records import SAMPLES_DIR, read_lenient
 from evolm.rubrics import Rubric
 
 LABEL_MAX_WORDS = 5
@@ -232,26 +233,16 @@ class RunSamples:
 def read_samples(run_dir: str | Path) -> RunSamples:
     """Every ``samples/phase-XXX-<role>.jsonl`` of a run; an absent folder gives no rows, never an error."""
     out = RunSamples()
-    folder = Path(run_dir) / "samples"
+    folder = Path(run_dir) / SAMPLES_DIR
     if not folder.is_dir():
         return out
     for path in sorted(folder.iterdir()):
         m = _SAMPLE_FILE.match(path.name)
         if not m:
             continue
-        rows = []
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                out.skipped_lines += 1
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                out.skipped_lines += 1
+        read = read_lenient(path)
+        out.skipped_lines += read.skipped
+        rows = read.rows
         out.rows[(int(m.group(1)), m.group(2))] = rows
     return out
 

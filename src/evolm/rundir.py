@@ -1,0 +1,130 @@
+"""The run directory: start a fresh one, or find where to resume and cut the logs back to it.
+
+The layout and the record types are in ``evolm.records``. A checkpoint is complete when it holds
+TRL's ``trainer_state.json`` and evolm's ``CheckpointState`` (written last, atomically). Resuming
+validates the newest complete checkpoint (its state, its replay buffer, its weight files) *before*
+anything is cut, so a corrupt checkpoint costs no log lines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from evolm.config import RunConfig, load_config, save_config, to_dict
+from evolm.contrast import ReplayBuffer
+from evolm.errors import RunError
+from evolm.jsonl import atomic_writer, write_jsonl
+from evolm.records import (
+    BUFFER_FILE,
+    CHECKPOINTS_DIR,
+    FROZEN_RUBRICS_FILE,
+    METRICS_FILE,
+    SAMPLES_DIR,
+    STATE_FILE,
+    CheckpointState,
+    append_record,
+    iter_lenient,
+)
+
+
+def open_run(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
+    """The run directory, and the checkpoint to resume from (``None`` for a fresh run)."""
+    run_dir = Path(cfg.output_dir)
+    if not resume:
+        if (run_dir / METRICS_FILE).exists() or (run_dir / CHECKPOINTS_DIR).exists():
+            raise RunError(f"{run_dir} already holds a run: resume it with `evolm train --resume {run_dir}` "
+                           "or choose another output_dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, run_dir / "config.yaml")
+        return run_dir, None
+    ckpts = complete_checkpoints(run_dir)
+    if not ckpts:
+        raise RunError(f"{run_dir}: no complete checkpoint to resume from (a run saves every "
+                       f"schedule.save_every steps and at each phase end); to start over, delete {run_dir}")
+    ckpt = ckpts[-1]
+    step = checkpoint_state(ckpt).step
+    ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size)  # raises RunError if unreadable
+    _check_weights(ckpt)
+    _truncate_after(run_dir / METRICS_FILE, step)  # only now: everything above could still refuse
+    for f in (run_dir / SAMPLES_DIR).glob("*.jsonl"):
+        _truncate_after(f, step)
+    return run_dir, ckpt
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Checkpoints with both TRL's state and evolm's marker (written last), oldest first."""
+    ckpts = [p for p in (run_dir / CHECKPOINTS_DIR).glob("checkpoint-*")
+             if p.name.split("-")[-1].isdigit() and (p / STATE_FILE).is_file() and (p / "trainer_state.json").is_file()]
+    return sorted(ckpts, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def checkpoint_state(ckpt: Path) -> CheckpointState:
+    try:
+        d = json.loads((ckpt / STATE_FILE).read_text(encoding="utf-8"))
+        state = CheckpointState.from_json(d)
+        if not isinstance(d, dict) or not isinstance(d.get("step"), int):
+            raise ValueError("no step")
+    except (OSError, ValueError, AttributeError) as e:
+        raise RunError(f"{ckpt}: corrupt checkpoint state ({e.__class__.__name__})") from None
+    return state
+
+
+def write_checkpoint_extras(ckpt: Path, buffer: ReplayBuffer, state: CheckpointState) -> None:
+    """Save the replay buffer into a checkpoint TRL has just written, then the completeness marker."""
+    buffer.save(ckpt / BUFFER_FILE)
+    with atomic_writer(ckpt / STATE_FILE) as f:
+        f.write(json.dumps(state.to_json()))
+
+
+def load_buffer(cfg: RunConfig, ckpt: Path | None) -> ReplayBuffer:
+    return ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size) if ckpt else \
+        ReplayBuffer(cfg.contrast.buffer_size)
+
+
+def _check_weights(ckpt: Path) -> None:
+    """Refuse a checkpoint whose safetensors files cannot be opened (a torn or corrupt save)."""
+    files = list(ckpt.glob("*.safetensors"))
+    if not files:
+        raise RunError(f"{ckpt}: checkpoint has no model weights (*.safetensors)")
+    from safetensors import safe_open
+
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                st.keys()
+        except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad header
+            raise RunError(f"{f}: unreadable model weights ({e.__class__.__name__}); delete this checkpoint "
+                           "to resume from an earlier one") from None
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Keep only the records of steps <= ``step`` (a resumed run writes the later ones again)."""
+    if path.is_file():
+        write_jsonl(path, [r for r in iter_lenient(path) if isinstance(r.get("step"), int) and r["step"] <= step])
+
+
+def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """The saved config of a run directory (overrides may change e.g. judge endpoints, not the schedule)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise RunError(f"{run_dir}: not a run directory (no config.yaml)")
+    cfg = load_config(path, overrides)
+    cfg.output_dir = str(run_dir)
+    saved = load_config(path)
+    if to_dict(cfg)["schedule"] != to_dict(saved)["schedule"] or cfg.seed != saved.seed:
+        raise RunError("the schedule and seed of a run cannot change on resume")
+    return cfg
+
+
+# ----------------------------------------------------------------------------- a fixed writer's rubrics
+
+
+def read_frozen_rubrics(run_dir: Path) -> dict[str, str]:
+    """question -> rubric text written by the fixed writer of a sequential / frozen_rubric run."""
+    return {str(r["question"]): str(r["text"]) for r in iter_lenient(run_dir / FROZEN_RUBRICS_FILE)
+            if "question" in r and "text" in r}
+
+
+def append_frozen_rubric(run_dir: Path, question: str, text: str) -> None:
+    append_record(run_dir / FROZEN_RUBRICS_FILE, {"question": question, "text": text})
+

@@ -1,0 +1,319 @@
+"""The one door between evolm and TRL: the only module that knows TRL beyond its public API.
+
+Contract (checked by ``check_trl`` when a trainer is built; a mismatch is a one-line ``RunError``)
+-------------------------------------------------------------------------------------------------
+Tested with TRL ``TESTED_TRL`` (the pin in pyproject.toml). evolm relies on, in the order they run
+at every optimizer step:
+
+1. ``GRPOTrainer.training_step(model, inputs, num_items_in_batch)`` (public, from transformers'
+   ``Trainer``) receives, at the first micro-batch of an optimizer step, this process's rows of the
+   step's generation batch, and TRL generates from exactly those rows (``_prepare_inputs`` calls
+   ``_generate_and_score_completions`` when its micro-step counter is a multiple of
+   ``steps_per_generation``). evolm overrides ``training_step`` to *materialise* those rows (fill the
+   role's prompt, rubric or pair with the current weights) before calling the parent. Its settings
+   (``config.evolm_grpo_settings``) make one generation batch exactly one optimizer step
+   (``steps_per_generation == gradient_accumulation_steps``, ``num_iterations == 1``), and the plan
+   dataset is read in order (``shuffle_dataset=False``), so row ``i`` is slot ``i % P`` of step ``i // P``.
+   The reward function refuses rows evolm did not fill, so a TRL that generated at another moment
+   fails loudly instead of training on placeholders.
+2. The reward function (public contract): called on every process with this process's rows as
+   keyword columns plus ``completions``, ``completion_ids``, ``trainer_state`` and ``log_metric``;
+   returns one float per row. evolm gathers all processes' rows itself (accelerate's
+   ``gather_object``, a collective every process reaches because TRL calls reward functions on all
+   of them), fills missing rewards with their group's mean (so TRL never sees ``None``), updates
+   the replay buffer identically everywhere, and returns this process's slice.
+3. Callbacks (public): ``on_log`` takes ``loss`` and ``kl`` if TRL logged them (optional columns);
+   ``on_step_end`` forces a save at phase ends; ``on_save`` writes the replay buffer and the
+   completeness marker into ``checkpoint-<global_step>`` after TRL saved it.
+4. Extra text (rubrics, fresh a+ answers) is generated on the trainer's own engine:
+   - vLLM (colocate or server): ``trainer.vllm_generation.generate(prompts=token_ids, images=None,
+     num_generations=1)`` (``trl.generation.vllm_generation.VLLMGeneration``: it wakes a sleeping
+     engine, gathers prompts across a tensor-parallel group or to the server, and returns this
+     process's completion ids), with its ``temperature`` / ``top_p`` / ``max_completion_length``
+     attributes set for the call and restored after. Weights are synced first, exactly as TRL
+     does it: ``vllm_generation.sync_weights()`` when ``trainer.state.global_step !=
+     trainer._last_loaded_step``, then ``_last_loaded_step`` is set (the one private attribute
+     used: it keeps TRL from syncing the same weights twice in a step). ``generate`` is a
+     collective in server and TP modes, so every process calls it with equally long lists.
+   - transformers: ``trl.models.unwrap_model_for_generation`` (gathers ZeRO-3 shards for the call).
+
+Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
+``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` / ``sync_weights``;
+run ``pytest tests/test_trl_adapter.py tests/test_coevolve.py``; add the version to ``TESTED_TRL``
+and widen the pin in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from evolm.backends.base import Conversation, SamplingParams
+from evolm.config import RunConfig, batch_error, evolm_grpo_settings
+from evolm.errors import InputError, RunError
+from evolm.rewards import completion_text
+
+TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
+PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]
+
+# name -> the parameters evolm relies on (checked against the installed TRL at build time)
+_HOOKED = {
+    "GRPOTrainer.training_step": ("self", "model", "inputs", "num_items_in_batch"),
+    "VLLMGeneration.generate": ("self", "prompts", "images", "num_generations"),
+    "VLLMGeneration.sync_weights": ("self",),
+}
+
+
+class StepHooks(Protocol):
+    """What the co-evolution loop gives the adapter (see ``evolm.coevolve.Loop``)."""
+
+    def step_rows(self, step: int, generate: Any) -> list[dict[str, Any]]:
+        """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process."""
+
+    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[Any]:
+        """This process's raw ``RowReward``s."""
+
+    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[Any],
+               lengths: list[int], is_main: bool) -> tuple[list[float], dict[str, float]]:
+        """All processes' rows of the step: rewards as GRPO uses them, and per-step metrics."""
+
+    def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None:
+        """After the update of step ``step`` (1-based): write the step record."""
+
+    def save(self, checkpoint: Path, step: int) -> None:
+        """After TRL saved ``checkpoint``: write evolm's part of it (main process)."""
+
+    def is_phase_end(self, step: int) -> bool: ...
+
+
+# ============================================================================= the contract check
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def check_trl() -> str:
+    """The installed TRL version, if this adapter was tested with it and its hooks look as expected."""
+    import trl
+    from trl import GRPOTrainer
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    version = getattr(trl, "__version__", "unknown")
+    if _minor(version) not in TESTED_TRL:
+        raise RunError(f"evolm's TRL adapter was tested with trl {', '.join(TESTED_TRL)}.x, not {version}: "
+                       f"install a tested version (pip install 'trl~={TESTED_TRL[-1]}.0')")
+    owners = {"GRPOTrainer": GRPOTrainer, "VLLMGeneration": VLLMGeneration}
+    for name, expected in _HOOKED.items():
+        cls, meth = name.split(".")
+        fn = getattr(owners[cls], meth, None)
+        params = tuple(inspect.signature(fn).parameters)[: len(expected)] if fn else ()
+        if params != expected:
+            raise RunError(f"trl {version}: {name} takes {params}, evolm's adapter expects {expected}")
+    return version
+
+
+# ============================================================================= building and running
+
+
+def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
+    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot)."""
+    check_trl()
+    import datasets
+    from accelerate import PartialState
+    from trl import GRPOConfig
+
+    world = PartialState().num_processes
+    err = batch_error(cfg, world)
+    if err:
+        raise InputError(err)
+    grpo = dict(cfg.grpo)
+    grpo.setdefault("report_to", _report_to())
+    args = GRPOConfig(**evolm_grpo_settings(cfg, world), **grpo)
+    n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
+    dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
+    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, cfg.schedule.prompts_per_step)],
+                               args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.evolm_hooks = hooks
+    trainer.evolm_slots = cfg.schedule.prompts_per_step
+    if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
+        raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(_recorder_class()(hooks))
+    return trainer
+
+
+def train(trainer: Any, checkpoint: Path | None) -> None:
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+
+
+def _report_to() -> list[str]:
+    import importlib.util
+
+    return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+
+
+def _trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class EvolmGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer; at the first micro-batch of each optimizer step the rows are materialised."""
+
+        evolm_hooks: StepHooks
+        evolm_slots: int
+        _evolm_step: int = -1
+
+        def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
+            step = self.state.global_step
+            if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
+                self._evolm_step = step
+                inputs = _materialise(self, inputs, step)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    return EvolmGRPOTrainer
+
+
+def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+    slots = trainer.evolm_slots
+    for r in inputs:
+        if int(r["plan_index"]) // slots != step:
+            raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
+                           f"order (trl {check_trl()}); the adapter's contract is broken")
+    full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
+    return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
+
+
+# ============================================================================= rewards
+
+
+def _reward_function(hooks: StepHooks, slots: int) -> Any:
+    def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
+                     log_metric: Any = None, **cols: Any) -> list[float]:
+        from accelerate import PartialState
+        from accelerate.utils import gather_object
+
+        if "role" not in cols or any(not r for r in cols["role"]):
+            raise RunError("TRL generated from rows evolm did not materialise: the adapter's contract with "
+                           f"trl {check_trl()} is broken")
+        keys = [k for k in cols if k not in ("trainer_state", "log_extra", "environments")]
+        rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
+        texts = [completion_text(c) for c in completions]
+        scored = hooks.score(rows, texts)
+        lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * len(texts)
+        state = PartialState()
+        local = list(zip(rows, texts, scored, lengths, strict=True))
+        parts = [local] if state.num_processes == 1 else gather_object([local])
+        everyone = [x for part in parts for x in part]
+        rewards, metrics = hooks.finish([x[0] for x in everyone], [x[1] for x in everyone],
+                                        [x[2] for x in everyone], [x[3] for x in everyone], state.is_main_process)
+        if log_metric is not None:
+            for k, v in metrics.items():
+                log_metric(f"evolm/{k}", v)
+        start = sum(len(p) for p in parts[: state.process_index]) if state.num_processes > 1 else 0
+        return rewards[start : start + len(local)]
+
+    return evolm_reward
+
+
+# ============================================================================= callbacks
+
+
+def _recorder_class() -> type:
+    """Built on first use: importing transformers at module import would slow every CLI error."""
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    class _Recorder(TrainerCallback):
+        def __init__(self, hooks: StepHooks) -> None:
+            self.hooks = hooks
+            self.logged = -1
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            if self.hooks.is_phase_end(state.global_step):
+                control.should_save = True
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            self._record(state, logs or {})
+
+        def on_save(self, args, state, control, **kw):  # noqa: ANN001
+            self._record(state, {})  # the step record comes before the checkpoint marker
+            if state.is_world_process_zero:
+                self.hooks.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}",
+                                state.global_step)
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            self._record(state, {})
+
+        def _record(self, state, logs: dict) -> None:  # noqa: ANN001
+            if self.logged != state.global_step and state.global_step > 0:
+                self.logged = state.global_step
+                self.hooks.end_step(state.global_step, logs, state.is_world_process_zero)
+
+    return _Recorder
+
+
+# ============================================================================= generation on the trainer's engine
+
+
+class TrainerGenerate:
+    """``generate(conversations, params) -> texts`` with the trainer's current weights.
+
+    Every process calls it with the same full list (the step's rows are computed identically
+    everywhere); each process generates an equal share (the last one padded), and the shares are
+    gathered, so the collective vLLM modes see equally long lists on every process.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def __call__(self, conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
+        convs = list(conversations)
+        if not convs:
+            return []
+        acc = self.trainer.accelerator
+        world, rank = acc.num_processes, acc.process_index
+        if world == 1:
+            return self._local(convs, params)
+        from accelerate.utils import gather_object
+
+        share = -(-len(convs) // world)
+        padded = convs + [convs[-1]] * (share * world - len(convs))
+        mine = self._local(padded[rank * share : (rank + 1) * share], params)
+        return [t for part in gather_object([mine]) for t in part][: len(convs)]
+
+    def _local(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
+        t = self.trainer
+        if getattr(t.args, "use_vllm", False):
+            return self._vllm(convs, params)
+        from trl.models import unwrap_model_for_generation
+
+        from evolm.backends.hf import HFBackend
+
+        with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
+                                         gather_deepspeed3_params=t.args.ds3_gather_for_generation) as model:
+            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size))
+            return backend.generate(convs, params)
+
+    def _vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
+        t = self.trainer
+        vg = t.vllm_generation
+        tok = t.processing_class
+        kwargs = {**(t.args.chat_template_kwargs or {}), **(params.chat_template_kwargs or {})}
+        ids = [tok.apply_chat_template(c, tokenize=True, add_generation_prompt=True, return_dict=False, **kwargs)
+               for c in convs]
+        if t.state.global_step != t._last_loaded_step:
+            vg.sync_weights()
+            t._last_loaded_step = t.state.global_step
+        saved = (vg.temperature, vg.top_p, vg.max_completion_length)
+        vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
+        try:
+            _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
+        finally:
+            vg.temperature, vg.top_p, vg.max_completion_length = saved
+        return tok.batch_decode(completion_ids, skip_special_tokens=True)
+
