@@ -7,7 +7,7 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
    output directory changed. Each step is broken down into
 
    - materialise: EvoLM's per-step work before TRL generates (policy: one rubric per question;
-     rubric: the fresh a+ answers of the pairs), ``Orchestrator.materialise``;
+     rubric: the fresh a+ answers of the pairs), ``Loop.step_rows``;
    - generation: TRL's ``transformers.generate`` block (TRL's own profiling);
    - judging: ``score_with_judges`` inside the reward function;
    - ref log-probs: TRL's no-grad ``_get_per_token_logps_and_entropies`` (reference model, beta > 0);
@@ -92,6 +92,7 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
     from trl import GRPOTrainer
 
     import evolm.coevolve as coevolve
+    import evolm.judge as judge
 
     def log_metrics(self: Any, duration: float) -> None:  # TRL's profiling: keep the durations
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
@@ -116,8 +117,8 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
         return control
 
     CallbackHandler.on_step_begin, CallbackHandler.on_step_end = on_step_begin, on_step_end
-    _wrap(coevolve.Orchestrator, "materialise", "materialise", timers)
-    _wrap(coevolve, "score_with_judges", "judging", timers)
+    _wrap(coevolve.Loop, "step_rows", "materialise", timers)
+    _wrap(judge, "score_with_judges", "judging", timers)  # rewards.score_rows looks it up at call time
     _wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", "ref log-probs", timers,
           when=lambda: not torch.is_grad_enabled())
 
@@ -125,6 +126,7 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
 def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from evolm import coevolve
     from evolm.config import load_config
+    from evolm.records import read_metrics
 
     timers = _Timers()
     _instrument(timers, spec.get("stop_after", 0))
@@ -133,13 +135,12 @@ def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         run_dir = coevolve.run(cfg)
         total = time.perf_counter() - t0
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    roles = {m["step"]: m for m in metrics}
+        records = {r.step: r for r in read_metrics(run_dir)}
     for s in timers.steps:
-        m = roles.get(s["step"], {})
-        s["role"] = m.get("role")
-        s["completion_length"] = m.get("completion_length")
-        s["judge_pair_accuracy"] = m.get("pair_accuracy")
+        m = records.get(s["step"])
+        s["role"] = m.role if m else None
+        s["completion_length"] = m.completion_length if m else None
+        s["judge_pair_accuracy"] = m.pair_accuracy if m else None
     return {"steps": timers.steps, "total_seconds": total}
 
 

@@ -106,7 +106,7 @@ def _subparsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> 
 def _flag_help(parser: argparse.ArgumentParser, flag: str) -> tuple | None:
     for action in parser._actions:
         if flag in action.option_strings:
-            return action.help, action.default, action.choices, action.type
+            return action.help, action.default, tuple(action.choices or ()), action.type
     return None
 
 

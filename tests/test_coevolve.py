@@ -22,28 +22,18 @@ from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
-from evolm.coevolve import (
-    BUFFER_FILE,
-    FROZEN_RUBRICS,
-    STATE_FILE,
-    Orchestrator,
-    Plan,
-    _prepare_run_dir,
-    _step_metrics,
-    complete_checkpoints,
-    load_prompts,
-    resume_config,
-    run,
-    summarise,
-)
+from evolm.coevolve import Loop, Plan, load_prompts, rubric_rows, run
 from evolm.config import RunConfig, load_config
 from evolm.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.errors import InputError, RunError
 from evolm.jsonl import read_jsonl
-from evolm.judge import Judge, JudgeItem
-from evolm.rewards import rubric_reward
+from evolm.judge import Judge, JudgeItem, build_judge
+from evolm.records import BUFFER_FILE, FROZEN_RUBRICS_FILE as FROZEN_RUBRICS, STATE_FILE
+from evolm.report import summarise
+from evolm.rewards import RowReward, rubric_reward, score_rows, step_rewards
+from evolm.rundir import complete_checkpoints, open_run, resume_config
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,53 +158,44 @@ def tiny_judge(tiny_backend: Any) -> Judge:
     return Judge(tiny_backend, mode="prob")
 
 
-def orchestrator(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> Orchestrator:
+def loop_for(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> Loop:
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", *extra)
     (tmp_path / "run").mkdir()
-    return Orchestrator(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run", None)
+    return Loop(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run")
 
 
 @pytest.mark.parametrize("kind", ["binary", "margin_format", "separation"])
-def test_reward_dispatches_on_the_role(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge, kind: str) -> None:
-    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, f"rubric.reward={kind}")
+def test_rewards_dispatch_on_the_role(tiny_judge: Judge, kind: str) -> None:
     rubric = parse_rubric(VALID_RUBRIC)
     assert rubric is not None
     q = "What is 2 + 2?"
-    cols = {
-        "role": ["policy", "policy", "rubric", "rubric"],
-        "question": [q, q, q, q],
-        "rubric": [json.dumps(rubric.to_dict()), "", "", ""],
-        "a_pos": ["", "", "The answer is 4.", "The answer is 4."],
-        "a_neg": ["", "", "fish", "fish"],
-    }
-    completions = [[{"role": "assistant", "content": "It is 4."}], "Five.", VALID_RUBRIC, "not a rubric at all"]
-    rewards = loop.reward(completions, **cols)
+    rows = [{"role": "policy", "question": q, "rubric": json.dumps(rubric.to_dict()), "a_pos": "", "a_neg": ""},
+            {"role": "policy", "question": q, "rubric": "", "a_pos": "", "a_neg": ""},
+            {"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"},
+            {"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"}]
+    out = score_rows(rows, ["It is 4.", "Five.", VALID_RUBRIC, "not a rubric at all"], [tiny_judge], kind)
 
     j = tiny_judge.score
     (s_policy_rubric,) = j([JudgeItem(q, "It is 4.", rubric)])
     (s_policy_alone,) = j([JudgeItem(q, "Five.", None)])
     s_pos, s_neg = j([JudgeItem(q, "The answer is 4.", rubric), JudgeItem(q, "fish", rubric)])
-    assert rewards[0] == pytest.approx(s_policy_rubric, abs=1e-6)
-    assert rewards[1] == pytest.approx(s_policy_alone, abs=1e-6)
-    assert rewards[2] == pytest.approx(rubric_reward(s_pos, s_neg, kind, format_validity(VALID_RUBRIC)), abs=1e-6)
-    assert rewards[3] == 0.0  # a rubric that does not parse earns nothing (not "missing")
-    d = loop.last_details
-    assert d[0]["score"] == pytest.approx(s_policy_rubric, abs=1e-6)
-    assert d[2]["s_pos"] == pytest.approx(s_pos, abs=1e-6) and d[2]["s_neg"] == pytest.approx(s_neg, abs=1e-6)
-    assert d[2]["rubric_valid"] == 1.0 and d[2]["parsed"] == rubric.to_dict()
-    assert d[3] == {"s_pos": None, "s_neg": None, "rubric_valid": 0.0, "parsed": None}
+    assert out[0].reward == pytest.approx(s_policy_rubric, abs=1e-6) and out[0].score == out[0].reward
+    assert out[1].reward == pytest.approx(s_policy_alone, abs=1e-6)
+    assert out[2].reward == pytest.approx(rubric_reward(s_pos, s_neg, kind, format_validity(VALID_RUBRIC)), abs=1e-6)
+    assert out[2].s_pos == pytest.approx(s_pos, abs=1e-6) and out[2].s_neg == pytest.approx(s_neg, abs=1e-6)
+    assert out[2].rubric_valid == 1.0 and out[2].parsed == rubric.to_dict()
+    assert out[3] == RowReward(0.0, rubric_valid=0.0)  # a rubric that does not parse earns nothing (not "missing")
 
 
-def test_step_metrics_by_hand() -> None:
-    rubric_rows = [{"s_pos": 0.9, "s_neg": 0.1, "rubric_valid": 1.0},
-                   {"s_pos": 0.2, "s_neg": 0.2, "rubric_valid": 1.0},
-                   {"s_pos": None, "s_neg": None, "rubric_valid": 0.0},
-                   {"s_pos": 0.3, "s_neg": 0.6, "rubric_valid": 0.0}]
-    m = _step_metrics(rubric_rows, [0.7, 0.3, 0.0, None], "rubric", 2)
-    assert m == {"missing_rewards": 0.25, "pair_accuracy": 0.25, "rubric_validity": 0.5}
-    policy_rows = [{"rubric_valid": 1.0}, {"rubric_valid": 1.0}, {"rubric_valid": 0.0}, {"rubric_valid": 0.0}]
-    m = _step_metrics(policy_rows, [0.5, 0.5, 0.1, 0.2], "policy", 2)
-    assert m == {"missing_rewards": 0.0, "pair_accuracy": None, "rubric_validity": 0.5}  # one rubric per question
+def test_step_rewards_by_hand() -> None:
+    raw = [RowReward(0.7, s_pos=0.9, s_neg=0.1, rubric_valid=1.0), RowReward(0.3, s_pos=0.2, s_neg=0.2, rubric_valid=1.0),
+           RowReward(0.0, rubric_valid=0.0), RowReward(None, s_pos=0.3, s_neg=0.6, rubric_valid=0.0)]
+    r = step_rewards(["rubric"] * 4, raw, [0, 0, 1, 1])
+    assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity) == (0.25, 0.25, 0.5)
+    assert r.rewards == [0.7, 0.3, 0.0, 0.0]  # the missing reward takes its group's mean: zero advantage
+    assert r.reward_mean == pytest.approx(0.25) and r.reward_std == pytest.approx((0.2 + 0.0) / 2)
+    r = step_rewards(["policy"] * 4, [RowReward(x) for x in (0.5, 0.5, 0.1, 0.2)], [0, 0, 1, 1], [1.0, 0.0])
+    assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity) == (0.0, None, 0.5)  # one rubric per question
 
 
 # ============================================================================= per-step materialisation
@@ -241,7 +222,7 @@ class FakeEngine:
 
 
 def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge) -> None:
-    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, "schedule.prompts_per_step=6", "contrast.pairs=combined",
+    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.prompts_per_step=6", "contrast.pairs=combined",
                         "contrast.combined_weights={temporal: 1, rubric_conditioned: 1, inferred_question: 1}",
                         "contrast.min_age=1", "contrast.max_age=3")
     for step in range(3):
@@ -249,7 +230,7 @@ def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Pat
             loop.buffer.add(step, f"Q{step}-{k}", f"OLD{step}-{k}")
     info = replace(loop.plan.info(0), role="rubric", policy_step=3)
     engine = FakeEngine()
-    filled = loop._rubric_slots(info, list(range(6)), engine)  # type: ignore[arg-type]
+    filled = dict(enumerate(rubric_rows(loop.cfg, loop.plan, info, loop.buffer, engine.generate)))
 
     rng = random.Random(f"{loop.cfg.seed}:{info.step}")  # the same draws as the loop makes
     builders = choose_builders(6, "combined", loop.cfg.contrast.combined_weights, rng)
@@ -272,20 +253,20 @@ def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Pat
 
 def test_rubric_step_with_an_empty_buffer_uses_conditioned_pairs(tmp_path: Path, tiny_model_dir: Path,
                                                                    tiny_judge: Judge) -> None:
-    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=sequential")
+    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=sequential")
     info = replace(loop.plan.info(0), role="rubric")
-    filled = loop._rubric_slots(info, [0, 1], FakeEngine())  # type: ignore[arg-type]
-    for slot, row in filled.items():
+    for slot, row in enumerate(rubric_rows(loop.cfg, loop.plan, info, loop.buffer, FakeEngine().generate)):
         assert row["question"] == loop.plan.policy_question(0, slot)
         assert row["pair_source"] == "rubric_conditioned"
 
 
 def test_policy_step_rows_carry_the_written_rubric(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge) -> None:
-    loop = orchestrator(tmp_path, tiny_model_dir, tiny_judge)
+    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge)
     engine = FakeEngine()
-    filled = loop._policy_slots(loop.plan.info(0), [0, 1], engine)  # type: ignore[arg-type]
+    rows = loop.step_rows(0, engine.generate)
     assert len(engine.calls) == 1 and len(engine.calls[0]) == 2  # one rubric per question, batched
-    for slot, row in filled.items():
+    for slot, row in enumerate(rows):
+        assert (row["role"], row["step"], row["slot"], row["cycle"], row["phase"]) == ("policy", 1, slot, 0, 0)
         q = loop.plan.policy_question(0, slot)
         assert row["prompt"] == policy_messages(q, loop.cfg.model.system_prompt)
         assert Rubric.from_obj(row["rubric"]) == parse_rubric(VALID_RUBRIC)
@@ -459,6 +440,7 @@ def _fake_checkpoint(run_dir: Path, step: int, complete: bool = True) -> Path:
     ckpt = run_dir / "checkpoints" / f"checkpoint-{step}"
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text("{}")
+    save_file({"w": torch.zeros(1)}, str(ckpt / "model.safetensors"))
     (ckpt / BUFFER_FILE).write_text(json.dumps({"step": 0, "question": "q", "answer": "a"}) + "\n")
     if complete:
         (ckpt / STATE_FILE).write_text(json.dumps({"step": step}))
@@ -475,7 +457,7 @@ def test_resume_cuts_logs_back_to_the_last_complete_checkpoint(tmp_path: Path) -
     (tmp_path / "samples").mkdir()
     (tmp_path / "samples" / "phase-000-policy.jsonl").write_text(
         "".join(json.dumps({"step": s, "slot": 0}) + "\n" for s in (9, 10, 10, 11)))
-    assert _prepare_run_dir(cfg, tmp_path, resume=True) == tmp_path / "checkpoints" / "checkpoint-10"
+    assert open_run(cfg, resume=True) == (tmp_path, tmp_path / "checkpoints" / "checkpoint-10")
     assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))
     assert [r["step"] for r in read_jsonl(tmp_path / "samples" / "phase-000-policy.jsonl")] == [9, 10, 10]
 
@@ -484,11 +466,11 @@ def test_resume_needs_a_complete_checkpoint(tmp_path: Path) -> None:
     cfg = load_config(None, [f"output_dir={tmp_path}"])
     _fake_checkpoint(tmp_path, 3, complete=False)
     with pytest.raises(RunError, match="no complete checkpoint"):
-        _prepare_run_dir(cfg, tmp_path, resume=True)
+        open_run(cfg, resume=True)
     ckpt = _fake_checkpoint(tmp_path, 4)
     (ckpt / BUFFER_FILE).unlink()
-    with pytest.raises(RunError, match="no replay buffer"):
-        _prepare_run_dir(cfg, tmp_path, resume=True)
+    with pytest.raises(RunError, match="unreadable replay buffer"):
+        open_run(cfg, resume=True)
 
 
 def test_fresh_run_refuses_a_used_directory(tmp_path: Path) -> None:
@@ -609,8 +591,6 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("setting", "expected"), [("auto", torch.float32), ("bfloat16", torch.bfloat16)])
 def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, setting: str, expected: torch.dtype) -> None:
     """judge.dtype=auto follows model.dtype; another value loads the judge's weights in that type."""
-    from evolm.coevolve import _build_judge
-
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", f"judge.dtype={setting}")
-    judge = _build_judge(cfg, cfg.judge.model)
+    judge = build_judge(cfg.judge, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
     assert next(judge.backend.model.parameters()).dtype == expected

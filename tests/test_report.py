@@ -175,3 +175,16 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("evolm report: error:") and "not a run directory" in err[-1]
+
+
+def test_highlighted_settings_exist_in_run_config() -> None:
+    """The report's header settings are RunConfig paths: a renamed setting fails here, not silently."""
+    from evolm.config import RunConfig, to_dict
+    from evolm.report import HIGHLIGHTS
+
+    def has(d: dict, path: str) -> bool:
+        head, _, rest = path.partition(".")
+        return head in d and (not rest or (isinstance(d[head], dict) and has(d[head], rest)))
+
+    cfg = to_dict(RunConfig())
+    assert [h for h in HIGHLIGHTS if not has(cfg, h)] == []

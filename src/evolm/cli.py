@@ -50,18 +50,18 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="rows per batch on a local model (prompts generated or answers scored together)")
 
 
-def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+def _add_sampling_args(p: argparse._ActionsContainer) -> None:
     """Sampled generation: --temperature, --top-p, --seed (the paper's values by default)."""
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling top-p (paper: 0.95)")
     _add_seed_arg(p)
 
 
-def _add_seed_arg(p: argparse.ArgumentParser) -> None:
+def _add_seed_arg(p: argparse._ActionsContainer) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of sampled generation (rubrics, answers, generative judge)")
 
 
-def _add_rubric_writing_args(p: argparse.ArgumentParser) -> None:
+def _add_rubric_writing_args(p: argparse._ActionsContainer) -> None:
     """How rubrics are written: the sampling flags and --max-new-tokens."""
     _add_sampling_args(p)
     p.add_argument("--max-new-tokens", type=int, default=1024, help="rubric length limit in tokens")
@@ -212,6 +212,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _run_train(args: argparse.Namespace) -> None:
     import signal
+    from pathlib import Path
 
     from tqdm.auto import tqdm
 
@@ -221,9 +222,12 @@ def _run_train(args: argparse.Namespace) -> None:
     from evolm.rundir import resume_config
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
-    print(f"evolm: {cfg.schedule.regime} run in {cfg.output_dir}: {cfg.total_steps} steps "
-          f"({'resuming' if args.resume else 'fresh start'})", file=sys.stderr, flush=True)
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1)
+
+    def on_start(run_dir: Path, checkpoint: Path | None) -> None:
+        start = f"resuming after step {checkpoint.name.split('-')[-1]}" if checkpoint else "fresh start"
+        print(f"evolm: {cfg.schedule.regime} run in {run_dir}: {cfg.total_steps} steps ({start})",
+              file=sys.stderr, flush=True)
 
     def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
         reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
@@ -232,7 +236,7 @@ def _run_train(args: argparse.Namespace) -> None:
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     try:
-        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step)
+        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step, on_start=on_start)
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
@@ -347,7 +351,8 @@ def _add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-backend", choices=BACKENDS, default=None, help="backend of the judge (default: --backend)")
     p.add_argument("--judge-base-url", default=None, help="server URL of the judge (default: --base-url)")
     _add_runtime_args(p)
-    _add_rubric_writing_args(p)
+    _add_rubric_writing_args(p.add_argument_group(
+        "rubric writing", "sampling of the rubric writer (the generative judge keeps temperature 0.6, top-p 0.95)"))
 
 
 def _rubric_and_judge(args: argparse.Namespace, need_rubric_model: bool = True):  # -> (Backend | None, Judge)

@@ -66,15 +66,19 @@ BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompt
 # ============================================================================= the run
 
 
-def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None) -> Path:
+def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
+        on_start: Callable[[Path, Path | None], None] | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``; returns the run directory.
 
-    ``on_step`` receives each step's record on the main process (the CLI draws its progress bar with it).
+    ``on_start(run_dir, checkpoint)`` is called once the run directory is validated, ``on_step`` with
+    each step's record on the main process (the CLI prints and draws its progress bar with them).
     """
     from evolm import trl_adapter
     from evolm.models import load_model
 
     run_dir, checkpoint = open_run(cfg, resume)  # a fresh directory, or the last complete checkpoint
+    if on_start is not None:
+        on_start(run_dir, checkpoint)
     plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit))
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
     judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)

@@ -26,7 +26,6 @@ before the largest weight is taken.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence

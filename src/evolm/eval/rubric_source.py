@@ -1,0 +1,106 @@
+"""Where an evaluation's rubrics come from: written by a model from the prompt alone, read from a file, or none.
+
+RewardBench 2 and the preference-pair accuracy both need one rubric per distinct prompt, and
+both report how many of those rubrics parsed (an unparsed one leaves the judge alone on that
+prompt), so the three sources and that count live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolm.backends.base import Backend, SamplingParams
+from evolm.errors import InputError
+from evolm.jsonl import read_jsonl
+from evolm.rubrics import Rubric, write_rubrics
+
+
+@dataclass(frozen=True)
+class RubricCoverage:
+    """Where the rubrics came from and how many prompts got one that parsed (the others: judge alone)."""
+
+    source: str  # "written", "file" or "none"
+    prompts: int  # distinct prompts
+    parsed: int  # of which have a usable rubric
+    valid: int | None = None  # of which are well-formed (format_validity), for written rubrics
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed, "unparsed": self.prompts - self.parsed}
+        if self.valid is not None:
+            out["valid"] = self.valid
+        return out
+
+
+def write_prompt_rubrics(
+    backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False
+) -> tuple[list[Rubric | None], RubricCoverage]:
+    """One rubric per distinct prompt, written in one batched call, aligned back to ``prompts``."""
+    distinct = list(dict.fromkeys(prompts))
+    written = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
+    by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
+    coverage = RubricCoverage("written", len(distinct), sum(r is not None for r in by_prompt.values()),
+                              valid=int(sum(w.valid for w in written)))
+    return [by_prompt[p] for p in prompts], coverage
+
+
+@dataclass(frozen=True)
+class RubricTable:
+    """Rubrics written earlier (``evolm rubric`` output), looked up by row id, then by prompt text."""
+
+    by_id: dict[str, Rubric | None]
+    by_prompt: dict[str, Rubric | None]
+    source: str = "<rubrics>"
+
+    def lookup(self, row_id: str | None, prompt: str) -> Rubric | None:
+        if row_id is not None and row_id in self.by_id:
+            return self.by_id[row_id]
+        if prompt in self.by_prompt:
+            return self.by_prompt[prompt]
+        label = f"id {row_id!r}, " if row_id is not None else ""
+        raise InputError(f"{self.source}: no rubric for {label}prompt {prompt[:60]!r}")
+
+
+def read_rubric_table(path: str | Path) -> RubricTable:
+    """JSONL lines with ``rubric`` (object, JSON string or null) and ``id`` and/or ``prompt``."""
+    by_id: dict[str, Rubric | None] = {}
+    by_prompt: dict[str, Rubric | None] = {}
+    for n, obj in enumerate(read_jsonl(path, required=["rubric"]), start=1):
+        if obj.get("id") is None and not isinstance(obj.get("prompt"), str):
+            raise InputError(f"{path}: row {n} has neither 'id' nor 'prompt'")
+        rubric = None if obj["rubric"] is None else Rubric.from_obj(obj["rubric"])
+        if obj.get("id") is not None:
+            by_id[str(obj["id"])] = rubric
+        if isinstance(obj.get("prompt"), str):
+            by_prompt[obj["prompt"]] = rubric
+    return RubricTable(by_id, by_prompt, str(path))
+
+
+def table_rubrics(
+    table: RubricTable, ids: Sequence[str | None], prompts: Sequence[str]
+) -> tuple[list[Rubric | None], RubricCoverage]:
+    """The rubric of each prompt from ``table``; ``InputError`` when one has none."""
+    rubrics = [table.lookup(i, p) for i, p in zip(ids, prompts, strict=True)]
+    distinct = {p: r for p, r in zip(prompts, rubrics, strict=True)}
+    return rubrics, RubricCoverage("file", len(distinct), sum(r is not None for r in distinct.values()))
+
+
+def prompt_rubrics(
+    ids: Sequence[str | None],
+    prompts: Sequence[str],
+    *,
+    rubric_backend: Backend | None = None,
+    rubric_params: SamplingParams | None = None,
+    rubric_table: RubricTable | None = None,
+    progress: bool = False,
+) -> tuple[list[Rubric | None], RubricCoverage]:
+    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none."""
+    if rubric_backend is not None and rubric_table is not None:
+        raise InputError("give either a rubric model or a rubric file, not both")
+    if rubric_backend is not None:
+        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress)
+    if rubric_table is not None:
+        return table_rubrics(rubric_table, ids, prompts)
+    return [None] * len(prompts), RubricCoverage("none", len(set(prompts)), 0)

@@ -1,0 +1,125 @@
+"""The TRL adapter's contract, checked against the installed TRL, and the code-shape rules it exists for."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from evolm import trl_adapter
+from evolm.config import evolm_grpo_settings, load_config
+from evolm.errors import InputError, RunError
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "evolm"
+
+
+def test_contract_holds_for_the_installed_trl() -> None:
+    import trl
+
+    assert trl_adapter.check_trl() == trl.__version__
+    assert ".".join(trl.__version__.split(".")[:2]) in trl_adapter.TESTED_TRL
+
+
+def test_an_untested_trl_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "9.9.0")
+    with pytest.raises(RunError, match=r"tested with trl .* not 9\.9\.0") as e:
+        trl_adapter.check_trl()
+    assert "\n" not in str(e.value)
+
+
+def test_a_changed_hook_signature_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trl import GRPOTrainer
+
+    def training_step(self, inputs, model):  # noqa: ANN001, ANN202 - arguments swapped, as an upgrade might
+        return None
+
+    monkeypatch.setattr(GRPOTrainer, "training_step", training_step)
+    with pytest.raises(RunError, match="GRPOTrainer.training_step"):
+        trl_adapter.check_trl()
+
+
+def test_every_evolm_grpo_setting_is_a_grpo_config_field_and_reserved() -> None:
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    cfg = load_config(None, [])
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert set(evolm_grpo_settings(cfg)) <= fields
+    for key in evolm_grpo_settings(cfg):  # reserved: derived from the function that sets them
+        with pytest.raises(InputError, match=f"grpo.{key} is set by evolm") as e:
+            load_config(None, [f"grpo.{key}=1"])
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("override", ["grpo.save_strategy=steps", "grpo.disable_tqdm=true",
+                                      "grpo.chat_template_kwargs={}", "grpo.num_iterations=2"])
+def test_settings_evolm_owns_give_one_line_errors(override: str) -> None:
+    with pytest.raises(InputError) as e:
+        load_config(None, [override])
+    assert override.split("=")[0] in str(e.value) and "\n" not in str(e.value)
+
+
+def test_reward_refuses_rows_evolm_did_not_fill() -> None:
+    reward = trl_adapter._reward_function(hooks=None, slots=2)  # type: ignore[arg-type]
+    with pytest.raises(RunError, match="did not materialise"):
+        reward(prompts=["p"], completions=["c"], plan_index=[0])
+    with pytest.raises(RunError, match="did not materialise"):
+        reward(prompts=["p"], completions=["c"], plan_index=[0], role=[""])
+
+
+# ----------------------------------------------------------------------------- the shape of the code
+
+_PRIVATE_TRL = re.compile(r"\._generate_and_score_completions|_calculate_rewards|\._metrics\b|_last_loaded_step"
+                          r"|vllm_generation")
+
+
+def test_only_the_adapter_touches_trl_internals() -> None:
+    offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                 if p.name != "trl_adapter.py" and _PRIVATE_TRL.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []
+
+
+def _evolm_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports at run time (lazy imports included; ``if TYPE_CHECKING:`` blocks are not imports)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("evolm"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("evolm"))
+    return out
+
+
+def test_no_two_modules_import_each_other() -> None:
+    modules = {".".join(("evolm", *p.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__"): p
+               for p in SRC.rglob("*.py")}
+    graph = {m: {i for i in _evolm_imports(p) if i in modules and i != m} for m, p in modules.items()}
+    graph["evolm"] = set()  # the package's re-exports are the public API, imported by nothing inside
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in path:
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    cycles = [c for m in graph if (c := cycle_from(m))]
+    assert [" -> ".join(c) for c in cycles] == []
+
+
+def test_the_loop_fits_on_a_few_screens() -> None:
+    assert len((SRC / "coevolve.py").read_text(encoding="utf-8").splitlines()) < 400
