@@ -82,10 +82,10 @@ def test_text_settings_keep_the_text_typed() -> None:
 
 def test_grpo_overrides_merge_with_the_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, "grpo:\n  beta: 0.04\n")
-    cfg = load_config(path, ["grpo.use_vllm=false", "grpo.num_iterations=2"])
+    cfg = load_config(path, ["grpo.use_vllm=false", "grpo.loss_type=dr_grpo"])
     assert cfg.grpo["beta"] == 0.04
     assert cfg.grpo["use_vllm"] is False
-    assert cfg.grpo["num_iterations"] == 2
+    assert cfg.grpo["loss_type"] == "dr_grpo"
     assert cfg.grpo["epsilon"] == 0.2 and cfg.grpo["top_p"] == 0.95  # defaults kept
 
 
@@ -138,7 +138,7 @@ def test_bad_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["num_generations", "max_steps", "output_dir", "save_steps", "seed",
                                  "gradient_accumulation_steps", "shuffle_dataset"])
 def test_reserved_grpo_keys_are_rejected(key: str) -> None:
-    with pytest.raises(InputError, match=f"grpo.{key} is set by EvoLM"):
+    with pytest.raises(InputError, match=f"grpo.{key} is set by evolm"):
         load_config(None, [f"grpo.{key}=1"])
 
 
@@ -146,10 +146,10 @@ def test_reserved_grpo_keys_are_rejected(key: str) -> None:
     ("schedule.regime=alternate",
      "schedule.regime must be one of coevolve, sequential, frozen_rubric, not 'alternate'"),
     ("contrast.pairs=random", "contrast.pairs must be one of"),
-    ("rubric.reward=margin", "rubric.reward must be binary, margin_format or separation, not 'margin'"),
-    ("judge.mode=pairwise", "judge.mode must be generative, prob or yesno"),
-    ("judge.backend=tgi", "judge.backend must be hf, openai or vllm"),
-    ("judge.aggregate=max", "judge.aggregate must be mean or majority"),
+    ("rubric.reward=margin", "rubric.reward must be one of binary, margin_format, separation, not 'margin'"),
+    ("judge.mode=pairwise", "judge.mode must be one of generative, prob, yesno, not 'pairwise'"),
+    ("judge.backend=tgi", "judge.backend must be one of hf, openai, vllm, not 'tgi'"),
+    ("judge.aggregate=max", "judge.aggregate must be one of mean, majority, not 'max'"),
     ("judge.dtype=fp8", "judge.dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"),
     ("model.dtype=half", "model.dtype must be one of auto, float32, bfloat16, float16, not 'half'"),
     ("schedule.cycles=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),

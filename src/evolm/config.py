@@ -200,7 +200,8 @@ def _choice(name: str, value: Any, choices: Any) -> str:
 def validate(cfg: RunConfig) -> None:
     """Reject inconsistent settings with a message that says which field and why."""
     s, c, j = cfg.schedule, cfg.contrast, cfg.judge
-    reserved = sorted(set(evolm_grpo_settings(cfg)) & set(cfg.grpo))
+    reserved = sorted(k for k in set(evolm_grpo_settings(cfg)) & set(cfg.grpo)
+                      if k != "num_iterations")  # num_iterations: 1 may be written down; any other value is refused
     checks = [
         (s.regime in REGIMES, _choice("schedule.regime", s.regime, REGIMES)),
         (c.pairs in PAIR_MODES, _choice("contrast.pairs", c.pairs, PAIR_MODES)),

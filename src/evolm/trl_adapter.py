@@ -131,7 +131,7 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
         raise InputError(err)
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
-    args = GRPOConfig(**evolm_grpo_settings(cfg, world), **grpo)
+    args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations=1)
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, cfg.schedule.prompts_per_step)],
