@@ -129,3 +129,50 @@ def test_no_two_modules_import_each_other() -> None:
 
 def test_the_loop_fits_on_a_few_screens() -> None:
     assert len((SRC / "coevolve.py").read_text(encoding="utf-8").splitlines()) < 400
+
+
+# ----------------------------------------------------------------------------- generation on TRL's vLLM engine
+
+
+class _FakeVLLMGeneration:
+    """Stands in for trl's VLLMGeneration (vLLM cannot run here): records what evolm hands it."""
+
+    def __init__(self, tokenizer) -> None:  # noqa: ANN001
+        self.temperature, self.top_p, self.max_completion_length = 1.0, 0.95, 16384
+        self.tokenizer, self.calls, self.syncs = tokenizer, [], 0
+
+    def sync_weights(self) -> None:
+        self.syncs += 1
+
+    def generate(self, prompts, images, num_generations, profiler=None):  # noqa: ANN001, ANN201
+        self.calls.append((prompts, images, num_generations, self.temperature, self.top_p, self.max_completion_length))
+        ids = [self.tokenizer.encode(f"reply {i}", add_special_tokens=False) for i in range(len(prompts))]
+        return prompts, ids, None, None
+
+
+def test_extra_text_goes_through_trl_vllm_generation(tiny_model_dir: Path) -> None:
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from evolm.backends.base import SamplingParams
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    vg = _FakeVLLMGeneration(tok)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg, processing_class=tok,
+        state=SimpleNamespace(global_step=3), _last_loaded_step=2,
+        accelerator=SimpleNamespace(num_processes=1, process_index=0))
+    generate = trl_adapter.TrainerGenerate(trainer)
+    convs = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "Say yes."}]]
+    out = generate(convs, SamplingParams(0.6, 0.9, 64))
+    assert out == ["reply 0", "reply 1"]
+    prompts, images, n, temperature, top_p, max_tokens = vg.calls[0]
+    assert prompts[0] == tok.apply_chat_template(convs[0], tokenize=True, add_generation_prompt=True,
+                                                 return_dict=False)
+    assert (images, n, temperature, top_p, max_tokens) == (None, 1, 0.6, 0.9, 64)  # the call's own settings
+    assert (vg.temperature, vg.top_p, vg.max_completion_length) == (1.0, 0.95, 16384)  # TRL's restored after
+    assert vg.syncs == 1 and trainer._last_loaded_step == 3  # new weights synced once per step, as TRL does
+    generate(convs, SamplingParams(0.6, 0.9, 64))
+    assert vg.syncs == 1
+    assert generate([], SamplingParams()) == [] and len(vg.calls) == 2
