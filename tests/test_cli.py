@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,37 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     assert [(spec, kw["backend"], kw["base_url"]) for spec, kw in loaded] == [("J", "openai", "http://j/v1"),
                                                                                ("R", "hf", None)]
     assert rubric_backend is not judge.backend
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.mark.parametrize(("config", "processes"), [("paper-qwen3-8b.yaml", 4), ("paper-qwen3-8b.yaml", 8),
+                                                   ("demo-cpu.yaml", 1)])
+def test_dry_run_passes_for_the_documented_launch(config: str, processes: int,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", str(CONFIGS / config), "--dry-run", "--num-processes", str(processes)]) == 0
+    out = capsys.readouterr()
+    assert "gradient accumulation" in out.out and "nothing was loaded" in out.err
+
+
+def test_readme_launch_command_passes_the_dry_run() -> None:
+    readme = (CONFIGS.parent / "README.md").read_text(encoding="utf-8")
+    launch = re.search(r"accelerate launch .*--num_processes (\d+)", readme)
+    assert launch is not None
+    assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run",
+                 "--num-processes", launch.group(1)]) == 0
+
+
+def test_dry_run_refuses_a_process_count_that_does_not_divide_the_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run", "--num-processes", "7"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "(8 x 7)" in err
+
+
+def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "judge.base_url=localhost:8000"]) == 2
+    assert "not an http(s)://host" in capsys.readouterr().err
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "contrast.buffer_size=2",
+                 "contrast.min_age=3"]) == 2
+    assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err

@@ -184,14 +184,35 @@ def test_rewards_dispatch_on_the_role(tiny_judge: Judge, kind: str) -> None:
     assert out[2].reward == pytest.approx(rubric_reward(s_pos, s_neg, kind, format_validity(VALID_RUBRIC)), abs=1e-6)
     assert out[2].s_pos == pytest.approx(s_pos, abs=1e-6) and out[2].s_neg == pytest.approx(s_neg, abs=1e-6)
     assert out[2].rubric_valid == 1.0 and out[2].parsed == rubric.to_dict()
-    assert out[3] == RowReward(0.0, rubric_valid=0.0)  # a rubric that does not parse earns nothing (not "missing")
+    # a rubric that does not parse: the judge reads its raw text (reference); the format term does the rest
+    raw = "not a rubric at all"
+    s_pos_raw, s_neg_raw = j([JudgeItem(q, "The answer is 4.", None, rubric_text=raw),
+                              JudgeItem(q, "fish", None, rubric_text=raw)])
+    assert out[3].reward == pytest.approx(rubric_reward(s_pos_raw, s_neg_raw, kind, 0.0), abs=1e-6)
+    assert out[3].rubric_valid == 0.0 and out[3].parsed is None
+
+
+def test_invalid_rubrics_zero_option(tiny_judge: Judge) -> None:
+    """rubric.invalid=zero: an unparseable rubric earns 0, and its policy question is judged alone."""
+    q = "What is 2 + 2?"
+    rows = [{"role": "rubric", "question": q, "rubric": "", "a_pos": "4", "a_neg": "fish"},
+            {"role": "policy", "question": q, "rubric": "", "rubric_text": "garbled rubric", "a_pos": "", "a_neg": ""}]
+    zero = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format", invalid_rubrics="zero")
+    assert zero[0] == RowReward(0.0, rubric_valid=0.0)
+    (alone,) = tiny_judge.score([JudgeItem(q, "It is 4.", None)])
+    assert zero[1].reward == pytest.approx(alone, abs=1e-6)
+    raw = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format")
+    (with_raw,) = tiny_judge.score([JudgeItem(q, "It is 4.", None, rubric_text="garbled rubric")])
+    assert raw[1].reward == pytest.approx(with_raw, abs=1e-6) and raw[0].s_pos is not None
+    empty = score_rows([rows[0]], ["<think>only thinking</think>"], [tiny_judge], "margin_format")
+    assert empty[0] == RowReward(0.0, rubric_valid=0.0)  # nothing to read: 0 either way
 
 
 def test_step_rewards_by_hand() -> None:
     raw = [RowReward(0.7, s_pos=0.9, s_neg=0.1, rubric_valid=1.0), RowReward(0.3, s_pos=0.2, s_neg=0.2, rubric_valid=1.0),
            RowReward(0.0, rubric_valid=0.0), RowReward(None, s_pos=0.3, s_neg=0.6, rubric_valid=0.0)]
     r = step_rewards(["rubric"] * 4, raw, [0, 0, 1, 1])
-    assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity) == (0.25, 0.25, 0.5)
+    assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity, r.tied_groups) == (0.25, 0.25, 0.5, 0.5)
     assert r.rewards == [0.7, 0.3, 0.0, 0.0]  # the missing reward takes its group's mean: zero advantage
     assert r.reward_mean == pytest.approx(0.25) and r.reward_std == pytest.approx((0.2 + 0.0) / 2)
     r = step_rewards(["policy"] * 4, [RowReward(x) for x in (0.5, 0.5, 0.1, 0.2)], [0, 0, 1, 1], [1.0, 0.0])
@@ -225,6 +246,7 @@ def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Pat
     loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.prompts_per_step=6", "contrast.pairs=combined",
                         "contrast.combined_weights={temporal: 1, rubric_conditioned: 1, inferred_question: 1}",
                         "contrast.min_age=1", "contrast.max_age=3")
+    loop.buffer = ReplayBuffer(64)
     for step in range(3):
         for k in range(6):
             loop.buffer.add(step, f"Q{step}-{k}", f"OLD{step}-{k}")
@@ -234,7 +256,7 @@ def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Pat
 
     rng = random.Random(f"{loop.cfg.seed}:{info.step}")  # the same draws as the loop makes
     builders = choose_builders(6, "combined", loop.cfg.contrast.combined_weights, rng)
-    picked = loop.buffer.sample(3, 6, 1, 3, rng)
+    picked = loop.buffer.sample(2, 6, 1, 3, rng)  # the clock: the newest entry (step 2) has age 0
     assert set(builders) == {"temporal", "rubric_conditioned", "inferred_question"}
     for slot, row in filled.items():
         q = picked[slot][0].question
@@ -374,8 +396,8 @@ def test_logged_rewards_match_the_samples(coevolve_run: Path) -> None:
             if r["role"] == "policy":
                 assert r["reward"] == pytest.approx(r["score"], rel=1e-6, abs=1e-7)
             else:
-                parsed = Rubric.from_obj(r["rubric"]) if r["rubric"] else None
-                expected = 0.0 if parsed is None else rubric_reward(r["s_pos"], r["s_neg"], kind, r["rubric_valid"])
+                # an unparseable rubric is judged as raw text (rubric.invalid=judge_raw); only an empty one earns 0
+                expected = 0.0 if r["s_pos"] is None else rubric_reward(r["s_pos"], r["s_neg"], kind, r["rubric_valid"])
                 assert r["reward"] == pytest.approx(expected, rel=1e-6, abs=1e-7)
                 assert r["rubric_valid"] == format_validity(r["completion"])
             by_step.setdefault(r["step"], []).append(r["reward"])

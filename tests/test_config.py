@@ -144,10 +144,10 @@ def test_reserved_grpo_keys_are_rejected(key: str) -> None:
 
 @pytest.mark.parametrize(("override", "message"), [
     ("schedule.regime=alternate",
-     "schedule.regime must be one of coevolve, sequential, frozen_rubric, not 'alternate'"),
+     "schedule.regime must be one of coevolve, sequential, frozen_rubric, judge_only, not 'alternate'"),
     ("contrast.pairs=random", "contrast.pairs must be one of"),
     ("rubric.reward=margin", "rubric.reward must be one of binary, margin_format, separation, not 'margin'"),
-    ("judge.mode=pairwise", "judge.mode must be one of generative, prob, yesno, not 'pairwise'"),
+    ("judge.mode=pairwise", "judge.mode must be one of generative, prob, yesno"),
     ("judge.backend=tgi", "judge.backend must be one of hf, openai, vllm, not 'tgi'"),
     ("judge.aggregate=max", "judge.aggregate must be one of mean, majority, not 'max'"),
     ("judge.dtype=fp8", "judge.dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"),

@@ -207,6 +207,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--config", help="YAML run config (e.g. configs/demo-cpu.yaml, configs/paper-qwen3-8b.yaml)")
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. schedule.cycles=3")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve the config, check every constraint that needs no model (batch arithmetic for "
+                   "--num-processes, age window vs buffer, endpoints) and print the plan; loads nothing")
+    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
     p.set_defaults(run=_run_train)
 
 
@@ -222,6 +227,9 @@ def _run_train(args: argparse.Namespace) -> None:
     from evolm.rundir import resume_config
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
+    if args.dry_run:
+        _dry_run(cfg, args.num_processes)
+        return
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1)
 
     def on_start(run_dir: Path, checkpoint: Path | None) -> None:
@@ -241,6 +249,30 @@ def _run_train(args: argparse.Namespace) -> None:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
     _print_summary(run_dir, summarise(run_dir))
+
+
+def _dry_run(cfg, num_processes: int | None) -> None:  # noqa: ANN001 - evolm.config.RunConfig
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm.config import launch_errors, launch_plan
+    from evolm.errors import InputError
+
+    n = num_processes if num_processes is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    if n < 1:
+        raise InputError(f"--num-processes must be >= 1, not {n}")
+    errors = launch_errors(cfg, n)
+    if errors:
+        raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+    table = Table(title=f"evolm train --dry-run: {cfg.output_dir}, {n} process(es)")
+    table.add_column("plan")
+    table.add_column("value")
+    for k, v in launch_plan(cfg, n):
+        table.add_row(k, v)
+    Console().print(table)
+    _done("dry run: the config is valid for this launch; nothing was loaded")
 
 
 def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
@@ -280,8 +312,10 @@ def _add_eval_rb2(esub: argparse._SubParsersAction) -> None:
         "rb2",
         help="RewardBench 2 accuracy of a rubric writer + judge",
         description="RewardBench 2 (SPEC §3.1) with the official scoring: one rubric per prompt (from the prompt "
-        "alone), every completion judged separately; 1/k credit when the chosen answer ties k-way at the top; the "
-        "Ties formula; overall = mean of the subsets. A missing judge score ranks below every present score. "
+        "alone; one that does not parse is written again at temperature 0.3, then 0.1), every completion judged "
+        "separately; 1/k credit when the chosen answer ties k-way at the top; the Ties formula of the rewardbench "
+        "0.1.4 release; overall = mean of the six subsets (any other subset name is an error). A missing judge "
+        "score ranks below every present score. "
         "Prints a per-subset table (percent) and writes the result as JSON with --output (scores in [0, 1]).",
     )
     p.add_argument("data", nargs="?", help="RewardBench 2 rows: a local .parquet/.json/.jsonl file (or a folder of "
@@ -311,9 +345,7 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
     if args.from_scores:
         if args.data:
             raise InputError("give either DATA or --from-scores, not both")
-        scored = rb2.read_scores(args.from_scores)
-        if subsets:
-            scored = [r for r in scored if r.subset.lower() in {s.lower() for s in subsets}]
+        scored = rb2.filter_subsets(rb2.read_scores(args.from_scores), subsets, args.from_scores)
         coverage = None
     else:
         if not args.data:

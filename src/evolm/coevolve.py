@@ -21,11 +21,9 @@ file gives it the body of a step; ``evolm.trl_adapter`` is the door between the 
 Departures from the reference, and why:
 - Rubrics for policy questions are written at every step (not once per phase), with the weights
   of that step: same cost, always the current rubric writer.
-- Groups whose rewards are all equal are not removed from the batch; GRPO gives them zero
-  advantage, so they add no policy-gradient term (only the small KL term), which is what
-  dropping them achieves, without changing batch shapes under DeepSpeed.
-- A rubric that does not parse cannot guide the judge: its reward is 0 (the writer is at fault),
-  not missing. A policy question whose rubric does not parse is judged without a rubric.
+- Groups whose rewards all tie are kept (the reference drops them and samples replacements, which
+  TRL's public API cannot do); GRPO gives them zero advantage, so they add no policy-gradient term,
+  only the small KL term. Their share is logged per step (``tied_groups``).
 - When the buffer is empty (the start of ``sequential``), temporal pairs fall back to
   rubric-conditioned pairs; the pair's ``source`` records it.
 """
@@ -79,7 +77,7 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     run_dir, checkpoint = open_run(cfg, resume)  # a fresh directory, or the last complete checkpoint
     if on_start is not None:
         on_start(run_dir, checkpoint)
-    plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit))
+    plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit), load_references(cfg.data.prompts))
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
     judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
               for m in [cfg.judge.model, *cfg.judge.extra_models]]
@@ -112,8 +110,9 @@ class StepInfo:
 class Plan:
     """The schedule of roles over optimizer steps, and the question each policy slot gets."""
 
-    def __init__(self, cfg: RunConfig, questions: Sequence[str]) -> None:
+    def __init__(self, cfg: RunConfig, questions: Sequence[str], references: dict[str, str] | None = None) -> None:
         s = cfg.schedule
+        self.references = dict(references or {})
         self.regime, self.k, self.cycles = s.regime, s.steps_per_phase, s.cycles
         self.prompts_per_step = s.prompts_per_step
         self.total_steps = cfg.total_steps
@@ -127,7 +126,7 @@ class Plan:
             return ("policy" if phase % 2 == 0 else "rubric"), phase // 2, phase
         if self.regime == "sequential":  # all rubric phases, then all policy phases
             return ("rubric" if phase < self.cycles else "policy"), phase % self.cycles, phase
-        return "policy", phase, phase  # frozen_rubric
+        return "policy", phase, phase  # frozen_rubric, judge_only
 
     def info(self, step: int) -> StepInfo:
         role, cycle, phase = self.role_phase(step)
@@ -139,6 +138,10 @@ class Plan:
     def is_phase_end(self, step: int) -> bool:
         """True after the last step of a phase (``step`` counts completed steps, 1-based)."""
         return step % self.k == 0
+
+    def reference(self, question: str) -> str:
+        """The data's reference answer for ``question`` ("" when it has none); only reference-aware judges read it."""
+        return self.references.get(question, "")
 
     def policy_question(self, policy_step: int, slot: int) -> str:
         i = policy_step * self.prompts_per_step + slot
@@ -166,6 +169,12 @@ def load_prompts(spec: str, limit: int = 0) -> list[str]:
     return questions
 
 
+def load_references(spec: str) -> dict[str, str]:
+    """question -> reference answer, from the prompts file's optional ``reference`` field."""
+    rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
+    return {str(r["prompt"]): str(r["reference"]) for r in rows if isinstance(r.get("reference"), str)}
+
+
 # ============================================================================= 1. a step's rows (pure, over `generate`)
 
 
@@ -175,9 +184,10 @@ def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: Written
     return {"prompt": prompt, "question": question, "role": info.role, "step": info.step + 1, "slot": slot,
             "cycle": info.cycle, "phase": info.phase,
             "rubric": json.dumps(written.rubric.to_dict()) if written and written.rubric else "",
-            "rubric_valid": float(written.valid) if written else 0.0,
+            "rubric_text": strip_thinking(written.text) if written else "",
+            "rubric_valid": float(written.valid) if written else None,
             "a_pos": pair.a_pos if pair else "", "a_neg": pair.a_neg if pair else "",
-            "pair_source": pair.source if pair else ""}
+            "pair_source": pair.source if pair else "", "reference": ""}
 
 
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
@@ -191,10 +201,11 @@ def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
                           cfg.model.chat_template_kwargs)
 
 
-def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric]) -> list[dict[str, Any]]:
-    """Policy step: each slot's question in the policy prompt, with the rubric its answers share."""
+def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric | None]
+                ) -> list[dict[str, Any]]:
+    """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w)
+    return [{**_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w), "reference": plan.reference(q)}
             for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
@@ -204,7 +215,7 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     c, n, sys_prompt = cfg.contrast, plan.prompts_per_step, cfg.model.system_prompt
     rng = random.Random(f"{cfg.seed}:{info.step}")  # the same draws on every process
     builders = choose_builders(n, c.pairs, c.combined_weights, rng)
-    picked = buffer.sample(info.policy_step, n, c.min_age, c.max_age, rng)
+    picked = buffer.sample(info.policy_step - 1, n, c.min_age, c.max_age, rng)  # the newest answer has age 0
     params = answer_params(cfg, info)
 
     def question(s: int) -> str:
@@ -252,6 +263,8 @@ class Loop:
         if info.role == "rubric":
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
+        if self.plan.regime == "judge_only":
+            return policy_rows(self.cfg, self.plan, info, [None] * len(questions))
         return policy_rows(self.cfg, self.plan, info, self.policy_rubrics(info, questions, generate))
 
     def policy_rubrics(self, info: StepInfo, questions: list[str], generate: Generate) -> list[WrittenRubric]:
@@ -282,7 +295,8 @@ class Loop:
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[RowReward]:
-        return score_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate)
+        return score_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
+                          self.cfg.rubric.invalid)
 
     def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[RowReward],
                lengths: list[int], is_main: bool) -> tuple[list[float], dict[str, float]]:
@@ -301,9 +315,11 @@ class Loop:
             step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
             reward_mean=result.reward_mean, reward_std=result.reward_std, pair_accuracy=result.pair_accuracy,
             rubric_validity=result.rubric_validity, missing_rewards=result.missing_rewards,
+            tied_groups=result.tied_groups,
             completion_length=sum(lengths) / len(lengths) if lengths else None)
         metrics = {k: v for k, v in (("pair_accuracy", result.pair_accuracy), ("rubric_validity", result.rubric_validity),
-                                     ("missing_rewards", result.missing_rewards)) if v is not None}
+                                     ("missing_rewards", result.missing_rewards), ("tied_groups", result.tied_groups))
+                   if v is not None}
         return result.rewards, metrics
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:

@@ -21,10 +21,12 @@ from evolm.contrast import PAIR_BUILDERS, PAIR_MODES
 from evolm.errors import InputError
 from evolm.judge import JUDGE_MODES
 from evolm.models import BACKENDS, DTYPES
-from evolm.rewards import RUBRIC_REWARDS
+from evolm.reward_model import MODE as REWARD_MODEL_MODE
+from evolm.rewards import INVALID_RUBRICS, RUBRIC_REWARDS
 from evolm.scores import AGGREGATIONS
 
-REGIMES = ("coevolve", "sequential", "frozen_rubric")
+REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only")
+SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
@@ -74,6 +76,9 @@ class RubricConfig:
                      "format), separation")
     temperature: float = _f(0.6, "temperature when writing the rubric shared by a policy question's samples")
     top_p: float = _f(0.95, "top-p when writing that rubric (paper: 0.95)")
+    invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw text in "
+                      "both roles; the format term does the rest) or zero (reward 0 in the rubric role, judge alone "
+                      "in the policy role)")
     max_new_tokens: int = _f(1024, "token budget for writing a rubric for the policy phase")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
@@ -102,7 +107,9 @@ class ScheduleConfig:
 
     regime: str = _f("coevolve", "coevolve: K policy then K rubric steps per cycle; sequential: all rubric "
                      "steps, then all policy steps with the rubric writer frozen; frozen_rubric: policy steps "
-                     "only, rubrics from a fixed writer (the paper's baselines)")
+                     "only, rubrics from a fixed writer (the paper's prompted-rubric and RaR baselines); judge_only: "
+                     "policy steps only, no rubric: the judge alone (Direct-Likert with judge.mode=likert) or a "
+                     "scalar reward model (judge.mode=reward_model, the paper's Skywork baseline)")
     cycles: int = _f(10, "number of cycles (paper: 10)")
     steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)")
     prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)")
@@ -132,11 +139,11 @@ class RunConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     data: DataConfig = field(default_factory=DataConfig)
     grpo: dict = _f(
-        {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2,
+        {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2, "loss_type": "grpo",
          "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
          "bf16": True, "gradient_checkpointing": True, "use_vllm": True, "vllm_mode": "colocate"},
         "passed to trl.GRPOConfig as is (learning_rate, beta = KL coefficient with TRL's k3 estimator, epsilon "
-        "= clip, use_vllm, ...); EvoLM sets num_generations, batch sizes, max_steps, saving and logging itself",
+        "= clip, loss_type = grpo: masked mean per sequence then mean, the reference's, use_vllm, ...); EvoLM sets num_generations, batch sizes, max_steps, saving and logging itself",
     )
 
     def __post_init__(self) -> None:
@@ -146,7 +153,7 @@ class RunConfig:
     def total_steps(self) -> int:
         """Optimizer steps of the whole run (both roles)."""
         per_role = self.schedule.cycles * self.schedule.steps_per_phase
-        return per_role if self.schedule.regime == "frozen_rubric" else 2 * per_role
+        return per_role if self.schedule.regime in ("frozen_rubric", "judge_only") else 2 * per_role
 
 
 def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any]:
@@ -193,6 +200,58 @@ def batch_error(cfg: RunConfig, num_processes: int) -> str | None:
     return None
 
 
+def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
+    """Every constraint that can be checked without a model, for ``num_processes`` training processes."""
+    from urllib.parse import urlparse
+
+    errors = [e for e in [batch_error(cfg, num_processes)] if e]
+    s, c = cfg.schedule, cfg.contrast
+    if s.regime not in ("frozen_rubric", "judge_only") and c.pairs in ("temporal", "combined") \
+            and c.buffer_size < s.prompts_per_step * (c.min_age + 1):
+        errors.append(f"contrast.buffer_size ({c.buffer_size}) cannot hold answers {c.min_age} policy steps old "
+                      f"({s.prompts_per_step} questions per step x {c.min_age + 1} steps): raise it or lower "
+                      "contrast.min_age")
+    for name, backend, url in (("judge", cfg.judge.backend, cfg.judge.base_url),
+                               ("rubric.writer", cfg.rubric.writer_backend, cfg.rubric.writer_base_url)):
+        if url is not None:
+            u = urlparse(url)
+            if u.scheme not in ("http", "https") or not u.netloc:
+                errors.append(f"{name} base_url '{url}' is not an http(s)://host[:port]/path URL")
+            if backend != "openai":
+                errors.append(f"{name} base_url is set but its backend is '{backend}' (a URL needs backend openai)")
+    if cfg.rubric.writer is not None and s.regime == "coevolve":
+        errors.append("rubric.writer is a fixed writer for the sequential and frozen_rubric regimes; the coevolve "
+                      "regime writes rubrics with the model being trained")
+    return errors
+
+
+def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
+    """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
+    s = cfg.schedule
+    per_role = s.cycles * s.steps_per_phase
+    roles = {"coevolve": f"{per_role} policy + {per_role} rubric, alternating",
+             "sequential": f"{per_role} rubric, then {per_role} policy",
+             "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
+             "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)"}[s.regime]
+    per_device = cfg.grpo.get("per_device_train_batch_size", 8)
+    settings = evolm_grpo_settings(cfg, num_processes)
+    rows = s.prompts_per_step * s.samples_per_prompt
+    max_len = cfg.grpo.get("max_completion_length", 256)
+    return [
+        ("regime", s.regime),
+        ("optimizer steps", f"{cfg.total_steps}: {roles}"),
+        ("per cycle", f"{s.steps_per_phase} steps per phase, {2 if s.regime == 'coevolve' else 1} phase(s); "
+                      f"{s.cycles} cycles"),
+        ("rows per step", f"{s.prompts_per_step} questions x {s.samples_per_prompt} samples = {rows}"),
+        ("processes x micro-batch", f"{num_processes} x {per_device}"),
+        ("gradient accumulation", str(settings["gradient_accumulation_steps"])),
+        ("completion tokens per step", f"at most {rows * max_len:,} ({rows} x {max_len})"),
+        ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
+        ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
+                  + (f" at {cfg.judge.base_url})" if cfg.judge.base_url else ")")),
+    ]
+
+
 def _choice(name: str, value: Any, choices: Any) -> str:
     return f"{name} must be one of {', '.join(choices)}, not '{value}'"
 
@@ -206,7 +265,10 @@ def validate(cfg: RunConfig) -> None:
         (s.regime in REGIMES, _choice("schedule.regime", s.regime, REGIMES)),
         (c.pairs in PAIR_MODES, _choice("contrast.pairs", c.pairs, PAIR_MODES)),
         (cfg.rubric.reward in RUBRIC_REWARDS, _choice("rubric.reward", cfg.rubric.reward, RUBRIC_REWARDS)),
-        (j.mode in JUDGE_MODES, _choice("judge.mode", j.mode, JUDGE_MODES)),
+        (cfg.rubric.invalid in INVALID_RUBRICS, _choice("rubric.invalid", cfg.rubric.invalid, INVALID_RUBRICS)),
+        (j.mode in SCORER_MODES, _choice("judge.mode", j.mode, SCORER_MODES)),
+        (j.mode != REWARD_MODEL_MODE or s.regime == "judge_only",
+         "judge.mode=reward_model (a scalar reward model reads no rubric) needs schedule.regime=judge_only"),
         (j.backend in BACKENDS, _choice("judge.backend", j.backend, BACKENDS)),
         (cfg.rubric.writer_backend in BACKENDS, _choice("rubric.writer_backend", cfg.rubric.writer_backend, BACKENDS)),
         (j.dtype in DTYPES, _choice("judge.dtype", j.dtype, DTYPES)),

@@ -1,14 +1,30 @@
 """The frozen judge (SPEC §2.2): question + rubric + answer in, a score in [0, 1] (or ``None``) out.
 
-Three modes, one contract:
+Modes, one contract (``JUDGE_MODES``):
 
-- ``generative``: the reference behaviour. The judge rates every criterion, weights and sums, and
-  replies with JSON ``{"reasoning": ..., "score": ...}`` (sampled at temperature 0.6, top-p 0.95).
-  An unreadable reply gives ``None``.
+- ``generative``: the reference behaviour. The judge rates how far the answer satisfies each
+  criterion (0 to 1), multiplies by the weight, sums, and replies with JSON
+  ``{"reasoning": ..., "score": ...}`` (sampled at temperature 0.6, top-p 0.95). The prompt shows
+  two worked examples of that arithmetic and the rubric as its writer wrote it (``rubric_text``).
 - ``prob``: one forward pass. The judge is asked for one digit 0-9; the score is the expected
   digit under its next-token distribution, divided by 9. Deterministic, never missing.
 - ``yesno``: one forward pass per criterion. The score is the rubric-weighted mean of
   P(Yes) / (P(Yes) + P(No)) for "does the answer meet this criterion?". Deterministic, never missing.
+- ``likert`` (the paper's Direct-Likert baseline): no rubric; one holistic 1-10 rating of the
+  answer (shown the reference answer when the item has one), generative, scored (r - 1) / 9.
+- ``rar_implicit`` (RaR implicit): one holistic 1-10 rating given the rubric, generative, (r - 1) / 9.
+- ``rar_explicit`` (RaR explicit): a binary verdict per criterion, met when P(Yes) > P(No) for
+  the ``yesno`` question; the score is the weight of the criteria met over the total weight.
+  Deterministic, never missing.
+
+Generative replies that cannot be read give ``None``; a readable score outside its scale is
+clipped to it (the reference keeps the raw number, which the rewards, built on [0, 1], cannot use).
+
+Thinking: answers and rubric texts are stripped of ``<think>`` blocks before judging. A thinking
+judge (Qwen3 with thinking on, as in the paper) thinks in the generative modes, within
+``max_new_tokens`` (the paper's 16384 by default); a reply cut before ``</think>`` has no score.
+In the probability modes the backend reads the score token after an empty think block, never
+where the model would open one (see ``evolm.backends.base.close_thinking``).
 
 Answers are always scored one at a time (pointwise). In the probability modes the prompt puts
 everything an answer does not change (instructions, question, rubric or criterion) before the
@@ -35,11 +51,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JudgeItem:
-    """One answer to score: the question, the answer, and the rubric (``None``: judge alone)."""
+    """One answer to score.
+
+    ``rubric`` is the parsed rubric, ``None`` for none (the judge alone). ``rubric_text`` is the
+    rubric as its writer wrote it, thinking stripped by the caller (and again here): the generative
+    modes show it as it stands, as the reference does, rather than a re-rendering of the parsed
+    rubric that drops what the parser did not keep and renormalises the weights. When only
+    ``rubric_text`` is given (a rubric that does not parse), every mode judges against that text.
+    ``reference`` is a reference answer, shown by the ``likert`` mode only.
+    """
 
     question: str
     answer: str
     rubric: Rubric | None = None
+    rubric_text: str | None = None
+    reference: str | None = None
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -47,15 +73,80 @@ class JudgeItem:
 _SYSTEM = "You are a careful, strict grader of answers to user questions."
 _NO_RUBRIC_CRITERION = "The answer is correct, helpful, and does what the question asks."
 
-_GENERATIVE_TASK = """\
-Grade the answer below.
-{guide}
-Reply with only a JSON object: {{"reasoning": "<one or two sentences>", "score": <number from 0 to 1>}}"""
-_GEN_GUIDE_RUBRIC = (
-    "For each criterion of the rubric, rate from 0 to 1 how far the answer satisfies it, multiply by the "
-    "criterion's weight, and add the results: that sum is the score."
+# The reference behaviour, in our own words and with our own examples: per criterion a
+# satisfaction in [0, 1] times the weight, summed. The examples come first (they are the same in
+# every prompt, so a server's prefix cache keeps them), then the question, rubric and answer.
+_GEN_RUBRIC_TASK = """\
+You will grade one answer to a user's question against a rubric. The rubric lists criteria; each \
+has a weight (the weights add up to 1) and usually scoring levels that say what a rating means.
+
+Go through the rubric one criterion at a time:
+1. Decide how far the answer satisfies the criterion, from 0 (not at all) to 1 (completely). Follow \
+its scoring levels when it has them, and use a value in between when the answer is partly there.
+2. Multiply that rating by the criterion's weight.
+Then add up the products: the total, between 0 and 1, is the score.
+
+Grade only what the answer actually says. Length, confidence and polish earn nothing that no \
+criterion asks for, and an answer gets no credit for what it only promises.
+
+Reply with a single JSON object and nothing else:
+{"reasoning": "<for each criterion: rating x weight = product; then the total>", "score": <the total, from 0 to 1>}
+
+Two examples of the method, on other questions:
+
+Example 1 - question: Which gas do plants take in for photosynthesis, and which gas do they give off?
+Example 1 - rubric: {"criteria": [{"criterion": "Names carbon dioxide as the gas taken in.", \
+"weight": 0.5, "scoring_levels": {"1.0": "carbon dioxide", "0.0": "another gas or none"}}, \
+{"criterion": "Names oxygen as the gas given off.", "weight": 0.3, "scoring_levels": {"1.0": "oxygen", \
+"0.0": "another gas or none"}}, {"criterion": "Says that light supplies the energy.", "weight": 0.2, \
+"scoring_levels": {"1.0": "light named as the energy source", "0.5": "light mentioned in passing", \
+"0.0": "no mention of light"}}]}
+Example 1 - answer: Plants absorb carbon dioxide from the air and release oxygen.
+Example 1 - reply: {"reasoning": "Carbon dioxide taken in: stated, 1.0 x 0.5 = 0.5. Oxygen given off: \
+stated, 1.0 x 0.3 = 0.3. Light as the energy source: not mentioned, 0.0 x 0.2 = 0.0. Total: 0.5 + 0.3 \
++ 0.0 = 0.8.", "score": 0.8}
+
+Example 2 - question: Write a two-sentence reminder asking my team to hand in their timesheets by \
+Friday. Keep it friendly.
+Example 2 - rubric: {"criteria": [{"criterion": "Asks the team to hand in their timesheets.", \
+"weight": 0.4}, {"criterion": "Gives Friday as the deadline.", "weight": 0.3}, {"criterion": "Is exactly \
+two sentences long.", "weight": 0.2, "scoring_levels": {"1.0": "two sentences", "0.5": "one or three \
+sentences", "0.0": "four or more"}}, {"criterion": "Sounds friendly.", "weight": 0.1}]}
+Example 2 - answer: Hi everyone, please remember to send in your timesheets. Thanks a lot, and have a \
+great week! Shout if anything is unclear.
+Example 2 - reply: {"reasoning": "Asks for the timesheets: yes, 1.0 x 0.4 = 0.4. Friday deadline: \
+missing, 0.0 x 0.3 = 0.0. Two sentences: it has three, 0.5 x 0.2 = 0.1. Friendly: warm and polite, \
+1.0 x 0.1 = 0.1. Total: 0.4 + 0.0 + 0.1 + 0.1 = 0.6.", "score": 0.6}
+
+Now grade the answer below."""
+_GEN_ALONE_TASK = """\
+You will grade one answer to a user's question. Rate from 0 (useless or wrong) to 1 (fully correct, \
+complete and helpful) how good the answer is.
+
+Reply with a single JSON object and nothing else:
+{"reasoning": "<why this score>", "score": <a number from 0 to 1>}"""
+_GEN_END = 'Reply with the JSON object {"reasoning": ..., "score": ...} only.'
+
+_LIKERT_TASK = """\
+You will rate one answer to a user's question on a scale from 1 to 10: 1 means useless, wrong or \
+off-topic; 10 means correct, complete, clear and doing everything the question asks. Use the whole \
+scale.{reference}
+
+Reply with a single JSON object and nothing else:
+{{"reasoning": "<a short justification>", "score": <an integer from 1 to 10>}}"""
+_LIKERT_REFERENCE = (
+    " A reference answer is given: treat it as a guide to what a correct answer contains; the answer "
+    "does not have to match its wording or length."
 )
-_GEN_GUIDE_ALONE = "Rate from 0 (useless or wrong) to 1 (fully correct and helpful) how good the answer is."
+_RAR_IMPLICIT_TASK = """\
+You will rate one answer to a user's question on a scale from 1 to 10, using the rubric as your \
+guide to what a good answer does. Weigh all criteria together, giving more importance to those with \
+larger weights, and give one overall rating: 1 when the answer meets almost none of the rubric, 10 \
+when it meets all of it. Use the whole scale.
+
+Reply with a single JSON object and nothing else:
+{"reasoning": "<a short justification>", "score": <an integer from 1 to 10>}"""
+_SCALE_END = 'Reply with the JSON object {"reasoning": ..., "score": <1 to 10>} only.'
 
 _PROB_TASK = (
     "Rate how well the answer meets the rubric, giving each criterion its weight. Reply with a single digit "
@@ -69,30 +160,90 @@ _YESNO_TASK = "Does the answer meet the criterion? Reply with Yes or No only."
 
 DIGITS = tuple(str(d) for d in range(10))
 PROGRESS_BLOCK = 128  # answers per backend call when a progress bar is shown
+JUDGE_MAX_NEW_TOKENS = 16384
+"""Generation budget of the generative modes: the paper's for its thinking Qwen3 judge. A thinking
+judge cut off before ``</think>`` gives no score, so a short budget turns scores into ``None``s."""
 
 
 def _clean_answer(answer: str) -> str:
     return strip_thinking(answer) if "<think>" in answer.lower() or "</think>" in answer.lower() else answer.strip()
 
 
+def _raw_rubric(item: JudgeItem) -> str | None:
+    """The rubric as written, thinking stripped; ``None`` when not given or empty once stripped."""
+    text = strip_thinking(item.rubric_text) if isinstance(item.rubric_text, str) else ""
+    return text or None
+
+
+def _rubric_as_written(item: JudgeItem) -> str | None:
+    """What the generative modes show: the writer's text, else the parsed rubric rendered, else nothing."""
+    raw = _raw_rubric(item)
+    if raw is not None:
+        return raw
+    return render_rubric(item.rubric) if item.rubric is not None else None
+
+
+def _rubric_rendered(item: JudgeItem) -> str | None:
+    """What ``prob`` shows: the parsed rubric rendered (numbered, weights explicit), else the raw text."""
+    return render_rubric(item.rubric) if item.rubric is not None else _raw_rubric(item)
+
+
+def _criteria(item: JudgeItem) -> list[tuple[str, float]]:
+    """(criterion, weight) pairs for the per-criterion modes.
+
+    A parsed rubric gives its criteria; raw text that did not parse is one criterion of weight 1;
+    no rubric at all gives one generic criterion (the judge alone).
+    """
+    if item.rubric is not None and item.rubric.criteria:
+        return [(c.criterion, c.weight) for c in item.rubric.criteria]
+    raw = _raw_rubric(item)
+    return [(raw if raw is not None else _NO_RUBRIC_CRITERION, 1.0)]
+
+
+def _conversation(user: str) -> Conversation:
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
 def generative_messages(item: JudgeItem) -> Conversation:
-    guide = _GEN_GUIDE_RUBRIC if item.rubric is not None else _GEN_GUIDE_ALONE
-    parts = [f"Question:\n{item.question}"]
-    if item.rubric is not None:
-        parts.append(f"Rubric:\n{render_rubric(item.rubric)}")
-    parts.append(f"Answer:\n{_clean_answer(item.answer)}")
-    parts.append(_GENERATIVE_TASK.format(guide=guide))
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    """The reference judge's prompt: per-criterion rating x weight, summed; JSON reply with a 0-1 score."""
+    rubric = _rubric_as_written(item)
+    if rubric is None:
+        parts = [_GEN_ALONE_TASK, f"Question:\n{item.question}"]
+    else:
+        parts = [_GEN_RUBRIC_TASK, f"Question:\n{item.question}", f"Rubric:\n{rubric}"]
+    parts += [f"Answer:\n{_clean_answer(item.answer)}", _GEN_END]
+    return _conversation("\n\n".join(parts))
+
+
+def likert_messages(item: JudgeItem) -> Conversation:
+    """Direct-Likert: a holistic 1-10 rating without rubric, with the reference answer when there is one."""
+    reference = item.reference.strip() if isinstance(item.reference, str) and item.reference.strip() else None
+    parts = [_LIKERT_TASK.format(reference=_LIKERT_REFERENCE if reference else ""), f"Question:\n{item.question}"]
+    if reference:
+        parts.append(f"Reference answer:\n{reference}")
+    parts += [f"Answer:\n{_clean_answer(item.answer)}", _SCALE_END]
+    return _conversation("\n\n".join(parts))
+
+
+def rar_implicit_messages(item: JudgeItem) -> Conversation:
+    """RaR implicit: a holistic 1-10 rating guided by the rubric (as written); without one, as ``likert``."""
+    rubric = _rubric_as_written(item)
+    if rubric is None:
+        return likert_messages(JudgeItem(item.question, item.answer))
+    parts = [_RAR_IMPLICIT_TASK, f"Question:\n{item.question}", f"Rubric:\n{rubric}",
+             f"Answer:\n{_clean_answer(item.answer)}", _SCALE_END]
+    return _conversation("\n\n".join(parts))
 
 
 def prob_messages(item: JudgeItem) -> Conversation:
-    task = _PROB_TASK if item.rubric is not None else _PROB_TASK_ALONE
+    rubric = _rubric_rendered(item)
+    task = _PROB_TASK if rubric is not None else _PROB_TASK_ALONE
     parts = [task, f"Question:\n{item.question}"]
-    if item.rubric is not None:
-        parts.append(f"Rubric:\n{render_rubric(item.rubric)}")
+    if rubric is not None:
+        parts.append(f"Rubric:\n{rubric}")
     parts.append(f"Answer:\n{_clean_answer(item.answer)}")
     parts.append("Score (0-9):")
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    return _conversation("\n\n".join(parts))
 
 
 def yesno_messages(question: str, criterion: str, answer: str) -> Conversation:
@@ -100,7 +251,7 @@ def yesno_messages(question: str, criterion: str, answer: str) -> Conversation:
         [_YESNO_TASK, f"Question:\n{question}", f"Criterion:\n{criterion}", f"Answer:\n{_clean_answer(answer)}",
          "Does the answer meet the criterion (Yes or No)?"]
     )
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+    return _conversation(user)
 
 
 # ----------------------------------------------------------------------------- reading outputs

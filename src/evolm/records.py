@@ -86,6 +86,7 @@ class StepRecord:
     pair_accuracy: float | None = _typed(float)  # rubric steps: share of rows where the judge scored a+ > a-
     rubric_validity: float | None = _typed(float)  # share of format-valid rubrics (rubric samples / policy rubrics)
     missing_rewards: float | None = _typed(float)  # share of rows whose judge score was unreadable
+    tied_groups: float | None = _typed(float)  # share of groups whose rewards all tie (zero advantage)
     completion_length: float | None = _typed(float)  # mean completion length in tokens
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)

@@ -96,34 +96,49 @@ class RowReward:
     parsed: dict[str, Any] | None = None  # rubric rows: the written rubric, parsed
 
 
+INVALID_RUBRICS = ("judge_raw", "zero")
+
+
 def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
-               rubric_reward_kind: str = "binary", aggregate: str = "mean") -> list[RowReward]:
+               rubric_reward_kind: str = "binary", aggregate: str = "mean", invalid_rubrics: str = "judge_raw"
+               ) -> list[RowReward]:
     """Rewards of a batch of rows of either role, computed from each row alone (SPEC §2.3).
 
     A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
-    empty to judge alone) and ``a_pos``/``a_neg`` (rubric: the pair). A policy row's reward is the
-    judge's score of its completion. A rubric row's completion is a written rubric: its reward comes
-    from the judge's scores of the pair under that rubric; a rubric that does not parse cannot guide
-    the judge, so it earns 0 (the writer is at fault), not a missing reward. All judging of the
-    batch is one call per judge, so answers to one question share the judge's prefix.
+    empty), ``rubric_text`` (policy: that rubric as the writer wrote it, thinking stripped),
+    ``reference`` (policy, optional: the data's reference answer) and ``a_pos``/``a_neg`` (rubric: the pair). A policy row's reward is the judge's score of its
+    completion. A rubric row's completion is a written rubric: its reward comes from the judge's
+    scores of the pair under that rubric. The judge reads a rubric as it was written.
+
+    A rubric that does not parse: with ``invalid_rubrics="judge_raw"`` (the reference) the judge
+    reads its raw text in both roles and the format term of ``margin_format`` does the rest; with
+    ``"zero"`` it earns a flat 0 in the rubric role and its policy question is judged without a
+    rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. All judging
+    of the batch is one call per judge, so answers to one question share the judge's prefix.
     """
     from evolm.judge import JudgeItem, score_with_judges
-    from evolm.rubrics import Rubric, read_written
+    from evolm.rubrics import Rubric, read_written, strip_thinking
 
+    if invalid_rubrics not in INVALID_RUBRICS:
+        raise ValueError(f"unknown invalid_rubrics '{invalid_rubrics}' (choose from {', '.join(INVALID_RUBRICS)})")
     items: list[Any] = []
     where: list[Any] = []  # per row: index of its item (policy), (i+, i-, written) or (None, None, written)
     for row, text in zip(rows, completions, strict=True):
         if row["role"] == "policy":
+            rubric = Rubric.from_obj(row["rubric"]) if row.get("rubric") else None
+            raw = strip_thinking(row.get("rubric_text") or "") or None
+            if rubric is None and invalid_rubrics == "zero":
+                raw = None
             where.append(len(items))
-            items.append(JudgeItem(row["question"], text, Rubric.from_obj(row["rubric"]) if row["rubric"] else None))
+            items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw, reference=row.get("reference") or None))
             continue
-        written = read_written(text)
-        if written.rubric is None:
+        written, raw = read_written(text), strip_thinking(text)
+        if written.rubric is None and (invalid_rubrics == "zero" or not raw):
             where.append((None, None, written))
             continue
         where.append((len(items), len(items) + 1, written))
-        items += [JudgeItem(row["question"], row["a_pos"], written.rubric),
-                  JudgeItem(row["question"], row["a_neg"], written.rubric)]
+        items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
+                  JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
     scores = score_with_judges(judges, items, aggregate) if items else []
     out: list[RowReward] = []
     for w in where:
@@ -136,7 +151,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             continue
         sp, sn = scores[i_pos], scores[i_neg]
         out.append(RowReward(rubric_reward(sp, sn, rubric_reward_kind, written.valid), s_pos=sp, s_neg=sn,
-                             rubric_valid=written.valid, parsed=written.rubric.to_dict()))
+                             rubric_valid=written.valid,
+                             parsed=written.rubric.to_dict() if written.rubric else None))
     return out
 
 
@@ -150,6 +166,7 @@ class StepRewards:
     missing_rewards: float  # share of rows with a missing reward
     pair_accuracy: float | None  # rubric steps: share of rows whose rubric made the judge score a+ > a-
     rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
+    tied_groups: float = 0.0  # share of groups whose rewards are all equal (zero advantage: no gradient signal)
 
 
 def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
@@ -167,6 +184,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     for g, r in zip(groups, filled, strict=True):
         by_group[g].append(r)
     stds = [statistics.pstdev(v) if len(v) > 1 else 0.0 for v in by_group.values()]
+    tied = sum(1 for v in by_group.values() if max(v) - min(v) <= 1e-12) / len(by_group) if by_group else 0.0
     if roles and roles[0] == "rubric":
         pair_acc: float | None = sum(1.0 for r in raw if not is_missing(r.s_pos) and not is_missing(r.s_neg)
                                      and r.s_pos > r.s_neg) / n  # type: ignore[operator]
@@ -176,7 +194,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         present = [float(v) for v in policy_rubric_valid if v is not None]
         validity = sum(present) / len(present) if present else None
     return StepRewards(filled, sum(filled) / n if n else 0.0, sum(stds) / len(stds) if stds else 0.0,
-                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity)
+                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity, tied)
 
 
 # ----------------------------------------------------------------------------- several judges

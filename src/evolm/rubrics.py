@@ -78,18 +78,28 @@ level in between.
 
 Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ..., "scoring_levels": {...}}, ...]}"""
 
-_EXAMPLE_QUESTION = "What is 17 * 24?"
+# The one-shot example is a long-form request with balanced weights, on purpose: the pattern the
+# paper reports as *emerging* with training (one answer check holding ~0.8 of the weight) must not
+# be taught by the prompt, or the rubric statistics would measure the example (SPEC §2.1).
+_EXAMPLE_QUESTION = "Write a short note asking my neighbour to water my plants while I am away next week."
 _EXAMPLE = {
     "criteria": [
         {
-            "criterion": "The final answer is equivalent to 408.",
-            "weight": 0.8,
-            "scoring_levels": {"1.0": "States 408.", "0.5": "Right method, arithmetic slip.", "0.0": "Wrong or missing."},
+            "criterion": "Makes the request clear: watering the plants, while the writer is away next week.",
+            "weight": 0.4,
+            "scoring_levels": {"1.0": "Request and dates are clear.", "0.5": "Request clear, timing vague.",
+                               "0.0": "The request is missing or unclear."},
         },
         {
-            "criterion": "Shows the multiplication steps clearly.",
-            "weight": 0.2,
-            "scoring_levels": {"1.0": "Clear steps.", "0.5": "Some steps.", "0.0": "No working."},
+            "criterion": "Gives the practical details the neighbour needs (which plants, how often, access).",
+            "weight": 0.3,
+            "scoring_levels": {"1.0": "All needed details.", "0.5": "Some details.", "0.0": "No details."},
+        },
+        {
+            "criterion": "Is polite and short, as a note to a neighbour should be.",
+            "weight": 0.3,
+            "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or brief but curt.",
+                               "0.0": "Rude or rambling."},
         },
     ]
 }

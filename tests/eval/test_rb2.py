@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import random
-from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 from rb2_fakes import RUBRIC, FakeBackend
 
@@ -117,23 +114,46 @@ def test_no_paired_prompt_at_all_gives_zero_paired_terms():
     assert b.n_paired == 0 and b.score == pytest.approx(0.3)
 
 
-def test_zero_spread_between_correct_answers_gives_a_full_margin():
-    # tied:5 diff = 3 - 3 = 0, ci = 2; ref:5 ci = 1. min(1, 2) / 0 = +inf (numpy), tanh(inf) = 1:
-    # 0.3 + 0.3 + 0.2 + 0.2 + 0.01 = 1.01, the official maximum
+def test_zero_spread_counts_in_preferred_but_not_in_the_margin_term():
+    # tied:5 diff = 3 - 3 = 0, ci = 2; ref:5 ci = 1. preferred 2 > 0 and hard min(1, 2) > 0 hold;
+    # the official release averages the margin term over diff_corr > 0 only: none here, so 0.
     b = ties_breakdown(ties(("ref:5", 1, [2, 1]), ("tied:5", 2, [3, 3, 1])))
-    assert b.margin == 1.0 and b.score == pytest.approx(1.01)
-    # the same with a losing ref: min(-1, 2) / 0 = -inf -> tanh = -1; only tied accuracy and "preferred" hold
+    assert (b.n_paired, b.n_spread, b.n_margin) == (1, 1, 0)
+    assert b.margin == 0.0 and b.score == pytest.approx(1.0)
+    # with a losing ref: hard min(-1, 2) > 0 fails; 0.3 (tied accurate) + 0.2 (preferred)
     b = ties_breakdown(ties(("ref:5", 1, [1, 2]), ("tied:5", 2, [3, 3, 1])))
-    assert b.margin == -1.0 and b.score == pytest.approx(0.3 + 0.2 - 0.01)
-    # and 0 / 0 (ref ci 0, tied ci 0 since all equal) is NaN, counted 0
+    assert b.margin == 0.0 and b.score == pytest.approx(0.5)
+    # everything equal: nothing accurate, 0 > 0 fails
     b = ties_breakdown(ties(("ref:5", 1, [1, 1]), ("tied:5", 2, [1, 1, 1])))
-    assert b.margin == 0.0 and b.score == 0.0
+    assert b.score == 0.0
+    # next to a prompt with a spread, the margin term is that prompt's alone: tanh(min(4, 2) / 1 - 1) = tanh(1)
+    b = ties_breakdown(ties(("ref:5", 1, [2, 1]), ("tied:5", 2, [3, 3, 1]), *REF_TIED[:2]))
+    assert (b.n_spread, b.n_margin) == (2, 1)
+    assert b.margin == pytest.approx(math.tanh(1)) and b.score == pytest.approx(1.0 + 0.01 * math.tanh(1))
 
 
-def test_tied_prompt_with_one_correct_answer_has_zero_spread():
-    assert prompt_stats([4, 2, 1], 1).diff_corr == 0.0
+def test_tied_prompt_with_one_correct_answer_is_left_out_of_the_paired_terms():
+    assert prompt_stats([4, 2, 1], 1).diff_corr is None
+    # tied:7 has one correct answer: it counts in tied accuracy (accurate), not in preferred/hard/margin,
+    # which stay those of REF_TIED (1/2, 1/2, MARGIN over pids 1 and 2)
+    b = ties_breakdown(ties(*REF_TIED, ("ref:7", 1, [1, 5]), ("tied:7", 1, [4, 1])))
+    assert (b.n_paired, b.n_spread, b.n_margin) == (3, 2, 2)
+    assert (b.tied_accuracy, b.ref_accuracy) == (1.0, pytest.approx(1 / 3))
+    assert (b.correctness_preferred, b.correctness_preferred_hard) == (0.5, 0.5)
+    assert b.margin == pytest.approx(MARGIN)
+    assert b.score == pytest.approx(0.3 + 0.1 + 0.1 + 0.1 + 0.01 * MARGIN)
+
+
+def test_only_single_correct_tied_prompts_give_zero_paired_terms():
+    # the official mean of an empty list is NaN; evolm reports 0 for those terms
     b = ties_breakdown(ties(("ref:1", 1, [4, 2]), ("tied:1", 1, [4, 1])))
-    assert b.score == pytest.approx(1.01)
+    assert (b.n_paired, b.n_spread) == (1, 0)
+    assert b.score == pytest.approx(0.6)
+
+
+def test_duplicate_ties_ids_are_an_input_error():
+    with pytest.raises(InputError, match="appears twice"):
+        ties_breakdown(ties(*REF_TIED, ("tied:01", 2, [1, 1, 0])))  # "01" is prompt 1, as officially
 
 
 def test_missing_scores_in_ties():
@@ -144,47 +164,10 @@ def test_missing_scores_in_ties():
     # a prompt with every score missing contributes 0 everywhere: ref ci and tied margins are NaN
     b = ties_breakdown(ties(("ref:1", 1, [None, None]), ("tied:1", 2, [None, None, None])))
     assert b.score == 0.0
-    # tied:1 scored, ref:1 all missing: tied accurate (0.3), preferred (2 > 1: 0.2); hard and margin NaN -> 0
+    # tied:1 scored, ref:1 all missing: tied accurate (0.3), preferred (2 > 1: 0.2); hard (NaN > 1) fails and
+    # the margin term's NaN ratio counts 0
     b = ties_breakdown(ties(("ref:1", 1, [None, None]), ("tied:1", 2, [8, 7, 5])))
     assert b.score == pytest.approx(0.3 + 0.2)
-
-
-def _official_ties_numpy(rows: list[ScoredRow]) -> float:
-    """An independent numpy restatement of process_single_model (allenai/reward-bench), no missing scores."""
-    groups = defaultdict(list)
-    for r in rows:
-        kind, pid = r.id.split(":")
-        groups[(kind, int(pid))] += [(i < r.num_correct, s) for i, s in enumerate(r.scores)]
-    stats = {}
-    for key, samples in groups.items():
-        good = [s for ok, s in samples if ok]
-        bad = [s for ok, s in samples if not ok]
-        stats[key] = (min(good) - max(bad) > 0, max(good) - min(good), min(good) - max(bad))
-    ref = {p: v for (k, p), v in stats.items() if k == "ref"}
-    tied = {p: v for (k, p), v in stats.items() if k == "tied"}
-    both = sorted(set(ref) & set(tied))
-    d = np.array([tied[p][1] for p in both], float)
-    ct = np.array([tied[p][2] for p in both], float)
-    cr = np.array([ref[p][2] for p in both], float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        margin = np.nan_to_num(np.tanh(np.minimum(cr, ct) / d - 1), nan=0.0)
-    return float(
-        0.3 * np.mean([v[0] for v in tied.values()]) + 0.3 * np.mean([v[0] for v in ref.values()])
-        + 0.2 * np.mean(ct > d) + 0.2 * np.mean(np.minimum(cr, ct) > d) + 0.01 * np.mean(margin)
-    )
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_ties_matches_a_numpy_restatement_of_the_official_code(seed):
-    rng = random.Random(seed)
-    rows = []
-    for pid in range(40):
-        if rng.random() < 0.9:  # a few tied prompts lack their ref
-            rows.append(ScoredRow(f"ref:{pid}", "Ties", 1, tuple(rng.randint(0, 4) for _ in range(4))))
-        k = rng.randint(2, 4)
-        rows.append(ScoredRow(f"tied:{pid}", "Ties", k, tuple(rng.randint(0, 4) for _ in range(k + rng.randint(1, 3)))))
-    rng.shuffle(rows)
-    assert ties_breakdown(rows).score == pytest.approx(_official_ties_numpy(rows), abs=1e-12)
 
 
 def test_bad_ties_id_is_an_input_error():
@@ -212,10 +195,10 @@ def test_score_rows_subsets_overall_and_missing_count():
 
 def test_overall_is_the_plain_mean_of_six_subsets():
     rows = [ScoredRow(str(i), name, 1, (1.0, 0.0) if i % 2 == 0 else (0.0, 1.0)) for i, name in enumerate(rb2.SUBSETS[:5])]
-    rows += ties(("ref:1", 1, [1, 0]), ("tied:1", 2, [1, 1, 0]))  # 1.01
+    rows += ties(("ref:1", 1, [1, 0]), ("tied:1", 2, [1, 0.9, 0]))  # 1 + 0.01 * tanh(0.9 / 0.1 - 1)
     result = score_rows(rows)
-    assert result.complete
-    assert result.overall == pytest.approx((1 + 0 + 1 + 0 + 1 + 1.01) / 6)
+    assert result.complete and list(result.subsets) == list(rb2.SUBSETS)
+    assert result.overall == pytest.approx((1 + 0 + 1 + 0 + 1 + 1 + 0.01 * math.tanh(8)) / 6)
 
 
 # ----------------------------------------------------------------------------- data
@@ -229,8 +212,40 @@ def test_load_jsonl_fixture_and_select():
     # one row per non-Ties subset, and for Ties the first prompt id with both its rows
     assert [r.id for r in limited] == ["f1", "p1", "m1", "s1", "fo1", "ref:1", "tied:1"]
     assert [r.id for r in rb2.load_rb2(str(RB2_SMALL), subsets=["math", "TIES"])] == ["m1", "ref:1", "tied:1", "ref:2", "tied:2"]
-    with pytest.raises(InputError, match="unknown subset"):
+    with pytest.raises(InputError, match="unknown RewardBench 2 subset 'Chat'"):
         rb2.load_rb2(str(RB2_SMALL), subsets=["Chat"])
+
+
+def test_unknown_subsets_are_one_line_input_errors(tmp_path, capsys):
+    known = "known: Factuality, Precise IF, Math, Safety, Focus, Ties"
+    # --subsets naming a seventh subset
+    assert main(["eval", "rb2", "--from-scores", str(RB2_SCORES), "--subsets", "Math,Chat"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown RewardBench 2 subset 'Chat'" in err and known in err and "\n" not in err
+    # a known subset without rows is no silent empty result either
+    assert main(["eval", "rb2", "--from-scores", str(RB2_SCORES), "--subsets", "Focus"]) == 2
+    assert "no rows of subset(s) Focus (present: Math, Safety, Ties)" in capsys.readouterr().err
+    # a score file with a row of a seventh subset: an error, not a subset averaged into the overall
+    path = tmp_path / "scores.jsonl"
+    path.write_text(RB2_SCORES.read_text() + json.dumps({"id": "z", "subset": "Chat", "num_correct": 1, "scores": [1, 0]}) + "\n")
+    assert main(["eval", "rb2", "--from-scores", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "row 9 (id 'z')" in err and "unknown RewardBench 2 subset 'Chat'" in err and known in err and "\n" not in err
+    # the same in the data, before any model is loaded
+    data = tmp_path / "rb2.jsonl"
+    data.write_text(json.dumps({"id": "1", "prompt": "p", "chosen": ["a"], "rejected": ["b"], "subset": "Chat"}) + "\n")
+    with pytest.raises(InputError, match="row 1 .*unknown RewardBench 2 subset 'Chat'"):
+        rb2.load_rb2(str(data))
+    with pytest.raises(InputError, match="unknown RewardBench 2 subset 'Chat'"):
+        score_rows([ScoredRow("x", "Chat", 1, (1.0, 0.0))])
+
+
+def test_subset_names_in_any_case_take_the_official_spelling(tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_text(RB2_SCORES.read_text().replace('"Math"', '"math"').replace('"Ties"', '"TIES"'))
+    rows = rb2.read_scores(path)
+    assert {r.subset for r in rows} == {"Math", "Safety", "Ties"}
+    assert score_rows(rows).subsets == pytest.approx({"Math": 0.25, "Safety": 0.5, "Ties": REF_TIED_SCORE})
 
 
 def test_load_parquet_and_json_list(tmp_path):
@@ -279,8 +294,8 @@ class CountingJudge:
         return self.judge.score(items, progress=progress)
 
 
-TIES_FIXTURE = 0.3 * 1 + 0.3 * 0.5 + 0.2 * 1 + 0.2 * 0.5 + 0.01 * (1 + math.tanh(-3)) / 2
-# ref:1 [1, 1/9, 5/9] ci 4/9 | tied:1 [1, 1, 1/9, 1/9] diff 0, ci 8/9 -> preferred, hard, margin tanh(+inf) = 1
+TIES_FIXTURE = 0.3 * 1 + 0.3 * 0.5 + 0.2 * 1 + 0.2 * 0.5 + 0.01 * math.tanh(-3)
+# ref:1 [1, 1/9, 5/9] ci 4/9 | tied:1 [1, 1, 1/9, 1/9] diff 0, ci 8/9 -> preferred, hard; not in the margin term
 # ref:2 [5/9, 1] ci -4/9     | tied:2 [1, 7/9, 1/9] diff 2/9, ci 6/9 -> preferred; hard -4/9 > 2/9 no; tanh(-2 - 1)
 WITH_RUBRIC = {"Factuality": 0.75, "Precise IF": 0.0, "Math": 1.0, "Safety": 1 / 3, "Focus": 1.0, "Ties": TIES_FIXTURE}
 
@@ -292,7 +307,7 @@ def test_run_rb2_with_rubrics_batches_and_scores_exactly():
     scored, stats = rb2.run_rb2(rows, judge, rubric_backend=backend)
     assert backend.generate_calls == [10]  # one batched call, one rubric per prompt
     assert judge.calls == [36]  # every completion of every row in one judge call
-    assert stats.to_dict() == {"source": "written", "prompts": 10, "parsed": 10, "unparsed": 0, "valid": 10}
+    assert stats.to_dict() == {"source": "written", "prompts": 10, "parsed": 10, "unparsed": 0, "valid": 10, "retried": 0}
     assert scored[0].scores == pytest.approx((1.0, 1 / 9, 1 / 9, 1 / 9))
     result = score_rows(scored)
     assert result.subsets == pytest.approx(WITH_RUBRIC)
@@ -310,7 +325,8 @@ def test_run_rb2_judge_alone_sees_no_difference():
 def test_unparsed_rubrics_leave_the_judge_alone():
     backend = FakeBackend(rubric_text="I cannot write a rubric.")
     scored, stats = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(backend), rubric_backend=backend)
-    assert (stats.parsed, stats.valid) == (0, 0)
+    assert (stats.parsed, stats.valid, stats.retried) == (0, 0, 10)
+    assert backend.generate_calls == [10, 10, 10]  # the first try, then 0.3 and 0.1
     assert score_rows(scored).subsets["Math"] == 0.25
 
 

@@ -66,6 +66,66 @@ def chat_kwargs(params_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     return dict(params_kwargs or {})
 
 
+# ----------------------------------------------------------------------------- thinking templates
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+EMPTY_THINK_BLOCK = "<think>\n\n</think>\n\n"
+"""What Qwen3's template writes after the assistant header when thinking is off: the model was
+trained to answer right after it, so a one-token read placed there reads the answer itself."""
+
+
+def template_thinks(template: Any) -> bool:
+    """Whether a chat template (a string, or a dict of named templates) writes think blocks.
+
+    >>> template_thinks("{{ '<think>\\n\\n</think>\\n\\n' }}"), template_thinks("{{ messages }}"), template_thinks(None)
+    (True, False, False)
+    """
+    if isinstance(template, dict):
+        return any(template_thinks(t) for t in template.values())
+    return isinstance(template, str) and THINK_OPEN in template and THINK_CLOSE in template
+
+
+def close_thinking(prompt: str) -> str:
+    """A rendered prompt of a thinking template, ended so that the next token comes after a closed think block.
+
+    The probability modes read one token. A thinking model (Qwen3 with thinking on, R1-style or
+    "Thinking-2507" templates that open ``<think>`` themselves) wants to start its reply with
+    ``<think>`` or with reasoning; the score it would give comes only after ``</think>``. So:
+    a prompt that already ends after ``</think>`` (Qwen3 with ``enable_thinking=False``) is kept
+    (with a blank line added if nothing follows the tag); one that ends inside an opened block is
+    closed empty; any other gets the empty block Qwen3 uses when thinking is off.
+
+    >>> close_thinking("<|im_start|>assistant\\n")
+    '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'
+    >>> close_thinking("<|im_start|>assistant\\n<think>\\n")
+    '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'
+    >>> close_thinking("<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n")
+    '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'
+    """
+    tail = prompt.rstrip()
+    if tail.endswith(THINK_CLOSE):
+        return prompt if len(tail) < len(prompt) else prompt + "\n\n"
+    if tail.endswith(THINK_OPEN):
+        return tail[: -len(THINK_OPEN)] + EMPTY_THINK_BLOCK
+    return prompt + EMPTY_THINK_BLOCK
+
+
+def opened_thinking(prompt: str) -> str:
+    """The start of a think block that a rendered prompt opened for the reply (``"<think>\\n"``), else ``""``.
+
+    Templates such as Qwen3-Thinking-2507's end the prompt with ``<think>\\n``, so the model's
+    reply carries only the closing tag. Backends put this opening back in front of the reply: a
+    reply cut before ``</think>`` then reads as unfinished thinking (no answer, a missing score),
+    not as an answer made of reasoning.
+
+    >>> opened_thinking("<|im_start|>assistant\\n<think>\\n"), opened_thinking("<|im_start|>assistant\\n")
+    ('<think>\\n', '')
+    """
+    if not prompt.rstrip().endswith(THINK_OPEN):
+        return ""
+    return prompt[prompt.rstrip().rindex(THINK_OPEN) :]
+
+
 def match_candidates(
     top: Mapping[str, float] | Iterable[tuple[str, float]], candidates: Sequence[str]
 ) -> dict[str, float]:

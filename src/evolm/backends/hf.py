@@ -4,6 +4,12 @@ with shared-prefix reuse.
 ``next_token_logprobs`` finds, on token ids, groups of prompts that share a long prefix (the judge's
 instructions + question + rubric are the same for every answer to a question) and runs that prefix
 once, then only the differing suffixes, batched, on top of its key/value cache.
+
+Thinking templates (Qwen3 and the like, detected by ``<think>`` in the chat template): the
+one-token read of ``next_token_logprobs`` is placed after a closed, empty think block
+(``close_thinking``), whatever ``enable_thinking`` says, so that it reads the reply and not the
+model's wish to start thinking; ``generate`` puts a think block opened by the template back in
+front of the reply (``opened_thinking``), so that a reply cut while thinking reads as unfinished.
 """
 
 from __future__ import annotations
@@ -17,7 +23,15 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from evolm.backends.base import Conversation, SamplingParams
+from evolm.backends.base import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    Conversation,
+    SamplingParams,
+    close_thinking,
+    opened_thinking,
+    template_thinks,
+)
 
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
 
@@ -27,17 +41,23 @@ class HFBackend:
 
     The model may be one a trainer is updating: calls run under ``torch.no_grad`` in eval mode
     and restore the model's training flag afterwards.
+
+    ``thinking`` says whether the chat template writes think blocks; ``None`` detects it from the
+    template (``template_thinks``).
     """
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True,
+                 thinking: bool | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.share_prefix = share_prefix
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.thinking = template_thinks(getattr(tokenizer, "chat_template", None)) if thinking is None else thinking
+        self._think_tags = _skipped_think_tags(tokenizer) if self.thinking else {}
         self._candidate_ids: dict[str, list[int]] = {}
         params = inspect.signature(model.forward).parameters
         # transformers >= 5.2x names the KV cache argument ``cache``; earlier 5.x ``past_key_values``.
@@ -52,16 +72,42 @@ class HFBackend:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _encode(self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any]) -> list[list[int]]:
-        out = []
-        for conv in conversations:
-            ids = self.tokenizer.apply_chat_template(
-                list(conv), tokenize=True, add_generation_prompt=True, **template_kwargs
-            )
-            if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
-                ids = ids["input_ids"]
-            out.append(list(ids))
-        return out
+    def _render(self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any]) -> list[str]:
+        """The chat template's text for each conversation, ending with the assistant's generation prompt."""
+        return [
+            self.tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=True, **template_kwargs)
+            for conv in conversations
+        ]
+
+    def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of rendered prompts, as ``apply_chat_template(tokenize=True)`` gives them (no added BOS)."""
+        return [list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+
+    def _encode(
+        self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any], *, after_thinking: bool = False
+    ) -> list[list[int]]:
+        """Prompt ids; with ``after_thinking`` (thinking templates only) ending after an empty think block."""
+        texts = self._render(conversations, template_kwargs)
+        if after_thinking and self.thinking:
+            texts = [close_thinking(t) for t in texts]
+        return self._tokenize(texts)
+
+    def _decode(self, row: Sequence[int]) -> str:
+        """A reply's text without special tokens, but with its think tags even where the tokenizer calls them special.
+
+        Qwen3's tags are plain added tokens, so ``skip_special_tokens`` keeps them; a tokenizer that
+        marks them special would hand the judge its reasoning as if it were the reply.
+        """
+        if not self._think_tags:
+            return self.tokenizer.decode(row, skip_special_tokens=True)
+        parts: list[str] = []
+        start = 0
+        for k, token in enumerate(row):
+            if token in self._think_tags:
+                parts += [self.tokenizer.decode(row[start:k], skip_special_tokens=True), self._think_tags[token]]
+                start = k + 1
+        parts.append(self.tokenizer.decode(row[start:], skip_special_tokens=True))
+        return "".join(parts)
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(x) for x in batch)
@@ -78,10 +124,15 @@ class HFBackend:
     def generate(
         self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False
     ) -> list[str]:
-        """One completion per conversation; rows are batched by similar length to limit padding."""
+        """One completion per conversation; rows are batched by similar length to limit padding.
+
+        A think block the template opened in the prompt is put back in front of the reply.
+        """
         if not conversations:
             return []
-        encoded = self._encode(conversations, params.chat_template_kwargs)
+        texts = self._render(conversations, params.chat_template_kwargs)
+        opened = [opened_thinking(t) if self.thinking else "" for t in texts]
+        encoded = self._tokenize(texts)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(encoded)
         sample = params.temperature > 0
@@ -104,9 +155,8 @@ class HFBackend:
                         use_cache=True,
                         **kwargs,
                     )
-                texts = self.tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-                for i, t in zip(idx, texts, strict=True):
-                    results[i] = t.strip()
+                for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
+                    results[i] = (opened[i] + self._decode(row)).strip()
         finally:
             self.model.train(was_training)
         return results
@@ -133,10 +183,14 @@ class HFBackend:
         *,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[dict[str, float]]:
-        """Log-probability of each candidate as the first reply token (log-sum-exp over its spellings)."""
+        """Log-probability of each candidate as the first reply token (log-sum-exp over its spellings).
+
+        With a thinking template the read is after an empty think block (``close_thinking``), so that
+        a thinking judge (Qwen3, ``enable_thinking`` on or off) gives its score, not ``<think>``.
+        """
         if not conversations:
             return []
-        encoded = self._encode(conversations, dict(chat_template_kwargs or {}))
+        encoded = self._encode(conversations, dict(chat_template_kwargs or {}), after_thinking=True)
         logits = self.last_token_logits(encoded)  # [N, V]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         out = []
@@ -212,6 +266,16 @@ class HFBackend:
             ).logits[:, -1, :]  # [B, V]
             rows.update(zip(idx, logits, strict=True))
         return [rows[i] for i in members]
+
+
+def _skipped_think_tags(tokenizer: Any) -> dict[int, str]:
+    """Ids of think tags that ``decode(skip_special_tokens=True)`` would drop, with their text."""
+    tags: dict[int, str] = {}
+    for tag in (THINK_OPEN, THINK_CLOSE):
+        ids = tokenizer.encode(tag, add_special_tokens=False)
+        if len(ids) == 1 and tokenizer.decode(ids) == tag and tokenizer.decode(ids, skip_special_tokens=True) == "":
+            tags[ids[0]] = tag
+    return tags
 
 
 def _prefix_groups(encoded: list[list[int]], min_shared: int) -> list[tuple[list[int], int]]:

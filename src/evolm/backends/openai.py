@@ -10,12 +10,23 @@ Retries are the ``openai`` client's own (``max_retries``): exponential backoff f
 errors, timeouts, 408, 409, 429 and 5xx. We use them rather than a second loop of our own because
 the client already gets the details right (which statuses, the headers); this module only turns
 the final failure into one ``BackendError`` line that names the URL and status and never the key.
+
+Chat-template kwargs travel as vLLM's ``chat_template_kwargs`` extra field, sent only when there
+are some and the server accepts them (``send_template_kwargs``; not to the OpenAI API itself, which
+rejects unknown fields). Thinking judges: the server renders the prompt, so this backend cannot
+put an empty think block in it as the ``hf`` and ``vllm`` backends do. ``next_token_logprobs``
+sends ``enable_thinking: false``, with which Qwen3-style templates (Qwen3, SmolLM3) end the prompt
+with an empty think block, so the one-token read is the score; a server whose template ignores
+that flag and lets the judge open ``<think>`` is reported as an error rather than read as a score
+(templates that open the block in the prompt, R1 or Thinking-2507 style, cannot be detected here:
+serve those judges with the ``vllm`` or ``hf`` backend for the probability modes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
@@ -23,7 +34,7 @@ from typing import Any, TypeVar, cast
 import openai
 from tqdm.auto import tqdm
 
-from evolm.backends.base import Conversation, SamplingParams, chat_kwargs, match_candidates
+from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
 from evolm.errors import BackendError
 
 _T = TypeVar("_T")
@@ -42,6 +53,11 @@ class OpenAIBackend:
     ``max_concurrency`` bounds the requests in flight within one call (a call from each of several
     threads gets its own bound). ``timeout_s`` is per request attempt; ``max_retries`` is the
     number of retries after the first attempt.
+
+    ``send_template_kwargs``: whether non-empty chat-template kwargs are sent (as the
+    ``chat_template_kwargs`` field that vLLM and SGLang read). ``None`` (default): sent unless the
+    server is the OpenAI API (``api.openai.com``, Azure OpenAI), which answers HTTP 400 to unknown
+    fields; ``False`` for any other strict server.
     """
 
     name = "openai"
@@ -54,6 +70,7 @@ class OpenAIBackend:
         max_concurrency: int = 32,
         timeout_s: float = 120.0,
         max_retries: int = 5,
+        send_template_kwargs: bool | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise BackendError(f"openai backend: max_concurrency must be at least 1, got {max_concurrency}")
@@ -65,6 +82,7 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.send_template_kwargs = send_template_kwargs
         self._api_key = os.environ.get(api_key_env) or "EMPTY"
 
     def __repr__(self) -> str:
@@ -85,10 +103,10 @@ class OpenAIBackend:
         """
         body: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
         body["max_tokens"] = params.max_new_tokens
-        extra = _extra_body(params.chat_template_kwargs)
 
         async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> str:
             seed: dict[str, Any] = {} if params.seed is None else {"seed": params.seed + index}
+            extra = self._extra_body(client, chat_kwargs(params.chat_template_kwargs))
             response = await client.chat.completions.create(
                 model=self.model, messages=cast(Any, list(conversation)), **body, **seed, **extra
             )
@@ -110,11 +128,14 @@ class OpenAIBackend:
         """Log-probabilities of each candidate as the reply's first token, one dict per conversation.
 
         One greedy completion of one token with the top 20 alternatives; candidates are matched
-        with ``match_candidates`` (case and surrounding spaces ignored, variants summed).
+        with ``match_candidates`` (case and surrounding spaces ignored, variants summed). Thinking is
+        turned off (``enable_thinking: false``, whatever the caller asked): a one-token read must
+        follow the (empty) think block. A reply that opens ``<think>`` anyway raises ``BackendError``.
         """
-        extra = _extra_body(chat_kwargs(chat_template_kwargs))
+        template_kwargs = {**chat_kwargs(chat_template_kwargs), "enable_thinking": False}
 
         async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> dict[str, float]:
+            extra = self._extra_body(client, template_kwargs)
             response = await client.chat.completions.create(
                 model=self.model,
                 messages=cast(Any, list(conversation)),
@@ -134,6 +155,12 @@ class OpenAIBackend:
             if not content:
                 return match_candidates([], candidates)
             first = content[0]
+            if first.token.strip() == THINK_OPEN:
+                raise BackendError(
+                    f"openai backend: {self._url(client)}: the judge starts its reply with {THINK_OPEN} "
+                    "although enable_thinking is false, so its first token is no score (serve it with a chat "
+                    "template that honours enable_thinking, or use the hf or vllm backend)"
+                )
             top = [(t.token, t.logprob) for t in first.top_logprobs] or [(first.token, first.logprob)]
             return match_candidates(top, candidates)
 
@@ -183,6 +210,13 @@ class OpenAIBackend:
                 bar.close()
         return [task.result() for task in tasks]
 
+    def _extra_body(self, client: openai.AsyncOpenAI, template_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``extra_body`` with the chat-template kwargs, or nothing (none, or a server that rejects the field)."""
+        send = self.send_template_kwargs
+        if send is None:
+            send = not _is_openai_api(str(client.base_url))
+        return _extra_body(template_kwargs) if send else {}
+
     def _url(self, client: openai.AsyncOpenAI) -> str:
         return str(client.base_url).rstrip("/") + "/chat/completions"
 
@@ -210,6 +244,18 @@ class OpenAIBackend:
 def _extra_body(template_kwargs: dict[str, Any]) -> dict[str, Any]:
     """``extra_body`` only when there is something to send: strict servers reject unknown fields."""
     return {"extra_body": {"chat_template_kwargs": dict(template_kwargs)}} if template_kwargs else {}
+
+
+def _is_openai_api(url: str) -> bool:
+    """Whether ``url`` is OpenAI's own API (or Azure OpenAI), which rejects fields it does not know.
+
+    >>> _is_openai_api("https://api.openai.com/v1/"), _is_openai_api("https://me.openai.azure.com/openai")
+    (True, True)
+    >>> _is_openai_api("http://judge-host:8000/v1"), _is_openai_api("not a url")
+    (False, False)
+    """
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith(".openai.azure.com")
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

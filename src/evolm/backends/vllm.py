@@ -5,6 +5,12 @@ from the engine the trainer already holds (TRL's colocated ``vllm.LLM``), not fr
 of the weights, so the constructor takes either a model to load or an existing ``LLM`` object.
 ``vllm`` is imported inside the constructor: importing this module never needs it, and without it
 constructing the backend fails with one line naming the extra to install.
+
+Thinking templates (``<think>`` in the engine tokenizer's chat template) are handled as in the
+``hf`` backend: ``next_token_logprobs`` renders the prompt with that tokenizer, ends it after an
+empty think block (``close_thinking``) and sends the token ids through ``LLM.generate``, so the
+one-token read is the reply after thinking, whatever ``enable_thinking`` says; ``generate`` puts a
+think block opened by the template back in front of the reply (``opened_thinking``).
 """
 
 from __future__ import annotations
@@ -12,7 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evolm.backends.base import Conversation, SamplingParams, chat_kwargs, match_candidates
+from evolm.backends.base import (
+    Conversation,
+    SamplingParams,
+    chat_kwargs,
+    close_thinking,
+    match_candidates,
+    opened_thinking,
+    template_thinks,
+)
 from evolm.errors import BackendError
 
 TOP_LOGPROBS = 20
@@ -27,6 +41,8 @@ class VLLMBackend:
     Give ``model`` (a local path or hub id; loaded with ``dtype``, ``gpu_memory_utilization``,
     ``seed`` and any further ``llm_kwargs`` for ``vllm.LLM``) or ``llm``, an engine built
     elsewhere, e.g. the trainer's colocated one (then the loading arguments are ignored).
+    ``thinking`` says whether the chat template writes think blocks; ``None`` detects it from the
+    engine's tokenizer on first use.
     """
 
     name = "vllm"
@@ -39,6 +55,7 @@ class VLLMBackend:
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
+        thinking: bool | None = None,
         **llm_kwargs: Any,
     ) -> None:
         if (model is None) == (llm is None):
@@ -54,6 +71,7 @@ class VLLMBackend:
             )
         self.llm: Any = llm
         self.model = model
+        self._thinking = thinking
 
     def __repr__(self) -> str:
         source = repr(self.model) if self.model is not None else f"llm={type(self.llm).__name__}"
@@ -82,7 +100,24 @@ class VLLMBackend:
         per_row = params.seed is not None
         sampling_params = [sampling(i) for i in range(len(conversations))] if per_row else sampling(0)
         outputs = self._chat(conversations, sampling_params, params.chat_template_kwargs, progress)
-        return [output.outputs[0].text for output in outputs]
+        thinking = self.thinking
+        texts = []
+        for output in outputs:
+            prompt = getattr(output, "prompt", None)  # vLLM's rendered prompt text
+            opened = opened_thinking(prompt) if thinking and isinstance(prompt, str) else ""
+            texts.append(opened + output.outputs[0].text)
+        return texts
+
+    @property
+    def thinking(self) -> bool:
+        """Whether the engine's chat template writes think blocks (detected once, on first use)."""
+        if self._thinking is None:
+            try:
+                template = getattr(self.llm.get_tokenizer(), "chat_template", None)
+            except Exception:  # noqa: BLE001 - an engine without a reachable tokenizer: no think handling
+                template = None
+            self._thinking = template_thinks(template)
+        return self._thinking
 
     def next_token_logprobs(
         self,
@@ -94,12 +129,16 @@ class VLLMBackend:
         """Log-probabilities of each candidate as the reply's first token, one dict per conversation.
 
         One greedy token with the top 20 alternatives (vLLM also returns the sampled token; the
-        entries are distinct token ids); candidates are matched with ``match_candidates``.
+        entries are distinct token ids); candidates are matched with ``match_candidates``. With a
+        thinking template the prompt is rendered here and ends after an empty think block.
         """
         if not conversations:
             return []
         sampling_params = self._sampling_params_cls(n=1, temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
-        outputs = self._chat(conversations, sampling_params, chat_kwargs(chat_template_kwargs), False)
+        if self.thinking:
+            outputs = self._generate_after_thinking(conversations, sampling_params, chat_kwargs(chat_template_kwargs))
+        else:
+            outputs = self._chat(conversations, sampling_params, chat_kwargs(chat_template_kwargs), False)
         rows = []
         for output in outputs:
             steps = output.outputs[0].logprobs
@@ -118,6 +157,29 @@ class VLLMBackend:
                 use_tqdm=progress,
                 chat_template_kwargs=dict(template_kwargs) or None,
             )
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"vllm backend: generation failed: {type(exc).__name__}: {exc}") from exc
+        if len(outputs) != len(conversations):
+            raise BackendError(f"vllm backend: got {len(outputs)} outputs for {len(conversations)} conversations")
+        return list(outputs)
+
+    def _generate_after_thinking(
+        self, conversations: Sequence[Conversation], sampling_params: Any, template_kwargs: dict[str, Any]
+    ) -> list[Any]:
+        """``LLM.generate`` on prompts rendered by the engine's tokenizer and closed after an empty think block.
+
+        Token ids, not text, go to the engine: vLLM would add a BOS to a text prompt whose template
+        already wrote one. The ids are those ``LLM.chat`` would use, plus the think block.
+        """
+        tokenizer = self.llm.get_tokenizer()
+        prompts = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(
+                list(conversation), tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
+            prompts.append({"prompt_token_ids": list(tokenizer.encode(close_thinking(text), add_special_tokens=False))})
+        try:
+            outputs = self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=False)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"vllm backend: generation failed: {type(exc).__name__}: {exc}") from exc
         if len(outputs) != len(conversations):

@@ -3,19 +3,26 @@
 RewardBench 2 and the preference-pair accuracy both need one rubric per distinct prompt, and
 both report how many of those rubrics parsed (an unparsed one leaves the judge alone on that
 prompt), so the three sources and that count live here once.
+
+A written rubric that does not parse is written again, as the reference evaluation does: the
+first attempt uses the given sampling (the paper's temperature 0.6), then the prompts still
+without a parsed rubric are retried at temperature 0.3, then at 0.1 (``RETRY_TEMPERATURES``).
+Cooler sampling mostly repairs broken JSON, so judging a prompt alone stays the exception.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.jsonl import read_jsonl
-from evolm.rubrics import Rubric, write_rubrics
+from evolm.rubrics import Rubric, WrittenRubric, write_rubrics
+
+RETRY_TEMPERATURES: tuple[float, ...] = (0.3, 0.1)  # after the first attempt, for prompts whose rubric did not parse
 
 
 @dataclass(frozen=True)
@@ -26,23 +33,40 @@ class RubricCoverage:
     prompts: int  # distinct prompts
     parsed: int  # of which have a usable rubric
     valid: int | None = None  # of which are well-formed (format_validity), for written rubrics
+    retried: int | None = None  # written rubrics whose first attempt did not parse (written again at 0.3, then 0.1)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed, "unparsed": self.prompts - self.parsed}
         if self.valid is not None:
             out["valid"] = self.valid
+        if self.retried is not None:
+            out["retried"] = self.retried
         return out
 
 
 def write_prompt_rubrics(
     backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False
 ) -> tuple[list[Rubric | None], RubricCoverage]:
-    """One rubric per distinct prompt, written in one batched call, aligned back to ``prompts``."""
+    """One rubric per distinct prompt, aligned back to ``prompts``.
+
+    One batched call with ``params``, then one batched call per temperature of
+    ``RETRY_TEMPERATURES`` over the prompts whose rubric has not parsed yet (other settings kept).
+    A prompt keeps its last attempt, so ``valid`` counts the rubrics finally used.
+    """
     distinct = list(dict.fromkeys(prompts))
-    written = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
+    written: list[WrittenRubric] = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
+    retry = [i for i, w in enumerate(written) if w.rubric is None]
+    retried = len(retry)
+    for temperature in RETRY_TEMPERATURES:
+        if not retry:
+            break
+        again = write_rubrics(backend, [distinct[i] for i in retry], replace(params, temperature=temperature), progress=progress)
+        for i, w in zip(retry, again, strict=True):
+            written[i] = w
+        retry = [i for i in retry if written[i].rubric is None]
     by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
     coverage = RubricCoverage("written", len(distinct), sum(r is not None for r in by_prompt.values()),
-                              valid=int(sum(w.valid for w in written)))
+                              valid=int(sum(w.valid for w in written)), retried=retried)
     return [by_prompt[p] for p in prompts], coverage
 
 

@@ -1,0 +1,72 @@
+"""A scalar reward model as the judge: the paper's Skywork-Reward baseline (SPEC §3.2).
+
+Any Hugging Face sequence-classification reward model (one output, e.g.
+Skywork-Reward-V2-Llama-3.1-8B) scores the chat ``[user: question, assistant: answer]``; the score
+is the model's raw output (a logit, unbounded), which is the policy's reward in the
+``judge_only`` regime. It reads no rubric: that is the point of the baseline. Thinking is stripped
+from answers, as for every judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evolm.errors import ModelError
+from evolm.rubrics import strip_thinking
+
+MODE = "reward_model"
+
+
+@dataclass
+class RewardModel:
+    """A frozen sequence-classification model with the ``Judge.score`` interface."""
+
+    model: Any
+    tokenizer: Any
+    batch_size: int = 8
+    max_length: int = 8192
+
+    def score(self, items: Sequence[Any], progress: bool = False) -> list[float | None]:
+        """One raw reward per item (``JudgeItem``: question and answer; rubric and reference ignored)."""
+        import torch
+
+        texts = [self._text(it.question, it.answer) for it in items]
+        out: list[float | None] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
+                                   truncation=True, max_length=self.max_length, add_special_tokens=False)
+            batch = {k: v.to(self.model.device) for k, v in batch.items()}
+            with torch.inference_mode():
+                logits = self.model(**batch).logits  # [B, 1]
+            out += [float(x) for x in logits[:, 0].float().tolist()]
+        return out
+
+    def _text(self, question: str, answer: str) -> str:
+        conv = [{"role": "user", "content": question}, {"role": "assistant", "content": strip_thinking(answer)}]
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(conv, tokenize=False)
+        return f"{question}\n\n{strip_thinking(answer)}"
+
+
+def load_reward_model(name: str, device: str = "auto", dtype: str = "auto", batch_size: int = 8) -> RewardModel:
+    """A reward model from a local directory (or a hub id, tried only when given)."""
+    from transformers import AutoModelForSequenceClassification
+
+    from evolm.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+
+    path = resolve_model_path(name)
+    dev = resolve_device(device)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load reward model '{name}': {str(e).splitlines()[0]}") from None
+    if model.config.num_labels != 1:
+        raise ModelError(f"'{name}' has {model.config.num_labels} outputs; a scalar reward model has one")
+    tokenizer = load_tokenizer(name)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.to(dev).eval()
+    return RewardModel(model, tokenizer, batch_size=batch_size)
