@@ -34,7 +34,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,8 +274,8 @@ class Loop:
             return [read_written(t) for t in generate([rubric_messages(q) for q in questions], params)]
         missing = [q for q in questions if q not in self.frozen]
         if missing:
-            if self.cfg.rubric.writer is not None:
-                batch, gen = missing, self.fixed_writer().generate
+            if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
+                batch, gen = missing, lambda convs, p: self.fixed_writer().generate(convs, replace(p, chat_template_kwargs={}))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             for q, t in zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True):

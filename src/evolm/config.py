@@ -355,19 +355,41 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     raise InputError(f"'{name}' must be {getattr(base, '__name__', base)}, got {value!r}")
 
 
+def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A YAML config as a mapping; ``extends: FILE`` (relative to this file) names a config it changes.
+
+    The baselines under configs/baselines/ extend the paper config, so each states only how it differs.
+    """
+    if not p.is_file():
+        raise InputError(f"{p}: no such config file")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: the config must be a mapping")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise InputError(f"{p}: 'extends' must be a file name")
+    target = (p.parent / base).resolve()
+    if target in seen:
+        raise InputError(f"{p}: 'extends' loops back to {target}")
+    return _merge(_read_yaml(target, (*seen, p.resolve())), data)
+
+
+def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in change.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "combined_weights" \
+            else v
+    return out
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """The run config from a YAML file (or the defaults) with dotted ``key=value`` overrides applied."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"{path}: no such config file")
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise InputError(f"{path}: the config must be a mapping")
+    data: dict[str, Any] = _read_yaml(Path(path)) if path is not None else {}
     for item in overrides or []:
         key, sep, raw = item.partition("=")
         if not sep or not key:
