@@ -59,7 +59,8 @@ def test_frozen_base_rubrics_baseline(tiny_model_dir: Path, tmp_path: Path) -> N
 def test_sequential_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = load_config(BASELINES[0].parent / "sequential.yaml",
                       _cpu(tiny_model_dir, tmp_path / "r", "schedule.cycles=1"))
-    assert _steps(run(cfg)) == [(1, "rubric"), (2, "policy")]
+    out = run(cfg)
+    assert _steps(out / "stage1-writer") == [(1, "rubric")] and _steps(out / "stage2-policy") == [(1, "policy")]
 
 
 def test_api_rubrics_baseline_against_a_local_openai_server(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -97,15 +97,25 @@ def test_plan_coevolve_roles_and_clock() -> None:
     assert [s for s in range(1, 13) if plan.is_phase_end(s)] == [3, 6, 9, 12]
 
 
-def test_plan_sequential_trains_the_rubric_writer_first() -> None:
-    plan = plan_for("schedule.regime=sequential", "schedule.cycles=2", "schedule.steps_per_phase=2")
-    assert plan.total_steps == 8
-    infos = [plan.info(s) for s in range(8)]
-    assert [i.role[0] for i in infos] == list("rrrrpppp")
-    assert [i.phase for i in infos] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert [i.cycle for i in infos] == [0, 0, 1, 1, 0, 0, 1, 1]
-    assert [i.policy_step for i in infos] == [0, 0, 0, 0, 0, 1, 2, 3]
-    assert [s for s in range(1, 9) if plan.is_phase_end(s)] == [2, 4, 6, 8]
+def test_plan_rubric_only_trains_the_writer_alone() -> None:
+    plan = plan_for("schedule.regime=rubric_only", "schedule.cycles=2", "schedule.steps_per_phase=2")
+    assert plan.total_steps == 4
+    infos = [plan.info(s) for s in range(4)]
+    assert [i.role for i in infos] == ["rubric"] * 4
+    assert [(i.phase, i.cycle, i.policy_step) for i in infos] == [(0, 0, 0), (0, 0, 0), (1, 1, 0), (1, 1, 0)]
+
+
+def test_sequential_is_two_stages_with_two_weight_sets(tmp_path: Path) -> None:
+    from evolm.config import sequential_stages
+
+    cfg = load_config(None, [f"output_dir={tmp_path}", "schedule.regime=sequential", "schedule.cycles=2",
+                             "schedule.steps_per_phase=3"])
+    writer, policy = sequential_stages(cfg, writer_checkpoint="W")
+    assert (writer.schedule.regime, writer.total_steps, writer.contrast.answerer) == ("rubric_only", 6, cfg.model.name)
+    assert (policy.schedule.regime, policy.total_steps, policy.rubric.writer) == ("frozen_rubric", 6, "W")
+    assert policy.model.name == cfg.model.name  # the policy starts from the base weights, not the writer's
+    assert Path(writer.output_dir).parent == Path(policy.output_dir).parent == tmp_path
+    assert cfg.schedule.regime == "sequential"  # the run's own config is untouched
 
 
 def test_plan_frozen_rubric_is_policy_only() -> None:
@@ -131,12 +141,12 @@ def test_policy_questions_are_a_seeded_permutation() -> None:
 
 
 def test_policy_questions_from_covers_the_remaining_policy_steps() -> None:
-    plan = plan_for("schedule.regime=sequential", "schedule.cycles=1", "schedule.steps_per_phase=2",
-                    "schedule.prompts_per_step=3", n_questions=100)
+    plan = plan_for("schedule.regime=coevolve", "schedule.cycles=2", "schedule.steps_per_phase=1",
+                    "schedule.prompts_per_step=3", n_questions=100)  # steps: policy, rubric, policy, rubric
     expected = [plan.policy_question(p, s) for p in range(2) for s in range(3)]
     assert plan.policy_questions_from(0) == expected  # from the start: both policy steps
-    assert plan.policy_questions_from(2) == expected  # the first policy step is step 2
-    assert plan.policy_questions_from(3) == expected[3:]
+    assert plan.policy_questions_from(1) == expected[3:]  # the next policy step is step 2
+    assert plan.policy_questions_from(3) == []
 
 
 def test_load_prompts(tmp_path: Path) -> None:
@@ -275,8 +285,8 @@ def test_rubric_step_rows_from_every_builder(tmp_path: Path, tiny_model_dir: Pat
 
 def test_rubric_step_with_an_empty_buffer_uses_conditioned_pairs(tmp_path: Path, tiny_model_dir: Path,
                                                                    tiny_judge: Judge) -> None:
-    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=sequential")
-    info = replace(loop.plan.info(0), role="rubric")
+    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=rubric_only")
+    info = loop.plan.info(0)
     for slot, row in enumerate(rubric_rows(loop.cfg, loop.plan, info, loop.buffer, FakeEngine().generate)):
         assert row["question"] == loop.plan.policy_question(0, slot)
         assert row["pair_source"] == "rubric_conditioned"
@@ -421,23 +431,31 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
 
 
 def test_sequential_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Stage 1 trains the writer (answers from the frozen base model); stage 2 trains the policy from the base
+    weights on the rubrics of stage 1's final checkpoint."""
     out = tmp_path / "seq"
-    cfg = tiny_config(tiny_model_dir, out, "schedule.regime=sequential", "schedule.cycles=1",
+    cfg = tiny_config(tiny_model_dir, out, "schedule.regime=sequential", "schedule.cycles=2",
                       "schedule.steps_per_phase=1", "schedule.save_every=100")
-    run(cfg)
-    rows = metrics(out)
-    assert [(r["step"], r["role"], r["phase"]) for r in rows] == [(1, "rubric", 0), (2, "policy", 1)]
-    assert checkpoint_steps(out) == [1, 2]
-    files = samples(out)
-    assert sorted(files) == ["phase-000-rubric.jsonl", "phase-001-policy.jsonl"]
-    # the buffer is empty at the first rubric step: pairs fall back to rubric-conditioned ones
-    assert {r["pair_source"] for r in files["phase-000-rubric.jsonl"]} == {"rubric_conditioned"}
-    # the rubric writer is frozen when the policy starts: one rubric per question, written once
-    plan = Plan(cfg, load_prompts(cfg.data.prompts))
-    frozen = read_jsonl(out / FROZEN_RUBRICS)
-    assert [f["question"] for f in frozen] == plan.policy_questions_from(1)
-    assert {r["question"] for r in files["phase-001-policy.jsonl"]} <= {f["question"] for f in frozen}
-    assert len(buffer_rows(out / "checkpoints" / "checkpoint-2" / BUFFER_FILE)) == P
+    assert run(cfg) == out
+    writer, policy = out / "stage1-writer", out / "stage2-policy"
+    assert [(r["step"], r["role"]) for r in metrics(writer)] == [(1, "rubric"), (2, "rubric")]
+    assert [(r["step"], r["role"]) for r in metrics(policy)] == [(1, "policy"), (2, "policy")]
+    assert checkpoint_steps(writer) == [1, 2] and checkpoint_steps(policy) == [1, 2]
+    # no policy is trained in stage 1: the buffer stays empty, pairs are rubric-conditioned
+    assert {r["pair_source"] for r in samples(writer)["phase-000-rubric.jsonl"]} == {"rubric_conditioned"}
+    stage2 = load_config(policy / "config.yaml")
+    assert stage2.model.name == str(tiny_model_dir)  # from the base weights
+    assert stage2.rubric.writer == str(writer / "checkpoints" / "checkpoint-2")  # the trained writer, frozen
+    frozen = read_jsonl(policy / FROZEN_RUBRICS)
+    plan = Plan(stage2, load_prompts(cfg.data.prompts))
+    assert [f["question"] for f in frozen] == [plan.policy_question(p, s) for p in range(2) for s in range(P)]
+    assert load_config(out / "config.yaml").schedule.regime == "sequential"
+    # resuming a finished sequential run trains nothing again
+    from evolm.rundir import resume_config
+
+    before = (policy / "metrics.jsonl").read_text()
+    run(resume_config(out), resume=True)
+    assert (policy / "metrics.jsonl").read_text() == before
 
 
 def test_frozen_rubric_run_with_a_fixed_writer(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ check both the arithmetic of each mode and what the judge model would actually r
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,18 +19,23 @@ import pytest
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.judge import (
     DIGITS,
+    GENERATIVE_MODES,
+    JUDGE_MAX_NEW_TOKENS,
     JUDGE_MODES,
     Judge,
     JudgeItem,
     expected_digit,
     generative_messages,
+    likert_messages,
     p_yes,
     parse_judge_score,
+    parse_scale_score,
     prob_messages,
+    rar_implicit_messages,
     score_with_judges,
     yesno_messages,
 )
-from evolm.rubrics import Criterion, Rubric, render_rubric
+from evolm.rubrics import Criterion, Rubric, parse_rubric, render_rubric
 
 LOG = math.log
 
@@ -108,10 +115,13 @@ RUBRIC = Rubric((
         ('<think>{"score": 0.9}</think>', None),
         ("<think>I would say score: 0.9", None),  # unfinished thinking: no reply
         ("reasoning...</think>score: 0.65", 0.65),
-        ('{"score": 1.5}', None),
-        ('{"score": -0.1}', None),
-        ("Score: 7", None),
-        ('{"score": 7, "reasoning": "out of 10"}', None),
+        # outside [0, 1]: clipped (the reference keeps the raw number; the rewards need [0, 1])
+        ('{"score": 1.5}', 1.0),
+        ('{"score": -0.1}', 0.0),
+        ("Score: 7", 1.0),
+        ('{"score": 7, "reasoning": "out of 10"}', 1.0),
+        ('{"rating": 0.4}', 0.4),
+        ('{"score": Infinity}', None),
         ('{"score": true}', None),
         ('{"score": null}', None),
         ('{"score": NaN}', None),
@@ -131,6 +141,30 @@ def test_parse_judge_score(text: str, expected: float | None) -> None:
 @pytest.mark.parametrize("value", [None, b'{"score": 0.5}', 0.5, ["score: 0.5"]])
 def test_parse_judge_score_non_strings(value: object) -> None:
     assert parse_judge_score(value) is None  # type: ignore[arg-type]
+    assert parse_scale_score(value) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"reasoning": "good", "score": 10}', 1.0),
+        ('{"reasoning": "bad", "score": 1}', 0.0),
+        ('{"reasoning": "fine", "score": 7}', 6 / 9),
+        ('{"score": "4"}', 3 / 9),
+        ('{"rating": 5.5}', 4.5 / 9),  # the reference's key is read too
+        ("Rating: 8", 7 / 9),
+        ('<think>I think 9 fits; {"score": 9}</think>\n{"reasoning": "ok", "score": 6}', 5 / 9),
+        ("<think>score: 9 maybe", None),  # cut while thinking: no score
+        ('{"score": 0}', 0.0),  # below the scale: clipped to 1
+        ('{"score": 12}', 1.0),  # above: clipped to 10
+        ('{"score": "excellent"}', None),
+        ("I would give it an 8.", None),  # a bare number is not read as the rating
+        ("", None),
+    ],
+)
+def test_parse_scale_score(text: str, expected: float | None) -> None:
+    got = parse_scale_score(text)
+    assert got == (None if expected is None else pytest.approx(expected))
 
 
 # ----------------------------------------------------------------------------- probability read-outs
@@ -181,7 +215,25 @@ def test_fake_backend_is_a_backend() -> None:
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError, match="unknown judge mode 'vote'"):
         Judge(FakeBackend(), mode="vote")
-    assert set(JUDGE_MODES) == {"generative", "prob", "yesno"}
+    assert set(JUDGE_MODES) == {"generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit"}
+    assert GENERATIVE_MODES == {"generative", "likert", "rar_implicit"}
+
+
+def test_judge_item_contract() -> None:
+    """Positional (question, answer, rubric) as before; the rubric as written and a reference answer by keyword."""
+    item = JudgeItem("q", "a", RUBRIC)
+    assert (item.question, item.answer, item.rubric, item.rubric_text, item.reference) == ("q", "a", RUBRIC, None, None)
+    item = JudgeItem("q", "a", rubric_text="raw", reference="ref")
+    assert (item.rubric, item.rubric_text, item.reference) == (None, "raw", "ref")
+    assert JudgeItem("q", "a", None, "raw", "ref") == item
+
+
+def test_generative_budget_is_the_papers() -> None:
+    """A thinking judge needs room: the default budget is the paper's 16384 tokens."""
+    assert JUDGE_MAX_NEW_TOKENS == 16384
+    backend = FakeBackend()
+    Judge(backend, mode="generative").score([JudgeItem("q", "a", RUBRIC)])
+    assert backend.generate_calls[0][1].max_new_tokens == 16384
 
 
 @pytest.mark.parametrize("mode", sorted(JUDGE_MODES))
@@ -287,12 +339,12 @@ def test_prob_judge_alone_has_no_rubric() -> None:
 def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
     replies = {"2 + 2 = 4.": '{"reasoning": "right", "score": 0.9}', "5": "I think it is wrong.", "four": "Score: 0.4"}
     backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
-    judge = Judge(backend, mode="generative", seed=7, chat_template_kwargs={"enable_thinking": False})
+    judge = Judge(backend, mode="generative", seed=7, max_new_tokens=512, chat_template_kwargs={"enable_thinking": False})
     items = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("2 + 2 = 4.", "5", "four")]
     assert judge.score(items) == [0.9, None, 0.4]
     convs, params = backend.generate_calls[0]
     assert params == SamplingParams(0.6, 0.95, 512, 7, {"enable_thinking": False})
-    assert render_rubric(RUBRIC) in user_text(convs[0])
+    assert section(convs[0], "Rubric") == render_rubric(RUBRIC)  # no text as written: the parsed rubric, rendered
     assert '"score"' in user_text(convs[0])
 
 
@@ -323,7 +375,7 @@ def test_thinking_is_stripped_from_answers(mode: str) -> None:
     ]
     scores = Judge(backend, mode=mode).score(items)
     assert len(scores) == 4 and all(s is not None and 0.0 <= s <= 1.0 for s in scores)
-    per_item = len(RUBRIC.criteria) if mode == "yesno" else 1
+    per_item = len(RUBRIC.criteria) if mode in ("yesno", "rar_explicit") else 1
     assert answers[::per_item] == ["The answer is 4.", "", "Four.", "plain answer"]
     every = [m["content"] for call in backend.logprob_calls for c in call[0] for m in c]
     every += [m["content"] for call in backend.generate_calls for c in call[0] for m in c]
@@ -368,7 +420,190 @@ def test_prompt_puts_answer_after_shared_part(kind: str) -> None:
 def test_generative_messages_hold_question_rubric_answer() -> None:
     conv = generative_messages(JudgeItem("Q?", "A.", RUBRIC))
     text = user_text(conv)
-    assert text.index("Q?") < text.index(render_rubric(RUBRIC)) < text.index("A.")
+    assert (section(conv, "Question"), section(conv, "Rubric"), section(conv, "Answer")) == (
+        "Q?", render_rubric(RUBRIC), "A.")
+    assert text.index("\n\nQuestion:\n") < text.index("\n\nRubric:\n") < text.index("\n\nAnswer:\n")
+
+
+# ----------------------------------------------------------------------------- the reference prompt, rubric as written
+
+
+def test_generative_prompt_reasons_per_criterion_with_two_worked_examples() -> None:
+    """The judge is told to rate each criterion in [0, 1], weight and sum, and shown two examples whose arithmetic holds."""
+    text = user_text(generative_messages(JudgeItem("Q?", "A.", RUBRIC)))
+    instructions = text[: text.index("\n\nQuestion:\n")]
+    for phrase in ("one criterion at a time", "from 0 (not at all) to 1 (completely)", "Multiply", "add up"):
+        assert phrase in instructions
+    assert "one or two sentences" not in text
+    rubrics = re.findall(r"Example (\d) - rubric: (\{.*?\})\n", instructions, re.DOTALL)
+    replies = re.findall(r"Example (\d) - reply: (\{.*?\})\n", instructions, re.DOTALL)
+    assert [n for n, _ in rubrics] == [n for n, _ in replies] == ["1", "2"]
+    for (_, rubric_json), (_, reply_json) in zip(rubrics, replies, strict=True):
+        weights = [c["weight"] for c in json.loads(rubric_json)["criteria"]]
+        reply = json.loads(reply_json)
+        assert sum(weights) == pytest.approx(1.0)
+        steps = re.findall(r"(\d\.\d) x (\d\.\d) = (\d\.\d)", reply["reasoning"])
+        assert [float(w) for _, w, _ in steps] == weights  # every criterion, in order, with its weight
+        assert all(float(r) * float(w) == pytest.approx(float(v)) for r, w, v in steps)
+        assert sum(float(v) for _, _, v in steps) == pytest.approx(reply["score"])
+        assert parse_judge_score(reply_json) == reply["score"]
+
+
+WRITTEN = (
+    "<think>The question is simple; two criteria.</think>\n"
+    'Here is the rubric:\n{"criteria": [{"criterion": "Correct", "weight": 3, "scoring_levels": {"1.0": "right"}}, '
+    '{"criterion": "Clear", "weight": 1, "notes": "plain words"}]}\nBe strict about units.'
+)
+
+
+def test_generative_modes_show_the_rubric_as_written() -> None:
+    """As the reference: the writer's text minus thinking (extra text, raw weights), not a renormalised re-rendering."""
+    parsed = parse_rubric(WRITTEN)
+    assert parsed is not None and [c.weight for c in parsed.criteria] == [0.75, 0.25]
+    item = JudgeItem("q", "a", parsed, rubric_text=WRITTEN)
+    as_written = WRITTEN.split("</think>\n", 1)[1]
+    for make in (generative_messages, rar_implicit_messages):
+        shown = user_text(make(item))
+        assert f"\n\nRubric:\n{as_written}\n\nAnswer:\n" in shown
+        assert "The question is simple" not in shown and "0.75" not in shown
+    # the probability modes keep the parsed rubric: rendered with its weights, or one criterion at a time
+    assert section(prob_messages(item), "Rubric") == render_rubric(parsed)
+
+
+def test_rubric_text_of_only_thinking_counts_as_absent() -> None:
+    item = JudgeItem("q", "a", RUBRIC, rubric_text="<think>never finished")
+    assert section(generative_messages(item), "Rubric") == render_rubric(RUBRIC)
+    alone = JudgeItem("q", "a", rubric_text="<think>never finished")
+    assert "Rubric:" not in user_text(generative_messages(alone))
+    assert "Rubric:" not in user_text(prob_messages(alone))
+
+
+RAW = "The answer names Paris. It is one word."
+
+
+@pytest.mark.parametrize("mode", sorted(JUDGE_MODES))
+def test_unparsed_rubric_text_is_judged_as_it_stands(mode: str) -> None:
+    """A rubric that does not parse: every rubric mode judges against the raw text (yesno: one criterion, weight 1)."""
+    texts: list[str] = []
+
+    def lp(conv: Conversation, cands: Sequence[str]) -> dict[str, float]:
+        texts.append(user_text(conv))
+        return {"Yes": LOG(0.6), "No": LOG(0.2)} if "Yes" in cands else {"7": 0.0}
+
+    def reply(conv: Conversation) -> str:
+        texts.append(user_text(conv))
+        return '{"reasoning": "ok", "score": 0.7}' if mode == "generative" else '{"reasoning": "ok", "score": 7}'
+
+    backend = FakeBackend(reply=reply, logprobs=lp)
+    item = JudgeItem("Capital of France? One word.", "Paris", rubric_text=f"<think>hmm</think>{RAW}")
+    scores = Judge(backend, mode=mode).score([item])
+    assert len(texts) == 1  # one prompt: the raw text is a single criterion where criteria are judged one by one
+    expected = {"generative": 0.7, "prob": 7 / 9, "yesno": 0.75, "rar_explicit": 1.0, "likert": 6 / 9,
+                "rar_implicit": 6 / 9}[mode]
+    assert scores == [pytest.approx(expected)]
+    if mode == "likert":
+        assert RAW not in texts[0]  # Direct-Likert never sees a rubric
+    elif mode in ("yesno", "rar_explicit"):
+        assert re.search(rf"\n\nCriterion:\n{re.escape(RAW)}\n\n", texts[0])
+    else:
+        assert re.search(rf"\n\nRubric:\n{re.escape(RAW)}\n\n", texts[0])
+        assert "hmm" not in texts[0]
+
+
+@pytest.mark.parametrize("mode", sorted(GENERATIVE_MODES))
+def test_reply_cut_while_thinking_has_no_score(mode: str) -> None:
+    """A thinking judge's reply: the score after </think> counts; one cut inside <think> is missing, not its guess."""
+    replies = {
+        "done": '<think>Criterion 1 met, score: 0.1 at first.</think>\n{"reasoning": "met", "score": 10}',
+        "cut": '<think>Criterion 1 is met, so "score": 0.9, or 9',
+        "opened by the template": 'the answer is fine.</think>\n{"reasoning": "ok", "score": 10}',
+    }
+    backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
+    items = [JudgeItem("q", a, RUBRIC) for a in replies]
+    assert Judge(backend, mode=mode, chat_template_kwargs={"enable_thinking": True}).score(items) == [1.0, None, 1.0]
+
+
+# ----------------------------------------------------------------------------- the baselines' modes
+
+
+def test_likert_rates_without_rubric_and_shows_the_reference() -> None:
+    replies = {"Paris": '{"reasoning": "right", "score": 10}', "Lyon": '{"reasoning": "wrong", "score": 2}',
+               "Rome?": "I cannot decide."}
+    backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
+    judge = Judge(backend, mode="likert", max_new_tokens=64, seed=3)
+    items = [JudgeItem("Capital of France?", "Paris", RUBRIC, rubric_text=RAW, reference="Paris is the capital."),
+             JudgeItem("Capital of France?", "Lyon", RUBRIC),
+             JudgeItem("Capital of France?", "Rome?")]
+    assert judge.score(items) == [pytest.approx(1.0), pytest.approx(1 / 9), None]
+    convs, params = backend.generate_calls[0]
+    assert params == SamplingParams(0.6, 0.95, 64, 3, {})
+    for conv in convs:
+        text = user_text(conv)
+        assert "Rubric" not in text and RAW not in text and "The final answer is 4." not in text
+        assert "1 to 10" in text and '"score"' in text
+    assert section(convs[0], "Reference answer") == "Paris is the capital."
+    assert "Reference answer" not in user_text(convs[1]) and "reference" not in user_text(convs[1]).lower()
+    assert likert_messages(items[1]) == convs[1]
+
+
+def test_rar_implicit_rates_holistically_given_the_rubric() -> None:
+    backend = FakeBackend(reply=lambda conv: '{"reasoning": "most criteria met", "score": 8}')
+    items = [JudgeItem("What is 2 + 2?", "4", RUBRIC), JudgeItem("What is 2 + 2?", "4", rubric_text=RAW),
+             JudgeItem("What is 2 + 2?", "4")]
+    assert Judge(backend, mode="rar_implicit").score(items) == pytest.approx([7 / 9] * 3)
+    convs, _ = backend.generate_calls[0]
+    assert section(convs[0], "Rubric") == render_rubric(RUBRIC)
+    assert section(convs[1], "Rubric") == RAW
+    assert "1 to 10" in user_text(convs[0]) and "weight" in user_text(convs[0])
+    assert convs[2] == likert_messages(JudgeItem("What is 2 + 2?", "4"))  # no rubric at all: the judge alone
+
+
+def test_rar_explicit_counts_the_weight_of_criteria_met() -> None:
+    """Met when P(Yes) > P(No); a tie (P_YES 0.5) is not a yes."""
+    backend = FakeBackend(logprobs=yesno_logprobs)
+    items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
+    assert Judge(backend, mode="rar_explicit").score(items) == pytest.approx([
+        0.5 * 1 + 0.3 * 0 + 0.2 * 0,  # 0.9 met, 0.5 tie, 0.1 not met
+        0.5 * 0 + 0.3 * 0 + 0.2 * 1,  # only "Is polite." (0.6) met
+    ])
+    convs, cands, _ = backend.logprob_calls[0]
+    assert len(backend.logprob_calls) == 1 and cands == ("Yes", "No")
+    assert convs == [yesno_messages(it.question, c.criterion, it.answer) for it in items for c in RUBRIC.criteria]
+    rubric = Rubric((Criterion("The final answer is 4.", 3.0), Criterion("Is polite.", 1.0)))
+    assert Judge(FakeBackend(logprobs=yesno_logprobs), mode="rar_explicit").score(
+        [JudgeItem("q", "2 + 2 = 4.", rubric)]) == pytest.approx([3 / 4])
+
+
+def test_rar_explicit_judge_alone_is_one_verdict() -> None:
+    backend = FakeBackend(logprobs=lambda conv, cands: {"Yes": LOG(0.2), "No": LOG(0.3)})
+    assert Judge(backend, mode="rar_explicit").score([JudgeItem("q", "a")]) == [0.0]
+    assert "correct" in section(backend.logprob_calls[0][0][0], "Criterion").lower()
+
+
+@pytest.mark.parametrize("mode", sorted(GENERATIVE_MODES))
+def test_generative_modes_send_one_call_under_a_progress_bar(mode: str) -> None:
+    backend = FakeBackend(reply=lambda conv: '{"score": 10}')  # clipped to 1 on the 0-1 scale, 10 on 1-10
+    items = [JudgeItem("q", f"a{i}", RUBRIC) for i in range(130)]
+    assert Judge(backend, mode=mode).score(items, progress=True) == [1.0] * 130
+    assert len(backend.generate_calls) == 1
+
+
+def test_build_judge_every_mode(tiny_model_dir: Path) -> None:
+    """``build_judge`` builds every mode from a ``JudgeConfig``; the tiny model scores an item in each."""
+    from evolm.config import JudgeConfig
+    from evolm.judge import build_judge
+
+    items = [JudgeItem("What is 2 + 2?", "4", RUBRIC, rubric_text=RAW, reference="4")]
+    for mode in sorted(JUDGE_MODES):
+        cfg = JudgeConfig(model=str(tiny_model_dir), mode=mode, max_new_tokens=4, dtype="float32",
+                          chat_template_kwargs={})
+        judge = build_judge(cfg, device="cpu")
+        assert (judge.mode, judge.max_new_tokens) == (mode, 4)
+        (score,) = judge.score(items)
+        if mode in GENERATIVE_MODES:
+            assert score is None or 0.0 <= score <= 1.0
+        else:
+            assert isinstance(score, float) and 0.0 <= score <= 1.0
 
 
 # ----------------------------------------------------------------------------- several judges

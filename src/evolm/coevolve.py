@@ -11,8 +11,9 @@ Algorithm (co-evolving regime)::
                          reward = f(judge(q, rubric, a+), judge(q, rubric, a-)) (binary / margin_format /
                          separation).
 
-``sequential`` runs all rubric steps first, then all policy steps with the rubric writer frozen;
-``frozen_rubric`` runs policy steps only, with rubrics from a fixed writer (the paper's baselines).
+Baselines: ``sequential`` trains the writer with the policy frozen, then the policy from the base
+weights with that writer frozen (two runs, two weight sets); ``frozen_rubric`` trains the policy
+on a fixed writer's rubrics; ``judge_only`` on the judge (or a reward model) without rubrics.
 
 One ``GRPOTrainer`` serves the whole run (at 8B scale a trainer with DeepSpeed, a reference model
 and a vLLM engine costs minutes to build), so TRL owns ``for step in range(total_steps)`` and this
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
-from evolm.config import RunConfig
+from evolm.config import RunConfig, sequential_stages
 from evolm.contrast import (
     Generate,
     Pair,
@@ -56,7 +57,14 @@ from evolm.judge import Judge, build_judge
 from evolm.records import METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, samples_path
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
-from evolm.rundir import append_frozen_rubric, load_buffer, open_run, read_frozen_rubrics, write_checkpoint_extras
+from evolm.rundir import (
+    append_frozen_rubric,
+    complete_checkpoints,
+    load_buffer,
+    open_run,
+    read_frozen_rubrics,
+    write_checkpoint_extras,
+)
 
 BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompts.jsonl"}
 
@@ -74,6 +82,8 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     from evolm import trl_adapter
     from evolm.models import load_model
 
+    if cfg.schedule.regime == "sequential":
+        return run_sequential(cfg, resume, on_step, on_start)
     run_dir, checkpoint = open_run(cfg, resume)  # a fresh directory, or the last complete checkpoint
     if on_start is not None:
         on_start(run_dir, checkpoint)
@@ -91,6 +101,25 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
+
+
+def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
+                   on_start: Callable[[Path, Path | None], None] | None = None) -> Path:
+    """The paper's sequential baseline: train the writer with the policy frozen, then the policy from the base
+    weights with that writer frozen (``config.sequential_stages``). Resuming skips a finished stage."""
+    top = Path(cfg.output_dir)
+    if not resume:
+        open_run(cfg, resume=False)  # refuses a used directory, saves the config resume reads
+    writer_cfg, _ = sequential_stages(cfg)
+    writer_dir = Path(writer_cfg.output_dir)
+    done = complete_checkpoints(writer_dir)
+    if not done or int(done[-1].name.split("-")[-1]) < writer_cfg.total_steps:
+        run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start)
+        done = complete_checkpoints(writer_dir)
+    _, policy_cfg = sequential_stages(cfg, writer_checkpoint=str(done[-1]))
+    run(policy_cfg, resume=bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step=on_step,
+        on_start=on_start)
+    return top
 
 
 # ============================================================================= the plan: cycles -> phases -> steps
@@ -124,9 +153,9 @@ class Plan:
         phase = step // self.k
         if self.regime == "coevolve":  # policy, rubric, policy, rubric, ...
             return ("policy" if phase % 2 == 0 else "rubric"), phase // 2, phase
-        if self.regime == "sequential":  # all rubric phases, then all policy phases
-            return ("rubric" if phase < self.cycles else "policy"), phase % self.cycles, phase
-        return "policy", phase, phase  # frozen_rubric, judge_only
+        if self.regime == "rubric_only":  # the writer stage of ``sequential``
+            return "rubric", phase, phase
+        return "policy", phase, phase  # frozen_rubric, judge_only, and the policy stage of ``sequential``
 
     def info(self, step: int) -> StepInfo:
         role, cycle, phase = self.role_phase(step)
@@ -209,9 +238,14 @@ def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[Wr
             for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
-def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer, generate: Generate
-                ) -> list[dict[str, Any]]:
-    """Rubric step: each slot's question in the rubric prompt, with the (a+, a-) pair its rubrics are judged on."""
+def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer, generate: Generate,
+                answer: Generate | None = None) -> list[dict[str, Any]]:
+    """Rubric step: each slot's question in the rubric prompt, with the (a+, a-) pair its rubrics are judged on.
+
+    ``generate`` writes with the trained weights (the rubrics a rubric-conditioned pair shows); ``answer``
+    writes the pairs' answers: the same engine, or a frozen policy (``contrast.answerer``).
+    """
+    answer = answer or generate
     c, n, sys_prompt = cfg.contrast, plan.prompts_per_step, cfg.model.system_prompt
     rng = random.Random(f"{cfg.seed}:{info.step}")  # the same draws on every process
     builders = choose_builders(n, c.pairs, c.combined_weights, rng)
@@ -223,15 +257,15 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
 
     pairs: dict[int, Pair] = {}
     temporal = [s for s in range(n) if builders[s] == "temporal" and picked]
-    pairs.update(zip(temporal, temporal_pairs([picked[s] for s in temporal], generate, params, sys_prompt)))
+    pairs.update(zip(temporal, temporal_pairs([picked[s] for s in temporal], answer, params, sys_prompt)))
     inferred = [s for s in range(n) if builders[s] == "inferred_question"]
-    pairs.update(zip(inferred, inferred_question_pairs([question(s) for s in inferred], generate, params, sys_prompt)))
+    pairs.update(zip(inferred, inferred_question_pairs([question(s) for s in inferred], answer, params, sys_prompt)))
     conditioned = [s for s in range(n) if s not in pairs]  # rubric_conditioned, and temporal with an empty buffer
     if conditioned:
         qs = [question(s) for s in conditioned]
         written = [read_written(t) for t in generate([rubric_messages(q) for q in qs], rubric_params(cfg, info))]
         texts = [render_rubric(w.rubric) if w.rubric else strip_thinking(w.text) for w in written]
-        pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, generate, params, sys_prompt)))
+        pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, answer, params, sys_prompt)))
     return [_row(info, s, rubric_messages(pairs[s].question), pairs[s].question, pair=pairs[s]) for s in range(n)]
 
 
@@ -251,7 +285,7 @@ class Loop:
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
-    _writer: Backend | None = None
+    _fixed: dict[str, Backend] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
@@ -261,7 +295,8 @@ class Loop:
     def step_rows(self, step: int, generate: Generate) -> list[dict[str, Any]]:
         info = self.plan.info(step)
         if info.role == "rubric":
-            return rubric_rows(self.cfg, self.plan, info, self.buffer, generate)
+            answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer else generate
+            return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         if self.plan.regime == "judge_only":
             return policy_rows(self.cfg, self.plan, info, [None] * len(questions))
@@ -275,7 +310,8 @@ class Loop:
         missing = [q for q in questions if q not in self.frozen]
         if missing:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
-                batch, gen = missing, lambda convs, p: self.fixed_writer().generate(convs, replace(p, chat_template_kwargs={}))
+                batch, gen = missing, lambda convs, p: self.fixed_model("writer").generate(
+                    convs, replace(p, chat_template_kwargs={}))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             for q, t in zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True):
@@ -283,14 +319,17 @@ class Loop:
                 append_frozen_rubric(self.run_dir, q, t)
         return [self.frozen[q] for q in questions]
 
-    def fixed_writer(self) -> Backend:
-        if self._writer is None:
+    def fixed_model(self, role: str) -> Backend:
+        """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
+        if role not in self._fixed:
             from evolm.models import load_backend
 
-            r = self.cfg.rubric
-            self._writer = load_backend(r.writer or self.cfg.model.name, backend=r.writer_backend,
-                                        base_url=r.writer_base_url, dtype=self.cfg.model.dtype)
-        return self._writer
+            r, c = self.cfg.rubric, self.cfg.contrast
+            name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
+                (c.answerer, c.answerer_backend, c.answerer_base_url)
+            self._fixed[role] = load_backend(name or self.cfg.model.name, backend=backend, base_url=url,
+                                             dtype=self.cfg.model.dtype)
+        return self._fixed[role]
 
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
 

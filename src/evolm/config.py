@@ -25,7 +25,7 @@ from evolm.reward_model import MODE as REWARD_MODEL_MODE
 from evolm.rewards import INVALID_RUBRICS, RUBRIC_REWARDS
 from evolm.scores import AGGREGATIONS
 
-REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only")
+REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
 
 
@@ -99,6 +99,11 @@ class ContrastConfig:
     max_age: int = _f(100, "oldest stored answer usable, in policy steps (reference: 100)")
     temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)")
     max_new_tokens: int = _f(16384, "token budget of the fresh answer")
+    answerer: str | None = _f(None, "a fixed model that writes the pairs' answers (a frozen policy); default: the "
+                              "model being trained. The sequential regime's writer stage uses the base model")
+    answerer_backend: str = _f("hf", "backend of the fixed answerer: hf, openai (e.g. `vllm serve` of the base "
+                               "model) or vllm")
+    answerer_base_url: str | None = _f(None, "server URL of the fixed answerer for answerer_backend=openai")
 
 
 @dataclass
@@ -109,7 +114,8 @@ class ScheduleConfig:
                      "steps, then all policy steps with the rubric writer frozen; frozen_rubric: policy steps "
                      "only, rubrics from a fixed writer (the paper's prompted-rubric and RaR baselines); judge_only: "
                      "policy steps only, no rubric: the judge alone (Direct-Likert with judge.mode=likert) or a "
-                     "scalar reward model (judge.mode=reward_model, the paper's Skywork baseline)")
+                     "scalar reward model (judge.mode=reward_model, the paper's Skywork baseline); rubric_only: "
+                     "rubric steps only, answers from a frozen policy (contrast.answerer, default the base model)")
     cycles: int = _f(10, "number of cycles (paper: 10)")
     steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)")
     prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)")
@@ -153,7 +159,7 @@ class RunConfig:
     def total_steps(self) -> int:
         """Optimizer steps of the whole run (both roles)."""
         per_role = self.schedule.cycles * self.schedule.steps_per_phase
-        return per_role if self.schedule.regime in ("frozen_rubric", "judge_only") else 2 * per_role
+        return per_role if self.schedule.regime in ("frozen_rubric", "judge_only", "rubric_only") else 2 * per_role
 
 
 def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any]:
@@ -200,13 +206,34 @@ def batch_error(cfg: RunConfig, num_processes: int) -> str | None:
     return None
 
 
+def sequential_stages(cfg: RunConfig, writer_checkpoint: str | None = None) -> tuple[RunConfig, RunConfig]:
+    """The paper's sequential baseline as two runs with two weight sets (SPEC §2.5).
+
+    Stage 1 trains the rubric writer (``rubric_only``: cycles x K rubric steps) while the policy is
+    frozen: the pairs' answers come from ``contrast.answerer`` (default: the base model). Stage 2
+    trains the policy from the *base* weights (``frozen_rubric``: cycles x K policy steps) with
+    rubrics from stage 1's final checkpoint, frozen. Each stage is a run directory of its own under
+    ``output_dir`` (``stage1-writer``, ``stage2-policy``).
+    """
+    import copy
+
+    out = Path(cfg.output_dir)
+    writer = copy.deepcopy(cfg)
+    writer.output_dir, writer.schedule.regime = str(out / "stage1-writer"), "rubric_only"
+    writer.contrast.answerer = cfg.contrast.answerer or cfg.model.name
+    policy = copy.deepcopy(cfg)
+    policy.output_dir, policy.schedule.regime = str(out / "stage2-policy"), "frozen_rubric"
+    policy.rubric.writer, policy.rubric.writer_backend, policy.rubric.writer_base_url = writer_checkpoint, "hf", None
+    return writer, policy
+
+
 def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     """Every constraint that can be checked without a model, for ``num_processes`` training processes."""
     from urllib.parse import urlparse
 
     errors = [e for e in [batch_error(cfg, num_processes)] if e]
     s, c = cfg.schedule, cfg.contrast
-    if s.regime not in ("frozen_rubric", "judge_only") and c.pairs in ("temporal", "combined") \
+    if s.regime in ("coevolve",) and c.pairs in ("temporal", "combined") \
             and c.buffer_size < s.prompts_per_step * (c.min_age + 1):
         errors.append(f"contrast.buffer_size ({c.buffer_size}) cannot hold answers {c.min_age} policy steps old "
                       f"({s.prompts_per_step} questions per step x {c.min_age + 1} steps): raise it or lower "
@@ -219,6 +246,8 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
                 errors.append(f"{name} base_url '{url}' is not an http(s)://host[:port]/path URL")
             if backend != "openai":
                 errors.append(f"{name} base_url is set but its backend is '{backend}' (a URL needs backend openai)")
+    if cfg.contrast.answerer_base_url is not None and cfg.contrast.answerer_backend != "openai":
+        errors.append("contrast.answerer_base_url is set but contrast.answerer_backend is not openai")
     if cfg.rubric.writer is not None and s.regime == "coevolve":
         errors.append("rubric.writer is a fixed writer for the sequential and frozen_rubric regimes; the coevolve "
                       "regime writes rubrics with the model being trained")
@@ -232,7 +261,8 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     roles = {"coevolve": f"{per_role} policy + {per_role} rubric, alternating",
              "sequential": f"{per_role} rubric, then {per_role} policy",
              "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
-             "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)"}[s.regime]
+             "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)",
+             "rubric_only": f"{per_role} rubric (answers from a frozen policy)"}[s.regime]
     per_device = cfg.grpo.get("per_device_train_batch_size", 8)
     settings = evolm_grpo_settings(cfg, num_processes)
     rows = s.prompts_per_step * s.samples_per_prompt
@@ -271,6 +301,7 @@ def validate(cfg: RunConfig) -> None:
          "judge.mode=reward_model (a scalar reward model reads no rubric) needs schedule.regime=judge_only"),
         (j.backend in BACKENDS, _choice("judge.backend", j.backend, BACKENDS)),
         (cfg.rubric.writer_backend in BACKENDS, _choice("rubric.writer_backend", cfg.rubric.writer_backend, BACKENDS)),
+        (c.answerer_backend in BACKENDS, _choice("contrast.answerer_backend", c.answerer_backend, BACKENDS)),
         (j.dtype in DTYPES, _choice("judge.dtype", j.dtype, DTYPES)),
         (cfg.model.dtype in DTYPES, _choice("model.dtype", cfg.model.dtype, DTYPES)),
         (j.aggregate in AGGREGATIONS, _choice("judge.aggregate", j.aggregate, AGGREGATIONS)),

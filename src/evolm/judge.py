@@ -256,21 +256,48 @@ def yesno_messages(question: str, criterion: str, answer: str) -> Conversation:
 
 # ----------------------------------------------------------------------------- reading outputs
 
-_SCORE_FIELD = re.compile(r'"?score"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)', re.IGNORECASE)  # "Score: 0.8" too
+_SCORE_FIELD = re.compile(r'"?(?:score|rating)"?\s*[:=]\s*"?(-?\d+(?:\.\d+)?)', re.IGNORECASE)  # "Score: 0.8" too
+_SCORE_KEYS = ("score", "rating")
 
 
 def parse_judge_score(text: str) -> float | None:
-    """The score in a generative judge's reply, or ``None``. Never raises.
+    """The 0-1 score in a generative judge's reply, or ``None``. Never raises.
 
     Reads the ``score`` of the first JSON object that has one (prose and fences tolerated), else a
-    ``"score": x`` pattern in the text. A score outside [0, 1] is unreadable (``None``): a
-    judge that ignores the requested scale is not silently rescaled.
+    ``"score": x`` pattern in the text, after any thinking (a reply cut inside ``<think>`` has no
+    score). A number outside [0, 1] is clipped to it: the reference keeps the raw number, which
+    the rewards, built on [0, 1], cannot take; a non-number is unreadable.
 
     >>> parse_judge_score('{"reasoning": "ok", "score": 0.75}')
     0.75
-    >>> parse_judge_score('Score: 7') is None, parse_judge_score('garbage') is None
-    (True, True)
+    >>> parse_judge_score('Score: 7'), parse_judge_score('garbage') is None
+    (1.0, True)
+    >>> parse_judge_score('<think>the score: 0.9 seems right') is None
+    True
     """
+    raw = _read_score(text)
+    return None if raw is None else min(1.0, max(0.0, raw))
+
+
+def parse_scale_score(text: str, low: float = 1.0, high: float = 10.0) -> float | None:
+    """A ``low``-``high`` rating in a judge's reply (``likert``, ``rar_implicit``), mapped to [0, 1]; or ``None``.
+
+    Read like ``parse_judge_score`` (``"score"``, or ``"rating"``), clipped to the scale, then
+    ``(r - low) / (high - low)``: 1 is 0.0, 10 is 1.0. Never raises.
+
+    >>> parse_scale_score('{"reasoning": "solid", "score": 7}'), parse_scale_score('rating: 10')
+    (0.6666666666666666, 1.0)
+    >>> parse_scale_score('{"score": 0}'), parse_scale_score('no rating') is None
+    (0.0, True)
+    """
+    raw = _read_score(text)
+    if raw is None:
+        return None
+    return (min(high, max(low, raw)) - low) / (high - low)
+
+
+def _read_score(text: str) -> float | None:
+    """The finite number a reply gives as its score (JSON field first, then a ``score: x`` pattern), or ``None``."""
     try:
         body = strip_thinking(text)
         decoder = json.JSONDecoder()
@@ -279,22 +306,24 @@ def parse_judge_score(text: str) -> float | None:
                 obj, _ = decoder.raw_decode(body[m.start() :])
             except (json.JSONDecodeError, RecursionError, ValueError):
                 continue
-            if isinstance(obj, dict) and "score" in obj:
-                return _unit(obj["score"])
+            if isinstance(obj, dict):
+                key = next((k for k in _SCORE_KEYS if k in obj), None)
+                if key is not None:
+                    return _number(obj[key])
         m = _SCORE_FIELD.search(body)
-        return _unit(m.group(1)) if m else None
+        return _number(m.group(1)) if m else None
     except Exception:  # noqa: BLE001 - model output must never crash the caller
         return None
 
 
-def _unit(x: Any) -> float | None:
+def _number(x: Any) -> float | None:
     if isinstance(x, bool):
         return None
     try:
         f = float(x)
     except (TypeError, ValueError):
         return None
-    return f if math.isfinite(f) and 0.0 <= f <= 1.0 else None
+    return f if math.isfinite(f) else None
 
 
 def expected_digit(logprobs: dict[str, float]) -> float:
@@ -323,15 +352,17 @@ def p_yes(logprobs: dict[str, float]) -> float:
 class Judge:
     """A frozen judge model behind a backend, in one of ``JUDGE_MODES``.
 
-    ``chat_template_kwargs`` reaches the chat template (Qwen3 judges need
-    ``{"enable_thinking": False}`` so that the first reply token is the score).
+    ``chat_template_kwargs`` reaches the chat template in every mode. With a thinking judge (Qwen3,
+    thinking on as in the paper) the generative modes let it think within ``max_new_tokens``; the
+    probability modes read the score after an empty think block that the backend puts in the
+    prompt, whatever these kwargs say about thinking.
     """
 
     backend: Backend
     mode: str = "prob"
     temperature: float = 0.6
     top_p: float = 0.95
-    max_new_tokens: int = 512
+    max_new_tokens: int = JUDGE_MAX_NEW_TOKENS
     seed: int | None = 0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -340,7 +371,7 @@ class Judge:
             raise ValueError(f"unknown judge mode '{self.mode}' (choose from {', '.join(sorted(JUDGE_MODES))})")
 
     def score(self, items: Sequence[JudgeItem], progress: bool = False) -> list[float | None]:
-        """One score per item, in order: a float in [0, 1], or ``None`` (generative mode only).
+        """One score per item, in order: a float in [0, 1], or ``None`` (generative modes only).
 
         With ``progress``, items go to the backend in blocks of ``PROGRESS_BLOCK`` under a progress bar;
         answers to the same question should be adjacent so that a block keeps their shared prefix.
@@ -349,7 +380,7 @@ class Judge:
         if not items:
             return []
         score = JUDGE_MODES[self.mode]
-        if not progress or len(items) <= PROGRESS_BLOCK or self.mode == "generative":  # generative has its own bar
+        if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES:  # those have their own bar
             return score(self, items, progress)
         from tqdm.auto import tqdm
 
@@ -361,12 +392,31 @@ class Judge:
                 bar.update(len(block))
         return out
 
+    def sampling_params(self) -> SamplingParams:
+        """Decoding settings of the generative modes (reference: temperature 0.6, top-p 0.95)."""
+        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, self.seed, self.chat_template_kwargs)
+
+
+def _generate_and_read(
+    judge: Judge, convs: list[Conversation], read: Callable[[str], float | None], progress: bool
+) -> list[float | None]:
+    texts = judge.backend.generate(convs, judge.sampling_params(), progress=progress)
+    return [read(t) for t in texts]
+
 
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
-    params = SamplingParams(judge.temperature, judge.top_p, judge.max_new_tokens, judge.seed,
-                            judge.chat_template_kwargs)
-    texts = judge.backend.generate([generative_messages(it) for it in items], params, progress=progress)
-    return [parse_judge_score(t) for t in texts]
+    """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``."""
+    return _generate_and_read(judge, [generative_messages(it) for it in items], parse_judge_score, progress)
+
+
+def _score_likert(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+    """Direct-Likert baseline: the judge alone rates 1-10 (rubric ignored; reference answer shown if any)."""
+    return _generate_and_read(judge, [likert_messages(it) for it in items], parse_scale_score, progress)
+
+
+def _score_rar_implicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+    """RaR implicit baseline: one holistic 1-10 rating given the rubric."""
+    return _generate_and_read(judge, [rar_implicit_messages(it) for it in items], parse_scale_score, progress)
 
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
@@ -376,28 +426,51 @@ def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[fl
     return [expected_digit(lp) for lp in lps]
 
 
-def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[list[tuple[float, float]]]:
+    """Per item, (weight, P(Yes)) for each of its criteria: one batched backend call for all of them."""
     convs: list[Conversation] = []
     owners: list[tuple[int, float]] = []  # (item index, criterion weight) per conversation
     for i, it in enumerate(items):
-        criteria = [(c.criterion, c.weight) for c in it.rubric.criteria] if it.rubric else [(_NO_RUBRIC_CRITERION, 1.0)]
-        for text, weight in criteria:
+        for text, weight in _criteria(it):
             convs.append(yesno_messages(it.question, text, it.answer))
             owners.append((i, weight))
     lps = judge.backend.next_token_logprobs(convs, ("Yes", "No"), chat_template_kwargs=judge.chat_template_kwargs)
-    totals = [0.0] * len(items)
-    weights = [0.0] * len(items)
+    per_item: list[list[tuple[float, float]]] = [[] for _ in items]
     for (i, w), lp in zip(owners, lps, strict=True):
-        totals[i] += w * p_yes(lp)
-        weights[i] += w
-    return [t / w if w > 0 else None for t, w in zip(totals, weights, strict=True)]
+        per_item[i].append((w, p_yes(lp)))
+    return per_item
+
+
+def _weighted(pairs: list[tuple[float, float]]) -> float | None:
+    total = sum(w for w, _ in pairs)
+    return sum(w * v for w, v in pairs) / total if total > 0 else None
+
+
+def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+    """Rubric-weighted mean of P(Yes) per criterion."""
+    return [_weighted(pairs) for pairs in _criterion_p_yes(judge, items)]
+
+
+def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+    """RaR explicit baseline: a criterion is met when P(Yes) > P(No); score = weight met / total weight.
+
+    Same question and forward pass as ``yesno``, read as a verdict rather than a probability: a
+    deterministic stand-in for sampling a Yes/No reply per criterion. A judge that reports neither
+    word (P(Yes) = P(No)) has not said yes: the criterion counts as unmet.
+    """
+    return [_weighted([(w, 1.0 if p > 0.5 else 0.0) for w, p in pairs]) for pairs in _criterion_p_yes(judge, items)]
 
 
 JUDGE_MODES: dict[str, Callable[[Judge, list[JudgeItem], bool], list[float | None]]] = {
     "generative": _score_generative,
     "prob": _score_prob,
     "yesno": _score_yesno,
+    "likert": _score_likert,
+    "rar_implicit": _score_rar_implicit,
+    "rar_explicit": _score_rar_explicit,
 }
+GENERATIVE_MODES = frozenset({"generative", "likert", "rar_implicit"})
+"""Modes that sample a reply (and may give ``None``); the others read next-token probabilities."""
 
 
 def score_with_judges(judges: Sequence[Judge], items: Sequence[JudgeItem], how: str = "mean") -> list[float | None]:
@@ -415,6 +488,11 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     """
     from evolm.models import load_backend
 
+    if cfg.mode == "reward_model":  # a scalar reward model (the paper's Skywork baseline): no prompt, no rubric
+        from evolm.reward_model import load_reward_model
+
+        return load_reward_model(model or cfg.model, device=device,  # type: ignore[return-value]
+                                 dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size)
     backend = load_backend(model or cfg.model, backend=cfg.backend, base_url=cfg.base_url,
                            api_key_env=cfg.api_key_env, device=device,
                            dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size)

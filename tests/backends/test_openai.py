@@ -8,12 +8,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
+import openai_server as fake_server
 import pytest
 from openai_server import MODEL_ID, RunningServer, free_port
 
 from evolm.backends import Backend, SamplingParams
 from evolm.backends.openai import OpenAIBackend
 from evolm.errors import BackendError
+from evolm.judge import JUDGE_MAX_NEW_TOKENS, Judge, JudgeItem
 
 KEY_ENV = "EVOLM_TEST_OPENAI_KEY"
 
@@ -182,7 +184,7 @@ def test_next_token_logprobs_match_candidates(openai_server: RunningServer) -> N
             assert row[key] == pytest.approx(want[key]), key
     body = openai_server.state.requests[0]
     assert (body["max_tokens"], body["temperature"], body["logprobs"], body["top_logprobs"]) == (1, 0.0, True, 20)
-    assert "chat_template_kwargs" not in body
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}  # a one-token read comes after the think block
 
 
 def test_works_inside_a_running_event_loop(openai_server: RunningServer) -> None:
@@ -214,3 +216,60 @@ def test_progress_bar(openai_server: RunningServer, capsys: pytest.CaptureFixtur
 def test_rejects_bad_settings() -> None:
     with pytest.raises(BackendError, match="max_concurrency"):
         OpenAIBackend(MODEL_ID, base_url="http://127.0.0.1:1/v1", max_concurrency=0)
+
+
+# ----------------------------------------------------------------------------- template kwargs and thinking
+
+
+def test_logprobs_always_turn_thinking_off(openai_server: RunningServer) -> None:
+    """Whatever the caller asks, the one-token read is made with thinking off; other kwargs pass through."""
+    backend(openai_server).next_token_logprobs(
+        [conv("x")], ["Yes"], chat_template_kwargs={"enable_thinking": True, "reasoning_effort": "low"}
+    )
+    assert openai_server.state.requests[0]["chat_template_kwargs"] == {"enable_thinking": False, "reasoning_effort": "low"}
+
+
+def test_template_kwargs_can_be_withheld(openai_server: RunningServer) -> None:
+    chosen = backend(openai_server, send_template_kwargs=False)
+    chosen.generate([conv("x")], SamplingParams(chat_template_kwargs={"enable_thinking": True}))
+    chosen.next_token_logprobs([conv("x")], ["Yes"], chat_template_kwargs={"enable_thinking": True})
+    assert [("chat_template_kwargs" in body) for body in openai_server.state.requests] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("url", "setting", "sent"),
+    [
+        ("https://api.openai.com/v1", None, False),  # the OpenAI API answers HTTP 400 to unknown fields
+        ("https://my-resource.openai.azure.com/openai/v1", None, False),
+        ("http://judge-host:8000/v1", None, True),  # vllm serve, SGLang: they read the field
+        ("https://api.openai.com/v1", True, True),
+        ("http://judge-host:8000/v1", False, False),
+    ],
+)
+def test_template_kwargs_not_sent_to_the_openai_api(url: str, setting: bool | None, sent: bool) -> None:
+    chosen = OpenAIBackend("gpt-4.1", base_url=url, send_template_kwargs=setting)
+    client = openai.AsyncOpenAI(api_key="EMPTY", base_url=url)  # never used to send anything
+    body = chosen._extra_body(client, {"enable_thinking": False})
+    assert body == ({"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}} if sent else {})
+    assert chosen._extra_body(client, {}) == {}  # nothing to send: nothing sent
+
+
+def test_a_judge_that_opens_think_is_an_error(openai_server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server template that ignores enable_thinking lets the judge open <think>: no score can be read there."""
+    monkeypatch.setitem(fake_server.TOP_LOGPROBS, "think", [("<think>", math.log(0.9)), ("7", math.log(0.05))])
+    with pytest.raises(BackendError, match="starts its reply with <think>"):
+        backend(openai_server).next_token_logprobs([conv("think first")], ["7"])
+
+
+def test_thinking_judge_over_the_server(openai_server: RunningServer) -> None:
+    """Thinking on (the paper): the generative judge thinks with the paper's budget; the prob mode reads with it off."""
+    chosen = backend(openai_server)
+    item = JudgeItem("What is 2 + 2?", "4")
+    thinking = {"enable_thinking": True}
+    (score,) = Judge(chosen, mode="prob", chat_template_kwargs=thinking).score([item])
+    assert 0.0 <= score <= 1.0
+    Judge(chosen, mode="generative", chat_template_kwargs=thinking).score([item])
+    prob_body, generative_body = openai_server.state.requests
+    assert prob_body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert generative_body["chat_template_kwargs"] == thinking
+    assert generative_body["max_tokens"] == JUDGE_MAX_NEW_TOKENS == 16384

@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from thinking_model import OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
+
 from evolm.backends import Backend, SamplingParams
+from evolm.backends.base import EMPTY_THINK_BLOCK
 from evolm.backends.vllm import VLLMBackend
 from evolm.errors import BackendError
 
@@ -92,18 +95,48 @@ class FakeLLM:
             prompt = conversation[-1]["content"]
             if "too long" in prompt:
                 raise ValueError("prompt length exceeds max_model_len")
-            one = sampling_params if isinstance(sampling_params, FakeSamplingParams) else sampling_params[0]
-            logprobs = None
-            if one.logprobs:
-                logprobs = [{
-                    1: FakeLogprob(math.log(0.5), 1, "Yes"),
-                    7: FakeLogprob(math.log(0.2), 2, None),  # decoded by the tokenizer: " yes"
-                    3: FakeLogprob(math.log(0.1), 3, " No"),
-                    4: FakeLogprob(math.log(0.05), 4, "3"),
-                }]
-            text = f"echo: {prompt}"
-            outputs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(text=text, logprobs=logprobs)]))
+            outputs.append(self._output(f"echo: {prompt}", sampling_params, self._rendered(conversation)))
         return outputs
+
+    def generate(
+        self,
+        prompts: Any,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+        lora_request: Any = None,
+        priority: list[int] | None = None,
+    ) -> list[Any]:
+        self.calls.append({"prompts": prompts, "sampling_params": sampling_params, "use_tqdm": use_tqdm})
+        return [self._output("generated", sampling_params, None) for _ in prompts]
+
+    def _rendered(self, conversation: list[dict[str, str]]) -> str | None:
+        return None  # vLLM leaves RequestOutput.prompt empty when it renders to token ids
+
+    def _output(self, text: str, sampling_params: Any, prompt: str | None) -> Any:
+        one = sampling_params if isinstance(sampling_params, FakeSamplingParams) else sampling_params[0]
+        logprobs = None
+        if one.logprobs:
+            logprobs = [{
+                1: FakeLogprob(math.log(0.5), 1, "Yes"),
+                7: FakeLogprob(math.log(0.2), 2, None),  # decoded by the tokenizer: " yes"
+                3: FakeLogprob(math.log(0.1), 3, " No"),
+                4: FakeLogprob(math.log(0.05), 4, "3"),
+            }]
+        return types.SimpleNamespace(prompt=prompt, outputs=[types.SimpleNamespace(text=text, logprobs=logprobs)])
+
+
+class ThinkingLLM(FakeLLM):
+    """An engine whose tokenizer thinks like Qwen3 (a real transformers tokenizer, tests/thinking_model.py)."""
+
+    def __init__(self, model: str, template: str = QWEN3_STYLE, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.tokenizer = build_tokenizer(template)
+
+    def get_tokenizer(self) -> Any:  # type: ignore[override]
+        return self.tokenizer
+
+    def _rendered(self, conversation: list[dict[str, str]]) -> str | None:
+        return self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
 
 
 @pytest.fixture
@@ -173,3 +206,49 @@ def test_next_token_logprobs(fake_vllm: types.ModuleType) -> None:
 def test_engine_errors_become_one_line(fake_vllm: types.ModuleType) -> None:
     with pytest.raises(BackendError, match="vllm backend: generation failed: ValueError: prompt length"):
         VLLMBackend(llm=FakeLLM("m")).generate([conv("too long")], SamplingParams())
+
+
+# ---------------------------------------------------------------- thinking templates
+
+
+@pytest.mark.parametrize("flags", [None, {"enable_thinking": True}, {"enable_thinking": False}])
+def test_thinking_template_scores_after_an_empty_think_block(fake_vllm: types.ModuleType, flags: Any) -> None:
+    """Rendered here, ended after the empty block, sent as token ids through LLM.generate (not LLM.chat)."""
+    engine = ThinkingLLM("qwen3-style")
+    backend = VLLMBackend(llm=engine)
+    assert backend.thinking
+    got = backend.next_token_logprobs([conv("q1"), conv("q2")], ["Yes", "No"], chat_template_kwargs=flags)
+    # token 7 has no decoded text: this engine's (real) tokenizer decodes it, and it is not " yes"
+    assert engine.tokenizer.decode([7]).strip().lower() != "yes"
+    assert [row["Yes"] for row in got] == pytest.approx([math.log(0.5)] * 2)
+    (call,) = engine.calls
+    assert "messages" not in call and call["use_tqdm"] is False
+    assert call["sampling_params"] == FakeSamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=20)
+    tok = engine.tokenizer
+    for prompt, text in zip(call["prompts"], ["q1", "q2"], strict=True):
+        want = tok.apply_chat_template(conv(text), tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        assert want.endswith("assistant\n" + EMPTY_THINK_BLOCK)
+        assert prompt == {"prompt_token_ids": tok.encode(want, add_special_tokens=False)}
+
+
+def test_template_opening_thinking_is_closed_for_scores(fake_vllm: types.ModuleType) -> None:
+    engine = ThinkingLLM("thinking-2507-style", template=OPEN_THINK_STYLE)
+    VLLMBackend(llm=engine).next_token_logprobs([conv("q")], ["Yes"])
+    ids = engine.calls[0]["prompts"][0]["prompt_token_ids"]
+    assert engine.tokenizer.decode(ids).endswith("<|im_start|>assistant\n" + EMPTY_THINK_BLOCK)
+
+
+def test_reply_gets_back_the_think_block_its_template_opened(fake_vllm: types.ModuleType) -> None:
+    opened = VLLMBackend(llm=ThinkingLLM("m", template=OPEN_THINK_STYLE)).generate([conv("a")], SamplingParams())
+    assert opened == ["<think>\necho: a"]  # a reply cut before </think> now reads as unfinished thinking
+    hybrid = VLLMBackend(llm=ThinkingLLM("m")).generate([conv("a")], SamplingParams())
+    assert hybrid == ["echo: a"]
+
+
+def test_non_thinking_engine_keeps_chat(fake_vllm: types.ModuleType) -> None:
+    engine = FakeLLM("m")
+    backend = VLLMBackend(llm=engine)
+    assert not backend.thinking
+    backend.next_token_logprobs([conv("q")], ["Yes"])
+    assert "messages" in engine.calls[0]
+    assert not VLLMBackend(llm=ThinkingLLM("m"), thinking=False).thinking  # the detection can be overridden

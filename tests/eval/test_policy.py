@@ -1,4 +1,5 @@
-"""``evolm eval policy``: lm-eval's IFEval and GSM8K on local files, offline, on a tiny model.
+"""``evolm eval policy``: lm-eval's IFEval and GSM8K on local files, offline, on a tiny model;
+the olmo3_adapt group and the decoding protocols without running a model.
 
 The model is built so that its answer is known in advance: every token embeds to the same
 vector, the attention and MLP outputs are zeroed, and the output head has a single non-zero row,
@@ -18,7 +19,7 @@ import pytest
 pytest.importorskip("lm_eval")
 
 from evolm.cli import main  # noqa: E402
-from evolm.errors import InputError  # noqa: E402
+from evolm.errors import BackendError, InputError  # noqa: E402
 from evolm.eval import policy  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -125,10 +126,16 @@ def test_cli_scores_both_tasks_offline_into_the_run_dir(
     assert no_network == []
 
     out = json.loads((run_dir / "eval" / "policy-checkpoint-3.json").read_text())
-    assert out["protocol"] == "lm-eval protocol"
-    assert out["decoding"] == {"greedy": False, "temperature": 0.6, "top_p": 0.95, "max_gen_toks": 16, "seed": 0,
-                               "max_gen_toks_requested": 16}
+    assert (out["protocol"], out["label"]) == ("lm-eval", "lm-eval protocol")
+    # the shared --temperature/--top-p defaults (the paper's) are not applied when not given
+    assert out["decoding"] == {"protocol": "lm-eval", "greedy": False, "temperature": None, "top_p": None,
+                               "max_gen_toks": 16, "seed": 0}
     ifeval, gsm8k = out["tasks"]["ifeval"], out["tasks"]["gsm8k"]
+    # each task decodes with its own lm-eval settings (greedy, its stop sequences), budget from --max-gen-toks
+    assert ifeval["generation_kwargs"] == {"until": [], "do_sample": False, "temperature": 0.0, "max_gen_toks": 16}
+    assert gsm8k["generation_kwargs"]["do_sample"] is False and gsm8k["generation_kwargs"]["max_gen_toks"] == 16
+    assert "<|im_end|>" in gsm8k["generation_kwargs"]["until"]
+    assert (ifeval["olmes_task"], gsm8k["paper_metric"]) == ("ifeval::olmo3:adapt", "exact match")
     assert (ifeval["n"], gsm8k["n"]) == (2, 2)
     assert ifeval["primary_metric"] == "prompt_level_loose_acc,none"
     # prompt level: 1 of 2 prompts; instruction level: 2 of 3 instructions
@@ -141,8 +148,13 @@ def test_cli_scores_both_tasks_offline_into_the_run_dir(
     for task in (ifeval, gsm8k):
         assert all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in task["metrics"].values())
 
-    table = capsys.readouterr().out
+    captured = capsys.readouterr()
+    table = captured.out
     assert "lm-eval protocol" in table and "prompt_level_loose_acc *" in table and "0.6667" in table
+    assert "ifeval greedy, max_gen_toks 16; gsm8k greedy, max_gen_toks 16" in table
+    # per-task progress on stderr: a line when each task starts and one when it ends
+    assert "[1/2] ifeval (lm-eval ifeval, 2 docs): greedy, max_gen_toks 16" in captured.err
+    assert "[2/2] gsm8k: exact_match,flexible-extract 0.5000 (n=2," in captured.err
 
     rows = [json.loads(line) for line in samples.read_text().splitlines()]
     assert [(r["task"], r["doc_id"]) for r in rows] == [("ifeval", 0), ("ifeval", 1), ("gsm8k", 0), ("gsm8k", 1)]
@@ -158,7 +170,7 @@ def test_real_data_files_greedy(run_dir: Path, no_network: list[object]) -> None
     files = policy.resolve_data_files(["ifeval", "gsm8k"], SHARED_DATA)
     model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
     result = policy.evaluate_policy(
-        model, tok, files, decoding=policy.Decoding(greedy=True, max_gen_toks=16), limit=2, batch_size=2
+        model, tok, files, decoding=policy.resolve_decoding(greedy=True, max_gen_toks=16), limit=2, batch_size=2
     )
     assert no_network == []
     by_task = {t.task: t for t in result.tasks}
@@ -169,6 +181,7 @@ def test_real_data_files_greedy(run_dir: Path, no_network: list[object]) -> None
     # GSM8K test 0 (Janet's ducks) is 18; test 1 (robe) is 3.
     assert by_task["gsm8k"].metrics["exact_match,flexible-extract"] == 0.5
     assert result.decoding["greedy"] is True
+    assert by_task["ifeval"].generation_kwargs["do_sample"] is False
 
 
 def test_missing_data_file_is_a_one_line_cli_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,7 +193,7 @@ def test_missing_data_file_is_a_one_line_cli_error(tmp_path: Path, capsys: pytes
 
 
 def test_unknown_task_and_bad_rows_are_input_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="unknown policy task 'mmlu'"):
+    with pytest.raises(InputError, match="unknown policy task 'mmlu' \\(known: olmo3_adapt, mmlu_cot"):
         policy.parse_tasks("ifeval,mmlu")
     assert policy.parse_tasks(" gsm8k, ifeval,gsm8k") == ["gsm8k", "ifeval"]
     bad = tmp_path / "bad.jsonl"
@@ -222,3 +235,163 @@ def test_punkt_tab_is_found_offline() -> None:
     assert found.rstrip("/").endswith("tokenizers/punkt_tab/english")
     sentences = nltk.tokenize.sent_tokenize("Mr. Smith arrived. He sat down.")
     assert sentences == ["Mr. Smith arrived.", "He sat down."]
+
+
+# ----------------------------------------------------------------------------- olmo3_adapt group and protocols
+
+# SPEC §3.2: the 17 tasks of OLMES olmo3:adapt.
+OLMO3_ADAPT_OLMES = {
+    "mmlu:cot", "popqa", "simpleqa", "bbh:cot", "gpqa", "zebralogic", "agi_eval_english", "minerva_math", "gsm8k",
+    "omega", "aime:2024", "aime:2025", "codex_humanevalplus", "mbppplus", "livecodebench_codegeneration",
+    "alpaca_eval_v3", "ifeval",
+}
+
+
+def test_olmo3_adapt_group_resolves_to_installed_lm_eval_tasks() -> None:
+    """Every member names a task or group that the installed lm-eval defines; with the tasks that lm-eval
+    lacks, the group covers the paper's 17 tasks exactly once."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    names = policy.parse_tasks("olmo3_adapt")
+    assert names == list(policy.TASK_GROUPS["olmo3_adapt"])
+    assert policy.parse_tasks("ifeval,olmo3_adapt")[0] == "ifeval" and len(policy.parse_tasks("olmo3_adapt,gsm8k")) == 11
+    root = Path(lm_eval.__file__).parent / "tasks"
+    for name in names:
+        task = policy.POLICY_TASKS[name]
+        manager = TaskManager(include_defaults=False, include_path=[str(root / d) for d in task.lm_eval_dirs])
+        assert task.lm_eval_task in manager.all_tasks, name
+        assert task.metrics and task.olmes_task.endswith("::olmo3:adapt") and task.paper_metric, name
+    groups = {"mmlu_cot", "bbh_cot", "agieval_en", "minerva_math"}
+    for name in groups:
+        task = policy.POLICY_TASKS[name]
+        manager = TaskManager(include_defaults=False, include_path=[str(root / d) for d in task.lm_eval_dirs])
+        assert task.lm_eval_task in manager.all_groups, name
+    covered = [policy.POLICY_TASKS[n].olmes_task for n in names] + list(policy.OLMO3_ADAPT_NOT_IN_LM_EVAL)
+    assert sorted(t.removesuffix("::olmo3:adapt") for t in covered) == sorted(OLMO3_ADAPT_OLMES)
+    # only the two tasks with local data run offline; the code tasks run the model's code
+    assert [n for n in names if policy.POLICY_TASKS[n].local] == ["gsm8k", "ifeval"]
+    assert [n for n in names if policy.POLICY_TASKS[n].runs_code] == ["humaneval_plus", "mbpp_plus"]
+
+
+def test_tasks_lm_eval_lacks_say_what_runs_them() -> None:
+    with pytest.raises(InputError, match=r"'popqa' \(popqa::olmo3:adapt\) has no lm-eval task: run it with OLMES"):
+        policy.parse_tasks("ifeval,popqa")
+    with pytest.raises(InputError, match="alpaca_eval_v3::olmo3:adapt.*alpaca_eval with an OpenAI API key"):
+        policy.parse_tasks("alpaca_eval")
+
+
+def test_hub_and_code_tasks_are_refused_in_one_line_before_any_model_loads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the model name does not exist: reaching the model loader would be a different error
+    rc = main(["eval", "policy", "--model", "no-such-model", "--tasks", "olmo3_adapt"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("evolm eval: error: mmlu_cot, bbh_cot, gpqa, agieval_en, minerva_math, aime24, aime25, humaneval_plus, "
+                          "mbpp_plus: data not available locally")
+    assert "add --hub" in err and "--tasks gsm8k,ifeval" in err
+
+    rc = main(["eval", "policy", "--model", "no-such-model", "--tasks", "mbpp_plus,ifeval", "--hub"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "mbpp_plus: scoring runs the model's code" in err
+    assert "--allow-code-execution" in err
+
+
+def test_hub_task_without_reachable_data_is_a_one_line_error(no_network: list[object]) -> None:
+    """With --hub but no hub (offline, empty cache), the task that cannot get its data is named, before
+    any model runs (the model here is None: reaching it would fail differently)."""
+    with policy.hub_offline(), pytest.raises(BackendError) as e:
+        policy.evaluate_policy(None, None, {"aime24": None}, allow_hub=True)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("aime24: could not read lm-eval's data for aime24 from the Hugging Face hub (")
+
+
+def test_protocols_resolve_to_each_tasks_own_or_the_papers_decoding() -> None:
+    assert policy.resolve_decoding() == policy.Decoding("lm-eval", False, None, None, None, 0)
+    assert policy.resolve_decoding("olmo3-adapt") == policy.Decoding("olmo3-adapt", False, 0.6, 0.95, 16384, 0)
+    # explicit settings override either protocol
+    assert policy.resolve_decoding("olmo3-adapt", greedy=True, max_gen_toks=512) == policy.Decoding(
+        "olmo3-adapt", True, None, None, 512, 0)
+    assert policy.resolve_decoding("olmo3-adapt", temperature=1.0) == policy.Decoding(
+        "olmo3-adapt", False, 1.0, 0.95, 16384, 0)
+    assert policy.resolve_decoding("lm-eval", temperature=0.8, seed=3) == policy.Decoding(
+        "lm-eval", False, 0.8, None, None, 3)
+    for kwargs, message in (
+        ({"protocol": "olmes"}, "unknown protocol 'olmes'"),
+        ({"greedy": True, "temperature": 0.6}, "--greedy contradicts"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"top_p": 0.9}, "--top-p needs --temperature"),
+        ({"protocol": "olmo3-adapt", "top_p": 1.5}, "top-p must be in"),
+        ({"max_gen_toks": 0}, "max-gen-toks must be >= 1"),
+    ):
+        with pytest.raises(InputError, match=message):
+            policy.resolve_decoding(**kwargs)
+
+
+def test_task_generation_kwargs_keep_the_tasks_own_settings_unless_overridden() -> None:
+    ifeval = {"until": [], "do_sample": False, "temperature": 0.0, "max_gen_toks": 1280}  # lm-eval's ifeval.yaml
+    gsm8k = {"do_sample": False, "until": ["Q:", "<|im_end|>"]}  # gsm8k-cot-llama.yaml: no budget of its own
+
+    lm_eval_protocol = policy.resolve_decoding("lm-eval")
+    assert policy.task_generation_kwargs(ifeval, lm_eval_protocol, 256, 8192) == (ifeval, None)
+    assert policy.task_generation_kwargs(gsm8k, lm_eval_protocol, 256, 8192) == ({**gsm8k, "max_gen_toks": 256}, None)
+
+    paper = policy.resolve_decoding("olmo3-adapt")
+    kwargs, note = policy.task_generation_kwargs(ifeval, paper, 256, 8192)
+    assert kwargs == {"until": [], "do_sample": True, "temperature": 0.6, "top_p": 0.95, "max_gen_toks": 7168}
+    assert note == "max_gen_toks lowered from 16384 to 7168: the model's context is 8192"
+    kwargs, _ = policy.task_generation_kwargs(gsm8k, paper, 256, 8192)
+    assert kwargs["until"] == ["Q:", "<|im_end|>"]  # stop sequences stay the task's
+
+    # a task budget larger than the context (lm-eval's AIME asks 32768) is cut even under lm-eval's protocol
+    kwargs, note = policy.task_generation_kwargs({"max_gen_toks": 32768}, lm_eval_protocol, 256, 8192)
+    assert kwargs["max_gen_toks"] == 7168 and note is not None
+    greedy = policy.task_generation_kwargs(kwargs | {"do_sample": True, "top_p": 0.9},
+                                           policy.resolve_decoding(greedy=True), 256, 8192)[0]
+    assert (greedy["do_sample"], greedy["temperature"], "top_p" in greedy) == (False, 0.0, False)
+    assert policy.describe_generation(kwargs) == "greedy, max_gen_toks 7168"
+    assert policy.describe_generation({}) == "log-likelihood (no generation)"
+
+
+def test_olmo3_adapt_protocol_samples_with_the_papers_settings(run_dir: Path, data_dir: Path) -> None:
+    from evolm.models import load_model
+
+    model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
+    heard: list[str] = []
+    result = policy.evaluate_policy(
+        model, tok, policy.resolve_data_files(["gsm8k"], data_dir), decoding=policy.resolve_decoding("olmo3-adapt"),
+        limit=1, batch_size=1, progress=heard.append,
+    )
+    (gsm8k,) = result.tasks
+    assert result.protocol == "olmo3-adapt" and result.decoding["temperature"] == 0.6
+    assert {k: gsm8k.generation_kwargs[k] for k in ("do_sample", "temperature", "top_p", "max_gen_toks")} == {
+        "do_sample": True, "temperature": 0.6, "top_p": 0.95, "max_gen_toks": 256}  # 16384 cut to the 512 context
+    assert result.notes == ["gsm8k: max_gen_toks lowered from 16384 to 256: the model's context is 512"]
+    assert gsm8k.metrics["exact_match,flexible-extract"] == 1.0  # " 18" x 256 answers Tom's apples
+    assert heard[0] == "[1/1] gsm8k (lm-eval gsm8k_cot_llama, 1 docs): sampled T=0.6 top-p=0.95, max_gen_toks 256"
+    assert heard[1].startswith("[1/1] gsm8k: exact_match,flexible-extract 1.0000 (n=1, ")
+    table = policy.format_table(result)
+    assert "--protocol olmo3-adapt: the paper's decoding on lm-eval's tasks (not OLMES)" in table
+    assert "note: gsm8k: max_gen_toks lowered" in table
+
+
+def test_group_results_sum_their_subtasks_and_add_the_macro_average() -> None:
+    task = policy.POLICY_TASKS["bbh_cot"]
+    key = "exact_match,flexible-extract"
+    out = {
+        "results": {
+            "bbh_cot_zeroshot": {key: 0.75, "exact_match_stderr,flexible-extract": 0.2, "alias": "bbh"},
+            "bbh_cot_zeroshot_navigate": {key: 1.0},
+            "bbh_cot_zeroshot_snarks": {key: 0.0},
+        },
+        "n-samples": {"bbh_cot_zeroshot_navigate": {"effective": 3}, "bbh_cot_zeroshot_snarks": {"effective": 1}},
+    }
+    leaves = {"bbh_cot_zeroshot_navigate": None, "bbh_cot_zeroshot_snarks": None}
+    r = policy._task_result(task, out, leaves, None, {"do_sample": False}, 1.23)
+    assert (r.n, r.subtasks, r.metrics, r.stderr, r.macro_metrics) == (4, 2, {key: 0.75}, {key: 0.2}, {key: 0.5})
+    assert (r.data_file, r.seconds, r.olmes_task) == (None, 1.2, "bbh:cot::olmo3:adapt")
+    out["results"]["bbh_cot_zeroshot"] = {"exact_match,strict-match": 0.1}
+    with pytest.raises(BackendError, match=r"no 'exact_match,flexible-extract' .* \(it gave: exact_match,strict-match;"):
+        policy._task_result(task, out, leaves, None, {}, 0.0)

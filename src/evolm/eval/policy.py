@@ -1,27 +1,48 @@
-"""Policy quality (SPEC §3.2) with lm-evaluation-harness, offline, on an in-memory model.
+"""Policy quality (SPEC §3.2) with lm-evaluation-harness, on an in-memory model.
 
-The paper scores policies with Ai2's OLMES ``olmo3:adapt`` suite; that suite needs hub data and
-API annotators, so here we run the matching tasks of lm-eval (``lm_eval`` on PyPI) instead, and
-label every result "lm-eval protocol" so nobody mistakes it for OLMES numbers.
+The paper scores policies with Ai2's OLMES ``olmo3:adapt`` suite; here we run the matching tasks of
+lm-eval (``lm_eval`` on PyPI) instead, and label every result "lm-eval protocol" so nobody mistakes
+it for OLMES numbers. docs/POLICY_EVAL.md has the task map and how to run the whole suite.
+
+Two decoding protocols (``--protocol``):
+- ``lm-eval`` (default): each lm-eval task's own generation settings (``generation_kwargs`` in its
+  YAML: greedy, its stop sequences and token budget; HFLM's 256 tokens where a task sets none).
+  This is what lm-eval users expect, and it keeps a small CPU run short: the paper's sampling with
+  16k tokens lets a small model that never stops run every batch to thousands of tokens.
+- ``olmo3-adapt``: the paper's decoding on the same tasks: sampled at temperature 0.6, top-p 0.95,
+  up to 16384 new tokens. Each task keeps its stop sequences.
+Explicit ``greedy``/``temperature``/``top_p``/``max_gen_toks`` override either protocol. Under both,
+every task runs zero-shot with the tokenizer's chat template (SPEC §3.2), and the token budget is
+capped so that a prompt still fits the model's context (lm-eval refuses a budget >= the context).
+The settings each task actually ran with are written into its result.
+
+Tasks and data:
+- ``ifeval`` and ``gsm8k`` read local JSONL files (shared/data): lm-eval's *stock* config with only
+  its data source replaced (``dataset_path: json`` + ``data_files``), so prompts, metrics and answer
+  filters stay lm-eval's. The override is an inline group whose member names the stock task with
+  overrides (the documented group syntax). These run fully offline.
+- The other tasks of the ``olmo3_adapt`` group read lm-eval's stock data sets from the Hugging Face
+  hub (or its local cache), which needs ``allow_hub`` (CLI ``--hub``); HumanEval+ and MBPP+ also
+  run model-written code to score it, which needs ``allow_code`` (CLI ``--allow-code-execution``).
+  Without them the request is refused up front, in one line, before any model is loaded.
+- Each task runs as its own ``simple_evaluate`` call, so lm-eval's progress bar (with ETA) is per
+  task, and the caller's ``progress`` callback hears when each task starts and ends.
 
 How it stays offline:
 - The model is loaded by ``evolm.models.load_model`` and handed to lm-eval's ``HFLM`` as an
   object, so lm-eval never resolves a name on the hub.
-- Each task is lm-eval's *stock* config with only its data source replaced: ``dataset_path:
-  json`` plus ``dataset_kwargs: {data_files: {split: FILE}}`` pointing at a local JSONL file.
-  Prompts, metrics and answer filters stay lm-eval's, so results follow the harness's protocol
-  and its upgrades. The override is an inline group whose members name the stock task with
-  overrides (the documented group syntax), built by a TaskManager that indexes only the stock
-  folders we use (~0.1 s instead of ~10 s for the whole catalogue).
-- While lm-eval runs, the hub is switched to offline mode (``HF_HUB_OFFLINE``; restored after),
-  because ``HFLM.get_model_info`` otherwise asks the hub for the model's commit hash.
+- A TaskManager indexes only the stock folders the requested tasks use (~0.1 s instead of ~10 s
+  for the whole catalogue).
+- Local tasks are built, and every task is evaluated, with the hub in offline mode
+  (``HF_HUB_OFFLINE``; restored after), because ``HFLM.get_model_info`` otherwise asks the hub for
+  the model's commit hash. Only hub tasks are built outside it (that is where they read data).
 - IFEval's checkers need NLTK's ``punkt_tab`` sentence model, which lm-eval would download on
   import. We point ``nltk.data.path`` at the copy that the PyPI package ``llama-index-core``
   (MIT licence; the data are NLTK's Punkt models by Kiss & Strunk, from the NLTK data
   collection) ships in ``llama_index/core/_static/nltk_cache``. The package is located, not
   imported. An existing NLTK data install is used first when it already has ``punkt_tab``.
 
-Task choices (zero-shot, chat template on, as in SPEC §3.2):
+Local task choices:
 - ``ifeval``: lm-eval's ``ifeval`` (Zhou et al. 2023) on the 541 original prompts. Primary metric
   ``prompt_level_loose_acc`` (what Tulu 3 / OLMo reports); the strict and instruction-level
   accuracies are reported too.
@@ -34,8 +55,8 @@ Task choices (zero-shot, chat template on, as in SPEC §3.2):
   ``flexible-extract`` filter (last number in the answer), so a small model is not scored on
   format alone; the strict filter is reported beside it.
 
-Adding a task is one ``PolicyTask`` entry: the evolm name, the stock lm-eval task and its folder,
-the split and file name the data come from, and the metrics to report.
+Adding a task is one ``PolicyTask`` entry: the evolm name, the stock lm-eval task and the folders
+that define it, where its data come from, and the metrics to report.
 """
 
 from __future__ import annotations
@@ -47,7 +68,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,72 +76,286 @@ from typing import Any
 from evolm.errors import BackendError, InputError
 from evolm.jsonl import read_jsonl
 
-PROTOCOL = "lm-eval protocol"
+LABEL = "lm-eval protocol"  # SPEC §3.2: what every result is labelled (not "OLMES")
+PROTOCOLS = ("lm-eval", "olmo3-adapt")
+DEFAULT_PROTOCOL = "lm-eval"
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class PolicyTask:
-    """One evaluation task: a stock lm-eval task fed from a local JSONL file."""
+    """One evaluation task: a stock lm-eval task (or group), fed from a local JSONL file or the hub."""
 
     name: str  # evolm's name (CLI --tasks, result keys)
-    lm_eval_task: str  # the stock task whose prompts, filters and metrics we keep
-    lm_eval_dir: str  # its folder under lm_eval/tasks (indexed alone, to start fast)
-    data_file: str  # default file, relative to the data folder
-    split: str  # the split name the stock config reads its documents from
-    required_fields: tuple[str, ...]  # fields each data row needs (checked before loading the model)
+    lm_eval_task: str  # the stock task or group whose prompts, filters and metrics we keep
+    lm_eval_dirs: tuple[str, ...]  # folders under lm_eval/tasks that define it (indexed alone, to start fast)
     metrics: tuple[str, ...]  # lm-eval result keys "metric,filter" to report, primary first
+    olmes_task: str = ""  # the OLMo 3 Adapt (OLMES) task it stands in for
+    paper_metric: str = ""  # how the paper scores that task
+    data_file: str | None = None  # default local file, relative to the data folder; None: stock data set (hub)
+    split: str = ""  # the split name the stock config reads its documents from (local files only)
+    required_fields: tuple[str, ...] = ()  # fields each local data row needs (checked before loading the model)
+    overrides: tuple[tuple[str, Any], ...] = ()  # config keys replaced on the stock task (besides local data)
+    runs_code: bool = False  # scored by executing model-written code (lm-eval's code_eval)
     needs_punkt: bool = False
+    differs: str = ""  # how lm-eval's task differs from the paper's, for the docs and the result
+
+    @property
+    def local(self) -> bool:
+        """Whether the data come from a local file (else from the Hugging Face hub or its cache)."""
+        return self.data_file is not None
 
 
-POLICY_TASKS: dict[str, PolicyTask] = {
-    "ifeval": PolicyTask(
+_HUB_NOTE = "lm-eval's stock data set, read from the Hugging Face hub"
+
+POLICY_TASKS: dict[str, PolicyTask] = {t.name: t for t in (
+    PolicyTask(
+        name="mmlu_cot",
+        lm_eval_task="mmlu_cot_llama",
+        lm_eval_dirs=("llama3/instruct/mmlu_cot",),
+        metrics=("exact_match,strict_match",),
+        olmes_task="mmlu:cot::olmo3:adapt",
+        paper_metric="exact match, zero-shot CoT, macro average of the 57 subjects",
+        differs="lm-eval's Llama 3 instruct prompt ('The best answer is X'); its group score weights subjects by "
+        "size, so the macro average over subjects is reported beside it",
+    ),
+    PolicyTask(
+        name="bbh_cot",
+        lm_eval_task="bbh_cot_zeroshot",
+        lm_eval_dirs=("bbh/cot_zeroshot",),
+        metrics=("exact_match,flexible-extract",),
+        olmes_task="bbh:cot::olmo3:adapt",
+        paper_metric="exact match, CoT, macro average of the 27 subtasks",
+        differs="zero-shot 'Let's think step by step' completion prompt; group score weighted by subtask size "
+        "(macro reported beside it)",
+    ),
+    PolicyTask(
+        name="gpqa",
+        lm_eval_task="gpqa_main_cot_zeroshot",
+        lm_eval_dirs=("gpqa/cot_zeroshot",),
+        metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
+        olmes_task="gpqa::olmo3:adapt",
+        paper_metric="exact match (answer letter), zero-shot CoT",
+        differs="GPQA main (448 questions); the data set is gated on the hub (accept its terms, set HF_TOKEN)",
+    ),
+    PolicyTask(
+        name="agieval_en",
+        lm_eval_task="agieval_en",
+        lm_eval_dirs=("agieval",),
+        metrics=("acc,none",),
+        olmes_task="agi_eval_english::olmo3:adapt",
+        paper_metric="exact match, zero-shot CoT, macro average of 8 English subsets",
+        differs="lm-eval scores 9 of its 10 subsets by log-likelihood of the options (no generation, so "
+        "decoding settings do not apply) and adds agieval_math and sat-en-without-passage",
+    ),
+    PolicyTask(
+        name="minerva_math",
+        lm_eval_task="minerva_math",
+        lm_eval_dirs=("minerva_math", "benchmarks"),
+        metrics=("math_verify,none", "exact_match,none"),
+        olmes_task="minerva_math::olmo3:adapt",
+        paper_metric="exact match (flex), macro average of the 7 subjects",
+        differs="lm-eval's default is 4-shot (run zero-shot here) with no token budget of its own (HFLM's 256); "
+        "math_verify is the equivalence check closest to the paper's flex match",
+    ),
+    PolicyTask(
+        name="gsm8k",
+        lm_eval_task="gsm8k_cot_llama",
+        lm_eval_dirs=("gsm8k",),
+        metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
+        olmes_task="gsm8k::olmo3:adapt",
+        paper_metric="exact match",
+        data_file="gsm8k/test.jsonl",
+        split="test",
+        required_fields=("question", "answer"),
+    ),
+    PolicyTask(
+        name="aime24",
+        lm_eval_task="aime24",
+        lm_eval_dirs=("aime",),
+        metrics=("exact_match,none",),
+        olmes_task="aime:2024::olmo3:adapt",
+        paper_metric="pass@1 averaged over 32 samples",
+        differs="one sample per problem; lm-eval's budget is 32768 tokens (capped to the model's context)",
+    ),
+    PolicyTask(
+        name="aime25",
+        lm_eval_task="aime25",
+        lm_eval_dirs=("aime",),
+        metrics=("exact_match,none",),
+        olmes_task="aime:2025::olmo3:adapt",
+        paper_metric="pass@1 averaged over 32 samples",
+        differs="one sample per problem; lm-eval's budget is 32768 tokens (capped to the model's context)",
+    ),
+    PolicyTask(
+        name="humaneval_plus",
+        lm_eval_task="humaneval_instruct",
+        lm_eval_dirs=("humaneval",),
+        metrics=("pass@1,create_test",),
+        olmes_task="codex_humanevalplus::olmo3:adapt",
+        paper_metric="pass@1",
+        overrides=(("dataset_path", "evalplus/humanevalplus"),),
+        runs_code=True,
+        differs="lm-eval's humaneval_instruct prompt (for chat models) on the HumanEval+ data, as lm-eval's own "
+        "humaneval_plus does for the completion prompt; one greedy sample",
+    ),
+    PolicyTask(
+        name="mbpp_plus",
+        lm_eval_task="mbpp_plus_instruct",
+        lm_eval_dirs=("mbpp",),
+        metrics=("pass_at_1,extract_code",),
+        olmes_task="mbppplus::olmo3:adapt",
+        paper_metric="pass@1",
+        runs_code=True,
+        differs="one greedy sample",
+    ),
+    PolicyTask(
         name="ifeval",
         lm_eval_task="ifeval",
-        lm_eval_dir="ifeval",
-        data_file="ifeval/input_data.jsonl",
-        split="train",
-        required_fields=("key", "prompt", "instruction_id_list", "kwargs"),
+        lm_eval_dirs=("ifeval",),
         metrics=(
             "prompt_level_loose_acc,none",
             "prompt_level_strict_acc,none",
             "inst_level_loose_acc,none",
             "inst_level_strict_acc,none",
         ),
+        olmes_task="ifeval::olmo3:adapt",
+        paper_metric="prompt-level loose accuracy",
+        data_file="ifeval/input_data.jsonl",
+        split="train",
+        required_fields=("key", "prompt", "instruction_id_list", "kwargs"),
         needs_punkt=True,
     ),
-    "gsm8k": PolicyTask(
-        name="gsm8k",
-        lm_eval_task="gsm8k_cot_llama",
-        lm_eval_dir="gsm8k",
-        data_file="gsm8k/test.jsonl",
-        split="test",
-        required_fields=("question", "answer"),
-        metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
+)}
+
+# Named groups of tasks for --tasks. olmo3_adapt: the OLMES suite's tasks that lm-eval has, in its order.
+TASK_GROUPS: dict[str, tuple[str, ...]] = {
+    "olmo3_adapt": (
+        "mmlu_cot", "bbh_cot", "gpqa", "agieval_en", "minerva_math", "gsm8k", "aime24", "aime25",
+        "humaneval_plus", "mbpp_plus", "ifeval",
     ),
+}
+
+# OLMo 3 Adapt tasks with no lm-eval task: OLMES task -> (the paper's metric, what runs it instead).
+OLMO3_ADAPT_NOT_IN_LM_EVAL: dict[str, tuple[str, str]] = {
+    "popqa::olmo3:adapt": ("exact match", "OLMES (allenai/olmes)"),
+    "simpleqa::olmo3:adapt": ("correctness graded by an OpenAI model", "OLMES with an OpenAI API key"),
+    "zebralogic::olmo3:adapt": ("puzzle-level accuracy", "OLMES, or ZeroEval (WildEval/ZeroEval)"),
+    "omega::olmo3:adapt": ("accuracy (exact match)", "OLMES"),
+    "livecodebench_codegeneration::olmo3:adapt": ("pass@1", "OLMES, or LiveCodeBench's own runner"),
+    "alpaca_eval_v3::olmo3:adapt": (
+        "length-controlled win rate, GPT-4.1 annotator", "OLMES, or alpaca_eval with an OpenAI API key",
+    ),
+}
+# Short names, so that `--tasks popqa` says where to run it instead of "unknown task".
+_NOT_IN_LM_EVAL = {
+    "popqa": "popqa::olmo3:adapt", "simpleqa": "simpleqa::olmo3:adapt", "zebralogic": "zebralogic::olmo3:adapt",
+    "omega": "omega::olmo3:adapt", "livecodebench": "livecodebench_codegeneration::olmo3:adapt",
+    "alpaca_eval": "alpaca_eval_v3::olmo3:adapt",
 }
 
 
 @dataclass(frozen=True)
 class Decoding:
-    """Generation settings. Defaults are SPEC §3.2's: sampled, temperature 0.6, top-p 0.95, 16k tokens."""
+    """The decoding asked for. ``None`` (and ``greedy=False``) leaves a setting to each task's own config.
 
+    Build it with ``resolve_decoding``, which fills in a protocol's values and checks the combination.
+    """
+
+    protocol: str = DEFAULT_PROTOCOL
     greedy: bool = False
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_gen_toks: int = 16384
+    temperature: float | None = None
+    top_p: float | None = None
+    max_gen_toks: int | None = None
     seed: int = 0
 
-    def gen_kwargs(self, max_gen_toks: int) -> dict[str, Any]:
-        """lm-eval ``gen_kwargs``; they update each task's own (whose stock values are greedy)."""
-        if self.greedy:
-            return {"do_sample": False, "temperature": 0.0, "max_gen_toks": max_gen_toks}
-        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "max_gen_toks": max_gen_toks}
+
+# The paper's decoding (SPEC §3.2): sampled, temperature 0.6, top-p 0.95, up to 16k new tokens.
+OLMO3_ADAPT_DECODING = {"temperature": 0.6, "top_p": 0.95, "max_gen_toks": 16384}
+
+
+def resolve_decoding(
+    protocol: str = DEFAULT_PROTOCOL,
+    *,
+    greedy: bool = False,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_gen_toks: int | None = None,
+    seed: int = 0,
+) -> Decoding:
+    """The decoding of ``protocol`` with the given settings on top (``None``: not given).
+
+    ``lm-eval`` leaves everything not given to each task; ``olmo3-adapt`` fills in the paper's values.
+    Raises ``InputError`` for an unknown protocol or settings that contradict each other.
+    """
+    if protocol not in PROTOCOLS:
+        raise InputError(f"unknown protocol '{protocol}' (known: {', '.join(PROTOCOLS)})")
+    if greedy and (temperature is not None or top_p is not None):
+        raise InputError("--greedy contradicts --temperature/--top-p: give one or the other")
+    if temperature is not None and temperature <= 0:
+        raise InputError(f"temperature must be > 0, got {temperature} (for greedy decoding use --greedy)")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise InputError(f"top-p must be in (0, 1], got {top_p}")
+    if max_gen_toks is not None and max_gen_toks < 1:
+        raise InputError(f"max-gen-toks must be >= 1, got {max_gen_toks}")
+    if protocol == "olmo3-adapt":
+        if not greedy:
+            temperature = OLMO3_ADAPT_DECODING["temperature"] if temperature is None else temperature
+            top_p = OLMO3_ADAPT_DECODING["top_p"] if top_p is None else top_p
+        max_gen_toks = OLMO3_ADAPT_DECODING["max_gen_toks"] if max_gen_toks is None else max_gen_toks
+    elif top_p is not None and temperature is None:
+        raise InputError("--top-p needs --temperature under --protocol lm-eval (its tasks decode greedily)")
+    return Decoding(protocol, greedy, temperature, top_p, max_gen_toks, seed)
+
+
+def task_generation_kwargs(
+    stock: Mapping[str, Any], decoding: Decoding, default_max_gen_toks: int, max_length: int
+) -> tuple[dict[str, Any], str | None]:
+    """The generation settings one lm-eval task runs with, and a note when its token budget was cut.
+
+    ``stock`` is the task's own ``generation_kwargs``; ``decoding`` overrides what it sets. The
+    budget is always made explicit (``default_max_gen_toks``, HFLM's default, where neither sets
+    one) and capped by ``effective_max_gen_toks`` so that the prompt still fits ``max_length``.
+    Stop sequences (``until``) always stay the task's.
+    """
+    out = dict(stock)
+    if decoding.greedy:
+        out.update(do_sample=False, temperature=0.0)
+        out.pop("top_p", None)
+    elif decoding.temperature is not None:
+        out.update(do_sample=True, temperature=decoding.temperature)
+        if decoding.top_p is not None:
+            out["top_p"] = decoding.top_p
+    if decoding.max_gen_toks is not None:
+        requested = decoding.max_gen_toks
+    else:
+        requested = int(stock.get("max_gen_toks", default_max_gen_toks))
+    out["max_gen_toks"] = effective_max_gen_toks(requested, max_length)
+    note = None
+    if out["max_gen_toks"] < requested:
+        note = f"max_gen_toks lowered from {requested} to {out['max_gen_toks']}: the model's context is {max_length}"
+    return out, note
+
+
+def describe_generation(kwargs: Mapping[str, Any]) -> str:
+    """A task's decoding in words: "greedy, max_gen_toks 1280" or "sampled T=0.6 top-p=0.95, max_gen_toks 7168"."""
+    if not kwargs:
+        return "log-likelihood (no generation)"
+    if kwargs.get("do_sample"):
+        mode = f"sampled T={kwargs.get('temperature')}" + (f" top-p={kwargs['top_p']}" if "top_p" in kwargs else "")
+    else:
+        mode = "greedy"
+    return f"{mode}, max_gen_toks {kwargs.get('max_gen_toks')}"
 
 
 @dataclass
 class TaskResult:
-    """One task's scores: ``metrics`` maps "metric,filter" to a value in [0, 1]; primary first."""
+    """One task's scores: ``metrics`` maps "metric,filter" to a value in [0, 1]; primary first.
+
+    ``macro_metrics``: for a group task, the plain mean of each metric over its leaf tasks (the
+    paper's macro average; lm-eval's group score weights them by size). ``generation_kwargs``: what
+    the task generated with (its first leaf's, for a group); empty for log-likelihood tasks.
+    """
 
     task: str
     lm_eval_task: str
@@ -128,7 +363,13 @@ class TaskResult:
     primary_metric: str
     metrics: dict[str, float]
     stderr: dict[str, float | None]
-    data_file: str
+    data_file: str | None  # None: lm-eval's stock data set from the hub
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    macro_metrics: dict[str, float] = field(default_factory=dict)
+    subtasks: int = 1
+    seconds: float = 0.0
+    olmes_task: str = ""
+    paper_metric: str = ""
 
 
 @dataclass
@@ -137,10 +378,11 @@ class PolicyEvalResult:
 
     model: str
     tasks: list[TaskResult]
-    decoding: dict[str, Any]
+    decoding: dict[str, Any]  # what was asked for (None: each task's own); per-task settings are in tasks
     limit: int | None
     seconds: float
-    protocol: str = PROTOCOL
+    protocol: str = DEFAULT_PROTOCOL
+    label: str = LABEL
     lm_eval_version: str = ""
     num_fewshot: int = 0
     apply_chat_template: bool = True
@@ -157,21 +399,58 @@ class PolicyEvalResult:
 # ----------------------------------------------------------------------------- inputs
 
 
+def _known() -> str:
+    return ", ".join([*TASK_GROUPS, *POLICY_TASKS])
+
+
 def parse_tasks(spec: str | Sequence[str]) -> list[str]:
-    """Task names from "ifeval,gsm8k" (order kept, duplicates dropped); unknown names are an InputError."""
+    """Task names from "ifeval,gsm8k" or a group ("olmo3_adapt"); order kept, duplicates dropped.
+
+    Unknown names are an ``InputError``; an OLMo 3 Adapt task that lm-eval lacks says what runs it.
+    """
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[str] = []
     for raw in names:
         name = raw.strip()
         if not name:
             continue
-        if name not in POLICY_TASKS:
-            raise InputError(f"unknown policy task '{name}' (known: {', '.join(sorted(POLICY_TASKS))})")
-        if name not in out:
-            out.append(name)
+        if name in _NOT_IN_LM_EVAL:
+            olmes = _NOT_IN_LM_EVAL[name]
+            raise InputError(
+                f"'{name}' ({olmes}) has no lm-eval task: run it with {OLMO3_ADAPT_NOT_IN_LM_EVAL[olmes][1]} "
+                "(see docs/POLICY_EVAL.md)"
+            )
+        members = TASK_GROUPS.get(name, (name,))
+        for member in members:
+            if member not in POLICY_TASKS:
+                raise InputError(f"unknown policy task '{name}' (known: {_known()})")
+            if member not in out:
+                out.append(member)
     if not out:
-        raise InputError(f"no policy task given (known: {', '.join(sorted(POLICY_TASKS))})")
+        raise InputError(f"no policy task given (known: {_known()})")
     return out
+
+
+def check_access(tasks: Sequence[str], *, allow_hub: bool = False, allow_code: bool = False) -> None:
+    """Refuse, in one line and before any model is loaded, tasks that need what was not allowed.
+
+    Tasks without a local data file read lm-eval's stock data set from the Hugging Face hub (or its
+    cache); HumanEval+ and MBPP+ execute the model's code to score it.
+    """
+    hub = [n for n in tasks if not POLICY_TASKS[n].local]
+    if hub and not allow_hub:
+        local = [n for n in tasks if POLICY_TASKS[n].local]
+        instead = f", or keep the local ones: --tasks {','.join(local)}" if local else ""
+        raise InputError(
+            f"{', '.join(hub)}: data not available locally (lm-eval reads them from the Hugging Face hub): "
+            f"add --hub on a machine with hub access or a filled HF datasets cache{instead} (docs/POLICY_EVAL.md)"
+        )
+    code = [n for n in tasks if POLICY_TASKS[n].runs_code]
+    if code and not allow_code:
+        raise InputError(
+            f"{', '.join(code)}: scoring runs the model's code on this machine: add --allow-code-execution "
+            "(in a sandbox or container), or leave these tasks out"
+        )
 
 
 def default_data_dir(cwd: str | Path | None = None) -> Path | None:
@@ -182,16 +461,19 @@ def default_data_dir(cwd: str | Path | None = None) -> Path | None:
 
 def resolve_data_files(
     tasks: Sequence[str], data_dir: str | Path | None, overrides: Mapping[str, str | Path | None] | None = None
-) -> dict[str, Path]:
+) -> dict[str, Path | None]:
     """The data file of each task (an override, else ``data_dir/<task default>``), checked row by row.
 
-    Raises ``InputError`` for a missing file or a row without the fields the task reads, before any
-    model is loaded, so a typo costs nothing.
+    Tasks whose data come from the hub map to None. Raises ``InputError`` for a missing file or a
+    row without the fields the task reads, before any model is loaded, so a typo costs nothing.
     """
     overrides = overrides or {}
-    files: dict[str, Path] = {}
+    files: dict[str, Path | None] = {}
     for name in tasks:
         task = POLICY_TASKS[name]
+        if task.data_file is None:
+            files[name] = None
+            continue
         given = overrides.get(name)
         if given is not None:
             path = Path(given).expanduser()
@@ -277,19 +559,27 @@ def hub_offline() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _task_config(task: PolicyTask, data_file: Path) -> dict[str, Any]:
-    """Overrides that keep the stock task but read its documents from ``data_file`` only."""
-    return {
-        "task": task.lm_eval_task,
-        "dataset_path": "json",
-        "dataset_name": None,
-        "dataset_kwargs": {"data_files": {task.split: str(data_file)}},
-        "test_split": task.split,
-        "training_split": None,
-        "validation_split": None,
-        "fewshot_split": None,
-        "num_fewshot": 0,
-    }
+def _task_spec(task: PolicyTask, data_file: Path | None) -> dict[str, Any]:
+    """The lm-eval spec of ``task``: an inline group holding the stock task with our overrides.
+
+    A local task keeps the stock config but reads its documents from ``data_file`` only.
+    """
+    member: dict[str, Any] | str = task.lm_eval_task
+    overrides = dict(task.overrides)
+    if data_file is not None:
+        overrides.update({
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {task.split: str(data_file)}},
+            "test_split": task.split,
+            "training_split": None,
+            "validation_split": None,
+            "fewshot_split": None,
+            "num_fewshot": 0,
+        })
+    if overrides:
+        member = {"task": task.lm_eval_task, **overrides}
+    return {"group": "evolm_policy", "task": [member]}
 
 
 def _think_end_token(tokenizer: Any, requested: str | None) -> str | None:
@@ -312,13 +602,55 @@ def effective_max_gen_toks(requested: int, max_length: int) -> int:
     return max(1, min(requested, max_length - reserve))
 
 
-# ----------------------------------------------------------------------------- evaluation
+@contextlib.contextmanager
+def _code_eval_allowed(on: bool) -> Iterator[None]:
+    """``HF_ALLOW_CODE_EVAL=1`` for the block when ``on`` (HF ``code_eval`` refuses to run code otherwise)."""
+    saved = os.environ.get("HF_ALLOW_CODE_EVAL")
+    if on:
+        os.environ["HF_ALLOW_CODE_EVAL"] = "1"
+    try:
+        yield
+    finally:
+        if on:
+            if saved is None:
+                os.environ.pop("HF_ALLOW_CODE_EVAL", None)
+            else:
+                os.environ["HF_ALLOW_CODE_EVAL"] = saved
+
+
+def _load_task(manager: Any, task: PolicyTask, data_file: Path | None) -> tuple[Any, dict[str, Any]]:
+    """Build ``task``'s lm-eval objects (this reads its data): the root group and its leaf tasks by name.
+
+    A hub task that cannot get its data is a one-line ``BackendError`` naming the task.
+    """
+    spec = _task_spec(task, data_file)
+    if task.local:
+        with hub_offline():
+            loaded = manager.load(spec)
+    else:
+        try:
+            loaded = manager.load(spec)
+        except Exception as e:  # datasets raises many types (ConnectionError, DatasetNotFoundError, ...)
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise BackendError(
+                f"{task.name}: could not read lm-eval's data for {task.lm_eval_task} from the Hugging Face hub "
+                f"({type(e).__name__}: {first}); see docs/POLICY_EVAL.md"
+            ) from e
+    return loaded["groups"]["evolm_policy"], loaded["tasks"]
+
+
+def _doc_count(leaves: Mapping[str, Any], limit: int | None) -> int | None:
+    """Documents that will be scored (``limit`` applies per leaf task); None if lm-eval cannot say."""
+    try:
+        return sum(len(leaf.eval_docs) if limit is None else min(limit, len(leaf.eval_docs)) for leaf in leaves.values())
+    except Exception:  # noqa: BLE001 - only a progress message depends on it
+        return None
 
 
 def evaluate_policy(
     model: Any,
     tokenizer: Any,
-    data_files: Mapping[str, Path],
+    data_files: Mapping[str, Path | None],
     *,
     model_name: str = "",
     decoding: Decoding | None = None,
@@ -327,69 +659,116 @@ def evaluate_policy(
     system_instruction: str | None = None,
     think_end_token: str | None = "auto",
     samples_path: str | Path | None = None,
+    allow_hub: bool = False,
+    allow_code: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> PolicyEvalResult:
-    """Run the tasks of ``data_files`` (evolm task name -> JSONL) on an in-memory model.
+    """Run the tasks of ``data_files`` (evolm task name -> local JSONL, or None for hub data) on an in-memory model.
 
-    Zero-shot with the tokenizer's chat template. ``limit`` takes the first N documents of each
-    task. With ``samples_path`` every prompt, response and per-sample score is written as JSONL.
+    Zero-shot with the tokenizer's chat template, one task after the other. ``limit`` takes the
+    first N documents of each (leaf) task. With ``samples_path`` every prompt, response and
+    per-sample score is written as JSONL. ``progress`` is told when each task starts and ends.
     """
-    decoding = decoding or Decoding()
+    decoding = decoding or resolve_decoding()
     tasks = [POLICY_TASKS[name] for name in data_files]
+    check_access([t.name for t in tasks], allow_hub=allow_hub, allow_code=allow_code)
     if any(t.needs_punkt for t in tasks):
         ensure_punkt_tab()
+    say = progress or (lambda _msg: None)
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     started = time.monotonic()
-    think = _think_end_token(tokenizer, think_end_token)
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, think_end_token=think)
-    max_gen_toks = effective_max_gen_toks(decoding.max_gen_toks, lm.max_length)
-    notes = []
-    if max_gen_toks < decoding.max_gen_toks:
-        notes.append(
-            f"max_gen_toks lowered from {decoding.max_gen_toks} to {max_gen_toks}: the model's context is {lm.max_length}"
-        )
-        _log.warning(notes[-1])
-
     stock_root = Path(lm_eval.__file__).parent / "tasks"
-    manager = TaskManager(include_defaults=False, include_path=sorted({str(stock_root / t.lm_eval_dir) for t in tasks}))
-    group = {"group": "evolm_policy", "task": [_task_config(t, data_files[t.name]) for t in tasks]}
-    with hub_offline():
-        out = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=[group],
-            task_manager=manager,
-            limit=limit,
-            apply_chat_template=True,
-            fewshot_as_multiturn=True,
-            system_instruction=system_instruction,
-            gen_kwargs=decoding.gen_kwargs(max_gen_toks),
-            log_samples=samples_path is not None,
-            random_seed=decoding.seed,
-            numpy_random_seed=decoding.seed,
-            torch_random_seed=decoding.seed,
-            fewshot_random_seed=decoding.seed,
-            bootstrap_iters=1000,
-        )
-    if out is None:  # only non-zero ranks get None; we run one process
-        raise BackendError("lm-eval returned no results")
-
-    results = [_task_result(t, out, data_files[t.name]) for t in tasks]
+    dirs = sorted({str(stock_root / d) for t in tasks for d in t.lm_eval_dirs})
+    runs_code = any(t.runs_code for t in tasks)
+    results: list[TaskResult] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
+    notes: list[str] = []
+    with _code_eval_allowed(runs_code):
+        manager = TaskManager(include_defaults=False, include_path=dirs)
+        loaded = [_load_task(manager, t, data_files[t.name]) for t in tasks]  # data errors before any generation
+        think = _think_end_token(tokenizer, think_end_token)
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, think_end_token=think)
+        for i, (task, (root, leaves)) in enumerate(zip(tasks, loaded, strict=True), start=1):
+            generation, generating = _configure(task, leaves, decoding, lm, notes)
+            docs = _doc_count(leaves, limit)
+            mixed = f" ({generating} of {len(leaves)} subtasks generate)" if 0 < generating < len(leaves) else ""
+            say(f"[{i}/{len(tasks)}] {task.name} (lm-eval {task.lm_eval_task}"
+                + (f", {len(leaves)} subtasks" if len(leaves) > 1 else "")
+                + (f", {docs} docs" if docs is not None else "") + f"): {describe_generation(generation)}{mixed}")
+            t0 = time.monotonic()
+            with hub_offline():
+                out = lm_eval.simple_evaluate(
+                    model=lm,
+                    tasks=[root],
+                    task_manager=manager,
+                    limit=limit,
+                    apply_chat_template=True,
+                    fewshot_as_multiturn=True,
+                    system_instruction=system_instruction,
+                    log_samples=samples_path is not None,
+                    random_seed=decoding.seed,
+                    numpy_random_seed=decoding.seed,
+                    torch_random_seed=decoding.seed,
+                    fewshot_random_seed=decoding.seed,
+                    bootstrap_iters=1000,
+                    confirm_run_unsafe_code=task.runs_code,
+                )
+            if out is None:  # only non-zero ranks get None; we run one process
+                raise BackendError("lm-eval returned no results")
+            result = _task_result(task, out, leaves, data_files[task.name], generation, time.monotonic() - t0)
+            results.append(result)
+            samples[task.name] = _sample_rows(task, out, leaves)
+            say(f"[{i}/{len(tasks)}] {task.name}: {result.primary_metric} {result.metrics[result.primary_metric]:.4f} "
+                f"(n={result.n}, {result.seconds:.0f} s)")
     if samples_path is not None:
-        _write_samples(samples_path, tasks, out)
+        from evolm.jsonl import write_jsonl
+
+        write_jsonl(samples_path, [row for rows in samples.values() for row in rows])
     return PolicyEvalResult(
         model=model_name,
         tasks=results,
-        decoding={**asdict(decoding), "max_gen_toks": max_gen_toks, "max_gen_toks_requested": decoding.max_gen_toks},
+        decoding=asdict(decoding),
         limit=limit,
         seconds=round(time.monotonic() - started, 1),
+        protocol=decoding.protocol,
         lm_eval_version=lm_eval.__version__,
         system_instruction=system_instruction,
         think_end_token=think,
         notes=notes,
     )
+
+
+def _configure(
+    task: PolicyTask, leaves: Mapping[str, Any], decoding: Decoding, lm: Any, notes: list[str]
+) -> tuple[dict[str, Any], int]:
+    """Set each leaf task zero-shot with its generation settings.
+
+    Returns the first generating leaf's settings and how many leaves generate (the others score
+    options by log-likelihood). Notes (one per task, not per leaf) say where a token budget had to
+    be cut to fit the context.
+    """
+    first: dict[str, Any] | None = None
+    cut: str | None = None
+    generating = 0
+    for leaf in leaves.values():
+        leaf.set_config("num_fewshot", 0)
+        if leaf.get_config("output_type") != "generate_until":
+            continue
+        generating += 1
+        kwargs, note = task_generation_kwargs(
+            leaf.get_config("generation_kwargs") or {}, decoding, lm.max_gen_toks, lm.max_length
+        )
+        leaf.set_config("generation_kwargs", kwargs)
+        first = first if first is not None else kwargs
+        cut = cut or note
+    if cut:
+        notes.append(f"{task.name}: {cut}")
+        _log.warning(notes[-1])
+    return dict(first or {}), generating
 
 
 def _clean(value: Any) -> float | None:
@@ -399,34 +778,51 @@ def _clean(value: Any) -> float | None:
     return None
 
 
-def _task_result(task: PolicyTask, out: dict[str, Any], data_file: Path) -> TaskResult:
+def _task_result(
+    task: PolicyTask, out: dict[str, Any], leaves: Mapping[str, Any], data_file: Path | None,
+    generation: dict[str, Any], seconds: float,
+) -> TaskResult:
     row = out["results"][task.lm_eval_task]
     metrics: dict[str, float] = {}
     stderr: dict[str, float | None] = {}
     for key in task.metrics:
         value = _clean(row.get(key))
         if value is None:
-            raise BackendError(f"lm-eval gave no '{key}' for {task.lm_eval_task} (lm-eval version change?)")
+            given = sorted(k for k in row if "," in k and "_stderr" not in k)
+            raise BackendError(
+                f"lm-eval gave no '{key}' for {task.lm_eval_task} (it gave: {', '.join(given) or 'nothing'}; "
+                "lm-eval version change?)"
+            )
         metric, _, filt = key.partition(",")
         metrics[key] = value
         stderr[key] = _clean(row.get(f"{metric}_stderr,{filt}"))
-    n = int(out["n-samples"][task.lm_eval_task]["effective"])
-    return TaskResult(task.name, task.lm_eval_task, n, task.metrics[0], metrics, stderr, str(data_file))
+    macro: dict[str, float] = {}
+    if len(leaves) > 1:
+        for key in task.metrics:
+            values = [v for name in leaves if (v := _clean(out["results"].get(name, {}).get(key))) is not None]
+            if values:
+                macro[key] = sum(values) / len(values)
+    n = sum(int(out["n-samples"][name]["effective"]) for name in leaves if name in out["n-samples"])
+    return TaskResult(
+        task=task.name, lm_eval_task=task.lm_eval_task, n=n, primary_metric=task.metrics[0], metrics=metrics,
+        stderr=stderr, data_file=None if data_file is None else str(data_file), generation_kwargs=generation,
+        macro_metrics=macro, subtasks=len(leaves), seconds=round(seconds, 1), olmes_task=task.olmes_task,
+        paper_metric=task.paper_metric,
+    )
 
 
-def _write_samples(path: str | Path, tasks: Sequence[PolicyTask], out: dict[str, Any]) -> None:
+def _sample_rows(task: PolicyTask, out: dict[str, Any], leaves: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per document: prompt as the model saw it, raw response, and each "metric,filter" score.
 
     lm-eval logs one record per (document, filter); they are merged here.
     """
-    from evolm.jsonl import write_jsonl
-
     rows: list[dict[str, Any]] = []
-    for task in tasks:
+    for leaf in leaves:
         by_doc: dict[Any, dict[str, Any]] = {}
-        for s in out.get("samples", {}).get(task.lm_eval_task, []):
+        for s in out.get("samples", {}).get(leaf, []):
             row = by_doc.setdefault(s.get("doc_id"), {
                 "task": task.name,
+                **({"subtask": leaf} if len(leaves) > 1 else {}),
                 "doc_id": s.get("doc_id"),
                 "prompt": s["arguments"][0][0] if s.get("arguments") else None,
                 "response": s["resps"][0][0] if s.get("resps") else None,
@@ -440,27 +836,31 @@ def _write_samples(path: str | Path, tasks: Sequence[PolicyTask], out: dict[str,
             for metric in s.get("metrics", []):
                 row["scores"][f"{metric},{filt}"] = s.get(metric)
         rows.extend(by_doc.values())
-    write_jsonl(path, rows)
+    return rows
 
 
 def run_policy_eval(
     model: str,
     tasks: Sequence[str],
-    data_files: Mapping[str, Path],
+    data_files: Mapping[str, Path | None],
     *,
     device: str = "auto",
     dtype: str = "auto",
     **kwargs: Any,
 ) -> PolicyEvalResult:
-    """Load ``model`` (local dir, run checkpoint, built-in name, or a hub id the user gave) and evaluate it."""
+    """Load ``model`` (local dir, run checkpoint, built-in name, or a hub id the user gave) and evaluate it.
+
+    Access to hub data and code execution is checked first, so a refused request loads nothing.
+    """
     from evolm.models import load_model
 
+    check_access(tasks, allow_hub=kwargs.get("allow_hub", False), allow_code=kwargs.get("allow_code", False))
     lm_model, tokenizer = load_model(model, device=device, dtype=dtype)
     return evaluate_policy(lm_model, tokenizer, {t: data_files[t] for t in tasks}, model_name=model, **kwargs)
 
 
 def format_table(result: PolicyEvalResult) -> str:
-    """A plain-text table: task, metric, value, stderr, n (primary metric first in each task)."""
+    """A plain-text table: task, metric, value, stderr, n (primary metric first), then how each task decoded."""
     header = ("task", "metric", "value", "stderr", "n")
     rows = [header]
     for t in result.tasks:
@@ -468,13 +868,17 @@ def format_table(result: PolicyEvalResult) -> str:
             se = t.stderr.get(key)
             label = key.replace(",none", "") + (" *" if key == t.primary_metric else "")
             rows.append((t.task, label, f"{value:.4f}", "" if se is None else f"{se:.4f}", str(t.n)))
+        for key, value in t.macro_metrics.items():
+            rows.append((t.task, f"{key.replace(',none', '')} (macro of {t.subtasks})", f"{value:.4f}", "", str(t.n)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    dec = result.decoding
-    mode = "greedy" if dec["greedy"] else f"sampled T={dec['temperature']} top-p={dec['top_p']}"
-    lines.append(
-        f"{PROTOCOL} (lm_eval {result.lm_eval_version}), zero-shot chat, {mode}, max_gen_toks={dec['max_gen_toks']}, "
-        f"seed={dec['seed']}, limit={result.limit}; * = primary metric; {result.seconds:.0f} s"
-    )
+    if result.protocol == "olmo3-adapt":
+        how = "--protocol olmo3-adapt: the paper's decoding on lm-eval's tasks (not OLMES)"
+    else:
+        how = "--protocol lm-eval: each task's own decoding"
+    lines.append(f"{result.label} (lm_eval {result.lm_eval_version}), {how}; zero-shot chat")
+    lines.append("decoding: " + "; ".join(f"{t.task} {describe_generation(t.generation_kwargs)}" for t in result.tasks))
+    lines.append(f"seed={result.decoding['seed']}, limit={result.limit}; * = primary metric; {result.seconds:.0f} s")
+    lines.extend(f"note: {n}" for n in result.notes)
     return "\n".join(lines)

@@ -210,7 +210,10 @@ def row_credit(scores: Sequence[float | None]) -> float:
 
 @dataclass(frozen=True)
 class PromptStats:
-    """Ties statistics of one prompt, as the official ``sample_stats`` (NaN where missing scores leave a margin undefined)."""
+    """Ties statistics of one prompt, as the official ``sample_stats`` computes them.
+
+    NaN where missing scores leave a margin undefined.
+    """
 
     accurate: bool
     diff_corr: float | None  # best_correct - worst_correct; None with a single correct answer
@@ -272,7 +275,8 @@ def ties_breakdown(rows: Sequence[ScoredRow]) -> TiesBreakdown:
     for row in rows:
         key = _ties_key(row.id)
         if key in samples:
-            raise InputError(f"Ties row id '{row.id}' appears twice (as {key[0]}:{key[1]}); give each prompt id one row per kind")
+            raise InputError(f"Ties row id '{row.id}' appears twice (as {key[0]}:{key[1]}); "
+                             "give each prompt id one row per kind")
         samples[key] = [(i < row.num_correct, _as_score(s)) for i, s in enumerate(row.scores)]
     ref: dict[str, PromptStats] = {}
     tied: dict[str, PromptStats] = {}

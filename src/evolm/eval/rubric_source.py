@@ -60,7 +60,8 @@ def write_prompt_rubrics(
     for temperature in RETRY_TEMPERATURES:
         if not retry:
             break
-        again = write_rubrics(backend, [distinct[i] for i in retry], replace(params, temperature=temperature), progress=progress)
+        cooler = replace(params, temperature=temperature)
+        again = write_rubrics(backend, [distinct[i] for i in retry], cooler, progress=progress)
         for i, w in zip(retry, again, strict=True):
             written[i] = w
         retry = [i for i in retry if written[i].rubric is None]

@@ -1,0 +1,89 @@
+"""A tiny random causal LM whose tokenizer thinks like Qwen3, built here (nothing is downloaded).
+
+The tokenizer is a small byte-level BPE trained on a few sentences, with ChatML special tokens and
+``<think>``/``</think>`` as plain added tokens (as in Qwen3, where they are not "special", so
+decoding with ``skip_special_tokens`` keeps them). Two chat templates, written after Qwen3's:
+
+- ``QWEN3_STYLE`` (the hybrid Qwen3 models): after the assistant header it writes the empty block
+  ``<think>\\n\\n</think>\\n\\n`` only when ``enable_thinking`` is false; otherwise the model opens
+  ``<think>`` itself. Like Qwen3's, it drops the thinking of assistant turns in the history.
+- ``OPEN_THINK_STYLE`` (Qwen3-Thinking-2507, R1 distills): the prompt always ends with ``<think>\\n``,
+  so the reply holds only the end of the thinking and ``</think>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_MESSAGES = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{%- set content = message['content'] %}"
+    "{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
+    "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+)
+QWEN3_STYLE = _MESSAGES + (
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+OPEN_THINK_STYLE = _MESSAGES + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 Yes No yes no",
+    '{"criteria": [{"criterion": "The final answer is 42.", "weight": 0.8, "scoring_levels": {"1.0": "a", "0.0": "b"}}]}',
+    "Question: What is 2 + 2? Answer: 4. Rubric criterion weight score reasoning.",
+    "Let me think step by step. Okay, the user asks for a rating.",
+]
+
+
+def build_tokenizer(template: str = QWEN3_STYLE, special_think_tags: bool = False):
+    """The tiny tokenizer with think tags (``special_think_tags``: marked special, unlike Qwen3)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    tags = [AddedToken(t, special=special_think_tags, normalized=False) for t in ("<think>", "</think>")]
+    if special_think_tags:
+        fast.add_special_tokens({"additional_special_tokens": tags})
+    else:
+        fast.add_tokens(tags)
+    fast.chat_template = template
+    return fast
+
+
+def build_thinking_model_dir(path: Path, template: str = QWEN3_STYLE, seed: int = 0, hidden: int = 32) -> Path:
+    """Write a tiny random LlamaForCausalLM with the thinking tokenizer to ``path`` and return it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = build_tokenizer(template)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = fast.eos_token_id
+    model.generation_config.pad_token_id = fast.pad_token_id
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
