@@ -144,12 +144,12 @@ def test_reserved_grpo_keys_are_rejected(key: str) -> None:
 
 @pytest.mark.parametrize(("override", "message"), [
     ("schedule.regime=alternate",
-     "schedule.regime must be one of coevolve, sequential, frozen_rubric, judge_only, not 'alternate'"),
+     "schedule.regime must be one of coevolve, sequential, frozen_rubric, judge_only, rubric_only, not 'alternate'"),
     ("contrast.pairs=random", "contrast.pairs must be one of"),
     ("rubric.reward=margin", "rubric.reward must be one of binary, margin_format, separation, not 'margin'"),
     ("judge.mode=pairwise", "judge.mode must be one of generative, prob, yesno"),
     ("judge.backend=tgi", "judge.backend must be one of hf, openai, vllm, not 'tgi'"),
-    ("judge.aggregate=max", "judge.aggregate must be one of mean, majority, not 'max'"),
+    ("judge.aggregate=max", "judge.aggregate must be one of majority_vote, average_vote, margin_kappa_format, mean"),
     ("judge.dtype=fp8", "judge.dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"),
     ("model.dtype=half", "model.dtype must be one of auto, float32, bfloat16, float16, not 'half'"),
     ("schedule.cycles=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),

@@ -224,3 +224,33 @@ def test_rewards_are_finite_for_unit_scores() -> None:
                 r = rubric_reward(p, n, kind, validity=1.0)
                 assert r is not None and math.isfinite(r)
                 assert -0.7 - 1e-12 <= r <= 1.0 + 1e-12
+
+
+# ----------------------------------------------------------------------------- several judges, as the reference
+
+
+def test_multi_judge_majority_and_average_votes() -> None:
+    from evolm.rewards import multi_judge_reward
+
+    pos, neg = [0.8, 0.4, 0.7], [0.5, 0.6, 0.4]  # votes 1, 0, 1
+    assert multi_judge_reward(pos, neg, "majority_vote") == 1.0
+    assert multi_judge_reward(pos, neg, "average_vote") == pytest.approx(2 / 3)
+    assert multi_judge_reward([0.9, 0.1], [0.2, 0.3], "majority_vote") == 1.0  # split: the higher mean wins
+    assert multi_judge_reward([0.5, 0.1], [0.2, 0.6], "majority_vote") == 0.0
+    assert multi_judge_reward([None, 0.1], [0.2, 0.6], "average_vote") == 0.0  # a judge without a score is left out
+    assert multi_judge_reward([None], [0.2], "majority_vote") is None
+
+
+def test_multi_judge_margin_kappa_format() -> None:
+    from evolm.rewards import multi_judge_reward
+
+    pos, neg = [0.8, 0.9, 0.7], [0.3, 0.4, 0.2]  # unanimous: kappa 1
+    assert multi_judge_reward(pos, neg, "margin_kappa_format", validity=1.0) == pytest.approx(0.5 * 0.5 + 0.3 + 0.2)
+    pos, neg = [0.8, 0.4, 0.7], [0.5, 0.6, 0.4]  # a 2-1 split: kappa -0.5, clipped to 0
+    margin = (0.3 - 0.2 + 0.3) / 3
+    assert fleiss_kappa([[2, 1]]) == pytest.approx(-0.5)
+    assert multi_judge_reward(pos, neg, "margin_kappa_format", validity=0.0) == pytest.approx(0.5 * margin)
+    mean = multi_judge_reward(pos, neg, "mean", validity=1.0, rubric_reward_kind="margin_format")
+    assert mean == pytest.approx(rubric_reward(0.5 + 0.4 / 3, 0.5, "margin_format", 1.0))
+    with pytest.raises(ValueError, match="unknown multi-judge aggregation"):
+        multi_judge_reward(pos, neg, "median")

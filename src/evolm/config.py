@@ -22,8 +22,7 @@ from evolm.errors import InputError
 from evolm.judge import JUDGE_MODES
 from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
-from evolm.rewards import INVALID_RUBRICS, RUBRIC_REWARDS
-from evolm.scores import AGGREGATIONS
+from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
@@ -65,7 +64,9 @@ class JudgeConfig:
     chat_template_kwargs: dict = _f({"enable_thinking": False},
                                     "judge chat-template kwargs (Qwen3 judges: thinking off so the score comes first)")
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
-    aggregate: str = _f("mean", "how several judges' scores combine: mean or majority (median)")
+    aggregate: str = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes on its pair "
+                        "(reference): majority_vote, average_vote, margin_kappa_format (0.5 margin + 0.3 format + 0.2 "
+                        "Fleiss kappa), or mean (mean scores, then rubric.reward); policy scores are averaged")
 
 
 @dataclass
@@ -304,7 +305,7 @@ def validate(cfg: RunConfig) -> None:
         (c.answerer_backend in BACKENDS, _choice("contrast.answerer_backend", c.answerer_backend, BACKENDS)),
         (j.dtype in DTYPES, _choice("judge.dtype", j.dtype, DTYPES)),
         (cfg.model.dtype in DTYPES, _choice("model.dtype", cfg.model.dtype, DTYPES)),
-        (j.aggregate in AGGREGATIONS, _choice("judge.aggregate", j.aggregate, AGGREGATIONS)),
+        (j.aggregate in MULTI_JUDGE, _choice("judge.aggregate", j.aggregate, MULTI_JUDGE)),
         (s.cycles >= 1 and s.steps_per_phase >= 1, "schedule.cycles and schedule.steps_per_phase must be >= 1"),
         (s.prompts_per_step >= 1, "schedule.prompts_per_step must be >= 1"),
         (s.samples_per_prompt >= 2, "schedule.samples_per_prompt must be >= 2 (GRPO compares samples of a group)"),

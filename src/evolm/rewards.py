@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evolm.scores import is_missing
+from evolm.scores import aggregate_scores, is_missing
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
 RUBRIC_REWARDS: tuple[str, ...] = ("binary", "margin_format", "separation")
@@ -96,12 +96,54 @@ class RowReward:
     parsed: dict[str, Any] | None = None  # rubric rows: the written rubric, parsed
 
 
+MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")
+
+
+def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None], how: str = "majority_vote",
+                       validity: float = 0.0, rubric_reward_kind: str = "binary") -> float | None:
+    """A rubric's reward from several judges' scores of the better (``pos``) and worse (``neg``) answer.
+
+    As the reference aggregates them (judges with a missing score are left out; none left: missing):
+
+    - ``majority_vote``: 1 if most judges score a+ above a-, else 0; an even split goes to the side
+      with the higher mean score.
+    - ``average_vote``: the share of judges that score a+ above a-.
+    - ``margin_kappa_format``: 0.5 mean(s+ - s-) + 0.3 format_validity + 0.2 clip(kappa, 0, 1), kappa
+      being Fleiss' kappa of the judges' votes on this pair (1 when they all agree).
+    - ``mean`` (evolm's): the judges' mean scores, then ``rubric_reward_kind`` as with one judge.
+
+    >>> multi_judge_reward([0.8, 0.4, 0.7], [0.5, 0.6, 0.4], "majority_vote")
+    1.0
+    >>> round(multi_judge_reward([0.8, 0.9, 0.7], [0.3, 0.4, 0.2], "margin_kappa_format", validity=1.0), 4)
+    0.75
+    """
+    both = [(float(p), float(n)) for p, n in zip(pos, neg, strict=True) if not is_missing(p) and not is_missing(n)]
+    if not both:
+        return None
+    votes = [1 if p > n else 0 for p, n in both]
+    if how == "mean":
+        return rubric_reward(sum(p for p, _ in both) / len(both), sum(n for _, n in both) / len(both),
+                             rubric_reward_kind, validity)
+    if how == "majority_vote":
+        yes, no = sum(votes), len(votes) - sum(votes)
+        if yes != no:
+            return 1.0 if yes > no else 0.0
+        return 1.0 if sum(p for p, _ in both) > sum(n for _, n in both) else 0.0
+    if how == "average_vote":
+        return sum(votes) / len(votes)
+    if how == "margin_kappa_format":
+        kappa = fleiss_kappa([[sum(votes), len(votes) - sum(votes)]]) if len(votes) >= 2 else 1.0
+        margin = sum(p - n for p, n in both) / len(both)
+        return 0.5 * margin + 0.3 * float(validity) + 0.2 * min(max(kappa, 0.0), 1.0)
+    raise ValueError(f"unknown multi-judge aggregation '{how}' (choose from {', '.join(MULTI_JUDGE)})")
+
+
 INVALID_RUBRICS = ("judge_raw", "zero")
 
 
 def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
-               rubric_reward_kind: str = "binary", aggregate: str = "mean", invalid_rubrics: str = "judge_raw"
-               ) -> list[RowReward]:
+               rubric_reward_kind: str = "binary", aggregate: str = "majority_vote",
+               invalid_rubrics: str = "judge_raw") -> list[RowReward]:
     """Rewards of a batch of rows of either role, computed from each row alone (SPEC §2.3).
 
     A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
@@ -113,10 +155,12 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     A rubric that does not parse: with ``invalid_rubrics="judge_raw"`` (the reference) the judge
     reads its raw text in both roles and the format term of ``margin_format`` does the rest; with
     ``"zero"`` it earns a flat 0 in the rubric role and its policy question is judged without a
-    rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. All judging
-    of the batch is one call per judge, so answers to one question share the judge's prefix.
+    rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. With
+    several judges, a policy score is their mean and a rubric's reward is ``multi_judge_reward``
+    with ``aggregate``. All judging of the batch is one call per judge, so answers to one question
+    share the judge's prefix.
     """
-    from evolm.judge import JudgeItem, score_with_judges
+    from evolm.judge import JudgeItem
     from evolm.rubrics import Rubric, read_written, strip_thinking
 
     if invalid_rubrics not in INVALID_RUBRICS:
@@ -139,7 +183,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         where.append((len(items), len(items) + 1, written))
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
-    scores = score_with_judges(judges, items, aggregate) if items else []
+    per_judge = [j.score(items) for j in judges] if items else []
+    scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
     out: list[RowReward] = []
     for w in where:
         if isinstance(w, int):
@@ -150,8 +195,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             out.append(RowReward(0.0, rubric_valid=written.valid))
             continue
         sp, sn = scores[i_pos], scores[i_neg]
-        out.append(RowReward(rubric_reward(sp, sn, rubric_reward_kind, written.valid), s_pos=sp, s_neg=sn,
-                             rubric_valid=written.valid,
+        reward = rubric_reward(sp, sn, rubric_reward_kind, written.valid) if len(judges) == 1 else multi_judge_reward(
+            [s[i_pos] for s in per_judge], [s[i_neg] for s in per_judge], aggregate, written.valid, rubric_reward_kind)
+        out.append(RowReward(reward, s_pos=sp, s_neg=sn, rubric_valid=written.valid,
                              parsed=written.rubric.to_dict() if written.rubric else None))
     return out
 
