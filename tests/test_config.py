@@ -260,3 +260,8 @@ def test_paper_config_has_the_spec_values() -> None:
     assert c.temperature == 1.0
     assert cfg.rubric.reward == "margin_format" and cfg.rubric.temperature == 0.6
     assert (cfg.judge.temperature, cfg.judge.top_p) == (0.6, 0.95)
+    # thinking on in every role, as the authors ran Qwen3; the judge may think for up to 16k tokens
+    assert cfg.model.chat_template_kwargs == cfg.judge.chat_template_kwargs == {"enable_thinking": True}
+    assert cfg.judge.max_new_tokens == 16384 and cfg.judge.mode == "generative"
+    assert g["loss_type"] == "grpo"  # masked mean per sequence, then mean (the reference's normalisation)
+    assert cfg.rubric.invalid == "judge_raw" and cfg.judge.aggregate == "majority_vote"

@@ -57,12 +57,14 @@ class JudgeConfig:
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable with the judge server's API key")
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
-    max_new_tokens: int = _f(1024, "generation budget of the generative mode")
+    max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
+                             "first); a reply cut inside its thinking has no score")
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
     dtype: str = _f("auto", "judge weights for backend=hf: auto (same as model.dtype), float32, bfloat16 (several "
                     "times faster on CPUs with AMX / avx512_bf16; see docs/PERFORMANCE.md), float16")
-    chat_template_kwargs: dict = _f({"enable_thinking": False},
-                                    "judge chat-template kwargs (Qwen3 judges: thinking off so the score comes first)")
+    chat_template_kwargs: dict = _f({"enable_thinking": True},
+                                    "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
+                                    "the score after a closed think block either way)")
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
     aggregate: str = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes on its pair "
                         "(reference): majority_vote, average_vote, margin_kappa_format (0.5 margin + 0.3 format + 0.2 "
@@ -80,7 +82,7 @@ class RubricConfig:
     invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw text in "
                       "both roles; the format term does the rest) or zero (reward 0 in the rubric role, judge alone "
                       "in the policy role)")
-    max_new_tokens: int = _f(1024, "token budget for writing a rubric for the policy phase")
+    max_new_tokens: int = _f(16384, "token budget for writing a rubric for the policy phase (thinking included)")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
