@@ -91,3 +91,45 @@ def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> N
     rm = load_reward_model(str(rm_dir), device="cpu", dtype="float32")
     again = rm.score([JudgeItem(r["question"], r["completion"]) for r in rows])
     assert again == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)  # the reward is the RM's score
+
+
+@pytest.mark.parametrize(("config", "mode"), [("rar-explicit.yaml", "rar_explicit"), ("rar-implicit.yaml", "rar_implicit")])
+def test_rar_baselines(tiny_model_dir: Path, tmp_path: Path, config: str, mode: str) -> None:
+    cfg = load_config(BASELINES[0].parent / config,
+                      _cpu(tiny_model_dir, tmp_path / "r", f"judge.mode={mode}", "judge.max_new_tokens=8"))
+    assert cfg.judge.mode == mode and cfg.schedule.regime == "frozen_rubric"
+    assert _steps(run(cfg)) == [(1, "policy"), (2, "policy")]
+
+
+class _Recorder:
+    """A judge that records what it is asked (duck-typed ``Judge.score``)."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def score(self, items, progress: bool = False):  # noqa: ANN001, ANN201
+        self.items += list(items)
+        return [0.5] * len(items)
+
+
+def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from evolm.coevolve import Loop, Plan, load_prompts, load_references
+    from evolm.contrast import ReplayBuffer
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "What is 2 + 2?", "reference": "4"}\n{"prompt": "Name a colour."}\n')
+    cfg = load_config(BASELINES[0].parent / "direct-likert.yaml",
+                      _cpu(tiny_model_dir, tmp_path / "r", "judge.mode=likert", "judge.max_new_tokens=8",
+                           f"data.prompts={prompts}"))
+    assert cfg.judge.mode == "likert" and cfg.schedule.regime == "judge_only"
+    assert _steps(run(cfg)) == [(1, "policy"), (2, "policy")]  # 2 real steps on CPU
+
+    recorder = _Recorder()
+    (tmp_path / "u").mkdir()
+    plan = Plan(cfg, load_prompts(str(prompts)), load_references(str(prompts)))
+    loop = Loop(cfg, plan, [recorder], ReplayBuffer(4), tmp_path / "u")  # type: ignore[list-item]
+    rows = loop.step_rows(0, generate=None)  # type: ignore[arg-type] - judge_only writes no rubric
+    assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": ""}
+    loop.score(rows, ["four", "blue"])
+    seen = {it.question: (it.rubric, it.rubric_text, it.reference) for it in recorder.items}
+    assert seen == {"What is 2 + 2?": (None, None, "4"), "Name a colour.": (None, None, None)}

@@ -634,3 +634,23 @@ def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, setting: str,
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", f"judge.dtype={setting}")
     judge = build_judge(cfg.judge, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
     assert next(judge.backend.model.parameters()).dtype == expected
+
+
+def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
+    """With extra judges, a rubric's reward is the reference's vote over the judges; a policy score their mean."""
+    from evolm.rewards import multi_judge_reward
+
+    judges = [Judge(tiny_backend, mode="prob"), Judge(tiny_backend, mode="yesno")]
+    q = "What is 2 + 2?"
+    rows = [{"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"},
+            {"role": "policy", "question": q, "rubric": "", "rubric_text": VALID_RUBRIC, "a_pos": "", "a_neg": ""}]
+    rubric = parse_rubric(VALID_RUBRIC)
+    for how in ("majority_vote", "average_vote", "margin_kappa_format", "mean"):
+        out = score_rows(rows, [VALID_RUBRIC, "It is 4."], judges, "margin_format", aggregate=how)
+        items = [JudgeItem(q, "The answer is 4.", rubric, rubric_text=VALID_RUBRIC),
+                 JudgeItem(q, "fish", rubric, rubric_text=VALID_RUBRIC)]
+        per = [j.score(items) for j in judges]
+        assert out[0].reward == pytest.approx(multi_judge_reward([p[0] for p in per], [p[1] for p in per], how, 1.0,
+                                                                 "margin_format"), abs=1e-6)
+        policy = [j.score([JudgeItem(q, "It is 4.", None, rubric_text=VALID_RUBRIC)])[0] for j in judges]
+        assert out[1].reward == pytest.approx(sum(policy) / 2, abs=1e-6)

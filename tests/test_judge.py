@@ -339,7 +339,8 @@ def test_prob_judge_alone_has_no_rubric() -> None:
 def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
     replies = {"2 + 2 = 4.": '{"reasoning": "right", "score": 0.9}', "5": "I think it is wrong.", "four": "Score: 0.4"}
     backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
-    judge = Judge(backend, mode="generative", seed=7, max_new_tokens=512, chat_template_kwargs={"enable_thinking": False})
+    judge = Judge(backend, mode="generative", seed=7, max_new_tokens=512,
+                  chat_template_kwargs={"enable_thinking": False})
     items = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("2 + 2 = 4.", "5", "four")]
     assert judge.score(items) == [0.9, None, 0.4]
     convs, params = backend.generate_calls[0]
@@ -429,7 +430,7 @@ def test_generative_messages_hold_question_rubric_answer() -> None:
 
 
 def test_generative_prompt_reasons_per_criterion_with_two_worked_examples() -> None:
-    """The judge is told to rate each criterion in [0, 1], weight and sum, and shown two examples whose arithmetic holds."""
+    """The judge rates each criterion in [0, 1], weights and sums; two worked examples whose arithmetic holds."""
     text = user_text(generative_messages(JudgeItem("Q?", "A.", RUBRIC)))
     instructions = text[: text.index("\n\nQuestion:\n")]
     for phrase in ("one criterion at a time", "from 0 (not at all) to 1 (completely)", "Multiply", "add up"):
@@ -466,7 +467,7 @@ def test_generative_modes_show_the_rubric_as_written() -> None:
         shown = user_text(make(item))
         assert f"\n\nRubric:\n{as_written}\n\nAnswer:\n" in shown
         assert "The question is simple" not in shown and "0.75" not in shown
-    # the probability modes keep the parsed rubric: rendered with its weights, or one criterion at a time
+    # prob keeps the re-rendering of a rubric that parses (it scored better on LLMBar pairs; see the module doc)
     assert section(prob_messages(item), "Rubric") == render_rubric(parsed)
 
 

@@ -9,6 +9,8 @@ decoding with ``skip_special_tokens`` keeps them). Two chat templates, written a
   ``<think>`` itself. Like Qwen3's, it drops the thinking of assistant turns in the history.
 - ``OPEN_THINK_STYLE`` (Qwen3-Thinking-2507, R1 distills): the prompt always ends with ``<think>\\n``,
   so the reply holds only the end of the thinking and ``</think>``.
+- ``INSTRUCT_STYLE`` (Qwen3-Instruct-2507): mentions think blocks only to drop them from past
+  turns; the model never thinks, so nothing may be added to its prompts.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ QWEN3_STYLE = _MESSAGES + (
     "{%- endif %}"
 )
 OPEN_THINK_STYLE = _MESSAGES + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
+INSTRUCT_STYLE = "{#- past turns lose their <think> blocks; the reply never thinks -#}" + _MESSAGES + (
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 Yes No yes no",
-    '{"criteria": [{"criterion": "The final answer is 42.", "weight": 0.8, "scoring_levels": {"1.0": "a", "0.0": "b"}}]}',
+    '{"criteria": [{"criterion": "The final answer is 42.", "weight": 0.8, '
+    '"scoring_levels": {"1.0": "a", "0.0": "b"}}]}',
     "Question: What is 2 + 2? Answer: 4. Rubric criterion weight score reasoning.",
     "Let me think step by step. Okay, the user asks for a rating.",
 ]

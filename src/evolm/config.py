@@ -49,8 +49,10 @@ class JudgeConfig:
     """The small frozen judge that scores answers against rubrics."""
 
     model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
-    mode: str = _f("generative", "generative (reference: JSON score, sampled), prob (expected 0-9 digit, one "
-                   "forward pass, ~10x+ faster), yesno (per-criterion P(yes))")
+    mode: str = _f("generative", "generative (reference: per-criterion reasoning, JSON score, sampled), prob "
+                   "(expected 0-9 digit, one forward pass), yesno (per-criterion P(yes)); baselines: likert (1-10, no "
+                   "rubric), rar_implicit (1-10 given the rubric), rar_explicit (binary verdict per criterion), "
+                   "reward_model (a scalar sequence-classification reward model, regime judge_only)")
     backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
                       "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
     base_url: str | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1")

@@ -17,6 +17,15 @@ Modes, one contract (``JUDGE_MODES``):
   the ``yesno`` question; the score is the weight of the criteria met over the total weight.
   Deterministic, never missing.
 
+Rubric shown: the generative modes (``generative``, ``rar_implicit``) show the rubric as its writer
+wrote it, minus thinking (``JudgeItem.rubric_text``), as the reference does; only without that text
+do they show the parsed rubric re-rendered (``render_rubric``). ``prob`` keeps the re-rendering
+when the rubric parses, because it scored better here: on the first 30 LLMBar Natural pairs with
+SmolLM2-135M as judge and one generic three-criterion rubric, pairwise accuracy 0.53 re-rendered
+against 0.27 with the same rubric as indented JSON (a small sample and a small judge; rerun it with
+the judge you train with). The per-criterion modes (``yesno``, ``rar_explicit``) need the parsed
+criteria. A rubric that does not parse is judged as its raw text (per criterion: one of weight 1).
+
 Generative replies that cannot be read give ``None``; a readable score outside its scale is
 clipped to it (the reference keeps the raw number, which the rewards, built on [0, 1], cannot use).
 
@@ -55,10 +64,13 @@ class JudgeItem:
 
     ``rubric`` is the parsed rubric, ``None`` for none (the judge alone). ``rubric_text`` is the
     rubric as its writer wrote it, thinking stripped by the caller (and again here): the generative
-    modes show it as it stands, as the reference does, rather than a re-rendering of the parsed
-    rubric that drops what the parser did not keep and renormalises the weights. When only
-    ``rubric_text`` is given (a rubric that does not parse), every mode judges against that text.
-    ``reference`` is a reference answer, shown by the ``likert`` mode only.
+    modes (``generative``, ``rar_implicit``) show it as it stands, as the reference does, rather
+    than a re-rendering of the parsed rubric that drops what the parser did not keep and
+    renormalises the weights (without it they show ``render_rubric(rubric)``). The probability
+    modes use the parsed rubric when there is one (``prob`` re-rendered, ``yesno`` and
+    ``rar_explicit`` one criterion at a time). When only ``rubric_text`` is given (a rubric that
+    does not parse), every mode judges against that text (per-criterion modes: as one criterion of
+    weight 1). ``reference`` is a reference answer, shown by the ``likert`` mode only.
     """
 
     question: str
@@ -184,7 +196,7 @@ def _rubric_as_written(item: JudgeItem) -> str | None:
 
 
 def _rubric_rendered(item: JudgeItem) -> str | None:
-    """What ``prob`` shows: the parsed rubric rendered (numbered, weights explicit), else the raw text."""
+    """What ``prob`` shows: the parsed rubric re-rendered (numbered, weights explicit), else the raw text."""
     return render_rubric(item.rubric) if item.rubric is not None else _raw_rubric(item)
 
 

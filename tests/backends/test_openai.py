@@ -226,7 +226,8 @@ def test_logprobs_always_turn_thinking_off(openai_server: RunningServer) -> None
     backend(openai_server).next_token_logprobs(
         [conv("x")], ["Yes"], chat_template_kwargs={"enable_thinking": True, "reasoning_effort": "low"}
     )
-    assert openai_server.state.requests[0]["chat_template_kwargs"] == {"enable_thinking": False, "reasoning_effort": "low"}
+    sent = openai_server.state.requests[0]["chat_template_kwargs"]
+    assert sent == {"enable_thinking": False, "reasoning_effort": "low"}
 
 
 def test_template_kwargs_can_be_withheld(openai_server: RunningServer) -> None:

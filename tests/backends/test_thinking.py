@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from thinking_model import OPEN_THINK_STYLE, QWEN3_STYLE, build_thinking_model_dir, build_tokenizer
+from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_thinking_model_dir, build_tokenizer
 
 from evolm.backends.base import EMPTY_THINK_BLOCK, Conversation, SamplingParams
 from evolm.backends.hf import HFBackend
@@ -97,9 +97,15 @@ def test_score_token_is_read_after_an_empty_think_block(qwen3: HFBackend, open_t
     assert max(abs(got[0][c] - ref_bare[c]) for c in cands) > 1e-3
 
 
-def test_template_without_thinking_is_untouched(tiny_backend: HFBackend) -> None:
+def test_template_without_thinking_is_untouched(tiny_backend: HFBackend, qwen3: HFBackend) -> None:
+    """ChatML without think tags, and a template that only drops think blocks from past turns (Instruct-2507)."""
+    instruct = HFBackend(qwen3.model, build_tokenizer(INSTRUCT_STYLE))
+    assert "<think>" in instruct.tokenizer.chat_template and not instruct.thinking
     convs = [prob_messages(it) for it in ITEMS]
-    assert tiny_backend._encode(convs, {}, after_thinking=True) == tiny_backend._encode(convs, {})
+    for backend in (tiny_backend, instruct):
+        assert backend._encode(convs, {}, after_thinking=True) == backend._encode(convs, {})
+    assert HFBackend(qwen3.model, qwen3.tokenizer, thinking=False)._encode(convs, {}, after_thinking=True) == (
+        qwen3._encode(convs, {}))  # the detection can be overridden
 
 
 @pytest.mark.parametrize("mode", ["prob", "yesno", "rar_explicit"])
@@ -131,6 +137,7 @@ def test_reply_decoding_keeps_think_tags(qwen3: HFBackend) -> None:
             assert backend._decode(ids) == text
     assert parse_judge_score(special._decode(special.tokenizer.encode(cut, add_special_tokens=False))) is None
     # what plain decoding would hand the judge: the reasoning, read as a score
-    dropped = special.tokenizer.decode(special.tokenizer.encode(cut, add_special_tokens=False), skip_special_tokens=True)
+    cut_ids = special.tokenizer.encode(cut, add_special_tokens=False)
+    dropped = special.tokenizer.decode(cut_ids, skip_special_tokens=True)
     assert "<think>" not in dropped and parse_judge_score(dropped) == pytest.approx(0.9)
     assert math.isfinite(parse_judge_score(qwen3._decode(qwen3.tokenizer.encode(reply, add_special_tokens=False))))

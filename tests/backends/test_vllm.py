@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from thinking_model import OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
+from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
 
 from evolm.backends import Backend, SamplingParams
 from evolm.backends.base import EMPTY_THINK_BLOCK
@@ -252,3 +252,6 @@ def test_non_thinking_engine_keeps_chat(fake_vllm: types.ModuleType) -> None:
     backend.next_token_logprobs([conv("q")], ["Yes"])
     assert "messages" in engine.calls[0]
     assert not VLLMBackend(llm=ThinkingLLM("m"), thinking=False).thinking  # the detection can be overridden
+    instruct = ThinkingLLM("qwen3-instruct-2507-style", template=INSTRUCT_STYLE)  # drops past thinking, never thinks
+    VLLMBackend(llm=instruct).next_token_logprobs([conv("q")], ["Yes"])
+    assert "messages" in instruct.calls[0]

@@ -9,7 +9,7 @@ OpenAI-compatible HTTP server (``openai``) and in-process vLLM (``vllm``, lazy i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,7 +75,9 @@ trained to answer right after it, so a one-token read placed there reads the ans
 
 
 def template_thinks(template: Any) -> bool:
-    """Whether a chat template (a string, or a dict of named templates) writes think blocks.
+    """Whether a chat template (a string, or a dict of named templates) mentions think blocks at all.
+
+    A cheap first test; ``renders_thinking`` says whether it actually makes the reply think.
 
     >>> template_thinks("{{ '<think>\\n\\n</think>\\n\\n' }}"), template_thinks("{{ messages }}"), template_thinks(None)
     (True, False, False)
@@ -83,6 +85,38 @@ def template_thinks(template: Any) -> bool:
     if isinstance(template, dict):
         return any(template_thinks(t) for t in template.values())
     return isinstance(template, str) and THINK_OPEN in template and THINK_CLOSE in template
+
+
+def renders_thinking(render: Callable[..., str]) -> bool:
+    """Whether a chat template makes the reply think, judged by what it renders.
+
+    ``render(**kwargs)`` renders a one-message conversation with the generation prompt. A template
+    thinks when it opens ``<think>`` for the reply (Qwen3-Thinking-2507, QwQ, newer R1 distills) or
+    writes a closed think block when told ``enable_thinking=False`` (Qwen3's switch, SmolLM3).
+    Templates that only strip think blocks from past turns (Qwen3-Instruct-2507) do not: their
+    model never thinks, and an empty think block would be a prompt it never saw. A template that
+    fails to render is taken as not thinking.
+
+    >>> qwen3 = lambda enable_thinking=True: "<|im_start|>assistant\\n" + ("" if enable_thinking else EMPTY_THINK_BLOCK)
+    >>> renders_thinking(qwen3), renders_thinking(lambda **kw: "<|im_start|>assistant\\n")
+    (True, False)
+    """
+    try:
+        default = render().rstrip()
+        off = render(enable_thinking=False).rstrip()
+    except Exception:  # noqa: BLE001 - any template error: no think handling
+        return False
+    return default.endswith(THINK_OPEN) or (off.endswith(THINK_CLOSE) and not default.endswith(THINK_CLOSE))
+
+
+def tokenizer_thinks(tokenizer: Any) -> bool:
+    """Whether a transformers tokenizer's chat template makes the reply think (``hf`` and ``vllm`` backends)."""
+    if not template_thinks(getattr(tokenizer, "chat_template", None)):
+        return False
+    hello = [{"role": "user", "content": "Hello"}]
+    return renders_thinking(
+        lambda **kwargs: tokenizer.apply_chat_template(hello, tokenize=False, add_generation_prompt=True, **kwargs)
+    )
 
 
 def close_thinking(prompt: str) -> str:

@@ -5,7 +5,7 @@ with shared-prefix reuse.
 instructions + question + rubric are the same for every answer to a question) and runs that prefix
 once, then only the differing suffixes, batched, on top of its key/value cache.
 
-Thinking templates (Qwen3 and the like, detected by ``<think>`` in the chat template): the
+Thinking templates (Qwen3 and the like, detected by what the template renders): the
 one-token read of ``next_token_logprobs`` is placed after a closed, empty think block
 (``close_thinking``), whatever ``enable_thinking`` says, so that it reads the reply and not the
 model's wish to start thinking; ``generate`` puts a think block opened by the template back in
@@ -30,7 +30,7 @@ from evolm.backends.base import (
     SamplingParams,
     close_thinking,
     opened_thinking,
-    template_thinks,
+    tokenizer_thinks,
 )
 
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
@@ -42,8 +42,8 @@ class HFBackend:
     The model may be one a trainer is updating: calls run under ``torch.no_grad`` in eval mode
     and restore the model's training flag afterwards.
 
-    ``thinking`` says whether the chat template writes think blocks; ``None`` detects it from the
-    template (``template_thinks``).
+    ``thinking`` says whether the chat template makes the reply think; ``None`` detects it
+    (``tokenizer_thinks``).
     """
 
     name = "hf"
@@ -56,7 +56,7 @@ class HFBackend:
         self.share_prefix = share_prefix
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.thinking = template_thinks(getattr(tokenizer, "chat_template", None)) if thinking is None else thinking
+        self.thinking = tokenizer_thinks(tokenizer) if thinking is None else thinking
         self._think_tags = _skipped_think_tags(tokenizer) if self.thinking else {}
         self._candidate_ids: dict[str, list[int]] = {}
         params = inspect.signature(model.forward).parameters
@@ -75,7 +75,9 @@ class HFBackend:
     def _render(self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any]) -> list[str]:
         """The chat template's text for each conversation, ending with the assistant's generation prompt."""
         return [
-            self.tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=True, **template_kwargs)
+            self.tokenizer.apply_chat_template(
+                list(conv), tokenize=False, add_generation_prompt=True, **template_kwargs
+            )
             for conv in conversations
         ]
 

@@ -6,7 +6,7 @@ of the weights, so the constructor takes either a model to load or an existing `
 ``vllm`` is imported inside the constructor: importing this module never needs it, and without it
 constructing the backend fails with one line naming the extra to install.
 
-Thinking templates (``<think>`` in the engine tokenizer's chat template) are handled as in the
+Thinking templates (those whose rendering makes the reply think) are handled as in the
 ``hf`` backend: ``next_token_logprobs`` renders the prompt with that tokenizer, ends it after an
 empty think block (``close_thinking``) and sends the token ids through ``LLM.generate``, so the
 one-token read is the reply after thinking, whatever ``enable_thinking`` says; ``generate`` puts a
@@ -25,7 +25,7 @@ from evolm.backends.base import (
     close_thinking,
     match_candidates,
     opened_thinking,
-    template_thinks,
+    tokenizer_thinks,
 )
 from evolm.errors import BackendError
 
@@ -41,7 +41,7 @@ class VLLMBackend:
     Give ``model`` (a local path or hub id; loaded with ``dtype``, ``gpu_memory_utilization``,
     ``seed`` and any further ``llm_kwargs`` for ``vllm.LLM``) or ``llm``, an engine built
     elsewhere, e.g. the trainer's colocated one (then the loading arguments are ignored).
-    ``thinking`` says whether the chat template writes think blocks; ``None`` detects it from the
+    ``thinking`` says whether the chat template makes the reply think; ``None`` detects it from the
     engine's tokenizer on first use.
     """
 
@@ -110,13 +110,13 @@ class VLLMBackend:
 
     @property
     def thinking(self) -> bool:
-        """Whether the engine's chat template writes think blocks (detected once, on first use)."""
+        """Whether the engine's chat template makes the reply think (``tokenizer_thinks``, once, on first use)."""
         if self._thinking is None:
             try:
-                template = getattr(self.llm.get_tokenizer(), "chat_template", None)
+                tokenizer = self.llm.get_tokenizer()
             except Exception:  # noqa: BLE001 - an engine without a reachable tokenizer: no think handling
-                template = None
-            self._thinking = template_thinks(template)
+                tokenizer = None
+            self._thinking = tokenizer_thinks(tokenizer)
         return self._thinking
 
     def next_token_logprobs(
