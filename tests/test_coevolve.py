@@ -421,8 +421,8 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
     """The scores a run saved are those its judge (the run's own mode) gives the saved rows again."""
     mode = load_config(coevolve_run / "config.yaml").judge.mode
     rows = [r for name, rs in samples(coevolve_run).items() if "policy" in name for r in rs][:: G + 1][:4]
-    items = [JudgeItem(r["question"], r["completion"], Rubric.from_obj(r["rubric"]) if r["rubric"] else None)
-             for r in rows]
+    items = [JudgeItem(r["question"], r["completion"], Rubric.from_obj(r["rubric"]) if r["rubric"] else None,
+                       rubric_text=r.get("rubric_text")) for r in rows]
     fresh = Judge(tiny_judge.backend, mode=mode).score(items)
     assert fresh == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)
 

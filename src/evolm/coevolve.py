@@ -141,7 +141,7 @@ class Plan:
 
     def __init__(self, cfg: RunConfig, questions: Sequence[str], references: dict[str, str] | None = None) -> None:
         s = cfg.schedule
-        self.references = dict(references or {})
+        self.references = dict(references or {})  # question -> the data's reference answer (reference-aware judges)
         self.regime, self.k, self.cycles = s.regime, s.steps_per_phase, s.cycles
         self.prompts_per_step = s.prompts_per_step
         self.total_steps = cfg.total_steps
@@ -167,10 +167,6 @@ class Plan:
     def is_phase_end(self, step: int) -> bool:
         """True after the last step of a phase (``step`` counts completed steps, 1-based)."""
         return step % self.k == 0
-
-    def reference(self, question: str) -> str:
-        """The data's reference answer for ``question`` ("" when it has none); only reference-aware judges read it."""
-        return self.references.get(question, "")
 
     def policy_question(self, policy_step: int, slot: int) -> str:
         i = policy_step * self.prompts_per_step + slot
@@ -234,7 +230,7 @@ def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[Wr
                 ) -> list[dict[str, Any]]:
     """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [{**_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w), "reference": plan.reference(q)}
+    return [{**_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w), "reference": plan.references.get(q, "")}
             for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
@@ -368,6 +364,7 @@ class Loop:
             if info.role == "policy":
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, score=sc.score,
                                    rubric=json.loads(row["rubric"]) if row["rubric"] else None,
+                                   rubric_text=row["rubric_text"] or None, reference=row["reference"] or None,
                                    rubric_valid=row["rubric_valid"])
             else:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, rubric=sc.parsed,

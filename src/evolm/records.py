@@ -114,8 +114,9 @@ METRIC_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.metada
 class SampleRecord:
     """One generated row of a step, with its reward and how it was computed (``samples/*.jsonl``).
 
-    Policy rows: ``completion`` is the answer, ``rubric`` the parsed rubric it was judged by (or
-    ``None``: judged alone), ``score`` the judge's score. Rubric rows: ``completion`` is the
+    Policy rows: ``completion`` is the answer, ``rubric`` the parsed rubric it was judged by
+    (``None``: it did not parse, and the judge read ``rubric_text``; both empty: judged alone),
+    ``score`` the judge's score. Rubric rows: ``completion`` is the
     rubric text the model wrote, ``rubric`` its parse, ``s_pos``/``s_neg`` the judge's scores of the
     pair (``a_pos``, ``a_neg``), ``pair_source`` the builder that made the pair.
     ``reward`` is the raw reward (``None``: missing, given the group mean in training).
@@ -130,6 +131,8 @@ class SampleRecord:
     completion: str = _typed(str, "")
     reward: float | None = _typed(float)
     rubric: dict[str, Any] | None = None
+    rubric_text: str | None = _typed(str)  # policy rows: the rubric as written (thinking stripped), as the judge read it
+    reference: str | None = _typed(str)  # policy rows: the data's reference answer, when it has one
     rubric_valid: float | None = _typed(float)
     score: float | None = _typed(float)
     s_pos: float | None = _typed(float)
