@@ -149,7 +149,7 @@ def _plain_worker(spec: dict[str, Any]) -> dict[str, Any]:
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from evolm.coevolve import load_prompts
+    from evolm.prompts import load_prompts
     from evolm.config import load_config
     from evolm.contrast import policy_messages
     from evolm.models import load_model

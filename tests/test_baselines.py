@@ -113,7 +113,8 @@ class _Recorder:
 
 
 def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from evolm.coevolve import Loop, Plan, load_prompts, load_references
+    from evolm.coevolve import Loop, Plan
+    from evolm.prompts import load_prompts, load_references
     from evolm.contrast import ReplayBuffer
 
     prompts = tmp_path / "p.jsonl"

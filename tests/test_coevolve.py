@@ -24,7 +24,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from evolm.coevolve import Loop, Plan, load_prompts, rubric_rows, run
+from evolm.coevolve import Loop, Plan, rubric_rows, run
+from evolm.prompts import load_prompts
 from evolm.config import RunConfig, load_config
 from evolm.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.errors import InputError, RunError
@@ -487,19 +488,45 @@ def _fake_checkpoint(run_dir: Path, step: int, complete: bool = True) -> Path:
     return ckpt
 
 
-def test_resume_cuts_logs_back_to_the_last_complete_checkpoint(tmp_path: Path) -> None:
+def _logs(run_dir: Path) -> None:
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 12))
+                                           + '{"step": 12, "ro')  # torn last line
+    (run_dir / "samples").mkdir(exist_ok=True)
+    (run_dir / "samples" / "phase-000-policy.jsonl").write_text(
+        "".join(json.dumps({"step": s, "slot": 0}) + "\n" for s in (9, 10, 10, 11)))
+
+
+def test_resume_touches_nothing_until_the_checkpoint_loaded(tmp_path: Path) -> None:
     cfg = load_config(None, [f"output_dir={tmp_path}"])
     _fake_checkpoint(tmp_path, 2)
     _fake_checkpoint(tmp_path, 10)
     _fake_checkpoint(tmp_path, 3, complete=False)  # killed while saving: no marker
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 12))
-                                            + '{"step": 12, "ro')  # torn last line
-    (tmp_path / "samples").mkdir()
-    (tmp_path / "samples" / "phase-000-policy.jsonl").write_text(
-        "".join(json.dumps({"step": s, "slot": 0}) + "\n" for s in (9, 10, 10, 11)))
-    assert open_run(cfg, resume=True) == (tmp_path, tmp_path / "checkpoints" / "checkpoint-10")
-    assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))
+    _logs(tmp_path)
+    before = (tmp_path / "metrics.jsonl").read_text()
+    start = open_run(cfg, resume=True)
+    assert (start.run_dir, start.checkpoint, start.step, start.skipped) == (
+        tmp_path, tmp_path / "checkpoints" / "checkpoint-10", 10, [])
+    assert (tmp_path / "metrics.jsonl").read_text() == before  # not cut yet
+    Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(4), tmp_path, resume_step=start.step).begin(is_main=True)
+    assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))  # cut once TRL has loaded it
     assert [r["step"] for r in read_jsonl(tmp_path / "samples" / "phase-000-policy.jsonl")] == [9, 10, 10]
+
+
+def test_resume_falls_back_past_a_corrupt_checkpoint(tmp_path: Path) -> None:
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    _fake_checkpoint(tmp_path, 4)
+    bad = _fake_checkpoint(tmp_path, 8)
+    (bad / "model.safetensors").write_bytes(b"\x00garbage")
+    _logs(tmp_path)
+    before = (tmp_path / "metrics.jsonl").read_text()
+    start = open_run(cfg, resume=True)
+    assert start.checkpoint == tmp_path / "checkpoints" / "checkpoint-4"
+    assert len(start.skipped) == 1 and "checkpoint-8" in start.skipped[0] and "unreadable model weights" in start.skipped[0]
+    assert (tmp_path / "metrics.jsonl").read_text() == before
+    (tmp_path / "checkpoints" / "checkpoint-4" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(RunError, match="no checkpoint validates"):
+        open_run(cfg, resume=True)
+    assert (tmp_path / "metrics.jsonl").read_text() == before
 
 
 def test_resume_needs_a_complete_checkpoint(tmp_path: Path) -> None:

@@ -265,3 +265,37 @@ def test_paper_config_has_the_spec_values() -> None:
     assert cfg.judge.max_new_tokens == 16384 and cfg.judge.mode == "generative"
     assert g["loss_type"] == "grpo"  # masked mean per sequence, then mean (the reference's normalisation)
     assert cfg.rubric.invalid == "judge_raw" and cfg.judge.aggregate == "majority_vote"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("schedule.cycles=1e400", "'schedule.cycles' must be a finite number"),
+    ("judge.temperature=.nan", "'judge.temperature' must be a finite number"),
+    ("seed=-1", "seed must be >= 0"),
+    ("data.limit=-5", "data.limit must be >= 0"),
+    ("output_dir=", "output_dir must name a directory"),
+    ("judge.top_p=7", "judge.top_p must be in (0, 1]"),
+    ("rubric.max_new_tokens=-3", "rubric.max_new_tokens must be >= 1"),
+    ("contrast.max_new_tokens=0", "contrast.max_new_tokens must be >= 1"),
+    ("judge.batch_size=0", "judge.batch_size must be >= 1"),
+])
+def test_out_of_range_settings_are_one_line_errors(override: str, message: str) -> None:
+    with pytest.raises(InputError) as e:
+        load_config(None, [override])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_config_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "c.yaml"
+    bad.write_bytes(b"seed: \xff\xfe\n")
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_config(bad)
+
+
+def test_extends_merges_onto_the_base_config(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("seed: 3\njudge:\n  mode: prob\n  batch_size: 4\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\njudge:\n  mode: yesno\n")
+    cfg = load_config(tmp_path / "child.yaml")
+    assert (cfg.seed, cfg.judge.mode, cfg.judge.batch_size) == (3, "yesno", 4)
+    (tmp_path / "loop.yaml").write_text("extends: loop.yaml\n")
+    with pytest.raises(InputError, match="loops back"):
+        load_config(tmp_path / "loop.yaml")

@@ -176,3 +176,18 @@ def test_extra_text_goes_through_trl_vllm_generation(tiny_model_dir: Path) -> No
     generate(convs, SamplingParams(0.6, 0.9, 64))
     assert vg.syncs == 1
     assert generate([], SamplingParams()) == [] and len(vg.calls) == 2
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("grpo.learning_rat=1e-5", "grpo.learning_rat is not a TRL GRPOConfig setting"),
+    ("grpo.learning_rate=fast", "grpo.learning_rate must be a number"),
+    ("grpo.use_vllm=maybe", "grpo.use_vllm must be true or false"),
+    ("grpo.per_device_train_batch_size=3", "must be a multiple of grpo.per_device_train_batch_size"),
+])
+def test_launch_problems_are_refused_before_any_model_loads(tmp_path: Path, override: str, message: str) -> None:
+    from evolm.coevolve import run
+
+    cfg = load_config(None, [f"output_dir={tmp_path / 'r'}", "model.name=/nonexistent/model", override])
+    with pytest.raises(InputError, match=re.escape(message)):
+        run(cfg)  # a model load would fail differently: the check comes first
+    assert not (tmp_path / "r").exists()  # and nothing was written

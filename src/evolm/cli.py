@@ -232,9 +232,11 @@ def _run_train(args: argparse.Namespace) -> None:
         return
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1)
 
-    def on_start(run_dir: Path, checkpoint: Path | None) -> None:
-        start = f"resuming after step {checkpoint.name.split('-')[-1]}" if checkpoint else "fresh start"
-        print(f"evolm: {cfg.schedule.regime} run in {run_dir}: {cfg.total_steps} steps ({start})",
+    def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
+        for why in start.skipped:
+            print(f"evolm: passing over a checkpoint that does not validate: {why}", file=sys.stderr)
+        where = f"resuming after step {start.step}" if start.checkpoint else "fresh start"
+        print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
               file=sys.stderr, flush=True)
 
     def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord

@@ -51,9 +51,8 @@ from evolm.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
-from evolm.errors import InputError
-from evolm.jsonl import read_jsonl
 from evolm.judge import Judge, build_judge
+from evolm.prompts import load_prompts, load_references
 from evolm.records import METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, samples_path
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
@@ -61,37 +60,38 @@ from evolm.rundir import (
     append_frozen_rubric,
     complete_checkpoints,
     load_buffer,
+    RunStart,
+    cut_logs_back,
     open_run,
     read_frozen_rubrics,
     write_checkpoint_extras,
 )
 
-BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompts.jsonl"}
-
-
 # ============================================================================= the run
 
 
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-        on_start: Callable[[Path, Path | None], None] | None = None) -> Path:
+        on_start: Callable[[RunStart], None] | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``; returns the run directory.
 
-    ``on_start(run_dir, checkpoint)`` is called once the run directory is validated, ``on_step`` with
-    each step's record on the main process (the CLI prints and draws its progress bar with them).
+    ``on_start`` gets where the run starts once the directory and settings are validated (before any
+    model loads), ``on_step`` each step's record on the main process (the CLI prints with them).
     """
     from evolm import trl_adapter
     from evolm.models import load_model
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start)
-    run_dir, checkpoint = open_run(cfg, resume)  # a fresh directory, or the last complete checkpoint
+    trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
+    start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
+    run_dir, checkpoint = start.run_dir, start.checkpoint
     if on_start is not None:
-        on_start(run_dir, checkpoint)
+        on_start(start)
     plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit), load_references(cfg.data.prompts))
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
     judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
               for m in [cfg.judge.model, *cfg.judge.extra_models]]
-    loop = Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step)
+    loop = Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
     #   2. TRL generates G completions per row
@@ -104,7 +104,7 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
 
 
 def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-                   on_start: Callable[[Path, Path | None], None] | None = None) -> Path:
+                   on_start: Callable[[RunStart], None] | None = None) -> Path:
     """The paper's sequential baseline: train the writer with the policy frozen, then the policy from the base
     weights with that writer frozen (``config.sequential_stages``). Resuming skips a finished stage."""
     top = Path(cfg.output_dir)
@@ -182,22 +182,6 @@ class Plan:
                     seen.setdefault(self.policy_question(p, slot))
                 p += 1
         return list(seen)
-
-
-def load_prompts(spec: str, limit: int = 0) -> list[str]:
-    """Training questions from a JSONL file with a ``prompt`` field (or a built-in set), deduplicated."""
-    rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
-    questions = list(dict.fromkeys(str(r["prompt"]) for r in rows if str(r["prompt"]).strip()))
-    questions = questions[:limit] if limit else questions
-    if not questions:
-        raise InputError(f"{spec}: no prompts")
-    return questions
-
-
-def load_references(spec: str) -> dict[str, str]:
-    """question -> reference answer, from the prompts file's optional ``reference`` field."""
-    rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
-    return {str(r["prompt"]): str(r["reference"]) for r in rows if isinstance(r.get("reference"), str)}
 
 
 # ============================================================================= 1. a step's rows (pure, over `generate`)
@@ -278,6 +262,7 @@ class Loop:
     buffer: ReplayBuffer
     run_dir: Path
     on_step: Callable[[StepRecord], None] | None = None
+    resume_step: int = 0  # the checkpoint's step when resuming: logs are cut back to it once TRL loaded it
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
@@ -285,6 +270,11 @@ class Loop:
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
+
+    def begin(self, is_main: bool) -> None:
+        """TRL has loaded the checkpoint: only now are the logs cut back to it (a failed load changes nothing)."""
+        if self.resume_step and is_main:
+            cut_logs_back(self.run_dir, self.resume_step)
 
     # ---------------------------------------------------------------- 1. materialise (before TRL generates)
 

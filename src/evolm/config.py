@@ -9,6 +9,7 @@ and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the refer
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -287,6 +288,14 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     ]
 
 
+def _sampling_checks(section: str, temperature: float, top_p: float | None, max_new_tokens: int
+                     ) -> list[tuple[bool, str]]:
+    return [(math.isfinite(temperature) and temperature >= 0,
+             f"{section}.temperature must be a finite number >= 0 (0: greedy), not {temperature}"),
+            (top_p is None or 0 < top_p <= 1, f"{section}.top_p must be in (0, 1], not {top_p}"),
+            (max_new_tokens >= 1, f"{section}.max_new_tokens must be >= 1, not {max_new_tokens}")]
+
+
 def _choice(name: str, value: Any, choices: Any) -> str:
     return f"{name} must be one of {', '.join(choices)}, not '{value}'"
 
@@ -316,6 +325,13 @@ def validate(cfg: RunConfig) -> None:
         (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
         (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
+        (cfg.seed >= 0, f"seed must be >= 0, not {cfg.seed}"),
+        (cfg.data.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {cfg.data.limit}"),
+        (cfg.output_dir.strip() != "", "output_dir must name a directory"),
+        *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
+        *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
+        *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
+        (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (cfg.grpo.get("num_iterations", 1) == 1,
          "grpo.num_iterations must be 1: evolm makes one update per generation batch (as the paper does), and a "
          "reused batch would train one step's rows at the next step of the plan"),
@@ -381,6 +397,8 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     if base is bool and isinstance(value, bool):
         return value
     if base in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"'{name}' must be a finite number, got {value}")
         if base is int and float(value) != int(value):
             raise InputError(f"'{name}' must be an integer, got {value}")
         return base(value)
@@ -400,6 +418,8 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise InputError(f"{p}: no such config file")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise InputError(f"{p}: not UTF-8 text") from None
     except yaml.YAMLError as e:
         raise InputError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):

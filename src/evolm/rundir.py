@@ -2,13 +2,15 @@
 
 The layout and the record types are in ``evolm.records``. A checkpoint is complete when it holds
 TRL's ``trainer_state.json`` and evolm's ``CheckpointState`` (written last, atomically). Resuming
-validates the newest complete checkpoint (its state, its replay buffer, its weight files) *before*
-anything is cut, so a corrupt checkpoint costs no log lines.
+validates the newest complete checkpoint (its state, its replay buffer, its weight files), falls
+back to an older one when it does not validate, and cuts the logs back only once the trainer has
+loaded the checkpoint, so a corrupt checkpoint costs no log lines.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from evolm.config import RunConfig, load_config, save_config, to_dict
 from evolm.contrast import ReplayBuffer
@@ -27,8 +29,26 @@ from evolm.records import (
 )
 
 
-def open_run(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
-    """The run directory, and the checkpoint to resume from (``None`` for a fresh run)."""
+@dataclass
+class RunStart:
+    """Where a run starts: its directory, the checkpoint to resume from, and what was passed over."""
+
+    run_dir: Path
+    checkpoint: Path | None = None
+    skipped: list[str] = field(default_factory=list)  # newer checkpoints that failed validation, with why
+
+    @property
+    def step(self) -> int:
+        return checkpoint_state(self.checkpoint).step if self.checkpoint else 0
+
+
+def open_run(cfg: RunConfig, resume: bool) -> RunStart:
+    """A fresh run directory, or the newest checkpoint that validates (state, replay buffer, weight files).
+
+    Nothing in the run directory is changed on resume: the logs are cut back to the checkpoint by
+    ``cut_logs_back`` once the trainer has loaded it. A newer checkpoint that does not validate is
+    passed over (and reported in ``skipped``) in favour of the one before it.
+    """
     run_dir = Path(cfg.output_dir)
     if not resume:
         if (run_dir / METRICS_FILE).exists() or (run_dir / CHECKPOINTS_DIR).exists():
@@ -36,19 +56,29 @@ def open_run(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
                            "or choose another output_dir")
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
-        return run_dir, None
+        return RunStart(run_dir)
     ckpts = complete_checkpoints(run_dir)
     if not ckpts:
         raise RunError(f"{run_dir}: no complete checkpoint to resume from (a run saves every "
                        f"schedule.save_every steps and at each phase end); to start over, delete {run_dir}")
-    ckpt = ckpts[-1]
-    step = checkpoint_state(ckpt).step
-    ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size)  # raises RunError if unreadable
-    _check_weights(ckpt)
-    _truncate_after(run_dir / METRICS_FILE, step)  # only now: everything above could still refuse
+    skipped: list[str] = []
+    for ckpt in reversed(ckpts):
+        try:
+            checkpoint_state(ckpt)
+            ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size)
+            _check_weights(ckpt)
+        except RunError as e:
+            skipped.append(str(e))
+            continue
+        return RunStart(run_dir, ckpt, skipped)
+    raise RunError(f"{run_dir}: no checkpoint validates; the newest: {skipped[0]}")
+
+
+def cut_logs_back(run_dir: Path, step: int) -> None:
+    """Keep only the records of steps <= ``step`` in metrics.jsonl and samples/ (a resumed run writes the rest)."""
+    _truncate_after(run_dir / METRICS_FILE, step)
     for f in (run_dir / SAMPLES_DIR).glob("*.jsonl"):
         _truncate_after(f, step)
-    return run_dir, ckpt
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:

@@ -87,6 +87,9 @@ class StepHooks(Protocol):
 
     def is_phase_end(self, step: int) -> bool: ...
 
+    def begin(self, is_main: bool) -> None:
+        """TRL has built the run and loaded the checkpoint (``on_train_begin``)."""
+
 
 # ============================================================================= the contract check
 
@@ -116,6 +119,29 @@ def check_trl() -> str:
 
 
 # ============================================================================= building and running
+
+
+def check_launch(cfg: RunConfig) -> None:
+    """Everything about the launch that can be refused before a model loads (one-line errors)."""
+    import dataclasses
+
+    from accelerate import PartialState
+    from trl import GRPOConfig
+
+    check_trl()
+    err = batch_error(cfg, PartialState().num_processes)
+    if err:
+        raise InputError(err)
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    for key, value in cfg.grpo.items():
+        if key not in fields:
+            raise InputError(f"grpo.{key} is not a TRL GRPOConfig setting (trl {check_trl()})")
+        default = fields[key].default
+        numeric = isinstance(default, int | float) and not isinstance(default, bool)
+        if numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InputError(f"grpo.{key} must be a number, not {value!r}")
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise InputError(f"grpo.{key} must be true or false, not {value!r}")
 
 
 def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
@@ -232,6 +258,9 @@ def _recorder_class() -> type:
         def __init__(self, hooks: StepHooks) -> None:
             self.hooks = hooks
             self.logged = -1
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            self.hooks.begin(state.is_world_process_zero)
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
             if self.hooks.is_phase_end(state.global_step):
