@@ -56,3 +56,4 @@ def test_metrics_written_and_read_back_in_step_order(tmp_path: Path) -> None:
     with open(path, "a") as f:
         f.write('{"step": 3, "role"')  # a crash mid-line
     assert [(r.step, r.reward_mean) for r in read_metrics(tmp_path / "run")] == [(1, 0.1), (2, 0.2)]
+

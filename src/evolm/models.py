@@ -33,11 +33,23 @@ def cache_dir() -> Path:
 
 
 def resolve_device(device: str = "auto") -> str:
-    """``auto`` becomes ``cuda`` when a GPU is visible, else ``cpu``."""
+    """``auto`` becomes ``cuda`` when a GPU is visible, else ``cpu``; an unknown or absent device is a ``ModelError``.
+
+    >>> resolve_device("cpu")
+    'cpu'
+    """
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ModelError(f"unknown device '{device}' (auto, cpu, cuda, cuda:1, mps, ...)") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ModelError(f"device '{device}' is not available here (GPUs visible: {torch.cuda.device_count()})")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelError(f"device '{device}' is not available here")
     return device
 
 
