@@ -148,3 +148,13 @@ def test_smollm2_judge_alone_on_llmbar_fixture(tmp_path):
             "--output", str(out)]
     assert main(argv) == 0
     assert json.loads(out.read_text())["total"]["pairs"] == 3
+
+
+def test_an_empty_pair_file_is_refused(tmp_path) -> None:  # noqa: ANN001
+    from evolm.errors import InputError
+    from evolm.eval.pairs import load_pairs
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputError, match="no pairs"):
+        load_pairs(empty)

@@ -181,6 +181,8 @@ def load_pairs(path: str | Path, limit: int | None = None) -> list[PreferencePai
     if limit is not None and limit < 1:
         raise InputError("--limit must be at least 1")
     records = read_records(path)[:limit]
+    if not records:
+        raise InputError(f"{path}: no pairs (an empty file scores no accuracy at all)")
     return [pair_from_record(rec, f"{path}: record {n}") for n, rec in enumerate(records, start=1)]
 
 
