@@ -188,3 +188,13 @@ def test_highlighted_settings_exist_in_run_config() -> None:
 
     cfg = to_dict(RunConfig())
     assert [h for h in HIGHLIGHTS if not has(cfg, h)] == []
+
+
+def test_report_survives_absurd_values(tmp_path: Path) -> None:
+    from evolm.report import write_report
+
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "role": "policy", "time": 1e20, "seconds": 1e308, "reward_mean": 0.5}\n'
+        '{"step": {"a": 1}, "role": "policy", "time": -1e30, "reward_mean": "x"}\n')
+    out = write_report(tmp_path)
+    assert out.is_file() and "unreadable" in out.read_text(encoding="utf-8")

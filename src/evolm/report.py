@@ -257,7 +257,11 @@ def _header(d: RunData) -> str:
         ["wall-clock span (first to last record)", _duration(max(times) - min(times)) if len(times) > 1 else "–"],
     ]
     if times:
-        rows.append(["last record", dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")])
+        try:
+            last = dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, OSError, ValueError):  # a corrupt or hand-edited "time"
+            last = "unreadable"
+        rows.append(["last record", last])
     out = ["<h2>Run summary</h2>", _table(["", "value"], rows)]
     if isinstance(d.config, dict):
         flat = dict(_flatten(d.config))
