@@ -6,17 +6,26 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
 
 - the reply to a conversation is ``"echo: <last user message>"``, cut to ``max_tokens`` words;
 - with ``logprobs``, the first token's ``top_logprobs`` come from ``TOP_LOGPROBS``, chosen by the
-  first word of the last user message ("no", "digits"; anything else gets "yes");
+  first word of the last user message ("no", "digits"; anything else gets "yes"), in the table's
+  order (most likely first; the first entry is the chosen token);
 - ``state.fail_first = N`` answers the first N requests with ``state.fail_status``;
 - ``state.delay_s`` delays every request; ``state.jitter_s`` adds a delay derived from the message
   (deterministic, so tests can make later rows finish first);
 - every request body and Authorization header is recorded, and the most requests in flight at
-  once is counted.
+  once is counted;
+- misbehaviour of real servers and proxies: ``state.delay_s = 3600`` accepts and never replies,
+  ``state.drip_s`` answers HTTP 200 and then sends one byte every ``drip_s`` seconds (for a minute),
+  ``state.raw_body`` answers HTTP 200 with that body verbatim (HTML, invalid JSON...),
+  ``state.retry_after`` sets the ``retry-after`` header of injected failures.
+
+Replies are written with ``json.dumps``, so a ``TOP_LOGPROBS`` table may hold NaN, infinities or
+even strings, as broken servers do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import socket
 import threading
@@ -29,11 +38,11 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 MODEL_ID = "test-echo-model"
 
-TOP_LOGPROBS: dict[str, list[tuple[str, float]]] = {
+TOP_LOGPROBS: dict[str, list[tuple[str, Any]]] = {
     "yes": [
         (" Yes", math.log(0.5)),
         ("Yes", math.log(0.2)),
@@ -67,14 +76,26 @@ class ServerState:
     fail_first: int = 0
     fail_status: int = 503
     retry_after_ms: int | None = None
+    retry_after: str | None = None
     echo_auth_in_errors: bool = False
     delay_s: float = 0.0
     jitter_s: float = 0.0
+    drip_s: float = 0.0
+    raw_body: str | None = None
+    raw_content_type: str = "text/html"
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     failed: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
+    closing: bool = False
+
+
+async def _sleep(state: ServerState, seconds: float) -> None:
+    """``asyncio.sleep`` that ends early when the server shuts down (hanging requests then end quietly)."""
+    end = time.monotonic() + seconds
+    while not state.closing and (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, 0.05))
 
 
 def _last_user(messages: list[dict[str, Any]]) -> str:
@@ -85,14 +106,14 @@ def _last_user(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
-def _token(text: str, logprob: float) -> dict[str, Any]:
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+def _token(text: Any, logprob: Any) -> dict[str, Any]:
+    return {"token": text, "logprob": logprob, "bytes": list(str(text).encode("utf-8"))}
 
 
 def _logprobs(prompt: str, top_n: int) -> dict[str, Any]:
     words = prompt.split()
     table = TOP_LOGPROBS.get(words[0].lower() if words else "", TOP_LOGPROBS["yes"])
-    top = sorted(table, key=lambda pair: -pair[1])[:top_n]
+    top = table[:top_n]
     first = _token(*top[0])
     first["top_logprobs"] = [_token(*pair) for pair in top]
     return {"content": [first], "refusal": None}
@@ -109,7 +130,7 @@ def create_app(state: ServerState) -> FastAPI:
         }
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
         body = await request.json()
         state.requests.append(body)
         authorization = request.headers.get("authorization")
@@ -120,18 +141,24 @@ def create_app(state: ServerState) -> FastAPI:
             prompt = _last_user(body.get("messages", []))
             delay = state.delay_s + state.jitter_s * (zlib.crc32(prompt.encode()) % 1000) / 1000
             if delay:
-                await asyncio.sleep(delay)
+                await _sleep(state, delay)
             if state.failed < state.fail_first:
                 state.failed += 1
                 message = f"injected failure {state.failed} of {state.fail_first}"
                 if state.echo_auth_in_errors:
                     message += f" (you sent Authorization: {authorization})"
                 headers = {} if state.retry_after_ms is None else {"retry-after-ms": str(state.retry_after_ms)}
+                if state.retry_after is not None:
+                    headers["retry-after"] = state.retry_after
                 return JSONResponse(
                     {"error": {"message": message, "type": "server_error", "code": state.fail_status}},
                     status_code=state.fail_status,
                     headers=headers,
                 )
+            if state.drip_s:
+                return StreamingResponse(_drip(state, state.drip_s), media_type="application/json")
+            if state.raw_body is not None:
+                return Response(state.raw_body, media_type=state.raw_content_type)
             words = f"echo: {prompt}".split(" ")
             max_tokens = body.get("max_tokens")
             finish = "stop"
@@ -140,10 +167,10 @@ def create_app(state: ServerState) -> FastAPI:
             logprobs = None
             if body.get("logprobs"):
                 logprobs = _logprobs(prompt, int(body.get("top_logprobs") or 1))
-                words = [logprobs["content"][0]["token"]]
+                words = [str(logprobs["content"][0]["token"])]
             text = " ".join(words)
-            return JSONResponse(
-                {
+            return Response(
+                json.dumps({
                     "id": f"chatcmpl-{len(state.requests)}",
                     "object": "chat.completion",
                     "created": int(time.time()),
@@ -158,12 +185,23 @@ def create_app(state: ServerState) -> FastAPI:
                     ],
                     "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words),
                               "total_tokens": len(prompt.split()) + len(words)},
-                }
+                }),
+                media_type="application/json",
             )
         finally:
             state.in_flight -= 1
 
     return app
+
+
+async def _drip(state: ServerState, every_s: float) -> Any:
+    """A reply body that never finishes: one byte every ``every_s`` seconds, for a minute at most."""
+    yield b"{"
+    for _ in range(int(60 / every_s)):
+        await _sleep(state, every_s)
+        if state.closing:
+            return
+        yield b" "
 
 
 @dataclass
@@ -180,7 +218,8 @@ def serve() -> Iterator[RunningServer]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off")
+    # Requests still hanging when the block ends are cancelled after a second, not waited for.
+    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -192,6 +231,7 @@ def serve() -> Iterator[RunningServer]:
     try:
         yield RunningServer(base_url=f"http://127.0.0.1:{port}/v1", state=state)
     finally:
+        state.closing = True
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()

@@ -5,12 +5,17 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from evolm.errors import InputError
-from evolm.jsonl import atomic_writer, read_jsonl, read_records, write_jsonl
+from evolm.jsonl import (
+    atomic_writer, check_outputs_differ, is_write_through, read_jsonl, read_records, resumable_jsonl, write_jsonl,
+)
 
 
 def test_errors_name_the_line(tmp_path: Path) -> None:
@@ -57,3 +62,131 @@ def test_atomic_write_leaves_nothing_on_failure_and_normal_permissions(tmp_path:
     plain.write_text("x")
     assert os.stat(target).st_mode & 0o777 == os.stat(plain).st_mode & 0o777
     assert read_jsonl(target) == [{"a": 1}]
+
+
+# ----------------------------------------------------------------------------- output safety
+
+
+def test_a_symlink_is_written_through_to_its_target(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "real.jsonl"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    write_jsonl(link, [{"a": 1}])
+    assert link.is_symlink() and os.readlink(link) == str(real)  # the link survives
+    assert read_jsonl(real) == [{"a": 1}]
+    assert os.stat(real).st_mode & 0o777 == 0o640  # the replaced file keeps its permissions
+    assert sorted(p.name for p in real.parent.iterdir()) == ["real.jsonl"]
+
+
+def test_fifos_devices_and_std_streams_are_written_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_jsonl(fifo, [{"a": 1}])
+    reader.join(timeout=10)
+    assert got == ['{"a": 1}\n'] and stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, not a replaced file
+    write_jsonl("/dev/null", [{"a": 1}])
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    write_jsonl("/dev/stdout", [{"b": 2}])
+    write_jsonl("-", [{"c": 3}])
+    assert capsys.readouterr().out == '{"b": 2}\n{"c": 3}\n'
+    assert is_write_through("-") and is_write_through(fifo) and not is_write_through(tmp_path / "x.jsonl")
+
+
+def test_temp_file_is_fsynced_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    write_jsonl(tmp_path / "x.jsonl", [{"a": 1}])
+    assert events[:2] == ["fsync", "replace"]
+
+
+def test_stale_part_files_are_removed_on_the_next_write(tmp_path: Path) -> None:
+    from evolm.jsonl import _HOST
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    target = tmp_path / "out.jsonl"
+    stale_pid = tmp_path / f".out.jsonl.{dead.pid}@{_HOST}.abc123.part"  # its writer is gone
+    old = tmp_path / ".out.jsonl.xyz.part"  # an old-style name, untouched for two hours
+    live = tmp_path / f".out.jsonl.{os.getppid()}@{_HOST}.def456.part"  # a live writer's: kept
+    other = tmp_path / ".other.jsonl.1@x.part"  # another target's: kept
+    for p in (stale_pid, old, live, other):
+        p.write_text("partial\n")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    write_jsonl(target, [{"a": 1}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, live.name, other.name])
+
+
+def test_check_outputs_differ(tmp_path: Path) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("{}\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(inp)
+    hard = tmp_path / "hard.jsonl"
+    os.link(inp, hard)
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    (run / "samples" / "phase-001-rubric.jsonl").write_text("{}\n")
+    for out, ins in [(inp, [inp]), (str(inp), [tmp_path / "." / "in.jsonl"]), (link, [inp]), (hard, [inp]),
+                     (run / "samples" / "phase-001-rubric.jsonl", [run])]:
+        with pytest.raises(InputError, match="the output is also an input"):
+            check_outputs_differ([out], [None, "-", *ins])
+    with pytest.raises(InputError, match="two different outputs"):
+        check_outputs_differ([tmp_path / "a.json", link, tmp_path / "a.json"], [])
+    check_outputs_differ([tmp_path / "out.jsonl", None, "-", "/dev/stdout", run / "report.html"], [inp, run, "-"])
+
+
+# ----------------------------------------------------------------------------- rows written as they come
+
+
+def test_resumable_jsonl_keeps_rows_of_a_crash_and_resumes_them(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"old": true}\n')
+    partial = tmp_path / "out.jsonl.partial"
+    with pytest.raises(RuntimeError), resumable_jsonl(out) as w:
+        w.write([{"i": 0}, {"i": 1}])
+        assert read_jsonl(partial) == [{"i": 0}, {"i": 1}]  # on disk already
+        raise RuntimeError("killed")
+    assert read_jsonl(out) == [{"old": True}]  # the old output is untouched until a run finishes
+    with partial.open("a") as f:
+        f.write('{"i": 2, "cut')  # a line torn by a kill
+    with pytest.raises(InputError, match="interrupted run; resume it, or delete it"):
+        with resumable_jsonl(out):
+            pass
+    with resumable_jsonl(out, resume=True) as w:
+        assert w.done == [{"i": 0}, {"i": 1}]
+        w.write([{"i": 2}])
+    assert read_jsonl(out) == [{"i": 0}, {"i": 1}, {"i": 2}] and not partial.exists()
+    with resumable_jsonl(out, resume=True) as w:  # a complete output resumes too (e.g. the input grew)
+        assert len(w.done) == 3
+        w.write([{"i": 3}])
+    assert len(read_jsonl(out)) == 4
+    with resumable_jsonl(out) as w:  # without resume: replaced at the end
+        w.write([{"new": 1}])
+    assert read_jsonl(out) == [{"new": 1}]
+    with pytest.raises(RuntimeError), resumable_jsonl(out) as w:
+        raise RuntimeError("nothing written")
+    assert not partial.exists()  # an empty partial file is not left behind
+
+
+def test_resumable_jsonl_refuses_a_second_writer_and_resuming_a_stream(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with resumable_jsonl(out) as w:
+        w.write([{"i": 0}])
+        with pytest.raises(InputError, match="another process is writing"):
+            with resumable_jsonl(out, resume=True):
+                pass
+        assert (tmp_path / "out.jsonl.partial").exists()  # the refused writer did not remove the first one's file
+    assert read_jsonl(out) == [{"i": 0}]
+    with pytest.raises(InputError, match="cannot resume"):
+        with resumable_jsonl("-", resume=True):
+            pass

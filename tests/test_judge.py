@@ -18,6 +18,8 @@ import pytest
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.judge import (
+    ANSWER_END,
+    ANSWER_START,
     DIGITS,
     GENERATIVE_MODES,
     JUDGE_MAX_NEW_TOKENS,
@@ -79,7 +81,11 @@ def user_text(conv: Conversation) -> str:
 
 def section(conv: Conversation, name: str) -> str:
     """The body of a 'Name:\\n...' section of the judge's user message."""
-    m = re.search(rf"(?:^|\n\n){name}:\n(.*?)(?:\n\n|$)", user_text(conv), re.DOTALL)
+    if name == "Answer":  # the answer is fenced as data (``fence_answer``)
+        fenced = rf"\n\nAnswer:\n{re.escape(ANSWER_START)}\n(.*?)\n{re.escape(ANSWER_END)}(?:\n\n|$)"
+        m = re.search(fenced, user_text(conv), re.DOTALL)
+    else:
+        m = re.search(rf"(?:^|\n\n){name}:\n(.*?)(?:\n\n|$)", user_text(conv), re.DOTALL)
     assert m, f"no {name} section"
     return m.group(1)
 

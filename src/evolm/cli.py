@@ -25,7 +25,7 @@ _MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
 
 
 def _add_backend_args(p: argparse.ArgumentParser) -> None:
-    """Where a model runs: --backend, --base-url, --api-key-env."""
+    """Where a model runs: --backend, --base-url, --api-key-env, --timeout, --max-retries."""
     p.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -39,6 +39,23 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
         default="OPENAI_API_KEY",
         help="environment variable holding the API key for openai backends (the key is never logged)",
     )
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        return value
+
+    def count(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    p.add_argument("--timeout", type=seconds, default=120.0,
+                   help="openai backends: seconds one request attempt may take in all, reply included (default 120)")
+    p.add_argument("--max-retries", type=count, default=2,
+                   help="openai backends: retries of a failed request (default 2); one request ends within "
+                   "(max-retries + 1) x timeout + 8 s per retry")
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -83,7 +100,12 @@ def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | No
     from evolm.models import load_backend
 
     return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
-                        dtype=args.dtype, batch_size=args.batch_size)
+                        dtype=args.dtype, batch_size=args.batch_size, **_deadline_kwargs(args))
+
+
+def _deadline_kwargs(args: argparse.Namespace) -> dict:
+    """--timeout / --max-retries for load_backend, when the command has them."""
+    return {k: getattr(args, k) for k in ("timeout", "max_retries") if getattr(args, k, None) is not None}
 
 
 def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Judge
@@ -96,7 +118,8 @@ def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: s
     from evolm.judge import build_judge
 
     cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
-                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=512, chat_template_kwargs={})
+                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=512, chat_template_kwargs={},
+                      **_deadline_kwargs(args))
     return build_judge(cfg, seed=args.seed, device=args.device)
 
 
@@ -109,6 +132,10 @@ def _rubric_params(args: argparse.Namespace):  # -> SamplingParams
 
 # ----------------------------------------------------------------------------- rubric
 
+_AS_YOU_GO = ("Rows are written as they are done, to OUTPUT.partial (renamed to OUTPUT at the end): after a crash "
+              "run the same command with --resume-output to keep them and do only the rest. An output that is "
+              "also the input is refused.")
+
 
 def _add_rubric(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -116,11 +143,12 @@ def _add_rubric(sub: argparse._SubParsersAction) -> None:
         help="write a rubric for each prompt",
         description="Write one rubric per input prompt. Input JSONL lines need 'prompt'; output lines keep "
         "every input field and add 'rubric' (parsed object or null), 'rubric_valid' (format validity, 0 or 1) "
-        "and 'rubric_text' (raw model output).",
+        "and 'rubric_text' (raw model output). " + _AS_YOU_GO,
     )
     p.add_argument("--model", required=True, help=f"rubric writer: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with a 'prompt' field per line ('-' for stdin)")
     p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
+    _add_resume_output_arg(p)
     _add_backend_args(p)
     _add_runtime_args(p)
     _add_rubric_writing_args(p)
@@ -128,18 +156,74 @@ def _add_rubric(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_rubric(args: argparse.Namespace) -> None:
-    from evolm.jsonl import read_jsonl, write_jsonl
+    from evolm.jsonl import check_outputs_differ, read_jsonl
     from evolm.rubrics import write_rubrics
 
+    check_outputs_differ([args.output], [args.input])
     rows = read_jsonl(args.input, required=["prompt"])
     backend = _load(args, args.model, args.backend, args.base_url)
-    written = write_rubrics(backend, [str(r["prompt"]) for r in rows], _rubric_params(args), progress=True)
-    out = []
-    for row, w in zip(rows, written, strict=True):
-        out.append({**row, "rubric": w.rubric.to_dict() if w.rubric else None, "rubric_valid": w.valid,
-                    "rubric_text": w.text})
-    write_jsonl(args.output, out)
-    _done(f"wrote {len(out)} rubrics ({sum(w.valid for w in written):.0f} valid) to {args.output}")
+    params = _rubric_params(args)
+
+    def compute(start: int, end: int) -> list[dict]:
+        written = write_rubrics(backend, [str(r["prompt"]) for r in rows[start:end]], params)
+        return [{**row, "rubric": w.rubric.to_dict() if w.rubric else None, "rubric_valid": w.valid,
+                 "rubric_text": w.text} for row, w in zip(rows[start:end], written, strict=True)]
+
+    out = _write_as_you_go(args, rows, compute, keys=("prompt",), desc="rubrics")
+    _done(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}")
+
+
+# Rows per batch that `rubric` and `judge` write out before the next one starts (or --batch-size if larger):
+# what a crash can lose at most.
+WRITE_BATCH = 64
+
+
+def _add_resume_output_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resume-output", action="store_true",
+                   help="continue an interrupted run: keep the rows already in OUTPUT.partial (or OUTPUT), "
+                   "which must be the first input rows in order, and compute only the rest")
+
+
+def _write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: tuple[str, ...], desc: str) -> list[dict]:
+    """Compute the output rows in batches, each written out (fsynced) as it finishes; all output rows.
+
+    Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``jsonl.resumable_jsonl``), so a
+    crash loses at most the batch in progress; with --resume-output the rows already there are
+    checked against the input (same ``keys``, row by row) and skipped. Batches start at multiples of
+    the batch size, so a resumed run calls the model exactly as an uninterrupted one does.
+    """
+    from tqdm.auto import tqdm
+
+    from evolm.errors import InputError
+    from evolm.jsonl import resumable_jsonl
+
+    batch = max(WRITE_BATCH, args.batch_size)
+    with resumable_jsonl(args.output, resume=args.resume_output) as out:
+        done = out.done
+        if len(done) > len(rows):
+            raise InputError(f"{args.output}: holds {len(done)} rows, more than the {len(rows)} input rows; "
+                             "not resuming")
+        for n, (old, row) in enumerate(zip(done, rows)):
+            for k in keys:
+                if old.get(k) != row[k]:
+                    raise InputError(f"{args.output}: row {n + 1} does not match input row {n + 1} (different "
+                                     f"'{k}'); not resuming")
+        if done:
+            _done(f"resuming: {len(done)} of {len(rows)} rows already done")
+        try:
+            with tqdm(total=len(rows), initial=len(done), desc=desc, unit="row", delay=1) as bar:
+                start = len(done)
+                while start < len(rows):
+                    end = min((start // batch + 1) * batch, len(rows))
+                    out.write(compute(start, end))
+                    bar.update(end - start)
+                    start = end
+        except BaseException:
+            if out.partial is not None and len(out.rows) > 0:
+                _done(f"{len(out.rows)} of {len(rows)} rows kept in {out.partial}: "
+                      "run again with --resume-output to continue")
+            raise
+        return out.rows
 
 
 # ----------------------------------------------------------------------------- judge
@@ -151,13 +235,14 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
         help="score answers with a (rubric +) judge",
         description="Score each answer. Input JSONL lines need 'prompt' and 'response', and may have 'rubric' "
         "(object or JSON string; without it the judge scores alone). Output lines add 'score' in [0, 1], or null "
-        "when the judge gave no readable score (generative mode only).",
+        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). " + _AS_YOU_GO,
     )
     p.add_argument("--judge", required=True, help=f"judge model: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
     p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
     _add_judge_mode_arg(p)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
+    _add_resume_output_arg(p)
     _add_backend_args(p)
     _add_runtime_args(p)
     _add_seed_arg(p)
@@ -165,19 +250,24 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_judge(args: argparse.Namespace) -> None:
-    from evolm.jsonl import read_jsonl, write_jsonl
+    from evolm.jsonl import check_outputs_differ, read_jsonl
     from evolm.judge import JudgeItem
     from evolm.rubrics import Rubric
 
+    check_outputs_differ([args.output], [args.input])
     rows = read_jsonl(args.input, required=["prompt", "response"])
     items = []
     for row in rows:
         rubric = None if args.no_rubric or row.get("rubric") is None else Rubric.from_obj(row["rubric"])
         items.append(JudgeItem(str(row["prompt"]), str(row["response"]), rubric))
     judge = _build_judge(args, args.judge, args.backend, args.base_url)
-    scores = judge.score(items, progress=True)
-    write_jsonl(args.output, [{**row, "score": s} for row, s in zip(rows, scores, strict=True)])
-    n_missing = sum(s is None for s in scores)
+
+    def compute(start: int, end: int) -> list[dict]:
+        scores = judge.score(items[start:end])
+        return [{**row, "score": s} for row, s in zip(rows[start:end], scores, strict=True)]
+
+    out = _write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
+    n_missing = sum(r["score"] is None for r in out)
     _done(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}")
 
 
@@ -342,6 +432,9 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
     from evolm.eval import rb2
     from evolm.eval.rubric_source import read_rubric_table
 
+    from evolm.jsonl import check_outputs_differ
+
+    check_outputs_differ([args.output, args.save_scores], [args.data, args.rubrics, args.from_scores])
     settings: dict = {"data": args.data, "from_scores": args.from_scores}
     subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
     if args.from_scores:
@@ -445,7 +538,9 @@ def _add_eval_pairs(esub: argparse._SubParsersAction) -> None:
 
 def _run_eval_pairs(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
+    from evolm.jsonl import check_outputs_differ
 
+    check_outputs_differ([args.output], args.files)
     files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
     rubric_backend, judge = _rubric_and_judge(args)
     result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
@@ -540,6 +635,9 @@ def _run_eval_policy(args: argparse.Namespace) -> None:
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     files = resolve_data_files(tasks, data_dir, {n: getattr(args, f"{n}_data", None) for n in POLICY_TASKS})
     output = args.output or str(default_output_path(args.model) or "-")
+    from evolm.jsonl import check_outputs_differ
+
+    check_outputs_differ([output, args.samples], files.values())
     result = run_policy_eval(
         args.model, tasks, files, device=args.device, dtype=args.dtype, decoding=decoding, limit=args.limit,
         batch_size=args.batch_size, system_instruction=args.system_instruction,
@@ -573,9 +671,10 @@ def _run_eval_stats(args: argparse.Namespace) -> None:
 
     from evolm.errors import InputError
     from evolm.eval.rubric_stats import format_table, rubric_stats, run_rubric_stats
-    from evolm.jsonl import read_jsonl
+    from evolm.jsonl import check_outputs_differ, read_jsonl
 
     path = Path(args.path)
+    check_outputs_differ([args.output], [path / "samples" if path.is_dir() else path])
     if path.is_dir():
         rows = [s.to_json() for s in run_rubric_stats(path)]
         if not rows:
@@ -607,8 +706,13 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from evolm.jsonl import check_outputs_differ
     from evolm.report import write_report
 
+    run = Path(args.run_dir)  # the files the report reads
+    check_outputs_differ([args.output], [run / "metrics.jsonl", run / "config.yaml", run / "samples", run / "eval"])
     _done(f"wrote {write_report(args.run_dir, args.output)}")
 
 
@@ -621,7 +725,7 @@ def _write_result(output: str | None, result: dict, table: str) -> None:
 
         with atomic_writer(output) as f:
             f.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    print(table, file=sys.stderr if output == "-" else sys.stdout)
+    print(table, file=sys.stderr if output in ("-", "/dev/stdout") else sys.stdout)
 
 
 def _done(msg: str) -> None:

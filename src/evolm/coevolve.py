@@ -314,7 +314,8 @@ class Loop:
             name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
                 (c.answerer, c.answerer_backend, c.answerer_base_url)
             self._fixed[role] = load_backend(name or self.cfg.model.name, backend=backend, base_url=url,
-                                             dtype=self.cfg.model.dtype)
+                                             dtype=self.cfg.model.dtype, timeout=r.writer_timeout,
+                                             max_retries=r.writer_max_retries)
         return self._fixed[role]
 
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)

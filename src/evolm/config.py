@@ -58,6 +58,10 @@ class JudgeConfig:
                       "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
     base_url: str | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1")
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable with the judge server's API key")
+    timeout: float = _f(120.0, "backend=openai: seconds one request attempt may take in all (connect, wait, read "
+                        "the whole reply; not per read)")
+    max_retries: int = _f(2, "backend=openai: retries of a failed request (connection errors, timeouts, 408, 409, "
+                          "429, 5xx); one request ends within (max_retries + 1) x timeout + 8 s per retry")
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
@@ -90,6 +94,8 @@ class RubricConfig:
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
     writer_base_url: str | None = _f(None, "server URL of the fixed writer for writer_backend=openai")
+    writer_timeout: float = _f(120.0, "writer_backend=openai: seconds one request attempt may take in all")
+    writer_max_retries: int = _f(2, "writer_backend=openai: retries of a failed request")
 
 
 @dataclass
@@ -332,6 +338,9 @@ def validate(cfg: RunConfig) -> None:
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
+        (j.timeout > 0 and cfg.rubric.writer_timeout > 0, "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
+        (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
+         "judge.max_retries and rubric.writer_max_retries must be >= 0"),
         (cfg.grpo.get("num_iterations", 1) == 1,
          "grpo.num_iterations must be 1: evolm makes one update per generation batch (as the paper does), and a "
          "reused batch would train one step's rows at the next step of the plan"),

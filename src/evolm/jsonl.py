@@ -1,17 +1,26 @@
 """Reading and writing JSON Lines (and reading JSON-list data files), with errors that name the file and line.
 
-Outputs are written to a temporary file beside the target and renamed into place only when
-complete, so that an interrupted command never leaves a file that looks finished.
+Outputs are written to a temporary file beside the target, fsynced and renamed into place only when
+complete, so that an interrupted command never leaves a file that looks finished; streams, FIFOs and
+devices are written through, and a symlink's target is replaced (``atomic_writer``). Long commands
+write rows as they go and can resume (``resumable_jsonl``). ``check_outputs_differ`` refuses an
+output that is also an input.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
+import io
 import json
 import os
+import re
+import socket
+import stat
 import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -85,27 +94,260 @@ def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] =
     return rows
 
 
+# Names of the temporary files ``atomic_writer`` writes beside a target: ``.<name>.<pid>@<host>.<random>.part``.
+_STALE_PART_SECONDS = 3600  # a .part file untouched this long is left over from a killed write
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
+_STREAMS = {"-": "stdout", "/dev/stdout": "stdout", "/dev/stderr": "stderr"}
+
+
+def is_write_through(path: str | Path) -> bool:
+    """Whether ``path`` is written to directly rather than replaced: ``-``, ``/dev/...``, a FIFO or a device."""
+    if str(path) in _STREAMS or str(path).startswith("/dev/"):
+        return True
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks: a link to a FIFO is a FIFO
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode)
+
+
+def replace_target(path: str | Path) -> Path:
+    """The regular file that writing ``path`` replaces: a symlink's final target, so that the link survives."""
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise InputError(f"{path}: is a directory")
+    return target
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, under another user
+        return True
+    return True
+
+
+def remove_stale_parts(target: Path, max_age: float = _STALE_PART_SECONDS) -> list[Path]:
+    """Remove ``.<name>.*.part`` siblings of ``target`` left by killed writes; return what was removed.
+
+    A file is stale when its writer (``<pid>@<host>`` in its name, this host) is no longer running, or
+    when nobody has written to it for ``max_age`` seconds. Files of live writers are left alone.
+    """
+    removed = []
+    prefix = f".{target.name}."
+    try:
+        candidates = [p for p in target.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".part")]
+    except OSError:
+        return removed
+    now = time.time()
+    for p in candidates:
+        owner = p.name[len(prefix) :].split(".", 1)[0]
+        pid, _, host = owner.partition("@")
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        dead = host == _HOST and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
+        if dead or now - st.st_mtime > max_age:
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every platform can open a directory)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | Path) -> Iterator[TextIO]:
-    """A text stream that becomes ``path`` only if the block finishes (``-`` writes to stdout)."""
-    if str(path) == "-":
-        yield sys.stdout
-        sys.stdout.flush()
+    """A text stream that becomes ``path`` only if the block finishes.
+
+    ``-``, ``/dev/stdout`` and ``/dev/stderr`` write to the process's streams; other ``/dev/`` paths,
+    FIFOs and devices are written through (opened for appending) since they cannot be replaced. A
+    symlink is written through to its target: the target is replaced, the link stays. Anything else
+    is written to ``.<name>.<pid>@<host>.<random>.part`` beside the target, fsynced, and renamed over
+    it; stale ``.part`` files of killed writes are removed first (``remove_stale_parts``).
+    """
+    if str(path) in _STREAMS:
+        stream = getattr(sys, _STREAMS[str(path)])
+        yield stream
+        stream.flush()
         return
-    target = Path(path)
+    if is_write_through(path):
+        try:
+            f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise InputError(f"{path}: cannot write ({e.strerror})") from None
+        with f:
+            yield f
+        return
+    target = replace_target(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    remove_stale_parts(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}@{_HOST}.", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the permissions open() would
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _new_file_mode(target))  # mkstemp creates 0600; keep the target's, or what open() would give
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    _fsync_dir(target.parent)
+
+
+def _new_file_mode(target: Path) -> int:
+    """The permissions of the file replacing ``target``: its own if it exists, else those ``open()`` gives."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(os.stat(target).st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def check_outputs_differ(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path | None]) -> None:
+    """``InputError`` if an output is one of the inputs (or another output): writing it would destroy it.
+
+    Paths are compared as files (``os.path.samefile``: symlinks and hard links too) and by resolved
+    path; an input directory stands for every file under it. ``-``, ``/dev/...``, FIFOs, devices
+    and ``None`` are skipped: they are streams, not files that an output replaces.
+    """
+    outs = [Path(o) for o in outputs if o is not None and not is_write_through(o)]
+    ins: list[Path] = []
+    for i in inputs:
+        if i is None or is_write_through(i):
+            continue
+        p = Path(i)
+        ins += [f for f in sorted(p.rglob("*")) if f.is_file()] if p.is_dir() else [p]
+    for n, out in enumerate(outs):
+        for i in ins:
+            if _same_file(out, i):
+                raise InputError(f"{out}: the output is also an input ({i}); refusing to overwrite it")
+        for other in outs[:n]:
+            if _same_file(out, other):
+                raise InputError(f"{out}: given as two different outputs ({other} too)")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    with contextlib.suppress(OSError):
+        if os.path.samefile(a, b):
+            return True
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+class ResumableJsonl:
+    """JSON Lines written as they are produced; see ``resumable_jsonl``."""
+
+    def __init__(self, path: str | Path, stream: TextIO, partial: Path | None, done: list[dict[str, Any]]) -> None:
+        self.path = str(path)
+        self.partial = partial  # the file the rows go to until the end (None: written straight through)
+        self.done = done  # rows already there when resuming
+        self.rows: list[dict[str, Any]] = list(done)  # every row of the output so far
+        self._f = stream
+
+    def write(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Append rows and make them durable (flushed, and fsynced for a file)."""
+        rows = list(rows)
+        self._f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        self._f.flush()
+        if self.partial is not None:
+            os.fsync(self._f.fileno())
+        self.rows += rows
+
+
+@contextlib.contextmanager
+def resumable_jsonl(path: str | Path, resume: bool = False) -> Iterator[ResumableJsonl]:
+    """A JSONL output whose rows survive a crash: ``write`` appends and fsyncs them as they come.
+
+    For a regular file (or a symlink to one) rows go to ``<name>.partial`` beside it, which replaces
+    the file when the block finishes: an interrupted run never leaves a file that looks complete,
+    and keeps its rows in the ``.partial`` file. With ``resume``, the rows of that ``.partial``
+    file (else of the existing output) are read into ``done`` (a torn last line is dropped) and
+    new rows are appended after them; without it a ``.partial`` file holding rows is an
+    ``InputError`` (never silently thrown away). ``-``, ``/dev/...``, FIFOs and devices are written
+    straight through and cannot be resumed. A second process writing the same output is refused.
+    """
+    if is_write_through(path):
+        if resume:
+            raise InputError(f"{path}: cannot resume an output that is a stream, FIFO or device")
+        with atomic_writer(path) as f:
+            yield ResumableJsonl(path, f, None, [])
+        return
+    target = replace_target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    f = open(partial, "a+b")  # noqa: SIM115 - closed below
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise InputError(f"{partial}: another process is writing this output") from None
+    try:
+        f.seek(0)
+        data = f.read()
+        done: list[dict[str, Any]] = []
+        source_is_target = False
+        if resume:
+            source = partial
+            if data.strip():
+                data = data[: data.rfind(b"\n") + 1]  # a line cut by a kill was never finished
+                f.truncate(len(data))
+            elif target.is_file():  # no interrupted run: continue the complete output
+                data, source = target.read_bytes(), target
+                data += b"" if data.endswith(b"\n") or not data else b"\n"
+            try:
+                done = parse_jsonl_lines(data.decode("utf-8").splitlines(), str(source))
+            except UnicodeDecodeError as e:
+                raise InputError(f"{source}: not UTF-8 text ({e.reason})") from None
+            if source == target:
+                source_is_target = True
+                f.truncate(0)
+                f.write(data)
+                f.flush()
+        elif data.strip():
+            raise InputError(f"{partial}: holds the rows of an interrupted run; resume it, or delete it to start again")
+        else:
+            f.truncate(0)
+        writer = ResumableJsonl(path, io.TextIOWrapper(f, encoding="utf-8", write_through=True), partial, done)
+    except BaseException:
+        _close_partial(f, partial)
+        raise
+    try:
+        try:
+            yield writer
+        except BaseException:
+            if source_is_target and len(writer.rows) == len(done):  # only a copy of the output: nothing to keep
+                f.truncate(0)
+            raise
+        writer._f.flush()
+        os.fsync(f.fileno())
+        os.chmod(partial, _new_file_mode(target))
+        os.replace(partial, target)
+        _fsync_dir(target.parent)
+    finally:
+        _close_partial(writer._f, partial)
+
+
+def _close_partial(f: Any, partial: Path) -> None:
+    """Close a ``.partial`` file (still locked: so removing it is safe), removing it if it holds nothing."""
+    with contextlib.suppress(OSError):
+        if partial.exists() and os.fstat(f.fileno()).st_size == 0 and os.path.samefile(partial, f.fileno()):
+            partial.unlink()
+    f.close()
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

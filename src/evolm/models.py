@@ -169,8 +169,13 @@ def load_backend(
     base_url: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",
     batch_size: int = 8,
+    timeout: float = 120.0,
+    max_retries: int = 2,
 ) -> Backend:
-    """A generation backend for ``spec`` (a model for ``hf``/``vllm``, a served model name for ``openai``)."""
+    """A generation backend for ``spec`` (a model for ``hf``/``vllm``, a served model name for ``openai``).
+
+    ``timeout`` (seconds one request attempt may take in all) and ``max_retries`` apply to ``openai``.
+    """
     if backend == "hf":
         from evolm.backends.hf import HFBackend
 
@@ -179,7 +184,8 @@ def load_backend(
     if backend == "openai":
         from evolm.backends.openai import OpenAIBackend
 
-        return OpenAIBackend(model=spec, base_url=base_url, api_key_env=api_key_env)
+        return OpenAIBackend(model=spec, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout,
+                             max_retries=max_retries)
     if backend == "vllm":
         from evolm.backends.vllm import VLLMBackend
 

@@ -122,7 +122,8 @@ def rubric_messages(question: str) -> Conversation:
 
 # ----------------------------------------------------------------------------- parsing
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _MAX_OBJECT_STARTS = 256  # bound the scan on adversarial text full of braces
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _OPENER = re.compile(r"[{\[]")
@@ -132,16 +133,37 @@ def strip_thinking(text: str) -> str:
     """Text without ``<think>...</think>`` blocks; an unclosed ``<think>`` swallows the rest.
 
     A lone ``</think>`` (chat templates that open the block in the prompt) keeps what follows it.
+    Linear time: one left-to-right scan pairs each ``<think>`` with the next ``</think>`` (the
+    non-greedy ``<think>.*?</think>`` it replaces rescanned the rest of the text from every
+    unclosed tag: 15 s on ``"<think>" * 20000``). It runs on every judged answer and every written
+    rubric, so policy output full of tags must not stall the reward.
+
+    >>> strip_thinking("<think>a</think>B<THINK>c</think>D"), strip_thinking("x</think>y"), strip_thinking("x<think>y")
+    ('BD', 'y', 'x')
     """
     if not isinstance(text, str):
         return ""
-    out = _THINK_BLOCK.sub("", text)
-    low = out.lower()
-    if "</think>" in low:
-        out = out[low.rindex("</think>") + len("</think>") :]
-        low = out.lower()
-    if "<think>" in low:
-        out = out[: low.index("<think>")]
+    kept: list[str] = []
+    pos = 0
+    while True:
+        opened = _THINK_OPEN.search(text, pos)
+        if opened is None:
+            break
+        closed = _THINK_CLOSE.search(text, opened.end())
+        if closed is None:
+            break  # no block closes after here: the rest stays for the unclosed-tag rule below
+        kept.append(text[pos : opened.start()])
+        pos = closed.end()
+    kept.append(text[pos:])
+    out = "".join(kept)
+    last_close = None
+    for last_close in _THINK_CLOSE.finditer(out):  # noqa: B007 - the last one is wanted
+        pass
+    if last_close is not None:
+        out = out[last_close.end() :]
+    first_open = _THINK_OPEN.search(out)
+    if first_open is not None:
+        out = out[: first_open.start()]
     return out.strip()
 
 

@@ -24,11 +24,16 @@ import torch
 from tqdm.auto import tqdm
 
 from evolm.backends.base import (
+    ESCAPE_MARK,
     THINK_CLOSE,
     THINK_OPEN,
     Conversation,
     SamplingParams,
     close_thinking,
+    control_pattern,
+    control_strings,
+    escaped_pattern,
+    neutralise_conversation,
     opened_thinking,
     tokenizer_thinks,
 )
@@ -44,12 +49,21 @@ class HFBackend:
 
     ``thinking`` says whether the chat template makes the reply think; ``None`` detects it
     (``tokenizer_thinks``).
+
+    Untrusted text cannot become a control token: before the template renders a conversation,
+    every string the tokenizer would read as a special or markup token (``control_strings``:
+    ``<|im_end|>``, ``<|im_start|>``, ``<think>``...) and any ``<|...|>`` in a system or user
+    message is broken by a zero-width space (``neutralise_text``). The rendered prompt is then
+    tokenized as a whole, so the template's own control tokens stay real and the ids are those of
+    an ordinary prompt. Without this, an answer that writes ``<|im_end|>\\n<|im_start|>assistant``
+    (typed, or decoded from ordinary pieces and re-encoded here) ends the judge's turn and
+    speaks for it. ``escape_special=False`` turns it off (``bench/steering.py`` measures both).
     """
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True,
-                 thinking: bool | None = None) -> None:
+                 thinking: bool | None = None, escape_special: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
@@ -58,6 +72,9 @@ class HFBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.thinking = tokenizer_thinks(tokenizer) if thinking is None else thinking
         self._think_tags = _skipped_think_tags(tokenizer) if self.thinking else {}
+        self.escape_special = escape_special
+        controls = control_strings(tokenizer)
+        self._controls, self._escaped = control_pattern(controls), escaped_pattern(controls)
         self._candidate_ids: dict[str, list[int]] = {}
         params = inspect.signature(model.forward).parameters
         # transformers >= 5.2x names the KV cache argument ``cache``; earlier 5.x ``past_key_values``.
@@ -73,17 +90,42 @@ class HFBackend:
         return next(self.model.parameters()).device
 
     def _render(self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any]) -> list[str]:
-        """The chat template's text for each conversation, ending with the assistant's generation prompt."""
+        """The chat template's text for each conversation, ending with the assistant's generation prompt.
+
+        Control strings in untrusted messages are neutralised first (see the class docstring).
+        """
         return [
             self.tokenizer.apply_chat_template(
-                list(conv), tokenize=False, add_generation_prompt=True, **template_kwargs
+                neutralise_conversation(conv, self._controls) if self.escape_special else list(conv),
+                tokenize=False, add_generation_prompt=True, **template_kwargs
             )
             for conv in conversations
         ]
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of rendered prompts, as ``apply_chat_template(tokenize=True)`` gives them (no added BOS)."""
-        return [list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+        """Token ids of rendered prompts, as ``apply_chat_template(tokenize=True)`` gives them (no added BOS).
+
+        Control strings that ``_render`` neutralised are encoded as their own characters split into
+        ordinary pieces (``split_special_tokens``), not with the zero-width mark: the judge reads
+        ``<|im_end|>`` as the text it is, and the template's own control tokens stay real.
+        """
+        return [self._ids(text) for text in texts]
+
+    def _ids(self, text: str) -> list[int]:
+        def plain(segment: str, split: bool = False) -> list[int]:
+            if not segment:
+                return []
+            kwargs = {"split_special_tokens": True} if split else {}
+            return list(self.tokenizer(segment, add_special_tokens=False, **kwargs)["input_ids"])
+
+        if not self.escape_special or ESCAPE_MARK not in text:
+            return plain(text)
+        ids: list[int] = []
+        pos = 0
+        for m in self._escaped.finditer(text):
+            ids += plain(text[pos : m.start()]) + plain(m.group(0).replace(ESCAPE_MARK, ""), split=True)
+            pos = m.end()
+        return ids + plain(text[pos:])
 
     def _encode(
         self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any], *, after_thinking: bool = False

@@ -5,11 +5,28 @@ own GPUs, with many requests in flight from every training process. Each call op
 ``AsyncOpenAI`` client, sends every conversation as its own chat completion with at most
 ``max_concurrency`` in flight, and returns the texts in input order.
 
-Retries are the ``openai`` client's own (``max_retries``): exponential backoff from 0.5 s up to
-8 s with jitter, honouring the server's ``retry-after``/``retry-after-ms`` headers, on connection
-errors, timeouts, 408, 409, 429 and 5xx. We use them rather than a second loop of our own because
-the client already gets the details right (which statuses, the headers); this module only turns
-the final failure into one ``BackendError`` line that names the URL and status and never the key.
+Deadlines and retries are ours, not the ``openai`` client's (which runs with ``max_retries=0``):
+its timeout is per socket read, so a server that drips a byte every few seconds keeps a request
+open forever, and its error would not say how many attempts the server saw. Here every attempt is
+bounded in wall-clock time by ``timeout_s`` (connecting, waiting and reading the whole body), and
+a request with its retries by ``deadline_s``. Retried: connection errors, timeouts, 408, 409, 429
+and 5xx (or what the server's ``x-should-retry`` header says), after exponential backoff from
+0.5 s to 8 s with jitter, or after the server's ``retry-after``/``retry-after-ms`` when that fits
+in the deadline (a longer one ends the request at once). The final failure is one
+``BackendError`` line naming the URL, the status, the attempts really made, never the key.
+
+Replies are read defensively: a body that is not a chat completion (HTML, invalid JSON,
+``{"choices": "nope"}``) is a one-line ``BackendError``; in ``next_token_logprobs`` a reply whose
+logprobs cannot be read (a non-numeric, NaN, infinite or positive log-probability, odd token
+entries) makes that row unreadable (every candidate ``-inf``, see ``next_token_logprobs``),
+never an exception from deep inside the event loop, an ``OverflowError`` or a NaN.
+
+Control tokens: vLLM and SGLang tokenize the rendered chat prompt with special tokens enabled,
+so message text such as ``<|im_end|>`` would become a real control token and let an answer being
+judged end the judge's turn. Every message's text is sent with a zero-width space after ``<|``
+(and DeepSeek's ``<｜``), which no tokenizer reads as a control token; ``<think>`` and other tags
+are kept (they are ordinary text in Qwen3's vocabulary). The prompt's structure travels as chat
+messages, so the server adds the real control tokens itself.
 
 Chat-template kwargs travel as vLLM's ``chat_template_kwargs`` extra field, sent only when there
 are some and the server accepts them (``send_template_kwargs``; not to the OpenAI API itself, which
@@ -25,12 +42,20 @@ serve those judges with the ``vllm`` or ``hf`` backend for the probability modes
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import json
+import logging
+import math
 import os
+import random
+import re
+import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
+import httpx
 import openai
 from tqdm.auto import tqdm
 
@@ -38,9 +63,26 @@ from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_k
 from evolm.errors import BackendError
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 TOP_LOGPROBS = 20
 """How many next tokens the probability modes ask for (the most ``vllm serve`` allows by default)."""
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Wall-clock limit of one attempt (connect, wait, read the whole reply)."""
+DEFAULT_MAX_RETRIES = 2
+"""Retries after the first attempt (so at most three attempts)."""
+MAX_BACKOFF_S = 8.0
+"""Longest wait between attempts of our own choosing (exponential from 0.5 s, with jitter)."""
+POSITIVE_LOGPROB_TOLERANCE = 1e-3
+"""Log-probabilities up to this far above 0 are rounding (read as 0); larger ones are malformed."""
+
+_CONTROL_OPEN = re.compile("<([|\uff5c])(?!\u200b)")
+_ZERO_WIDTH_SPACE = "\u200b"
+
+
+class _Unreadable(Exception):
+    """A reply's logprobs that cannot be read: the row has no score (not an error for the batch)."""
 
 
 class OpenAIBackend:
@@ -51,13 +93,19 @@ class OpenAIBackend:
     as ``vllm serve`` without ``--api-key`` accept. The key never appears in ``repr`` or in errors.
 
     ``max_concurrency`` bounds the requests in flight within one call (a call from each of several
-    threads gets its own bound). ``timeout_s`` is per request attempt; ``max_retries`` is the
-    number of retries after the first attempt.
+    threads gets its own bound). ``timeout_s`` bounds each attempt in wall-clock time (not per
+    read); ``max_retries`` is the number of retries after the first attempt. One request, retries
+    and waits included, ends within ``deadline_s`` = ``(max_retries + 1) * timeout_s +
+    max_retries * 8`` seconds from when it is sent (rows wait for a free slot first; a failed row
+    stops the rest).
 
     ``send_template_kwargs``: whether non-empty chat-template kwargs are sent (as the
     ``chat_template_kwargs`` field that vLLM and SGLang read). ``None`` (default): sent unless the
     server is the OpenAI API (``api.openai.com``, Azure OpenAI), which answers HTTP 400 to unknown
     fields; ``False`` for any other strict server.
+
+    ``neutralize_control_tokens``: insert a zero-width space after ``<|`` in message text (see the
+    module docstring); on by default.
     """
 
     name = "openai"
@@ -68,28 +116,38 @@ class OpenAIBackend:
         base_url: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         max_concurrency: int = 32,
-        timeout_s: float = 120.0,
-        max_retries: int = 5,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
         send_template_kwargs: bool | None = None,
+        neutralize_control_tokens: bool = True,
     ) -> None:
         if max_concurrency < 1:
             raise BackendError(f"openai backend: max_concurrency must be at least 1, got {max_concurrency}")
-        if max_retries < 0:
+        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
             raise BackendError(f"openai backend: max_retries must be 0 or more, got {max_retries}")
+        if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise BackendError(f"openai backend: timeout must be a positive number of seconds, got {timeout_s}")
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self.send_template_kwargs = send_template_kwargs
+        self.neutralize_control_tokens = neutralize_control_tokens
         self._api_key = os.environ.get(api_key_env) or "EMPTY"
 
     def __repr__(self) -> str:
         return (
             f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r}, "
-            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency})"
+            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency}, "
+            f"timeout_s={self.timeout_s:g}, max_retries={self.max_retries})"
         )
+
+    @property
+    def deadline_s(self) -> float:
+        """The longest one request may take, retries and the waits between them included."""
+        return (self.max_retries + 1) * self.timeout_s + self.max_retries * MAX_BACKOFF_S
 
     # ------------------------------------------------------------------ public API
 
@@ -99,7 +157,8 @@ class OpenAIBackend:
         """One completion per conversation, in order; raises ``BackendError`` if any row fails.
 
         With ``params.seed`` set, row ``i`` is sent ``seed + i``: repeatable, yet two identical
-        prompts in one batch (a group of samples) still get different completions.
+        prompts in one batch (a group of samples) still get different completions. A reply that is
+        not a chat completion raises a one-line ``BackendError``.
         """
         body: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
         body["max_tokens"] = params.max_new_tokens
@@ -107,14 +166,17 @@ class OpenAIBackend:
         async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> str:
             seed: dict[str, Any] = {} if params.seed is None else {"seed": params.seed + index}
             extra = self._extra_body(client, chat_kwargs(params.chat_template_kwargs))
-            response = await client.chat.completions.create(
-                model=self.model, messages=cast(Any, list(conversation)), **body, **seed, **extra
-            )
-            if not response.choices:
-                raise BackendError(f"openai backend: {self._url(client)} returned no choices")
+            choice = await self._complete(client, conversation, {**body, **seed, **extra})
+            message = choice.get("message")
             # A server with a reasoning parser may put everything in reasoning_content and leave
             # content None (e.g. thinking cut off by max_tokens): that is an empty answer, not a failure.
-            return response.choices[0].message.content or ""
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict | None) or not isinstance(content, str | None):
+                raise BackendError(
+                    self._redact(f"openai backend: {self._url(client)} returned a malformed message: "
+                                 f"{_snippet(json.dumps(message, default=str))}")
+                )
+            return content or ""
 
         return _run_sync(lambda: self._map(one, conversations, progress=progress))
 
@@ -131,42 +193,107 @@ class OpenAIBackend:
         with ``match_candidates`` (case and surrounding spaces ignored, variants summed). Thinking is
         turned off (``enable_thinking: false``, whatever the caller asked): a one-token read must
         follow the (empty) think block. A reply that opens ``<think>`` anyway raises ``BackendError``.
+
+        Every row is a dict with exactly the candidates as keys and values in ``[-inf, 0]``, never
+        NaN or ``+inf``. A row whose candidates are all ``-inf`` has no readable score: none of them
+        was among the top tokens, or the reply's logprobs were malformed (non-numeric, NaN,
+        infinite, positive beyond rounding; logged as a warning). Replies that are not chat
+        completions at all, or carry no logprobs, raise ``BackendError`` (one line).
         """
         template_kwargs = {**chat_kwargs(chat_template_kwargs), "enable_thinking": False}
+        unreadable: list[str] = []
 
         async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> dict[str, float]:
             extra = self._extra_body(client, template_kwargs)
-            response = await client.chat.completions.create(
-                model=self.model,
-                messages=cast(Any, list(conversation)),
-                max_tokens=1,
-                temperature=0.0,
-                logprobs=True,
-                top_logprobs=TOP_LOGPROBS,
-                **extra,
-            )
-            choice = response.choices[0] if response.choices else None
-            if choice is None or choice.logprobs is None:
+            body = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": TOP_LOGPROBS, **extra}
+            choice = await self._complete(client, conversation, body)
+            if choice.get("logprobs") is None:
                 raise BackendError(
                     f"openai backend: {self._url(client)} returned no logprobs "
                     "(the server must support logprobs/top_logprobs for the judge's probability modes)"
                 )
-            content = choice.logprobs.content or []
-            if not content:
-                return match_candidates([], candidates)
-            first = content[0]
-            if first.token.strip() == THINK_OPEN:
+            try:
+                top = _top_logprobs(choice["logprobs"])
+            except _Unreadable as exc:
+                unreadable.append(str(exc))
+                return {candidate: -math.inf for candidate in candidates}
+            if top and top[0][0].strip() == THINK_OPEN:
                 raise BackendError(
                     f"openai backend: {self._url(client)}: the judge starts its reply with {THINK_OPEN} "
                     "although enable_thinking is false, so its first token is no score (serve it with a chat "
                     "template that honours enable_thinking, or use the hf or vllm backend)"
                 )
-            top = [(t.token, t.logprob) for t in first.top_logprobs] or [(first.token, first.logprob)]
-            return match_candidates(top, candidates)
+            # Variants of one candidate add up; a server whose probabilities sum past 1 is clamped.
+            return {c: min(v, 0.0) for c, v in match_candidates(top[1:], candidates).items()}
 
-        return _run_sync(lambda: self._map(one, conversations, progress=False))
+        rows = _run_sync(lambda: self._map(one, conversations, progress=False))
+        if unreadable:
+            log.warning(
+                self._redact(f"openai backend: {len(unreadable)} of {len(rows)} replies had unreadable logprobs "
+                             f"(no score for them; first: {unreadable[0]})")
+            )
+        return rows
 
     # ------------------------------------------------------------------ internals
+
+    def _messages(self, conversation: Conversation) -> list[dict[str, Any]]:
+        if not self.neutralize_control_tokens:
+            return [dict(m) for m in conversation]
+        return [
+            {**m, "content": neutralize_control_tokens(m["content"])} if isinstance(m.get("content"), str) else dict(m)
+            for m in conversation
+        ]
+
+    async def _complete(
+        self, client: openai.AsyncOpenAI, conversation: Conversation, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The first choice of one chat completion, retried and bounded as the class says."""
+        url = self._url(client)
+        start = time.monotonic()
+        deadline = start + self.deadline_s
+        attempts = 0
+        while True:
+            attempts += 1
+            budget = min(self.timeout_s, deadline - time.monotonic())
+            try:
+                async with asyncio.timeout(budget):
+                    raw = await client.chat.completions.with_raw_response.create(
+                        model=self.model, messages=self._messages(conversation), **body
+                    )
+                    content = raw.content
+                return self._first_choice(url, content)
+            except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
+                wait = _retry_wait(exc, attempts)
+                left = deadline - time.monotonic()
+                if wait is None or attempts > self.max_retries or wait + min(self.timeout_s, 1.0) > left:
+                    raise self._error(url, exc, attempts, time.monotonic() - start, wait) from None
+            await asyncio.sleep(wait)
+
+    def _first_choice(self, url: str, content: bytes) -> dict[str, Any]:
+        """The first choice of a chat-completion body, or a one-line ``BackendError`` for anything else."""
+        try:
+            data = json.loads(content)
+        except (ValueError, UnicodeDecodeError):
+            raise BackendError(self._redact(
+                f"openai backend: {url} answered HTTP 200 with a body that is not JSON: {_snippet(content)}"
+            )) from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if isinstance(data, dict) and choices is None and data.get("error") is not None:
+            error = data["error"]
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise BackendError(self._redact(f"openai backend: {url} answered with an error: {_snippet(str(message))}"))
+        if not isinstance(choices, list):
+            raise BackendError(self._redact(
+                f"openai backend: {url} answered with something that is not a chat completion "
+                f"(no 'choices' list): {_snippet(content)}"
+            ))
+        if not choices:
+            raise BackendError(f"openai backend: {url} returned no choices")
+        if not isinstance(choices[0], dict):
+            raise BackendError(self._redact(
+                f"openai backend: {url} returned a malformed choice: {_snippet(json.dumps(choices[0], default=str))}"
+            ))
+        return choices[0]
 
     async def _map(
         self,
@@ -188,16 +315,13 @@ class OpenAIBackend:
         async with openai.AsyncOpenAI(
             api_key=self._api_key,
             base_url=self.base_url,
-            timeout=self.timeout_s,
-            max_retries=self.max_retries,
+            timeout=httpx.Timeout(self.timeout_s),
+            max_retries=0,  # ours: see _complete
         ) as client:
 
             async def guarded(index: int, conversation: Conversation) -> _T:
                 async with limit:
-                    try:
-                        result = await one(client, index, conversation)
-                    except openai.APIError as exc:
-                        raise self._error(client, exc) from None
+                    result = await one(client, index, conversation)
                 bar.update(1)
                 return result
 
@@ -205,7 +329,7 @@ class OpenAIBackend:
                 async with asyncio.TaskGroup() as group:
                     tasks = [group.create_task(guarded(i, c)) for i, c in enumerate(conversations)]
             except BaseExceptionGroup as failures:
-                raise _first_backend_error(failures) from None
+                raise _first_error(failures) from None
             finally:
                 bar.close()
         return [task.result() for task in tasks]
@@ -220,25 +344,124 @@ class OpenAIBackend:
     def _url(self, client: openai.AsyncOpenAI) -> str:
         return str(client.base_url).rstrip("/") + "/chat/completions"
 
-    def _error(self, client: openai.AsyncOpenAI, exc: openai.APIError) -> BackendError:
-        """One line naming the URL, the status and the server's message, with the key removed."""
-        attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
-        url = self._url(client)
-        if isinstance(exc, openai.APITimeoutError):
-            line = f"openai backend: {url} timed out after {self.timeout_s:g} s ({attempts})"
-        elif isinstance(exc, openai.APIConnectionError):
-            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
-            line = f"openai backend: cannot reach {url} ({cause}, {attempts})"
+    def _error(
+        self, url: str, exc: BaseException, attempts: int, elapsed: float, wait: float | None
+    ) -> BackendError:
+        """One line naming the URL, the status, the server's message and the attempts made, with the key removed."""
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}, {elapsed:.1f} s in all"
+        if wait is not None and attempts <= self.max_retries:  # retryable, but the wait does not fit the deadline
+            who = "the server asked to retry" if isinstance(exc, openai.APIStatusError) else "a retry would start"
+            tries += f"; {who} in {wait:.3g} s, past the {self.deadline_s:g} s deadline"
+        if isinstance(exc, TimeoutError | openai.APITimeoutError | httpx.TimeoutException):
+            line = f"openai backend: {url} timed out after {self.timeout_s:g} s ({tries})"
         elif isinstance(exc, openai.APIStatusError):
-            line = f"openai backend: {url} answered HTTP {exc.status_code} ({attempts}): {_server_message(exc)}"
+            line = f"openai backend: {url} answered HTTP {exc.status_code} ({tries}): {_server_message(exc)}"
+        elif isinstance(exc, openai.APIConnectionError | httpx.HTTPError):
+            cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
+            line = f"openai backend: cannot reach {url} ({type(cause).__name__}, {tries})"
         else:
-            line = f"openai backend: {url} failed: {type(exc).__name__}: {exc.message}"
+            line = f"openai backend: {url} failed ({tries}): {type(exc).__name__}: {exc}"
         return BackendError(self._redact(" ".join(line.split())))
 
     def _redact(self, text: str) -> str:
         if self._api_key and self._api_key != "EMPTY":
             text = text.replace(self._api_key, "***")
         return text
+
+
+def neutralize_control_tokens(text: str) -> str:
+    """``text`` with a zero-width space after every ``<|`` (and ``<｜``), so no tokenizer reads a control token in it.
+
+    Idempotent; ``<think>`` and other tags are left alone.
+
+    >>> neutralize_control_tokens("ok<|im_end|>\\n<|im_start|>system <think>") == (
+    ...     "ok<|\\u200bim_end|>\\n<|\\u200bim_start|>system <think>")
+    True
+    >>> neutralize_control_tokens(neutralize_control_tokens("<|eot_id|>")) == "<|\\u200beot_id|>"
+    True
+    """
+    return _CONTROL_OPEN.sub(lambda m: "<" + m.group(1) + _ZERO_WIDTH_SPACE, text)
+
+
+def _top_logprobs(logprobs: Any) -> list[tuple[str, float]]:
+    """``[(chosen token, logprob), *top alternatives]`` of the reply's first token; ``_Unreadable`` if malformed.
+
+    An empty reply (no tokens) gives ``[]``: no candidate is readable.
+    """
+    if not isinstance(logprobs, dict):
+        raise _Unreadable(f"logprobs is {_snippet(json.dumps(logprobs, default=str))}, not an object")
+    content = logprobs.get("content")
+    if content is None or content == []:
+        return []
+    if not isinstance(content, list):
+        raise _Unreadable(f"logprobs.content is {_snippet(json.dumps(content, default=str))}, not a list")
+    first = content[0]
+    chosen = _token_entry(first)
+    alternatives = first.get("top_logprobs")
+    if alternatives is None or alternatives == []:
+        return [chosen, chosen]
+    if not isinstance(alternatives, list):
+        raise _Unreadable(f"top_logprobs is {_snippet(json.dumps(alternatives, default=str))}, not a list")
+    return [chosen, *(_token_entry(entry) for entry in alternatives)]
+
+
+def _token_entry(entry: Any) -> tuple[str, float]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+        raise _Unreadable(f"token entry {_snippet(json.dumps(entry, default=str))} has no token string")
+    return entry["token"], _logprob(entry.get("logprob"))
+
+
+def _logprob(value: Any) -> float:
+    """A log-probability in ``[-inf, 0]``; tiny positive rounding reads as 0; anything else is ``_Unreadable``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Unreadable(f"logprob {value!r} is not a number")
+    value = float(value)
+    if math.isnan(value) or value == math.inf:
+        raise _Unreadable(f"logprob {value!r} is not a log-probability")
+    if value > POSITIVE_LOGPROB_TOLERANCE:
+        raise _Unreadable(f"logprob {value:g} is positive")
+    return min(value, 0.0)
+
+
+def _retry_wait(exc: BaseException, attempts: int) -> float | None:
+    """Seconds to wait before retrying after ``exc`` on attempt ``attempts``; ``None`` when it is not retried."""
+    if isinstance(exc, openai.APIStatusError):
+        headers = exc.response.headers
+        should = headers.get("x-should-retry")
+        retry = should == "true" if should in ("true", "false") else (
+            exc.status_code in (408, 409, 429) or exc.status_code >= 500)
+        if not retry:
+            return None
+        asked = _retry_after(headers)
+        if asked is not None:
+            return asked
+    elif not isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.HTTPError):
+        return None
+    return min(0.5 * 2.0 ** (attempts - 1), MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """The server's ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), in seconds."""
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            value = float(ms) / 1000
+        elif (text := headers.get("retry-after")) is not None:
+            try:
+                value = float(text)
+            except ValueError:
+                value = email.utils.parsedate_to_datetime(text).timestamp() - time.time()
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _snippet(content: bytes | str, limit: int = 200) -> str:
+    """The start of a reply body, on one line."""
+    text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+    text = " ".join(text.split())
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 def _extra_body(template_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -269,14 +492,16 @@ def _server_message(exc: openai.APIStatusError) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def _first_backend_error(group: BaseExceptionGroup) -> BaseException:
-    """The first ``BackendError`` in a task group's failures, else the group itself (a bug)."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            exc = _first_backend_error(exc)
-        if isinstance(exc, BackendError):
-            return exc
-    return group
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The first ``BackendError`` in a task group's failures, else its first failure (a bug), never the group."""
+    leaves: list[BaseException] = []
+
+    def walk(g: BaseExceptionGroup) -> None:
+        for exc in g.exceptions:
+            walk(exc) if isinstance(exc, BaseExceptionGroup) else leaves.append(exc)
+
+    walk(group)
+    return next((exc for exc in leaves if isinstance(exc, BackendError)), leaves[0] if leaves else group)
 
 
 def _run_sync(make: Callable[[], Awaitable[_T]]) -> _T:

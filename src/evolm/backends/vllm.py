@@ -11,6 +11,11 @@ Thinking templates (those whose rendering makes the reply think) are handled as 
 empty think block (``close_thinking``) and sends the token ids through ``LLM.generate``, so the
 one-token read is the reply after thinking, whatever ``enable_thinking`` says; ``generate`` puts a
 think block opened by the template back in front of the reply (``opened_thinking``).
+
+Untrusted text reaches the engine neutralised, as in the ``hf`` backend: vLLM renders and
+tokenizes the prompt itself (special tokens in the text honoured), so control strings in system
+and user messages (the engine tokenizer's ``control_strings`` and any ``<|...|>``) are broken by a
+zero-width space before the conversation is handed over (``neutralise_conversation``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from evolm.backends.base import (
     SamplingParams,
     chat_kwargs,
     close_thinking,
+    control_pattern,
+    control_strings,
     match_candidates,
+    neutralise_conversation,
     opened_thinking,
     tokenizer_thinks,
 )
@@ -56,6 +64,7 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.9,
         seed: int = 0,
         thinking: bool | None = None,
+        escape_special: bool = True,
         **llm_kwargs: Any,
     ) -> None:
         if (model is None) == (llm is None):
@@ -72,6 +81,8 @@ class VLLMBackend:
         self.llm: Any = llm
         self.model = model
         self._thinking = thinking
+        self.escape_special = escape_special
+        self._controls: Any = None
 
     def __repr__(self) -> str:
         source = repr(self.model) if self.model is not None else f"llm={type(self.llm).__name__}"
@@ -146,13 +157,28 @@ class VLLMBackend:
             rows.append(match_candidates([(self._decoded(tid, lp), lp.logprob) for tid, lp in first.items()], candidates))
         return rows
 
+    def _safe(self, conversations: Sequence[Conversation]) -> list[Conversation]:
+        """The conversations with control strings in untrusted messages neutralised (unless ``escape_special`` is off).
+
+        The pattern comes from the engine's tokenizer once; an engine without one gets the generic ``<|...|>`` shape.
+        """
+        if not self.escape_special:
+            return [list(conversation) for conversation in conversations]
+        if self._controls is None:
+            try:
+                tokenizer = self.llm.get_tokenizer()
+            except Exception:  # noqa: BLE001 - no reachable tokenizer: the generic pattern only
+                tokenizer = None
+            self._controls = control_pattern(control_strings(tokenizer))
+        return [neutralise_conversation(conversation, self._controls) for conversation in conversations]
+
     def _chat(
         self, conversations: Sequence[Conversation], sampling_params: Any, template_kwargs: dict[str, Any], progress: bool
     ) -> list[Any]:
         """``LLM.chat`` on a batch; its errors (e.g. a prompt longer than the context) become one line."""
         try:
             outputs = self.llm.chat(
-                [list(conversation) for conversation in conversations],
+                self._safe(conversations),
                 sampling_params=sampling_params,
                 use_tqdm=progress,
                 chat_template_kwargs=dict(template_kwargs) or None,
@@ -173,9 +199,9 @@ class VLLMBackend:
         """
         tokenizer = self.llm.get_tokenizer()
         prompts = []
-        for conversation in conversations:
+        for conversation in self._safe(conversations):
             text = tokenizer.apply_chat_template(
-                list(conversation), tokenize=False, add_generation_prompt=True, **template_kwargs
+                conversation, tokenize=False, add_generation_prompt=True, **template_kwargs
             )
             prompts.append({"prompt_token_ids": list(tokenizer.encode(close_thinking(text), add_special_tokens=False))})
         try:

@@ -1,0 +1,78 @@
+"""`evolm judge` / `evolm rubric` with --backend openai against real local servers that misbehave."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from openai_server import MODEL_ID, RunningServer
+
+from evolm.cli import build_parser, main
+
+
+def _answers(path: Path) -> Path:
+    rows = [{"prompt": "What is 2 + 2?", "response": "4"}, {"prompt": "Name a colour.", "response": "Blue."}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["prob", "generative"])
+def test_judge_against_a_server_that_never_replies_ends_within_the_deadline(
+    openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    openai_server.state.delay_s = 3600  # accepts every request, answers none
+    out = tmp_path / "scored.jsonl"
+    start = time.monotonic()
+    code = main(["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+                 "--input", str(_answers(tmp_path / "a.jsonl")), "--output", str(out), "--no-rubric",
+                 "--mode", mode, "--timeout", "1", "--max-retries", "1"])
+    elapsed = time.monotonic() - start
+    assert code == 2
+    assert elapsed < 15  # two attempts of 1 s and a short wait, plus start-up
+    error = capsys.readouterr().err
+    lines = [line for line in error.splitlines() if "openai backend" in line]
+    assert len(lines) == 1 and "timed out after 1 s (2 attempts" in lines[0]
+    assert "Traceback" not in error
+    assert not out.exists()
+
+
+def test_rubric_against_a_server_that_never_replies_ends_within_the_deadline(
+    openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.state.delay_s = 3600
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "What is 2 + 2?"}) + "\n", encoding="utf-8")
+    start = time.monotonic()
+    code = main(["rubric", "--model", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+                 "--input", str(prompts), "--output", str(tmp_path / "r.jsonl"), "--timeout", "0.5",
+                 "--max-retries", "0"])
+    assert code == 2 and time.monotonic() - start < 10
+    assert "timed out after 0.5 s (1 attempt," in capsys.readouterr().err
+    assert len(openai_server.state.requests) == 1
+
+
+def test_judge_flags_reach_the_backend(openai_server: RunningServer, tmp_path: Path) -> None:
+    out = tmp_path / "scored.jsonl"
+    assert main(["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+                 "--input", str(_answers(tmp_path / "a.jsonl")), "--output", str(out), "--no-rubric",
+                 "--mode", "prob", "--timeout", "7", "--max-retries", "0"]) == 0
+    assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--timeout", "0"), ("--timeout", "-3"), ("--timeout", "nan"),
+                                             ("--max-retries", "-1"), ("--max-retries", "1.5")])
+def test_bad_deadline_flags_are_usage_errors(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["judge", "--judge", "J", "--input", "i", "--output", "o", flag, value])
+    assert info.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_deadline_flags_default_to_the_config_defaults() -> None:
+    from evolm.config import JudgeConfig, RubricConfig
+
+    args = build_parser().parse_args(["judge", "--judge", "J", "--input", "i", "--output", "o"])
+    assert (args.timeout, args.max_retries) == (JudgeConfig().timeout, JudgeConfig().max_retries) == (120.0, 2)
+    assert (RubricConfig().writer_timeout, RubricConfig().writer_max_retries) == (120.0, 2)
