@@ -171,7 +171,7 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     rubric_backend, judge = _rubric_and_judge(args)
     assert [spec for spec, _ in loaded] == ["J"] and rubric_backend is judge.backend
     assert loaded[0][1] == {"backend": "hf", "base_url": None, "api_key_env": "OPENAI_API_KEY", "device": "auto",
-                            "dtype": "float32", "batch_size": 2}
+                            "dtype": "float32", "batch_size": 2, "timeout": 120.0, "max_retries": 2}
     assert (judge.mode, judge.seed, judge.max_new_tokens, judge.chat_template_kwargs) == ("yesno", 3, 512, {})
     assert (judge.temperature, judge.top_p) == (0.6, 0.95)  # the judge's own sampling; --top-p is the rubric writer's
     params = _rubric_params(args)

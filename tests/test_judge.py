@@ -186,12 +186,13 @@ def test_parse_scale_score(text: str, expected: float | None) -> None:
         ({"3": LOG(0.25), "9": LOG(0.25)}, (3 * 0.25 + 9 * 0.25) / (9 * 0.5)),  # renormalised over digits
         ({d: LOG(0.1) for d in DIGITS}, 0.5),
         ({"7": LOG(0.01), "Yes": LOG(0.9)}, 7 / 9),  # non-digit entries ignored
-        ({}, 0.5),
-        ({d: -math.inf for d in DIGITS}, 0.5),
+        ({}, None),  # no digit reported at all: no score, never a silent 0.5
+        ({d: -math.inf for d in DIGITS}, None),
     ],
 )
-def test_expected_digit(logprobs: dict[str, float], expected: float) -> None:
-    assert expected_digit(logprobs) == pytest.approx(expected)
+def test_expected_digit(logprobs: dict[str, float], expected: float | None) -> None:
+    got = expected_digit(logprobs)
+    assert got is None if expected is None else got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -202,13 +203,14 @@ def test_expected_digit(logprobs: dict[str, float], expected: float) -> None:
         ({"Yes": 0.0}, 1.0),
         ({"No": 0.0}, 0.0),
         ({"Yes": -math.inf, "No": LOG(0.2)}, 0.0),
-        ({}, 0.5),
-        ({"Yes": -math.inf, "No": -math.inf}, 0.5),
+        ({}, None),  # neither word reported: no reading
+        ({"Yes": -math.inf, "No": -math.inf}, None),
         ({"yes": 0.0, "No": LOG(0.5)}, 0.0),  # keys are the candidates the judge asked for, exactly
     ],
 )
-def test_p_yes(logprobs: dict[str, float], expected: float) -> None:
-    assert p_yes(logprobs) == pytest.approx(expected)
+def test_p_yes(logprobs: dict[str, float], expected: float | None) -> None:
+    got = p_yes(logprobs)
+    assert got is None if expected is None else got == pytest.approx(expected)
 
 
 # ----------------------------------------------------------------------------- modes
