@@ -218,3 +218,21 @@ def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixtu
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "contrast.buffer_size=2",
                  "contrast.min_age=3"]) == 2
     assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err
+
+
+def test_judge_says_how_it_read_each_rubric_and_refuses_non_text(tmp_path: Path, tiny_model_dir: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"prompt": "What is 2 + 2?", "response": "4", "rubric": {"criteria": [
+                {"criterion": "Says 4.", "weight": 0.6}, {"criterion": "Is short.", "weight": 0.4}]}},
+            {"prompt": "What is 2 + 2?", "response": "4", "rubric": "Reward answers that say 4."},
+            {"prompt": "What is 2 + 2?", "response": "4"}]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out),
+                 "--mode", "yesno", "--device", "cpu"]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["rubric_used"] for g in got] == ["parsed", "raw text", "none"]  # nothing silently judged alone
+    src.write_text(json.dumps({"prompt": None, "response": "4"}) + "\n")
+    capsys.readouterr()
+    assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out)]) == 2
+    assert "row 1: 'prompt' must be text, not NoneType" in capsys.readouterr().err

@@ -190,3 +190,16 @@ def test_resumable_jsonl_refuses_a_second_writer_and_resuming_a_stream(tmp_path:
     with pytest.raises(InputError, match="cannot resume"):
         with resumable_jsonl("-", resume=True):
             pass
+
+
+def test_hostile_json_lines_are_one_line_errors(tmp_path: Path) -> None:
+    from evolm.errors import InputError
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"a": ' + "[" * 100000 + "]" * 100000 + "}\n")
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"prompt": ' + "9" * 5000 + "}\n")
+    for path, message in ((deep, "nested too deeply"), (big, "unreadable JSON")):
+        with pytest.raises(InputError, match=message) as e:
+            read_jsonl(path)
+        assert "\n" not in str(e.value)

@@ -9,6 +9,7 @@ subcommands share are declared once, by the ``_add_*_args`` helpers. Library cod
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -17,6 +18,25 @@ from evolm.judge import JUDGE_MODES
 from evolm.models import BACKENDS, DTYPES
 
 _MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse turns the ValueError into a one-line usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {value}")
+    return value
+
+
+def _text_rows(rows: list[dict], source: str, keys: tuple[str, ...]) -> list[dict]:
+    """Input rows whose ``keys`` hold text: ``null`` or a number is a one-line error, never the text "None"."""
+    from evolm.errors import InputError
+
+    for n, row in enumerate(rows, start=1):
+        for k in keys:
+            if not isinstance(row[k], str):
+                raise InputError(f"{source}: row {n}: '{k}' must be text, not {type(row[k]).__name__}")
+    return rows
 
 
 # ----------------------------------------------------------------------------- shared flags
@@ -63,7 +83,7 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="weight type of a local model (auto: bfloat16 on GPU, float32 on CPU)")
-    p.add_argument("--batch-size", type=int, default=8,
+    p.add_argument("--batch-size", type=_positive_int, default=8,
                    help="rows per batch on a local model (prompts generated or answers scored together)")
 
 
@@ -81,7 +101,7 @@ def _add_seed_arg(p: argparse._ActionsContainer) -> None:
 def _add_rubric_writing_args(p: argparse._ActionsContainer) -> None:
     """How rubrics are written: the sampling flags and --max-new-tokens."""
     _add_sampling_args(p)
-    p.add_argument("--max-new-tokens", type=int, default=1024, help="rubric length limit in tokens")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="rubric length limit in tokens")
 
 
 def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
@@ -160,7 +180,7 @@ def _run_rubric(args: argparse.Namespace) -> None:
     from evolm.rubrics import write_rubrics
 
     check_outputs_differ([args.output], [args.input])
-    rows = read_jsonl(args.input, required=["prompt"])
+    rows = _text_rows(read_jsonl(args.input, required=["prompt"]), args.input, ("prompt",))
     backend = _load(args, args.model, args.backend, args.base_url)
     params = _rubric_params(args)
 
@@ -255,16 +275,21 @@ def _run_judge(args: argparse.Namespace) -> None:
     from evolm.rubrics import Rubric
 
     check_outputs_differ([args.output], [args.input])
-    rows = read_jsonl(args.input, required=["prompt", "response"])
-    items = []
+    rows = _text_rows(read_jsonl(args.input, required=["prompt", "response"]), args.input, ("prompt", "response"))
+    items, used = [], []
     for row in rows:
-        rubric = None if args.no_rubric or row.get("rubric") is None else Rubric.from_obj(row["rubric"])
-        items.append(JudgeItem(str(row["prompt"]), str(row["response"]), rubric))
+        given = None if args.no_rubric else row.get("rubric")
+        rubric = Rubric.from_obj(given) if given is not None else None
+        raw = None if given is None or rubric is not None else given if isinstance(given, str) else json.dumps(given)
+        items.append(JudgeItem(row["prompt"], row["response"], rubric, rubric_text=raw))
+        used.append("parsed" if rubric is not None else "raw text" if raw and raw.strip() else "none")
     judge = _build_judge(args, args.judge, args.backend, args.base_url)
 
     def compute(start: int, end: int) -> list[dict]:
         scores = judge.score(items[start:end])
-        return [{**row, "score": s} for row, s in zip(rows[start:end], scores, strict=True)]
+        # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none
+        return [{**row, "score": s, "rubric_used": u}
+                for row, s, u in zip(rows[start:end], scores, used[start:end], strict=True)]
 
     out = _write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
     n_missing = sum(r["score"] is None for r in out)
@@ -416,7 +441,7 @@ def _add_eval_rb2(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--rubrics", default=None, metavar="FILE",
                    help="reuse rubrics written earlier: JSONL with 'rubric' and 'id' or 'prompt' (as `evolm rubric` "
                    "writes); no rubric model is loaded")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=_positive_int, default=None,
                    help="at most this many rows per subset (for Ties: prompt ids, each with its ref and tied rows)")
     p.add_argument("--subsets", default=None, help="comma-separated subsets to run, e.g. 'Math,Ties' (default: all)")
     p.add_argument("--output", default=None, help="JSON result to write ('-' for stdout)")
@@ -531,7 +556,7 @@ def _add_eval_pairs(esub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("files", nargs="+", help="pair files (JSON list or JSONL)")
     _add_rubric_judge_args(p)
-    p.add_argument("--limit", type=int, default=None, help="at most this many pairs per file (the first ones)")
+    p.add_argument("--limit", type=_positive_int, default=None, help="at most this many pairs per file (the first ones)")
     p.add_argument("--output", default=None, help="JSON result to write ('-' for stdout)")
     p.set_defaults(run=_run_eval_pairs)
 
@@ -602,7 +627,7 @@ def _add_eval_policy(esub: argparse._SubParsersAction) -> None:
                    "the HF datasets cache); needed by every olmo3_adapt task but ifeval and gsm8k")
     p.add_argument("--allow-code-execution", action="store_true",
                    help="run the model's code to score humaneval_plus and mbpp_plus (unsandboxed: use a container)")
-    p.add_argument("--limit", type=int, default=None, help="first N documents of each task (quick runs)")
+    p.add_argument("--limit", type=_positive_int, default=None, help="first N documents of each task (quick runs)")
     p.add_argument("--max-gen-toks", type=int, default=None,
                    help="most tokens generated per answer (default: the task's own under --protocol lm-eval, "
                    f"{OLMO3_ADAPT_DECODING['max_gen_toks']} under olmo3-adapt; always capped to fit the model's context)")

@@ -36,7 +36,11 @@ def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str,
     Blank lines are skipped.
     """
     if str(path) == "-":
-        return parse_jsonl_lines(sys.stdin.read().splitlines(), "<stdin>", required)
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise InputError(f"<stdin>: not UTF-8 text ({e.reason})") from None
+        return parse_jsonl_lines(text.splitlines(), "<stdin>", required)
     return parse_jsonl_lines(_file_text(path).splitlines(), str(path), required)
 
 
@@ -51,8 +55,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not Path(path).name.removesuffix(".gz").endswith(".jsonl"):
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
-            value = None  # not one JSON document: read it as JSON Lines below
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+            value = None  # not one JSON document: read it as JSON Lines below (which names the bad line)
         if isinstance(value, list):
             if not all(isinstance(v, dict) for v in value):
                 raise InputError(f"{path}: expected a JSON list of objects")
@@ -85,6 +89,10 @@ def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] =
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"{name}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise InputError(f"{name}:{lineno}: JSON nested too deeply") from None
+        except ValueError as e:  # e.g. an integer beyond Python's 4300-digit conversion limit
+            raise InputError(f"{name}:{lineno}: unreadable JSON ({str(e).splitlines()[0][:120]})") from None
         if not isinstance(obj, dict):
             raise InputError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         for key in required:
