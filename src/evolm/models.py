@@ -150,15 +150,20 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
     """``(model, tokenizer)`` for a local dir, a built-in name, or a hub id the user gave."""
     from transformers import AutoModelForCausalLM
 
+    model = load_weights(AutoModelForCausalLM, name_or_path, device, dtype)
+    return model, load_tokenizer(name_or_path)
+
+
+def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype: str = "auto", what: str = "model"
+                 ) -> Any:
+    """``auto_class.from_pretrained`` on the resolved path, on the resolved device, in eval mode."""
     path = resolve_model_path(name_or_path)
     dev = resolve_device(device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+        model = auto_class.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
     except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load model '{name_or_path}': {str(e).splitlines()[0]}") from None
-    model.to(dev)
-    model.eval()
-    return model, load_tokenizer(name_or_path)
+        raise ModelError(f"cannot load {what} '{name_or_path}': {str(e).splitlines()[0]}") from None
+    return model.to(dev).eval()
 
 
 def load_backend(

@@ -54,19 +54,13 @@ def load_reward_model(name: str, device: str = "auto", dtype: str = "auto", batc
     """A reward model from a local directory (or a hub id, tried only when given)."""
     from transformers import AutoModelForSequenceClassification
 
-    from evolm.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+    from evolm.models import load_tokenizer, load_weights
 
-    path = resolve_model_path(name)
-    dev = resolve_device(device)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load reward model '{name}': {str(e).splitlines()[0]}") from None
+    model = load_weights(AutoModelForSequenceClassification, name, device, dtype, what="reward model")
     if model.config.num_labels != 1:
         raise ModelError(f"'{name}' has {model.config.num_labels} outputs; a scalar reward model has one")
     tokenizer = load_tokenizer(name)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
-    model.to(dev).eval()
     return RewardModel(model, tokenizer, batch_size=batch_size)
