@@ -379,3 +379,10 @@ def test_write_rubrics_one_batched_call() -> None:
     assert [w.valid for w in written] == [1.0, 0.0, 0.0]
     assert written[0].rubric is not None and written[1].rubric is None and written[2].rubric is not None
     assert [w.text for w in written] == backend.replies
+
+
+def test_huge_weights_normalise_without_overflow() -> None:
+    r = parse_rubric('{"criteria": [{"criterion": "a", "weight": 1e308}, {"criterion": "b", "weight": 1e308}]}')
+    assert r is not None and [c.weight for c in r.criteria] == [0.5, 0.5]
+    r = parse_rubric('{"criteria": [{"criterion": "a", "weight": 3}, {"criterion": "b"}, {"criterion": "c", "weight": 1}]}')
+    assert r is not None and [round(c.weight, 6) for c in r.criteria] == [0.5, round(2 / 6, 6), round(1 / 6, 6)]

@@ -259,8 +259,10 @@ def _rubric_from_value(value: Any) -> Rubric | None:
     if not texts:
         return None
     known = [w for w in weights if w is not None]
+    scale = max(known) if known else 1.0  # scaled to <= 1 first: 1e308 + 1e308 must not overflow to inf
+    known = [w / scale for w in known]
     fill = (sum(known) / len(known)) if known else 1.0
-    weights = [w if w is not None else fill for w in weights]
+    weights = [w / scale if w is not None else fill for w in weights]
     total = sum(weights)
     return Rubric(tuple(Criterion(t, w / total, lv) for t, w, lv in zip(texts, weights, levels, strict=True)))
 
