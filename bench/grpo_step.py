@@ -9,7 +9,7 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
    - materialise: EvoLM's per-step work before TRL generates (policy: one rubric per question;
      rubric: the fresh a+ answers of the pairs), ``Loop.step_rows``;
    - generation: TRL's ``transformers.generate`` block (TRL's own profiling);
-   - judging: ``score_with_judges`` inside the reward function;
+   - judging: ``Judge.score`` inside the reward function;
    - ref log-probs: TRL's no-grad ``_get_per_token_logps_and_entropies`` (reference model, beta > 0);
    - other (prepare): the rest of TRL's ``_prepare_inputs`` (tokenising, padding, reward plumbing,
      EvoLM's after-reward bookkeeping and sample logging);
@@ -118,7 +118,7 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
 
     CallbackHandler.on_step_begin, CallbackHandler.on_step_end = on_step_begin, on_step_end
     _wrap(coevolve.Loop, "step_rows", "materialise", timers)
-    _wrap(judge, "score_with_judges", "judging", timers)  # rewards.score_rows looks it up at call time
+    _wrap(judge.Judge, "score", "judging", timers)  # every judge call of rewards.score_rows
     _wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", "ref log-probs", timers,
           when=lambda: not torch.is_grad_enabled())
 

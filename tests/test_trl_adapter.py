@@ -71,7 +71,7 @@ def test_num_iterations_may_only_be_one() -> None:
 
 
 def test_reward_refuses_rows_evolm_did_not_fill() -> None:
-    reward = trl_adapter._reward_function(hooks=None, slots=2)  # type: ignore[arg-type]
+    reward = trl_adapter._reward_function(hooks=None)  # type: ignore[arg-type]
     with pytest.raises(RunError, match="did not materialise"):
         reward(prompts=["p"], completions=["c"], plan_index=[0])
     with pytest.raises(RunError, match="did not materialise"):

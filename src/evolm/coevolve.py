@@ -52,12 +52,21 @@ from evolm.contrast import (
     temporal_pairs,
 )
 from evolm.judge import Judge, build_judge
-from evolm.prompts import load_prompts, load_references
-from evolm.records import METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, samples_path
+from evolm.prompts import load_prompt_set
+from evolm.records import (
+    METRICS_FILE,
+    CheckpointState,
+    SampleRecord,
+    StepRecord,
+    append_record,
+    append_records,
+    samples_path,
+)
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (
-    append_frozen_rubric,
+    append_frozen_rubrics,
+    checkpoint_state,
     complete_checkpoints,
     load_buffer,
     RunStart,
@@ -87,7 +96,7 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     run_dir, checkpoint = start.run_dir, start.checkpoint
     if on_start is not None:
         on_start(start)
-    plan = Plan(cfg, load_prompts(cfg.data.prompts, cfg.data.limit), load_references(cfg.data.prompts))
+    plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
     judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
               for m in [cfg.judge.model, *cfg.judge.extra_models]]
@@ -113,7 +122,7 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
     writer_cfg, _ = sequential_stages(cfg)
     writer_dir = Path(writer_cfg.output_dir)
     done = complete_checkpoints(writer_dir)
-    if not done or int(done[-1].name.split("-")[-1]) < writer_cfg.total_steps:
+    if not done or checkpoint_state(done[-1]).step < writer_cfg.total_steps:
         run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start)
         done = complete_checkpoints(writer_dir)
     _, policy_cfg = sequential_stages(cfg, writer_checkpoint=str(done[-1]))
@@ -283,9 +292,9 @@ class Loop:
         if info.role == "rubric":
             answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
-        questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         if self.plan.regime == "judge_only":
-            return policy_rows(self.cfg, self.plan, info, [None] * len(questions))
+            return policy_rows(self.cfg, self.plan, info, [None] * self.plan.prompts_per_step)
+        questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         return policy_rows(self.cfg, self.plan, info, self.policy_rubrics(info, questions, generate))
 
     def policy_rubrics(self, info: StepInfo, questions: list[str], generate: Generate) -> list[WrittenRubric]:
@@ -300,9 +309,9 @@ class Loop:
                     convs, replace(p, chat_template_kwargs={}))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
-            for q, t in zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True):
-                self.frozen[q] = read_written(t)
-                append_frozen_rubric(self.run_dir, q, t)
+            texts = dict(zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True))
+            self.frozen.update({q: read_written(t) for q, t in texts.items()})
+            append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
 
     def fixed_model(self, role: str) -> Backend:
@@ -349,7 +358,7 @@ class Loop:
         return result.rewards, metrics
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
-        keep = self.cfg.schedule.samples_logged_per_step or len(rows)
+        keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []
         for row, text, sc in list(zip(rows, completions, scored, strict=True))[:keep]:
             common = {k: row[k] for k in ("step", "role", "cycle", "phase", "slot", "question")}
             if info.role == "policy":
@@ -361,7 +370,8 @@ class Loop:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, rubric=sc.parsed,
                                    rubric_valid=sc.rubric_valid, s_pos=sc.s_pos, s_neg=sc.s_neg,
                                    a_pos=row["a_pos"], a_neg=row["a_neg"], pair_source=row["pair_source"])
-            append_record(samples_path(self.run_dir, info.phase, info.role), rec)
+            recs.append(rec)
+        append_records(samples_path(self.run_dir, info.phase, info.role), recs)  # one write and fsync per step
 
     # ---------------------------------------------------------------- 4. after TRL's update: records, checkpoints
 

@@ -365,9 +365,9 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
-    """Append one row and flush it to disk (for logs that must survive a crash)."""
+def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Append rows and flush them to disk once (for logs that must survive a crash)."""
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         f.flush()
         os.fsync(f.fileno())

@@ -15,17 +15,22 @@ from evolm.jsonl import read_jsonl
 BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompts.jsonl"}
 
 
-def load_prompts(spec: str, limit: int = 0) -> list[str]:
-    """Training questions from a JSONL file with a ``prompt`` field (or a built-in set), deduplicated."""
+def load_prompt_set(spec: str, limit: int = 0) -> tuple[list[str], dict[str, str]]:
+    """Training questions (deduplicated, blanks dropped, order kept) and their reference answers, one read."""
     rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
     questions = list(dict.fromkeys(str(r["prompt"]) for r in rows if str(r["prompt"]).strip()))
     questions = questions[:limit] if limit else questions
     if not questions:
         raise InputError(f"{spec}: no prompts")
-    return questions
+    references = {str(r["prompt"]): str(r["reference"]) for r in rows if isinstance(r.get("reference"), str)}
+    return questions, references
+
+
+def load_prompts(spec: str, limit: int = 0) -> list[str]:
+    """Training questions from a JSONL file with a ``prompt`` field (or a built-in set), deduplicated."""
+    return load_prompt_set(spec, limit)[0]
 
 
 def load_references(spec: str) -> dict[str, str]:
     """question -> reference answer, from the prompts file's optional ``reference`` field."""
-    rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
-    return {str(r["prompt"]): str(r["reference"]) for r in rows if isinstance(r.get("reference"), str)}
+    return load_prompt_set(spec)[1]

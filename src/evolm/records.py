@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,9 +221,13 @@ def read_metrics(run_dir: str | Path) -> list[StepRecord]:
     return sorted(recs, key=lambda r: r.step)
 
 
-def append_record(path: Path, record: StepRecord | SampleRecord | dict[str, Any]) -> None:
-    """Append one record and flush it to disk (a crash loses at most the line being written)."""
+def append_records(path: Path, records: Iterable[StepRecord | SampleRecord | dict[str, Any]]) -> None:
+    """Append records with one write and one fsync (a crash loses at most the lines being written)."""
     from evolm.jsonl import append_jsonl
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    append_jsonl(path, record if isinstance(record, dict) else record.to_json())
+    append_jsonl(path, [r if isinstance(r, dict) else r.to_json() for r in records])
+
+
+def append_record(path: Path, record: StepRecord | SampleRecord | dict[str, Any]) -> None:
+    append_records(path, [record])

@@ -130,7 +130,7 @@ def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None],
             return 1.0 if yes > no else 0.0
         return 1.0 if sum(p for p, _ in both) > sum(n for _, n in both) else 0.0
     if how == "average_vote":
-        return sum(votes) / len(votes)
+        return majority_prefers([p for p, _ in both], [n for _, n in both])
     if how == "margin_kappa_format":
         kappa = fleiss_kappa([[sum(votes), len(votes) - sum(votes)]]) if len(votes) >= 2 else 1.0
         margin = sum(p - n for p, n in both) / len(both)

@@ -24,7 +24,7 @@ from evolm.records import (
     SAMPLES_DIR,
     STATE_FILE,
     CheckpointState,
-    append_record,
+    append_records,
     iter_lenient,
 )
 
@@ -155,6 +155,7 @@ def read_frozen_rubrics(run_dir: Path) -> dict[str, str]:
             if "question" in r and "text" in r}
 
 
-def append_frozen_rubric(run_dir: Path, question: str, text: str) -> None:
-    append_record(run_dir / FROZEN_RUBRICS_FILE, {"question": question, "text": text})
+def append_frozen_rubrics(run_dir: Path, written: dict[str, str]) -> None:
+    """Keep a fixed writer's new rubrics (question -> text), in one write."""
+    append_records(run_dir / FROZEN_RUBRICS_FILE, [{"question": q, "text": t} for q, t in written.items()])
 

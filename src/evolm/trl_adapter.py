@@ -145,22 +145,21 @@ def check_launch(cfg: RunConfig) -> None:
 
 
 def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
-    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot)."""
-    check_trl()
+    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
+
+    The caller has passed ``check_launch(cfg)`` (``coevolve.run`` does, before loading any model).
+    """
     import datasets
     from accelerate import PartialState
     from trl import GRPOConfig
 
     world = PartialState().num_processes
-    err = batch_error(cfg, world)
-    if err:
-        raise InputError(err)
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
     args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations=1)
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
-    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, cfg.schedule.prompts_per_step)],
+    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks)],
                                args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
@@ -217,7 +216,7 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
 # ============================================================================= rewards
 
 
-def _reward_function(hooks: StepHooks, slots: int) -> Any:
+def _reward_function(hooks: StepHooks) -> Any:
     def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
                      log_metric: Any = None, **cols: Any) -> list[float]:
         from accelerate import PartialState
