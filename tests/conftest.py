@@ -22,11 +22,10 @@ CORPUS = [
 ]
 
 
-def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
-    """Write a tiny random LlamaForCausalLM + tokenizer to ``path`` and return it."""
-    import torch
+def build_tiny_tokenizer(corpus: list[str] = CORPUS, template: str = CHATML):
+    """A byte-level BPE trained here on ``corpus``, with ChatML special tokens and ``template``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -35,12 +34,20 @@ def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: in
         vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator(CORPUS * 4, trainer)
+    tok.train_from_iterator(corpus * 4, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
         unk_token="<|endoftext|>",
     )
-    fast.chat_template = CHATML
+    fast.chat_template = template
+    return fast
+
+
+def save_tiny_model(path: Path, fast, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:  # noqa: ANN001
+    """Write a tiny random LlamaForCausalLM for tokenizer ``fast``, and the tokenizer, to ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -55,6 +62,11 @@ def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: in
     model.save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """Write a tiny random LlamaForCausalLM + tokenizer to ``path`` and return it."""
+    return save_tiny_model(path, build_tiny_tokenizer(), seed, hidden, layers)
 
 
 @pytest.fixture(scope="session")

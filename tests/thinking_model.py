@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import build_tiny_tokenizer, save_tiny_model
+
 _MESSAGES = (
     "{%- for message in messages %}"
     "{%- if message['role'] == 'assistant' %}"
@@ -49,47 +51,17 @@ CORPUS = [
 
 def build_tokenizer(template: str = QWEN3_STYLE, special_think_tags: bool = False):
     """The tiny tokenizer with think tags (``special_think_tags``: marked special, unlike Qwen3)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import AddedToken
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
-    )
-    tok.train_from_iterator(CORPUS * 4, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-    )
+    fast = build_tiny_tokenizer(CORPUS, template)
     tags = [AddedToken(t, special=special_think_tags, normalized=False) for t in ("<think>", "</think>")]
     if special_think_tags:
         fast.add_special_tokens({"additional_special_tokens": tags})
     else:
         fast.add_tokens(tags)
-    fast.chat_template = template
     return fast
 
 
 def build_thinking_model_dir(path: Path, template: str = QWEN3_STYLE, seed: int = 0, hidden: int = 32) -> Path:
     """Write a tiny random LlamaForCausalLM with the thinking tokenizer to ``path`` and return it."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    fast = build_tokenizer(template)
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = fast.eos_token_id
-    model.generation_config.pad_token_id = fast.pad_token_id
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
+    return save_tiny_model(path, build_tokenizer(template), seed, hidden)
