@@ -113,6 +113,9 @@ def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
         "yesno: per-criterion P(yes) weighted by the rubric; generative: the reference JSON-score mode "
         "(sampled, temperature 0.6)",
     )
+    p.add_argument("--judge-max-new-tokens", type=_positive_int, default=512,
+                   help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
+                   "judge (Qwen3, as in the paper) needs room to think: the paper's protocol uses 16384")
 
 
 def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Backend
@@ -131,14 +134,15 @@ def _deadline_kwargs(args: argparse.Namespace) -> dict:
 def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Judge
     """The judge the flags describe, through the one builder training uses too.
 
-    The CLI's judge keeps its own defaults: no chat-template kwargs and 512 new tokens for the
-    generative mode (``JudgeConfig``'s are for training runs with Qwen3 judges).
+    The CLI's judge keeps its own defaults: no chat-template kwargs and ``--judge-max-new-tokens``
+    (512) for the sampled modes (``JudgeConfig``'s are for training runs with Qwen3 judges).
     """
     from evolm.config import JudgeConfig
     from evolm.judge import build_judge
 
     cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
-                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=512, chat_template_kwargs={},
+                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
+                      chat_template_kwargs={},
                       **_deadline_kwargs(args))
     return build_judge(cfg, seed=args.seed, device=args.device)
 
