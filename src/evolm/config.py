@@ -25,6 +25,7 @@ from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
 from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS
 
+OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
 
@@ -69,6 +70,13 @@ class JudgeConfig:
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
     dtype: str = _f("auto", "judge weights for backend=hf: auto (same as model.dtype), float32, bfloat16 (several "
                     "times faster on CPUs with AMX / avx512_bf16; see docs/PERFORMANCE.md), float16")
+    constrained: bool = _f(False, "generative mode: decode the judge's reply under its JSON schema {reasoning, score} "
+                           "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
+                           "every reply has a readable score; off in the paper config")
+    max_context: int = _f(0, "the judge's context in tokens (0: the model's own, from its config); longer prompts "
+                          "are handled per judge.overlong")
+    overlong: str = _f("truncate", "a judge prompt longer than the context: truncate (cut from the middle of the "
+                       "answer, said per row and in the summary) or refuse (an error naming the row)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
@@ -90,6 +98,10 @@ class RubricConfig:
                       "both roles; the format term does the rest) or zero (reward 0 in the rubric role, judge alone "
                       "in the policy role)")
     max_new_tokens: int = _f(16384, "token budget for writing a rubric for the policy phase (thinking included)")
+    constrained: bool = _f(False, "decode every rubric the model writes (policy-step rubrics, rubric-step samples, "
+                           "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
+                           "scoring_levels): xgrammar on transformers, structured outputs on vLLM. Off in the paper "
+                           "config; GRPO then takes log-probs under the unconstrained model (docs/FIDELITY.md)")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
@@ -103,7 +115,8 @@ class ContrastConfig:
     """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
 
     pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
-                    "rubric_conditioned, inferred_question, combined")
+                    "rubric_conditioned, inferred_question, combined, or labelled (data.pairs: human/GPT-4 "
+                    "labelled chosen/rejected pairs, the sanity check of rubric learning)")
     combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
                                 "mix of builders for pairs=combined")
     buffer_size: int = _f(2048, "replay buffer entries (oldest dropped first; reference: 2048)")
@@ -142,6 +155,22 @@ class DataConfig:
 
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
     limit: int = _f(0, "use only the first N prompts (0: all)")
+    pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
+                           "the pair files `evolm eval pairs` reads)")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation during training, logged to metrics.jsonl with the current weights."""
+
+    pairs: str | None = _f(None, "JSONL of held-out {prompt, chosen, rejected} pairs: the judge's pairwise accuracy "
+                           "with the current writer's rubrics")
+    questions: str | None = _f(None, "JSONL with a 'prompt' per line: held-out questions for rubric validity and "
+                               "the policy's mean judge score under a fixed evaluation rubric set (written once by "
+                               "the initial writer, saved as eval_rubrics.jsonl in the run)")
+    every: int = _f(0, "evaluate every N optimizer steps, before the first step and at the end (0: only before "
+                    "the first step and at the end when pairs or questions are set)")
+    limit: int = _f(0, "use only the first N held-out pairs and N questions (0: all)")
 
 
 @dataclass
@@ -156,6 +185,7 @@ class RunConfig:
     contrast: ContrastConfig = field(default_factory=ContrastConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     grpo: dict = _f(
         {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2, "loss_type": "grpo",
          "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
@@ -334,6 +364,11 @@ def validate(cfg: RunConfig) -> None:
         (cfg.seed >= 0, f"seed must be >= 0, not {cfg.seed}"),
         (cfg.data.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {cfg.data.limit}"),
         (cfg.output_dir.strip() != "", "output_dir must name a directory"),
+        (c.pairs != "labelled" or bool(cfg.data.pairs), "contrast.pairs=labelled needs data.pairs: a JSONL file of "
+         "{prompt, chosen, rejected} pairs"),
+        (j.overlong in OVERLONG, _choice("judge.overlong", j.overlong, OVERLONG)),
+        (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),
+        (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),

@@ -78,7 +78,7 @@ class StepRecord:
     """
 
     step: int = _typed(int, 0)
-    role: str = _typed(str, "unknown")  # "policy" | "rubric"
+    role: str = _typed(str, "unknown")  # "policy" | "rubric" | "eval" (a held-out evaluation, not a training step)
     cycle: int | None = _typed(int)
     phase: int | None = _typed(int)
     reward_mean: float | None = _typed(float)  # mean reward after missing rewards took their group's mean
@@ -90,6 +90,13 @@ class StepRecord:
     completion_length: float | None = _typed(float)  # mean completion length in tokens
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
+    # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)
+    heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs with the current writer's rubrics
+    heldout_pairs: int | None = _typed(int)  # n of those pairs (a tie or missing score counts 1/2)
+    heldout_validity: float | None = _typed(float)  # format-valid share of rubrics written for eval.questions
+    heldout_policy_score: float | None = _typed(float)  # mean judge score of the policy's answers (fixed rubrics)
+    heldout_policy_score_std: float | None = _typed(float)  # their standard deviation (for a confidence interval)
+    heldout_questions: int | None = _typed(int)  # n of held-out questions
     seconds: float | None = _typed(float)  # wall time since the previous record (or the run's start)
     time: float | None = _typed(float)  # unix time when the record was written
 
