@@ -135,7 +135,7 @@ def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         run_dir = coevolve.run(cfg)
         total = time.perf_counter() - t0
-        records = {r.step: r for r in read_metrics(run_dir)}
+        records = {r.step: r for r in read_metrics(run_dir) if r.role != "eval"}  # not held-out evaluations
     for s in timers.steps:
         m = records.get(s["step"])
         s["role"] = m.role if m else None

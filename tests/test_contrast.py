@@ -16,6 +16,7 @@ from evolm.backends.base import Conversation, SamplingParams
 from evolm.contrast import (
     RELAXATIONS,
     BufferEntry,
+    LabelledPairs,
     Pair,
     ReplayBuffer,
     choose_builders,
@@ -24,7 +25,7 @@ from evolm.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
-from evolm.errors import RunError
+from evolm.errors import InputError, RunError
 
 PARAMS = SamplingParams(1.0, 0.95, 16, 0)
 SYSTEM = "You are a helpful assistant."
@@ -305,3 +306,41 @@ def test_builders_with_no_input_make_no_pairs() -> None:
     assert temporal_pairs([], lambda convs, p: [], PARAMS, SYSTEM) == []
     assert rubric_conditioned_pairs([], [], lambda convs, p: [], PARAMS, SYSTEM) == []
     assert gen.calls == []
+
+
+# ----------------------------------------------------------------------------- labelled pairs (contrast.pairs=labelled)
+
+
+def labelled(n: int, seed: int = 0) -> LabelledPairs:
+    return LabelledPairs([Pair(f"q{i}", f"good{i}", f"bad{i}", "labelled") for i in range(n)], seed)
+
+
+def test_labelled_pairs_are_dealt_in_a_seeded_order_and_cycle() -> None:
+    lp = labelled(5)
+    dealt = [p.question for r in range(5) for p in lp.take(r, 2)]  # 5 rubric steps x 2 slots = two passes
+    first = dealt[:5]
+    assert sorted(first) == [f"q{i}" for i in range(5)]  # one pass deals every pair once
+    assert dealt[5:] == first  # then the same order again
+    assert [p.question for p in lp.take(1, 2)] == dealt[2:4]  # slot s of rubric step r: position r * n + s
+    assert [p.question for r in range(5) for p in labelled(5).take(r, 2)] == dealt  # deterministic: every process
+    orders = {tuple(p.question for r in range(3) for p in labelled(5, seed).take(r, 2)) for seed in range(6)}
+    assert len(orders) > 1  # the seed matters
+    for pair in lp.take(7, 3):  # chosen is a+, rejected a-
+        assert (pair.a_pos, pair.a_neg, pair.source) == ("good" + pair.question[1:], "bad" + pair.question[1:], "labelled")
+
+
+def test_labelled_pairs_read_every_format_eval_pairs_reads(tmp_path: Path) -> None:
+    f = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": "P1", "chosen": "C1", "rejected": "R1", "source_index": 7, "metadata": {"score_chosen": 9}},
+            {"input": "P2", "output_1": "worse", "output_2": "better", "label": 2},
+            {"prompt": [{"role": "user", "content": "P3"}], "chosen": [{"role": "assistant", "content": "C3"}],
+             "rejected": [{"role": "assistant", "content": "R3"}]}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lp = LabelledPairs.load(f, seed=0)
+    assert sorted((p.question, p.a_pos, p.a_neg, p.source) for p in lp.pairs) == [
+        ("P1", "C1", "R1", "labelled"), ("P2", "better", "worse", "labelled"), ("P3", "C3", "R3", "labelled")]
+    with pytest.raises(InputError, match=r"^data.pairs: .*no such file"):
+        LabelledPairs.load(tmp_path / "absent.jsonl", seed=0)
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "p"}\n')
+    with pytest.raises(InputError, match=r"^data.pairs: .*unknown pair format"):
+        LabelledPairs.load(tmp_path / "bad.jsonl", seed=0)

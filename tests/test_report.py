@@ -198,3 +198,60 @@ def test_report_survives_absurd_values(tmp_path: Path) -> None:
         '{"step": {"a": 1}, "role": "policy", "time": -1e30, "reward_mean": "x"}\n')
     out = write_report(tmp_path)
     assert out.is_file() and "unreadable" in out.read_text(encoding="utf-8")
+
+
+def _with_eval_lines(run: Path) -> Path:
+    """build_run plus held-out evaluation lines at step 0, inside phase 0 (after step 2) and at the end (step 12)."""
+    evals = {0: 0.5, 2: 0.6, 12: 0.8}
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    out = []
+    for line in lines:
+        step = json.loads(line)["step"] if line.endswith("\n") else None
+        if step == 1:
+            out.append(json.dumps(_eval_line(0, evals[0])) + "\n")
+        out.append(line)
+        if step in (2, 12):
+            out.append(json.dumps(_eval_line(step, evals[step])) + "\n")
+    torn = out.pop(-1)  # keep the torn line last
+    (run / "metrics.jsonl").write_text("".join(out) + torn, encoding="utf-8")
+    return run
+
+
+def _eval_line(step: int, acc: float) -> dict:
+    # reward_mean and phase on an eval line must not reach a reward curve, a phase or a step count
+    return {"step": step, "role": "eval", "phase": 0, "reward_mean": 99.0, "heldout_pair_accuracy": acc,
+            "heldout_pairs": 10, "heldout_validity": 1.0, "heldout_questions": 4, "heldout_policy_score": 0.5,
+            "heldout_policy_score_std": 0.2, "seconds": 30.0}
+
+
+def test_eval_lines_are_not_training_steps(tmp_path, monkeypatch):
+    from evolm import plots
+    from evolm.report import summarise
+
+    run = _with_eval_lines(build_run(tmp_path / "run"))
+    d = load_run(run)
+    assert [(p.index, p.role, p.first, p.last, len(p.rows)) for p in d.phases] == [
+        (0, "policy", 1, 3, 3), (1, "rubric", 4, 6, 3), (2, "policy", 7, 9, 3), (3, "rubric", 10, 12, 3)]
+    assert [r["step"] for r in d.heldout] == [0, 2, 12] and all(r["role"] != "eval" for r in d.metrics)
+    assert [(s["phase"], s["steps"]) for s in summarise(run)] == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert summarise(run)[0]["reward"] == pytest.approx(0.3)
+    seen = []
+    real = plots.reward_plot
+    monkeypatch.setattr(plots, "reward_plot", lambda series, *a: seen.append(series) or real(series, *a))
+    text = write_report(run).read_text(encoding="utf-8")
+    assert list(seen[0]["policy"].x) == [1, 2, 3, 7, 8, 9] and 99.0 not in seen[0]["policy"].y
+    # the header counts training steps only (12 x 2 s), and the evaluations apart (3 x 30 s)
+    assert "policy steps</td><td class=\"n\">6" in text and "0:00:24" in text
+    assert "held-out evaluations</td><td class=\"n\">3 (at steps 0, 2, 12)" in text and "0:01:30" in text
+
+
+def test_report_shows_held_out_evaluations_with_intervals(tmp_path):
+    text = write_report(_with_eval_lines(build_run(tmp_path / "run"))).read_text(encoding="utf-8")
+    section = text[text.index("<h2>Held-out evaluation"):text.index("Per-phase summary")]
+    assert "0.800 [0.490, 0.943]" in section  # Wilson 8/10 at step 12
+    assert "1.000 [0.510, 1.000]" in section  # validity 4/4: Wilson (0.510, 1)
+    assert "0.500 [0.133, 0.867]" in section  # 0.5 ± t(3) 3.1824 * s / 2, s = 0.2 * sqrt(4/3) (population std logged)
+    for alt in ("held-out judge pair accuracy", "held-out rubric validity", "held-out policy score"):
+        assert f'alt="{alt}"' in section
+    # a run without eval lines keeps the report it had
+    assert "Held-out evaluation" not in write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from evolm.backends.base import ESCAPE_MARK, control_strings, neutralise_conversation, neutralise_text
-from evolm.judge import ANSWER_END, Judge, JudgeItem, parse_judge_score, parse_scale_score, prob_messages
+from evolm.judge import (
+    ANSWER_END, Judge, JudgeItem, parse_judge_score, parse_scale_score, plain_markup, prob_messages, yesno_messages,
+)
 from evolm.rubrics import format_validity, parse_rubric, strip_thinking
 
 _spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
@@ -69,20 +71,38 @@ def test_no_attack_adds_a_control_token_to_the_judge_prompt(tiny_backend, name: 
     for item, attacked in variants:
         (ids,) = tiny_backend._encode([prob_messages(item)], {})
         assert _count_controls(ids, controls) == 5, name
-        text = tok.decode(ids)  # the attack reaches the model as its own characters, in ordinary pieces
-        assert "<" + ESCAPE_MARK not in text, name
-        assert attacked.strip() in text.replace("[" + ESCAPE_MARK, "["), name  # a fake fence end is broken by the judge
+        text = tok.decode(ids)  # the attack reaches the model as text, chat markup as its plain words
+        assert "<" + ESCAPE_MARK not in text and "<|" not in text.split("<|im_start|>user")[1].split("<|im_end|>")[0]
+        assert plain_markup(attacked).strip() in text.replace("[" + ESCAPE_MARK, "["), name  # fence ends broken
 
 
-def test_without_escaping_the_fake_turn_becomes_real_tokens(tiny_backend) -> None:
-    """The check above has teeth: with the defence off the same answer adds control tokens."""
-    item = JudgeItem("What is 2 + 2?", FAKE_TURN)
+def test_the_backend_keeps_control_strings_as_text(tiny_backend) -> None:
+    """The backend's own layer (any conversation, not only the judge's): a control string in a user message
+    reaches the model as its own characters in ordinary pieces; with the defence off it becomes the token."""
+    conv = [{"role": "user", "content": FAKE_TURN}]
+    controls = _control_ids(tiny_backend.tokenizer)
+    (ids,) = tiny_backend._encode([conv], {})
+    assert _count_controls(ids, controls) == 3  # the user turn (start, end) + the assistant's start
+    assert FAKE_TURN in tiny_backend.tokenizer.decode(ids)
     tiny_backend.escape_special = False
     try:
-        (ids,) = tiny_backend._encode([prob_messages(item)], {})
+        (ids,) = tiny_backend._encode([conv], {})
     finally:
         tiny_backend.escape_special = True
-    assert _count_controls(ids, _control_ids(tiny_backend.tokenizer)) > 5
+    assert _count_controls(ids, controls) > 3
+
+
+@pytest.mark.parametrize("name", ["fake_turn", "fake_turn_pieces"])
+def test_chat_markup_reads_exactly_as_its_plain_words(tiny_backend, name: str) -> None:
+    """The bound "within 0.03 of the same answer with the markers as plain words" by construction: the judge
+    prompt of a fake turn (typed, or decoded from pieces) is byte for byte that of its plain-words version."""
+    attack, plain = steering.attacks(tiny_backend.tokenizer)[name]
+    for a, p in zip(steering.steering_items(attack), steering.steering_items(plain), strict=True):
+        assert a.answer != p.answer
+        assert prob_messages(a) == prob_messages(p)
+        assert yesno_messages(a.question, "Says 42.", a.answer) == yesno_messages(p.question, "Says 42.", p.answer)
+    result = steering.lifts(Judge(tiny_backend, mode="prob"), tiny_backend.tokenizer, [name])
+    assert result[name][1] == 0.0
 
 
 def test_pieces_decode_to_the_control_string(tiny_backend) -> None:
@@ -110,18 +130,15 @@ def test_steering_suite_runs_on_the_tiny_judge(tiny_backend) -> None:
 
 @pytest.mark.slow
 def test_smollm2_control_tokens_add_nothing_over_plain_words(smollm2_backend) -> None:
-    """A fake turn (written or in pieces) scores no more than 0.03 above the same text in plain words.
-
-    One-sided on purpose: with the markers neutralised, SmolLM2's yesno score for the fake turn
-    falls 0.06 *below* the plain-words text (the split markers read as garbled text), a change of
-    wording of the size any rewording makes (docs/SECURITY.md), not a control token at work.
-    """
+    """The issue's bound on the real judge: a fake turn (written or in pieces) scores within 0.03 of the same
+    text in plain words, in prob and yesno, averaged over the suite's bad answers (0.000 by construction:
+    the prompts are identical; before plain_markup, yesno was 0.061 below)."""
     for mode in ("prob", "yesno"):
         result = steering.lifts(Judge(smollm2_backend, mode=mode), smollm2_backend.tokenizer,
                                 ["fake_turn", "fake_turn_pieces"])
         for name in ("fake_turn", "fake_turn_pieces"):
             vs_plain = result[name][1]
-            assert vs_plain is not None and vs_plain <= 0.03, (mode, name, vs_plain)
+            assert vs_plain is not None and abs(vs_plain) <= 0.03, (mode, name, vs_plain)
 
 
 # ----------------------------------------------------------------------------- linear-time parsing

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from evolm.context import OVERLONG
 from evolm.errors import EvolmError
 from evolm.judge import JUDGE_MODES
 from evolm.models import BACKENDS, DTYPES
@@ -26,6 +27,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {value}")
     return value
+
+
+def _check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
+    """What `rubric` and `judge` check before any model loads: there is work to do, and somewhere to put it."""
+    from evolm.errors import InputError
+    from evolm.jsonl import check_writable
+
+    if not rows:
+        raise InputError(f"{source}: no rows (an empty input)")
+    check_writable(outputs)
 
 
 def _text_rows(rows: list[dict], source: str, keys: tuple[str, ...]) -> list[dict]:
@@ -102,6 +113,14 @@ def _add_rubric_writing_args(p: argparse._ActionsContainer) -> None:
     """How rubrics are written: the sampling flags and --max-new-tokens."""
     _add_sampling_args(p)
     p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="rubric length limit in tokens")
+    p.add_argument("--constrained", action="store_true",
+                   help="decode each rubric under the rubric JSON schema (2-5 criteria with criterion, weight, "
+                   "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses, though "
+                   "the weights may not sum to 1 (off by default, as in the paper)")
+
+
+_JUDGE_CONSTRAINED = ("--mode generative: decode the judge's reply under its JSON schema {reasoning, score in [0, 1]} "
+                      "(xgrammar on hf, structured outputs on vllm/openai), so every reply has a score")
 
 
 def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
@@ -116,6 +135,25 @@ def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-max-new-tokens", type=_positive_int, default=512,
                    help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
                    "judge (Qwen3, as in the paper) needs room to think: the paper's protocol uses 16384")
+
+
+def _add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
+    """The context guard (evolm.context): --max-context, --overlong."""
+    def tokens(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 (the model's own context) or more, got {text}")
+        return value
+
+    p.add_argument("--max-context", type=tokens, default=0, metavar="TOKENS",
+                   help=f"the {whose}'s context in tokens (default 0: the model's own, from its config; an openai "
+                   "server's is not known, so give it there to guard). A prompt that leaves no room for the reply "
+                   "is handled per --overlong")
+    p.add_argument("--overlong", choices=OVERLONG, default="truncate",
+                   help="a prompt longer than the context: truncate (default; " + (
+                       "the answer is cut from its middle, the row says \"truncated\": true; when the question and "
+                       "rubric alone do not fit, no score and a reason" if whose == "judge" else
+                       "the row gets no rubric and a reason") + ") or refuse (an error naming the row)")
 
 
 def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Backend
@@ -138,20 +176,38 @@ def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: s
     (512) for the sampled modes (``JudgeConfig``'s are for training runs with Qwen3 judges).
     """
     from evolm.config import JudgeConfig
+    from evolm.errors import InputError
     from evolm.judge import build_judge
 
+    constrained = getattr(args, "judge_constrained", False)
+    if constrained and args.mode != "generative":
+        raise InputError(f"constrained judging needs --mode generative, not {args.mode}")
     cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
                       batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
-                      chat_template_kwargs={},
-                      **_deadline_kwargs(args))
+                      chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
+                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_deadline_kwargs(args))
     return build_judge(cfg, seed=args.seed, device=args.device)
+
+
+def _context_note(cut: int, unscored: int) -> str:
+    """What the judge's context guard did, for a summary line ("" when nothing)."""
+    return ((f"; {cut} answers cut to fit the judge's context" if cut else "")
+            + (f"; {unscored} rows over the judge's context left unscored" if unscored else ""))
+
+
+def _judge_context_note(judge) -> str:  # noqa: ANN001 - evolm.judge.Judge (or a reward model: no guard)
+    fit = getattr(judge, "last_fit", None)
+    return _context_note(len(fit.cut), len(fit.unscored)) if fit is not None else ""
 
 
 def _rubric_params(args: argparse.Namespace):  # -> SamplingParams
     """Rubric-writing sampling parameters, all from the flags."""
     from evolm.backends.base import SamplingParams
 
-    return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed)
+    from evolm.constrained import RUBRIC_SCHEMA
+
+    return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
+                          json_schema=RUBRIC_SCHEMA if getattr(args, "constrained", False) else None)
 
 
 # ----------------------------------------------------------------------------- rubric
@@ -167,7 +223,8 @@ def _add_rubric(sub: argparse._SubParsersAction) -> None:
         help="write a rubric for each prompt",
         description="Write one rubric per input prompt. Input JSONL lines need 'prompt'; output lines keep "
         "every input field and add 'rubric' (parsed object or null), 'rubric_valid' (format validity, 0 or 1) "
-        "and 'rubric_text' (raw model output). " + _AS_YOU_GO,
+        "and 'rubric_text' (raw model output); a question too long for the writer's context gets no rubric and "
+        "'rubric_overlong' (why), or with --overlong refuse stops the run. " + _AS_YOU_GO,
     )
     p.add_argument("--model", required=True, help=f"rubric writer: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with a 'prompt' field per line ('-' for stdin)")
@@ -176,25 +233,41 @@ def _add_rubric(sub: argparse._SubParsersAction) -> None:
     _add_backend_args(p)
     _add_runtime_args(p)
     _add_rubric_writing_args(p)
+    _add_context_args(p, "rubric writer")
     p.set_defaults(run=_run_rubric)
 
 
 def _run_rubric(args: argparse.Namespace) -> None:
+    from evolm.context import over_context
+    from evolm.errors import InputError
     from evolm.jsonl import check_outputs_differ, read_jsonl
-    from evolm.rubrics import write_rubrics
+    from evolm.rubrics import rubric_messages, write_rubrics
 
     check_outputs_differ([args.output], [args.input])
     rows = _text_rows(read_jsonl(args.input, required=["prompt"]), args.input, ("prompt",))
+    _check_before_loading(args.input, rows, [args.output])
     backend = _load(args, args.model, args.backend, args.base_url)
     params = _rubric_params(args)
 
     def compute(start: int, end: int) -> list[dict]:
-        written = write_rubrics(backend, [str(r["prompt"]) for r in rows[start:end]], params)
-        return [{**row, "rubric": w.rubric.to_dict() if w.rubric else None, "rubric_valid": w.valid,
-                 "rubric_text": w.text} for row, w in zip(rows[start:end], written, strict=True)]
+        questions = [str(r["prompt"]) for r in rows[start:end]]
+        # a question that leaves the writer no room for its rubric: no rubric and why (or, refused, an error)
+        over = over_context(backend, [rubric_messages(q) for q in questions], max_context=args.max_context,
+                            reply_tokens=params.max_new_tokens, what="rubric prompt")
+        if over and args.overlong == "refuse":
+            first = min(over)
+            raise InputError(f"{args.input}: row {start + first + 1}: {over[first]} (--overlong refuse)")
+        todo = [i for i in range(len(questions)) if i not in over]
+        written = dict(zip(todo, write_rubrics(backend, [questions[i] for i in todo], params), strict=True))
+        return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]} if i in over
+                else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
+                      "rubric_valid": written[i].valid, "rubric_text": written[i].text}
+                for i, row in enumerate(rows[start:end])]
 
     out = _write_as_you_go(args, rows, compute, keys=("prompt",), desc="rubrics")
-    _done(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}")
+    n_over = sum("rubric_overlong" in r for r in out)
+    _done(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}"
+          + (f"; {n_over} questions over the writer's context got none" if n_over else ""))
 
 
 # Rows per batch that `rubric` and `judge` write out before the next one starts (or --batch-size if larger):
@@ -259,27 +332,38 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
         help="score answers with a (rubric +) judge",
         description="Score each answer. Input JSONL lines need 'prompt' and 'response', and may have 'rubric' "
         "(object or JSON string; without it the judge scores alone). Output lines add 'score' in [0, 1], or null "
-        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). " + _AS_YOU_GO,
+        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). "
+        "An answer too long for the judge's context is cut from its middle (the row adds \"truncated\": true and "
+        "'chars_cut'); a row whose question and rubric alone do not fit has no score and 'overlong' (why). "
+        + _AS_YOU_GO,
     )
     p.add_argument("--judge", required=True, help=f"judge model: {_MODEL_NAMES}")
     p.add_argument("--input", required=True, help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
     p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
     _add_judge_mode_arg(p)
+    p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
     _add_resume_output_arg(p)
     _add_backend_args(p)
     _add_runtime_args(p)
     _add_seed_arg(p)
+    _add_context_args(p, "judge")
     p.set_defaults(run=_run_judge)
 
 
+_GUARD_KEYS = ("truncated", "chars_cut", "overlong")  # what the judge's context guard adds to a row (a re-judged
+# file's old ones are dropped)
+
+
 def _run_judge(args: argparse.Namespace) -> None:
+    from evolm.errors import InputError
     from evolm.jsonl import check_outputs_differ, read_jsonl
-    from evolm.judge import JudgeItem
+    from evolm.judge import JudgeItem, OverlongPrompt
     from evolm.rubrics import Rubric
 
     check_outputs_differ([args.output], [args.input])
     rows = _text_rows(read_jsonl(args.input, required=["prompt", "response"]), args.input, ("prompt", "response"))
+    _check_before_loading(args.input, rows, [args.output])
     items, used = [], []
     for row in rows:
         given = None if args.no_rubric else row.get("rubric")
@@ -290,14 +374,21 @@ def _run_judge(args: argparse.Namespace) -> None:
     judge = _build_judge(args, args.judge, args.backend, args.base_url)
 
     def compute(start: int, end: int) -> list[dict]:
-        scores = judge.score(items[start:end])
+        try:
+            scores = judge.score(items[start:end])
+        except OverlongPrompt as e:
+            raise InputError(f"{args.input}: row {start + e.index + 1}: {e.reason}") from None
+        cut, unscored = (fit.cut, fit.unscored) if (fit := getattr(judge, "last_fit", None)) is not None else ({}, {})
         # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none
-        return [{**row, "score": s, "rubric_used": u}
-                for row, s, u in zip(rows[start:end], scores, used[start:end], strict=True)]
+        return [{**{k: v for k, v in row.items() if k not in _GUARD_KEYS}, "score": s, "rubric_used": u,
+                 **({"truncated": True, "chars_cut": cut[k]} if k in cut else {}),
+                 **({"overlong": unscored[k]} if k in unscored else {})}
+                for k, (row, s, u) in enumerate(zip(rows[start:end], scores, used[start:end], strict=True))]
 
     out = _write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
     n_missing = sum(r["score"] is None for r in out)
-    _done(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}")
+    _done(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}"
+          + _context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)))
 
 
 # ----------------------------------------------------------------------------- train
@@ -347,6 +438,7 @@ def _run_train(args: argparse.Namespace) -> None:
 
     from evolm.coevolve import run
     from evolm.config import load_config
+    from evolm.heldout import describe
     from evolm.report import summarise
     from evolm.rundir import resume_config
 
@@ -364,6 +456,9 @@ def _run_train(args: argparse.Namespace) -> None:
               file=sys.stderr, flush=True)
 
     def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
+        if rec.role == "eval":  # a held-out evaluation (eval.*), not a training step
+            bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
+            return
         reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
         bar.set_postfix(role=rec.role, cycle=rec.cycle, reward=reward)
         bar.update(rec.step - bar.n)
@@ -402,8 +497,12 @@ def _dry_run(cfg, num_processes: int | None) -> None:  # noqa: ANN001 - evolm.co
 
 
 def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
+    """The phases of the run (training steps only) and, when logged, its first and last held-out evaluations."""
     from rich.console import Console
     from rich.table import Table
+
+    from evolm.heldout import summary_rows
+    from evolm.records import read_metrics
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
@@ -415,6 +514,14 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
         table.add_row(str(ph["phase"]), str(ph["cycle"]), ph["role"], str(ph["steps"]), fmt(ph["reward"]),
                       fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]), f"{ph['seconds']:.0f}")
     Console().print(table)
+    heldout = summary_rows(read_metrics(run_dir))
+    if heldout:
+        table = Table(title="held-out evaluation (eval.*): first and last")
+        for col in ("", "first", "last"):
+            table.add_column(col, justify="right")
+        for row in heldout:
+            table.add_row(*row)
+        Console().print(table)
     print(f"run directory: {run_dir} (metrics.jsonl, samples/, checkpoints/; `evolm report {run_dir}` for plots)")
 
 
@@ -466,16 +573,17 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
     from evolm.eval import rb2
     from evolm.eval.rubric_source import read_rubric_table
 
-    from evolm.jsonl import check_outputs_differ
+    from evolm.jsonl import check_outputs_differ, check_writable
 
     check_outputs_differ([args.output, args.save_scores], [args.data, args.rubrics, args.from_scores])
+    check_writable([args.output, args.save_scores])
     settings: dict = {"data": args.data, "from_scores": args.from_scores}
     subsets = [s.strip() for s in args.subsets.split(",") if s.strip()] if args.subsets else None
     if args.from_scores:
         if args.data:
             raise InputError("give either DATA or --from-scores, not both")
         scored = rb2.filter_subsets(rb2.read_scores(args.from_scores), subsets, args.from_scores)
-        coverage = None
+        coverage = judge = None
     else:
         if not args.data:
             raise InputError("give the RewardBench 2 data (a file or allenai/reward-bench-2), or --from-scores")
@@ -498,6 +606,7 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
     _done(f"RewardBench 2 overall {100 * result.overall:.1f} over {len(scored)} rows"
           + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
           + (_rubric_note(coverage) if coverage is not None else "")
+          + (_judge_context_note(judge) if judge is not None else "")
           + (f"; wrote {', '.join(wrote)}" if wrote else ""))
 
 
@@ -508,9 +617,11 @@ def _add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
                    help="rubric writer (same kinds of names); loaded once when it is the judge model too")
     p.add_argument("--no-rubric", action="store_true", help="judge alone, no rubric (the baseline)")
     _add_judge_mode_arg(p)
+    _add_context_args(p, "judge")
     _add_backend_args(p)  # the rubric model's, and the judge's unless --judge-backend / --judge-base-url
     p.add_argument("--judge-backend", choices=BACKENDS, default=None, help="backend of the judge (default: --backend)")
     p.add_argument("--judge-base-url", default=None, help="server URL of the judge (default: --base-url)")
+    p.add_argument("--judge-constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     _add_runtime_args(p)
     _add_rubric_writing_args(p.add_argument_group(
         "rubric writing", "sampling of the rubric writer (the generative judge keeps temperature 0.6, top-p 0.95)"))
@@ -547,7 +658,8 @@ def _rubric_judge_settings(args: argparse.Namespace) -> dict:
         "judge": args.judge, "judge_backend": args.judge_backend or args.backend, "mode": args.mode,
         "rubric_model": None if args.no_rubric else args.rubric_model, "backend": args.backend,
         "no_rubric": args.no_rubric, "temperature": args.temperature, "top_p": args.top_p,
-        "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "constrained": args.constrained,
+        "judge_constrained": args.judge_constrained, "max_context": args.max_context, "overlong": args.overlong,
     }
 
 
@@ -572,9 +684,10 @@ def _add_eval_pairs(esub: argparse._SubParsersAction) -> None:
 
 def _run_eval_pairs(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
-    from evolm.jsonl import check_outputs_differ
+    from evolm.jsonl import check_outputs_differ, check_writable
 
     check_outputs_differ([args.output], args.files)
+    check_writable([args.output])
     files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
     rubric_backend, judge = _rubric_and_judge(args)
     result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
@@ -582,7 +695,8 @@ def _run_eval_pairs(args: argparse.Namespace) -> None:
     out = {**result.to_dict(), "settings": {**_rubric_judge_settings(args), "limit": args.limit}}
     _write_result(args.output, out, pairs_eval.format_table(result))
     _done(f"pairwise accuracy {100 * result.total.accuracy:.1f} over {result.total.pairs} pairs"
-          + _rubric_note(result.rubrics) + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))
+          + _rubric_note(result.rubrics) + _judge_context_note(judge)
+          + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))
 
 
 # --- eval policy (owner: policy helper) -------------------------------------
@@ -728,26 +842,43 @@ def _run_eval_stats(args: argparse.Namespace) -> None:
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
-        help="write a self-contained HTML report of a run",
+        help="write a self-contained HTML report of a run, or overlay several runs",
         description="Read a run directory (metrics.jsonl, samples/, eval/, config.yaml) and write one HTML file "
         "with embedded plots: rewards of both roles, the judge's accuracy on temporal pairs beside the policy's "
-        "reward, rubric validity, rubric statistics per phase, early vs late rubrics, evaluation results. "
-        "Works on partial or crashed runs.",
+        "reward, rubric validity, held-out evaluations, rubric statistics per phase, early vs late rubrics, "
+        "evaluation results. Works on partial or crashed runs. With several run directories, write one comparison "
+        "page instead: their training and held-out curves overlaid (one colour per run) and a table of final values "
+        "with 95% confidence intervals; a sequential run's top directory reads as its two stages in a row.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (must hold metrics.jsonl)")
-    p.add_argument("--output", default=None, help="HTML file to write (default: RUN_DIR/report.html)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory (must hold metrics.jsonl); "
+                   "several: compare them")
+    p.add_argument("--output", default=None,
+                   help="HTML file to write (default: RUN_DIR/report.html; with several runs ./comparison.html)")
+    p.add_argument("--labels", default=None, metavar="A,B,...",
+                   help="with several runs: their names in the legend and tables, comma-separated, one per run "
+                   "(default: each directory's name)")
     p.set_defaults(run=_run_report)
 
 
 def _run_report(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    from evolm.errors import InputError
     from evolm.jsonl import check_outputs_differ
+
+    if len(args.run_dirs) > 1:
+        from evolm.compare import parse_labels, write_comparison
+
+        labels = parse_labels(args.labels, len(args.run_dirs)) if args.labels is not None else None
+        _done(f"wrote {write_comparison(args.run_dirs, args.output, labels)}")
+        return
+    if args.labels is not None:
+        raise InputError("--labels names the runs of a comparison; give two or more run directories")
     from evolm.report import write_report
 
-    run = Path(args.run_dir)  # the files the report reads
+    run = Path(args.run_dirs[0])  # the files the report reads
     check_outputs_differ([args.output], [run / "metrics.jsonl", run / "config.yaml", run / "samples", run / "eval"])
-    _done(f"wrote {write_report(args.run_dir, args.output)}")
+    _done(f"wrote {write_report(run, args.output)}")
 
 
 def _write_result(output: str | None, result: dict, table: str) -> None:
@@ -788,6 +919,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.run(args)
     except EvolmError as e:
         print(f"evolm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the system refused something (a file, the disk, a pipe): say what, in one line
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"evolm {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"evolm {args.command}: interrupted", file=sys.stderr)

@@ -43,6 +43,7 @@ from evolm.backends.base import Backend, SamplingParams
 from evolm.config import RunConfig, sequential_stages
 from evolm.contrast import (
     Generate,
+    LabelledPairs,
     Pair,
     ReplayBuffer,
     choose_builders,
@@ -51,6 +52,7 @@ from evolm.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
+from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.prompts import load_prompt_set
 from evolm.records import (
@@ -63,18 +65,9 @@ from evolm.records import (
     samples_path,
 )
 from evolm.rewards import RowReward, score_rows, step_rewards
-from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
-from evolm.rundir import (
-    append_frozen_rubrics,
-    checkpoint_state,
-    complete_checkpoints,
-    load_buffer,
-    RunStart,
-    cut_logs_back,
-    open_run,
-    read_frozen_rubrics,
-    write_checkpoint_extras,
-)
+from evolm.rubrics import RUBRIC_SCHEMA, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
+from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
+                          load_buffer, open_run, read_frozen_rubrics, write_checkpoint_extras)
 
 # ============================================================================= the run
 
@@ -96,17 +89,19 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     run_dir, checkpoint = start.run_dir, start.checkpoint
     if on_start is not None:
         on_start(start)
-    plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))
+    plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))  # and data.pairs for labelled pairs
+    first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
+    heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
     judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
               for m in [cfg.judge.model, *cfg.judge.extra_models]]
-    loop = Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step)
+    loop = Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
     #   2. TRL generates G completions per row
     #   3. loop.score, finish   rewards (missing -> group mean), replay buffer, samples
-    #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl) and, at phase ends and every
-    #      save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
+    #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
+    #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
@@ -157,6 +152,7 @@ class Plan:
         self.questions = list(questions)
         self._order = list(range(len(self.questions)))
         random.Random(cfg.seed).shuffle(self._order)
+        self.labelled = LabelledPairs.load(str(cfg.data.pairs), cfg.seed) if cfg.contrast.pairs == "labelled" else None
 
     def role_phase(self, step: int) -> tuple[str, int, int]:
         phase = step // self.k
@@ -210,7 +206,8 @@ def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: Written
 
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
     r = cfg.rubric
-    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.seed + info.step, cfg.model.chat_template_kwargs)
+    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.seed + info.step, cfg.model.chat_template_kwargs,
+                          RUBRIC_SCHEMA if r.constrained else None)
 
 
 def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
@@ -244,7 +241,7 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     def question(s: int) -> str:
         return picked[s][0].question if picked else plan.policy_question(info.policy_step, s)
 
-    pairs: dict[int, Pair] = {}
+    pairs: dict[int, Pair] = dict(enumerate(plan.labelled.take(info.step - info.policy_step, n))) if plan.labelled else {}
     temporal = [s for s in range(n) if builders[s] == "temporal" and picked]
     pairs.update(zip(temporal, temporal_pairs([picked[s] for s in temporal], answer, params, sys_prompt)))
     inferred = [s for s in range(n) if builders[s] == "inferred_question"]
@@ -272,6 +269,7 @@ class Loop:
     run_dir: Path
     on_step: Callable[[StepRecord], None] | None = None
     resume_step: int = 0  # the checkpoint's step when resuming: logs are cut back to it once TRL loaded it
+    heldout: HeldOut = field(default_factory=HeldOut)  # eval.*: held-out evaluation with the current weights
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
@@ -282,15 +280,18 @@ class Loop:
 
     def begin(self, is_main: bool) -> None:
         """TRL has loaded the checkpoint: only now are the logs cut back to it (a failed load changes nothing)."""
+        self.heldout.is_main = is_main
         if self.resume_step and is_main:
             cut_logs_back(self.run_dir, self.resume_step)
 
     # ---------------------------------------------------------------- 1. materialise (before TRL generates)
 
     def step_rows(self, step: int, generate: Generate) -> list[dict[str, Any]]:
+        self.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
-        if info.role == "rubric":
-            answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer else generate
+        if info.role == "rubric":  # labelled pairs need no answerer
+            answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer and self.plan.labelled is None \
+                else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         if self.plan.regime == "judge_only":
             return policy_rows(self.cfg, self.plan, info, [None] * self.plan.prompts_per_step)
@@ -377,14 +378,14 @@ class Loop:
 
     def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None:
         rec = self.pending.pop(step, None)
-        if rec is None or not is_main:
-            return
-        now = time.time()
-        rec.kl, rec.loss = trl_logs.get("kl"), trl_logs.get("loss")
-        rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
-        append_record(self.run_dir / METRICS_FILE, rec)
-        if self.on_step is not None:
-            self.on_step(rec)
+        if rec is not None and is_main:
+            now = time.time()
+            rec.kl, rec.loss = trl_logs.get("kl"), trl_logs.get("loss")
+            rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
+            append_record(self.run_dir / METRICS_FILE, rec)
+            if self.on_step is not None:
+                self.on_step(rec)
+        self.last_time += self.heldout.after_step(step, self.judges)  # on every process: generation is collective
 
     def is_phase_end(self, step: int) -> bool:
         return self.plan.is_phase_end(step)

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from evolm.context import OVERLONG  # judge.overlong: what happens to a prompt longer than the judge's context
 from evolm.contrast import PAIR_BUILDERS, PAIR_MODES
 from evolm.errors import InputError
 from evolm.judge import JUDGE_MODES
@@ -25,7 +26,6 @@ from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
 from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS
 
-OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
 
@@ -73,8 +73,9 @@ class JudgeConfig:
     constrained: bool = _f(False, "generative mode: decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")
-    max_context: int = _f(0, "the judge's context in tokens (0: the model's own, from its config); longer prompts "
-                          "are handled per judge.overlong")
+    max_context: int = _f(0, "the judge's context in tokens (0: the model's own, from its config; a server's is not "
+                          "known, so set it for backend=openai to guard there, prompts then estimated at 3 bytes per "
+                          "token); a prompt leaving no room for the reply is handled per judge.overlong")
     overlong: str = _f("truncate", "a judge prompt longer than the context: truncate (cut from the middle of the "
                        "answer, said per row and in the summary) or refuse (an error naming the row)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
@@ -293,6 +294,10 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     if cfg.rubric.writer is not None and s.regime == "coevolve":
         errors.append("rubric.writer is a fixed writer for the sequential and frozen_rubric regimes; the coevolve "
                       "regime writes rubrics with the model being trained")
+    for name, path in (("data.pairs", cfg.data.pairs if c.pairs == "labelled" else None),
+                       ("eval.pairs", cfg.eval.pairs), ("eval.questions", cfg.eval.questions)):
+        if path and not Path(path).is_file():
+            errors.append(f"{name}: no such file {path} (a relative path is read from the directory evolm runs in)")
     return errors
 
 
@@ -300,15 +305,18 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
     s = cfg.schedule
     per_role = s.cycles * s.steps_per_phase
+    pairs_from = "labelled pairs from data.pairs" if cfg.contrast.pairs == "labelled" else "answers from a frozen policy"
     roles = {"coevolve": f"{per_role} policy + {per_role} rubric, alternating",
              "sequential": f"{per_role} rubric, then {per_role} policy",
              "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
              "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)",
-             "rubric_only": f"{per_role} rubric (answers from a frozen policy)"}[s.regime]
+             "rubric_only": f"{per_role} rubric ({pairs_from})"}[s.regime]
     per_device = cfg.grpo.get("per_device_train_batch_size", 8)
     settings = evolm_grpo_settings(cfg, num_processes)
     rows = s.prompts_per_step * s.samples_per_prompt
     max_len = cfg.grpo.get("max_completion_length", 256)
+    heldout = ", ".join(f for f in (cfg.eval.pairs, cfg.eval.questions) if f)
+    every = f", every {cfg.eval.every} steps" if cfg.eval.every else ""
     return [
         ("regime", s.regime),
         ("optimizer steps", f"{cfg.total_steps}: {roles}"),
@@ -321,7 +329,7 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {cfg.judge.base_url})" if cfg.judge.base_url else ")")),
-    ]
+    ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else [])
 
 
 def _sampling_checks(section: str, temperature: float, top_p: float | None, max_new_tokens: int

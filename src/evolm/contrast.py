@@ -11,6 +11,8 @@ Two more pair builders exist as options: ``rubric_conditioned`` (better = answer
 rubric in the system prompt, worse = without) and ``inferred_question`` (worse = the policy's
 answer to the question the model guesses the better answer responds to: tests on-topicness).
 Builders take a ``generate`` callable so that the same code runs on the trainer's engine.
+``labelled`` generates nothing: (chosen, rejected) pairs from a file (``LabelledPairs``), the sanity
+check that the writer learns rubrics under which the judge agrees with human or GPT-4 labels.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evolm.backends.base import Conversation, SamplingParams
-from evolm.errors import RunError
+from evolm.errors import InputError, RunError
 from evolm.jsonl import atomic_writer
 from evolm.rubrics import strip_thinking
 
@@ -162,6 +164,36 @@ def inferred_question_pairs(questions: Sequence[str], generate: Generate, params
     guessed = [strip_thinking(g).strip() or q for g, q in zip(guesses, questions, strict=True)]  # no guess: q itself
     off_topic = generate([policy_messages(g, system_prompt) for g in guessed], params)
     return [Pair(q, a, b, "inferred_question") for q, a, b in zip(questions, answers, off_topic, strict=True)]
+
+
+class LabelledPairs:
+    """``contrast.pairs=labelled``: the pairs of ``data.pairs`` (any format ``evolm eval pairs`` reads), dealt out
+    in a seed-shuffled order.
+
+    Slot ``s`` of the ``r``-th rubric step (counting rubric steps only) gets the pair at position ``r * n + s`` of
+    the order, cycling through the file when it runs out: the same pairs on every process and after a resume.
+    """
+
+    def __init__(self, pairs: Sequence[Pair], seed: int) -> None:
+        if not pairs:
+            raise ValueError("no labelled pairs")
+        self.pairs = list(pairs)
+        self.order = list(range(len(self.pairs)))
+        random.Random(seed).shuffle(self.order)
+
+    @classmethod
+    def load(cls, path: str | Path, seed: int) -> LabelledPairs:
+        from evolm.eval.pairs import load_pairs
+
+        try:
+            pairs = load_pairs(path)
+        except InputError as e:  # one line, before any model loads
+            raise InputError(f"data.pairs: {e}") from None
+        return cls([Pair(p.prompt, p.better, p.worse, "labelled") for p in pairs], seed)
+
+    def take(self, rubric_step: int, n: int) -> list[Pair]:
+        """The ``n`` pairs of the ``rubric_step``-th rubric step (0-based), one per slot."""
+        return [self.pairs[self.order[(rubric_step * n + s) % len(self.order)]] for s in range(n)]
 
 
 def choose_builders(n: int, mode: str, weights: dict[str, float], rng: random.Random) -> list[str]:

@@ -4,7 +4,8 @@ Outputs are written to a temporary file beside the target, fsynced and renamed i
 complete, so that an interrupted command never leaves a file that looks finished; streams, FIFOs and
 devices are written through, and a symlink's target is replaced (``atomic_writer``). Long commands
 write rows as they go and can resume (``resumable_jsonl``). ``check_outputs_differ`` refuses an
-output that is also an input.
+output that is also an input, ``check_writable`` one that cannot be written; write failures (a full
+disk, a non-directory) are one-line ``InputError``s naming the output.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str,
     Blank lines are skipped.
     """
     if str(path) == "-":
+        # The bytes, decoded strictly here: Python's own stdin decoding may be lenient (surrogateescape
+        # under a C or POSIX locale), which would pass undecodable bytes on to fail when written.
+        buffer = getattr(sys.stdin, "buffer", None)
         try:
-            text = sys.stdin.read()
+            text = buffer.read().decode("utf-8") if buffer is not None else sys.stdin.read()
         except UnicodeDecodeError as e:
             raise InputError(f"<stdin>: not UTF-8 text ({e.reason})") from None
         return parse_jsonl_lines(text.splitlines(), "<stdin>", required)
@@ -197,25 +201,69 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
             f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as e:
             raise InputError(f"{path}: cannot write ({e.strerror})") from None
-        with f:
+        try:
             yield f
+        except BaseException:
+            with contextlib.suppress(OSError):  # a failed write left bytes in the buffer: keep the first error
+                f.close()
+            raise
+        try:
+            f.close()
+        except OSError as e:
+            raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
         return
     target = replace_target(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}@{_HOST}.", suffix=".part", dir=target.parent)
+    _make_parent(target, path)
+    try:
+        remove_stale_parts(target)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}@{_HOST}.", suffix=".part", dir=target.parent)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:  # a full disk, a quota
+                raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
         os.chmod(tmp, _new_file_mode(target))  # mkstemp creates 0600; keep the target's, or what open() would give
         os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
+
+
+def check_writable(outputs: Iterable[str | Path | None]) -> None:
+    """``InputError`` for an output that cannot be written: its folder cannot be made, or no file can be created in it.
+
+    Run before a command loads a model or computes anything, so that a non-directory, read-only or
+    missing location costs nothing. A temporary file is created and removed beside each output (a
+    permission check would not see a read-only mount, nor root's rights); streams, FIFOs and devices
+    are skipped (a full device shows only when written to: then the first write fails, one line).
+    """
+    for out in outputs:
+        if out is None or is_write_through(out):
+            continue
+        target = replace_target(out)
+        _make_parent(target, out)
+        try:
+            with tempfile.NamedTemporaryFile(prefix=f".{target.name}.", suffix=".check", dir=target.parent):
+                pass
+        except OSError as e:
+            raise InputError(f"{out}: cannot write there ({e.strerror or e})") from None
+
+
+def _make_parent(target: Path, given: str | Path) -> None:
+    """Create the folder an output goes to; ``InputError`` naming ``given`` when that cannot be done."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a folder should be
+        raise InputError(f"{given}: cannot write there ({target.parent} is not a directory)") from None
+    except OSError as e:
+        raise InputError(f"{given}: cannot write there ({e.strerror or e})") from None
 
 
 def _new_file_mode(target: Path) -> int:
@@ -270,10 +318,13 @@ class ResumableJsonl:
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Append rows and make them durable (flushed, and fsynced for a file)."""
         rows = list(rows)
-        self._f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        self._f.flush()
-        if self.partial is not None:
-            os.fsync(self._f.fileno())
+        try:
+            self._f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            self._f.flush()
+            if self.partial is not None:
+                os.fsync(self._f.fileno())
+        except OSError as e:  # a full disk, a closed pipe
+            raise InputError(f"{self.partial or self.path}: cannot write ({e.strerror or e})") from None
         self.rows += rows
 
 
@@ -296,9 +347,12 @@ def resumable_jsonl(path: str | Path, resume: bool = False) -> Iterator[Resumabl
             yield ResumableJsonl(path, f, None, [])
         return
     target = replace_target(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    f = open(partial, "a+b")  # noqa: SIM115 - closed below
+    _make_parent(target, path)
+    try:
+        f = open(partial, "a+b")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -355,7 +409,8 @@ def _close_partial(f: Any, partial: Path) -> None:
     with contextlib.suppress(OSError):
         if partial.exists() and os.fstat(f.fileno()).st_size == 0 and os.path.samefile(partial, f.fileno()):
             partial.unlink()
-    f.close()
+    with contextlib.suppress(OSError):  # after a failed write the buffer cannot be flushed: the first error stands
+        f.close()
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

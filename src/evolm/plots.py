@@ -1,4 +1,4 @@
-"""Plots of a run for the report: each function takes plain series and returns PNG bytes.
+"""Plots for the report, of one run or of several runs overlaid: each function takes plain series, returns a PNG.
 
 Figures are built with ``matplotlib.figure.Figure`` and rendered by Agg, never through ``pyplot``,
 so that no global backend or figure registry is touched (the report may run inside another
@@ -199,4 +199,94 @@ def rubric_stats_plot(rows: Sequence[dict]) -> bytes:
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.subplots_adjust(hspace=0.55, wspace=0.3, bottom=0.16)
+    return _png(fig)
+
+
+# ----------------------------------------------------------------------------- several runs on one axes
+
+# run index -> (colour, marker): Okabe-Ito hues (colour-blind safe) and a marker each, so runs stay apart in grey
+RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B")
+RUN_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def run_style(run: int) -> tuple[str, str]:
+    """(colour, marker) of the ``run``-th run; more than 8 runs reuse colours with another marker."""
+    return RUN_COLOURS[run % len(RUN_COLOURS)], RUN_MARKERS[(run + run // len(RUN_COLOURS)) % len(RUN_MARKERS)]
+
+
+def _legend_text(label: str) -> str:
+    """A run label as matplotlib shows it verbatim: ``$`` would start mathtext, a leading ``_`` hides the entry."""
+    label = label.replace("$", r"\$")
+    return "\u200b" + label if label.startswith("_") else label
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """One run's per-step curve; ``dashed`` draws a second curve of the same run (its other role)."""
+
+    label: str
+    run: int
+    series: Series
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class RunPoints:
+    """One run's held-out values with their 95% intervals (``lo``/``hi`` NaN: no interval, a bare marker)."""
+
+    label: str
+    run: int
+    x: Sequence[float]
+    y: Sequence[float]
+    lo: Sequence[float]
+    hi: Sequence[float]
+
+
+def _overlay_finish(ax, title: str, ylabel: str, ylim: tuple[float, float] | None, entries: int) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("global step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.grid(True, color="0.85", linewidth=0.5)
+    if entries:  # below the axes, so that a legend of many runs never covers the curves
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(entries, 3), fontsize=8, frameon=False)
+
+
+def overlay_plot(curves: Sequence[RunCurve], title: str, ylabel: str,
+                 ylim: tuple[float, float] | None = None) -> bytes:
+    """Per-step curves of several runs on one axes, one colour and marker per run (lines break between phases)."""
+    fig = Figure(figsize=(8.5, 3.6))
+    ax = fig.add_subplot()
+    for c in curves:
+        colour, marker = run_style(c.run)
+        xs, ys = _broken(c.series, c.series.y)
+        ls = "--" if c.dashed else "-"
+        if len(c.series.x) > _DENSE:
+            ax.plot(xs, ys, color=colour, linestyle=ls, linewidth=0.9, alpha=0.75, label=_legend_text(c.label))
+        else:
+            ax.plot(xs, ys, color=colour, linestyle=ls, marker=marker, markersize=4, linewidth=1.3,
+                    markerfacecolor="white" if c.dashed else colour, label=_legend_text(c.label))
+    _overlay_finish(ax, title, ylabel, ylim, len(curves))
+    return _png(fig)
+
+
+def interval_plot(points: Sequence[RunPoints], title: str, ylabel: str,
+                  ylim: tuple[float, float] | None = None) -> bytes:
+    """Held-out values of runs with 95% interval bars; runs are nudged sideways so that bars do not hide each other."""
+    fig = Figure(figsize=(8.5, 3.6))
+    ax = fig.add_subplot()
+    xs_all = [x for p in points for x in p.x]
+    span = (max(xs_all) - min(xs_all)) if xs_all else 0.0
+    width = 0.012 * (span or 1.0)
+    for i, p in enumerate(points):
+        colour, marker = run_style(p.run)
+        dx = (i - (len(points) - 1) / 2) * width
+        xs = [x + dx for x in p.x]
+        lower = [y - lo if not math.isnan(lo) else 0.0 for y, lo in zip(p.y, p.lo, strict=True)]
+        upper = [hi - y if not math.isnan(hi) else 0.0 for y, hi in zip(p.y, p.hi, strict=True)]
+        ax.errorbar(xs, p.y, yerr=[lower, upper], color=colour, marker=marker, markersize=5, linewidth=1.2,
+                    capsize=3, elinewidth=1.0, label=_legend_text(p.label))
+    _overlay_finish(ax, title, ylabel, ylim, len(points))
     return _png(fig)

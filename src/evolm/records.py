@@ -3,9 +3,11 @@
 A run directory holds::
 
     config.yaml                      the resolved RunConfig
-    metrics.jsonl                    one StepRecord per optimizer step (appended, fsync'ed)
+    metrics.jsonl                    one StepRecord per optimizer step (appended, fsync'ed), and one with role
+                                     "eval" per held-out evaluation (``evolm.heldout``; readers of steps skip it)
     samples/phase-XXX-<role>.jsonl   SampleRecords: every generated row with its reward and details
     frozen_rubrics.jsonl             rubrics of a fixed writer (sequential / frozen_rubric), written once
+    eval_rubrics.jsonl               the fixed rubric set of held-out policy scores, written once at step 0
     checkpoints/checkpoint-N/        TRL's checkpoint + the replay buffer + CheckpointState (written last)
 
 Training appends these; resume, the report, ``evolm eval stats``, the summary table and the
@@ -93,7 +95,7 @@ class StepRecord:
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)
     heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs with the current writer's rubrics
     heldout_pairs: int | None = _typed(int)  # n of those pairs (a tie or missing score counts 1/2)
-    heldout_validity: float | None = _typed(float)  # format-valid share of rubrics written for eval.questions
+    heldout_validity: float | None = _typed(float)  # format-valid share of rubrics for eval.questions + eval.pairs
     heldout_policy_score: float | None = _typed(float)  # mean judge score of the policy's answers (fixed rubrics)
     heldout_policy_score_std: float | None = _typed(float)  # their standard deviation (for a confidence interval)
     heldout_questions: int | None = _typed(int)  # n of held-out questions

@@ -4,8 +4,10 @@ The report is a reader: it loads what training appended (``metrics.jsonl``, ``sa
 ``eval/*.json``, ``config.yaml``) and never the other way round; training does not import this
 module. It must work on the run a user actually has: a crash leaves a torn last line, a short run
 has only one role, a judge that failed to score leaves nulls. None of these stops the report; each
-is listed at the top under "What is missing". Plots are PNG embedded as base64, and the HTML has
-no external CSS or JS, so the file can be mailed or archived alone.
+is listed at the top under "What is missing". Held-out evaluations (role "eval" lines of
+``metrics.jsonl``) are kept apart from the training steps: they get a section of their own, with 95%
+intervals, and never enter a training curve, a phase or a step count. Plots are PNG embedded as
+base64, and the HTML has no external CSS or JS, so the file can be mailed or archived alone.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from evolm.eval.rubric_stats import (
     phase_rubric_stats,
     read_samples,
 )
+from evolm.intervals import HELDOUT, fmt_estimate, heldout_estimate
 from evolm.jsonl import atomic_writer
 from evolm.records import METRIC_FIELDS, METRICS_FILE, StepRecord, read_lenient, read_metrics
 from evolm.rubrics import Rubric
@@ -46,6 +49,14 @@ HIGHLIGHTS = ("model.name", "model.dtype", "judge.model", "judge.mode", "judge.b
               "schedule.samples_per_prompt", "rubric.reward", "contrast.pairs", "contrast.min_age", "contrast.max_age",
               "contrast.buffer_size", "grpo.learning_rate", "grpo.beta", "grpo.max_completion_length", "seed")
 _MAX_EVAL_ROWS = 300
+SEQUENTIAL_STAGES = ("stage1-writer", "stage2-policy")  # run directories under a sequential run's output_dir
+EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training steps
+# values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
+_SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",
+           "heldout_validity"}
+_STDS = {"reward_std", "heldout_policy_score_std"}
+_MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
+_COUNTS = ("heldout_pairs", "heldout_questions")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -99,25 +110,53 @@ class RunData:
     phases: list[Phase]
     samples: RunSamples
     rubric_stats: list[PhaseRubricStats]
+    heldout: list[dict[str, Any]] = field(default_factory=list)  # role "eval" lines, in step order
     config: Any = None
     config_text: str | None = None
     evals: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
-def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _sane(key: str, v: float) -> bool:
+    if math.isnan(v) or key in ("time", "seconds"):
+        return True
+    if key in _SHARES:
+        return 0.0 <= v <= 1.0
+    return abs(v) <= _MAX_ABS and (key not in _STDS or v >= 0)
+
+
+def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """Every readable line of a ``metrics.jsonl`` as a flat dict, training steps and held-out evaluations alike.
+
+    Floats are finite or NaN; a value outside its bounds (a share outside [0, 1], a negative std,
+    a magnitude above 1e15, a held-out n below 1) is read as missing and counted in ``notes``.
+    Sorted by step, stably: an evaluation keeps its place after the step it follows.
+    """
     read = read_lenient(path)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    absurd = 0
     for obj in read.rows:
         rec = StepRecord.from_json(obj)
         if not isinstance(obj.get("step"), int) or isinstance(obj.get("step"), bool):
             rec.step = rows[-1]["step"] + 1 if rows else 1  # keep the row in order rather than drop its values
         row = {"step": rec.step, "role": rec.role, "cycle": rec.cycle, "phase": rec.phase}
-        row.update({k: _num(getattr(rec, k)) for k in METRIC_KEYS})
+        for k in METRIC_KEYS:
+            v = _num(getattr(rec, k))
+            if not _sane(k, v):
+                absurd, v = absurd + 1, math.nan
+            row[k] = v
+        for k in _COUNTS:
+            n = getattr(rec, k)
+            if n is not None and n < 1:
+                absurd, n = absurd + 1, None
+            row[k] = n
         rows.append(row)
     if read.skipped:
         torn = " (the last line is torn: the run crashed or is still writing)" if read.torn_last else ""
         notes.append(f"{path.name}: {read.skipped} unreadable line(s) skipped{torn}.")
+    if absurd:
+        notes.append(f"{path.name}: {absurd} out-of-range value(s) read as missing (a share outside [0, 1], a "
+                     f"negative std, a magnitude above {_MAX_ABS:g}, a held-out n below 1).")
     rows.sort(key=lambda r: r["step"])
     return rows
 
@@ -139,9 +178,13 @@ def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; raises ``RunError`` only when it has no ``metrics.jsonl`` at all."""
     root = Path(run_dir)
     if not (root / "metrics.jsonl").is_file():
-        raise RunError(f"{root}: not a run directory (no metrics.jsonl)")
+        stages = [s for s in SEQUENTIAL_STAGES if (root / s / METRICS_FILE).is_file()]
+        hint = (f": a sequential run's top directory; report a stage ({', '.join(f'{root / s}' for s in stages)}), "
+                "or give it with other runs to compare") if stages else ""
+        raise RunError(f"{root}: not a run directory (no metrics.jsonl){hint}")
     notes: list[str] = []
-    metrics = _read_metrics(root / "metrics.jsonl", notes)
+    rows = read_metric_rows(root / "metrics.jsonl", notes)
+    metrics = [r for r in rows if r["role"] != EVAL_ROLE]
     if not metrics:
         notes.append("metrics.jsonl holds no readable step yet.")
     roles = {r["role"] for r in metrics}
@@ -153,7 +196,8 @@ def load_run(run_dir: str | Path) -> RunData:
         notes.append("no samples/phase-XXX-<role>.jsonl files: no rubric statistics or example rubrics.")
     if samples.skipped_lines:
         notes.append(f"samples: {samples.skipped_lines} unreadable line(s) skipped.")
-    data = RunData(root, metrics, _split_phases(metrics), samples, phase_rubric_stats(samples), notes=notes)
+    data = RunData(root, metrics, _split_phases(metrics), samples, phase_rubric_stats(samples),
+                   heldout=[r for r in rows if r["role"] == EVAL_ROLE], notes=notes)
     cfg = root / "config.yaml"
     if cfg.is_file():
         data.config_text = cfg.read_text(encoding="utf-8", errors="replace")
@@ -247,7 +291,7 @@ def _header(d: RunData) -> str:
     m = d.metrics
     per_role = Counter(r["role"] for r in m)
     seconds = _nansum([r["seconds"] for r in m])
-    times = [r["time"] for r in m if not math.isnan(r["time"])]
+    times = [r["time"] for r in m + d.heldout if not math.isnan(r["time"])]
     rows: list[list[Any]] = [
         ["steps logged", sum(per_role.values())],
         *[[f"{role} steps", n] for role, n in sorted(per_role.items())],
@@ -256,6 +300,10 @@ def _header(d: RunData) -> str:
         ["training time (sum of step times)", _duration(seconds)],
         ["wall-clock span (first to last record)", _duration(max(times) - min(times)) if len(times) > 1 else "–"],
     ]
+    if d.heldout:
+        at = steps_text([r["step"] for r in d.heldout])
+        rows[5:5] = [["held-out evaluations", f"{len(d.heldout)} (at steps {at})"],
+                     ["held-out evaluation time", _duration(_nansum([r["seconds"] for r in d.heldout]))]]
     if times:
         try:
             last = dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -350,6 +398,54 @@ def _validity(d: RunData) -> str:
     return ("<h2>Rubric validity</h2><p class='muted'>Share of rubrics that are format-valid (SPEC §2.1): on rubric "
             "steps the rubrics being trained, on policy steps the rubrics written to judge that step's questions.</p>"
             + _plot(d, "rubric validity", plots.validity_plot, series, _spans(d)))
+
+
+# ----------------------------------------------------------------------------- held-out evaluations
+
+def steps_text(steps: list[int]) -> str:
+    return ", ".join(map(str, steps)) if len(steps) <= 12 else f"{', '.join(map(str, steps[:10]))}, … {steps[-1]}"
+
+
+def heldout_points(rows: list[dict[str, Any]], key: str, label: str, run: int) -> plots.RunPoints | None:
+    """A run's held-out values of ``key`` for ``plots.interval_plot``; None when no eval line has the metric."""
+    ests = [e for r in rows if (e := heldout_estimate(r, key)) is not None]
+    if not ests:
+        return None
+    return plots.RunPoints(label, run, [e.step for e in ests], [e.value for e in ests],
+                           [e.ci[0] if e.ci else math.nan for e in ests], [e.ci[1] if e.ci else math.nan for e in ests])
+
+
+HELDOUT_ABOUT = ("Held-out evaluations are role \"eval\" lines of metrics.jsonl, written before the first step, every "
+                 "eval.every steps and at the end with the weights of that moment; they are not training steps. "
+                 "Judge pair accuracy: the judge's accuracy on eval.pairs with the current writer's rubrics (a tie "
+                 "counts 1/2; n = pairs). Rubric validity: format-valid share of the rubrics the evaluation wrote, "
+                 "one per distinct eval.pairs prompt and per eval.questions question (n = questions scored, a lower "
+                 "bound on the rubrics written, so its interval is conservative). Policy score: mean judge score of "
+                 "the policy's greedy answers to eval.questions under a fixed rubric set (n = answers scored). Bars "
+                 "and brackets are 95% intervals: Wilson for the two shares, mean ± t·s/√n for the score (s: the "
+                 "sample standard deviation, from the logged population one).")
+
+
+def _heldout(d: RunData) -> str:
+    """Only for a run that logged held-out evaluations (a run without eval.* settings keeps its usual report)."""
+    if not d.heldout:
+        return ""
+    out = ["<h2>Held-out evaluation</h2>", f"<p class='muted'>{_e(HELDOUT_ABOUT)}</p>"]
+    label = d.run_dir.resolve().name
+    for key, title, _, _ in HELDOUT:
+        if (pts := heldout_points(d.heldout, key, label, 0)) is not None:
+            ylim = (-0.03, 1.03) if key != "heldout_policy_score" else None
+            out.append(_plot(d, title, plots.interval_plot, [pts], title.capitalize(), title, ylim))
+    rows = []
+    for r in d.heldout:
+        cells: list[Any] = [r["step"]]
+        for key, _, _, _ in HELDOUT:
+            e = heldout_estimate(r, key)
+            cells += [fmt_estimate(e), e.n if e and e.n else "—"]
+        rows.append(cells)
+    header = ["step", "pair accuracy [95% CI]", "pairs", "validity [95% CI]", "questions", "policy score [95% CI]",
+              "questions"]
+    return "\n".join(out) + _table(header, rows)
 
 
 def _phase_table(d: RunData) -> str:
@@ -489,7 +585,7 @@ def _evals_section(d: RunData) -> str:
 
 def render_report(d: RunData) -> str:
     """The report's HTML for loaded run data."""
-    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _phase_table(d), _stats_section(d),
+    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _phase_table(d), _stats_section(d),
             _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
     notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
              + "</ul></div>") if d.notes else ""
@@ -518,9 +614,13 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 
 def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Per phase: role, cycle, steps, mean reward, judge pair accuracy, rubric validity, seconds."""
+    """Per phase: role, cycle, steps, mean reward, judge pair accuracy, rubric validity, seconds.
+
+    Held-out evaluation lines are not steps of a phase and are left out."""
     phases: dict[int, list[StepRecord]] = {}
     for rec in read_metrics(run_dir):
+        if rec.role == EVAL_ROLE:
+            continue
         phases.setdefault(rec.phase if rec.phase is not None else -1, []).append(rec)
 
     def mean(recs: list[StepRecord], key: str) -> float | None:

@@ -17,6 +17,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
+from evolm.constrained import RUBRIC_SCHEMA as RUBRIC_SCHEMA  # the reply format below, as a JSON schema
 
 # ----------------------------------------------------------------------------- data model
 

@@ -36,21 +36,36 @@ at every optimizer step:
      used: it keeps TRL from syncing the same weights twice in a step). ``generate`` is a
      collective in server and TP modes, so every process calls it with equally long lists.
    - transformers: ``trl.models.unwrap_model_for_generation`` (gathers ZeRO-3 shards for the call).
+   Both honour ``SamplingParams.json_schema`` (vLLM: ``structured_outputs`` in ``generation_kwargs``,
+   as below; transformers: ``HFBackend``'s xgrammar processor).
+5. Constrained rubric steps (``rubric.constrained``; policy steps are never constrained): TRL samples
+   the rubrics itself, so for the first micro-batch of a rubric step (the one TRL generates in) the
+   adapter constrains TRL's own generation and undoes it when ``training_step`` returns:
+   - transformers: TRL calls ``generate(**inputs, generation_config=...)`` on
+     ``accelerator.unwrap_model(trainer.model_wrapped)`` (``_generate_single_turn``); that object's
+     ``generate`` is shadowed by an instance attribute that adds one fresh xgrammar logits processor
+     per call (``evolm.constrained``), then removed. The continuous-batching path
+     (``use_transformers_continuous_batching``, ``generate_batch``) takes no logits processor: refused.
+   - vLLM: ``VLLMGeneration.generation_kwargs`` (public attribute, read at every ``generate``; the
+     colocate engine turns a ``structured_outputs`` dict into ``StructuredOutputsParams``, server
+     mode sends it) gets ``structured_outputs`` for the step and is restored. A
+     ``grpo.vllm_structured_outputs_regex`` would take precedence: refused with constrained rubrics.
 
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
-``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` / ``sync_weights``;
-run ``pytest tests/test_trl_adapter.py tests/test_coevolve.py``; add the version to ``TESTED_TRL``
-and widen the pin in pyproject.toml.
+``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
+``sync_weights``; run ``pytest tests/test_trl_adapter.py tests/test_coevolve.py tests/test_constrained.py``;
+add the version to ``TESTED_TRL`` and widen the pin in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from evolm.backends.base import Conversation, SamplingParams
+from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
 from evolm.config import RunConfig, batch_error, evolm_grpo_settings
 from evolm.errors import InputError, RunError
 from evolm.rewards import completion_text
@@ -142,6 +157,21 @@ def check_launch(cfg: RunConfig) -> None:
             raise InputError(f"grpo.{key} must be a number, not {value!r}")
         if isinstance(default, bool) and not isinstance(value, bool):
             raise InputError(f"grpo.{key} must be true or false, not {value!r}")
+    if cfg.rubric.constrained:
+        _check_constrained(cfg.grpo)
+
+
+def _check_constrained(grpo: dict[str, Any]) -> None:
+    """``rubric.constrained`` needs xgrammar and a TRL generation path the adapter can constrain (item 5)."""
+    from evolm.constrained import require_xgrammar
+
+    require_xgrammar()
+    if grpo.get("use_vllm") and grpo.get("vllm_structured_outputs_regex") is not None:
+        raise InputError("rubric.constrained and grpo.vllm_structured_outputs_regex both constrain TRL's "
+                         "generation: set one")
+    if not grpo.get("use_vllm") and grpo.get("use_transformers_continuous_batching"):
+        raise InputError("rubric.constrained needs TRL's plain transformers generation: unset "
+                         "grpo.use_transformers_continuous_batching (generate_batch takes no logits processor)")
 
 
 def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
@@ -163,6 +193,7 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
                                args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
+    trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -198,6 +229,8 @@ def _trainer_class() -> type:
             if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
                 self._evolm_step = step
                 inputs = _materialise(self, inputs, step)
+                with _constrained_generation(self, inputs):
+                    return super().training_step(model, inputs, num_items_in_batch)
             return super().training_step(model, inputs, num_items_in_batch)
 
     return EvolmGRPOTrainer
@@ -211,6 +244,71 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
                            f"order (trl {check_trl()}); the adapter's contract is broken")
     full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
     return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
+
+
+# ============================================================================= constrained rubric steps (contract item 5)
+
+
+def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | None:
+    """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take it."""
+    if not cfg.rubric.constrained:
+        return None
+    from evolm.constrained import RUBRIC_SCHEMA
+
+    if args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
+        raise RunError(f"trl {check_trl()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
+    trainer.evolm_thinking = tokenizer_thinks(trainer.processing_class)
+    return RUBRIC_SCHEMA
+
+
+@contextmanager
+def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Iterator[None]:
+    """TRL's own generation constrained to the rubric schema while it runs, on rubric steps only (contract item 5)."""
+    schema = getattr(trainer, "evolm_rubric_schema", None)
+    if schema is None or not inputs or inputs[0].get("role") != "rubric":
+        yield
+        return
+    if getattr(trainer.args, "use_vllm", False):
+        from evolm.constrained import reply_start, vllm_structured_outputs
+
+        vg = trainer.vllm_generation
+        prompt = trainer.processing_class.apply_chat_template(
+            inputs[0]["prompt"], tokenize=False, add_generation_prompt=True, **(trainer.args.chat_template_kwargs or {}))
+        saved = vg.generation_kwargs
+        start = reply_start(prompt, trainer.evolm_thinking)
+        vg.generation_kwargs = {**saved, "structured_outputs": vllm_structured_outputs(schema, start)}
+        try:
+            yield
+        finally:
+            vg.generation_kwargs = saved
+        return
+    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    shadowed = model.__dict__.get("generate")  # an instance attribute already there (none, normally)
+    model.generate = _grammar_generate(model, model.generate, trainer.processing_class, schema, trainer.evolm_thinking)
+    try:
+        yield
+    finally:
+        if shadowed is None:
+            del model.generate
+        else:
+            model.generate = shadowed
+
+
+def _grammar_generate(model: Any, generate: Any, tokenizer: Any, schema: dict[str, Any], thinking: bool) -> Any:
+    """``generate`` with one fresh xgrammar processor per call, sized to the call's batch (left-padded prompts)."""
+    from evolm.backends.hf import generation_stop_ids, model_vocab_size
+    from evolm.constrained import logits_processor, reply_start
+
+    def constrained_generate(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]  # [B, L], left-padded
+        starts = [reply_start(tokenizer.decode(row[-16:].tolist()), thinking) for row in ids]  # the prompts' ends
+        config = kwargs.get("generation_config")
+        stops = generation_stop_ids(model, tokenizer, getattr(config, "eos_token_id", None))
+        grammar = logits_processor(tokenizer, model_vocab_size(model), schema, starts, stops)
+        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), grammar]
+        return generate(*args, **kwargs)
+
+    return constrained_generate
 
 
 # ============================================================================= rewards
@@ -339,9 +437,18 @@ class TrainerGenerate:
             t._last_loaded_step = t.state.global_step
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
+        kept = vg.generation_kwargs if params.json_schema is not None else None
+        if kept is not None:
+            from evolm.constrained import reply_start, vllm_structured_outputs
+
+            prompt = tok.apply_chat_template(convs[0], tokenize=False, add_generation_prompt=True, **kwargs)
+            start = reply_start(prompt, tokenizer_thinks(tok))
+            vg.generation_kwargs = {**kept, "structured_outputs": vllm_structured_outputs(params.json_schema, start)}
         try:
             _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
         finally:
             vg.temperature, vg.top_p, vg.max_completion_length = saved
+            if kept is not None:
+                vg.generation_kwargs = kept
         return tok.batch_decode(completion_ids, skip_special_tokens=True)
 

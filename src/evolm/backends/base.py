@@ -24,6 +24,8 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy decoding. ``seed`` makes sampling repeatable where the backend
     allows it (transformers: always; servers: when they honour the ``seed`` field).
+    ``json_schema`` constrains the reply to this JSON schema (``evolm.constrained``: xgrammar on
+    transformers, structured outputs on vLLM, ``response_format`` on OpenAI-compatible servers).
     """
 
     temperature: float = 1.0
@@ -31,6 +33,7 @@ class SamplingParams:
     max_new_tokens: int = 512
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    json_schema: dict[str, Any] | None = None
 
 
 @runtime_checkable

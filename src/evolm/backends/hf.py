@@ -37,6 +37,8 @@ from evolm.backends.base import (
     opened_thinking,
     tokenizer_thinks,
 )
+from evolm.constrained import logits_processor, reply_start
+from evolm.context import model_context_length
 
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
 
@@ -88,6 +90,18 @@ class HFBackend:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's context in tokens (``evolm.context.model_context_length``); ``None`` when its config does not say."""
+        return model_context_length(self.model, self.tokenizer)
+
+    def count_tokens(self, conversations: Sequence[Conversation], chat_template_kwargs: dict[str, Any] | None = None,
+                     *, after_thinking: bool = False) -> list[int]:
+        """Prompt length in tokens of each conversation, as ``generate`` (with ``after_thinking``: as
+        ``next_token_logprobs``) encodes it: the context guard's exact count (``evolm.context``)."""
+        encoded = self._encode(conversations, dict(chat_template_kwargs or {}), after_thinking=after_thinking)
+        return [len(ids) for ids in encoded]
 
     def _render(self, conversations: Sequence[Conversation], template_kwargs: dict[str, Any]) -> list[str]:
         """The chat template's text for each conversation, ending with the assistant's generation prompt.
@@ -170,7 +184,9 @@ class HFBackend:
     ) -> list[str]:
         """One completion per conversation; rows are batched by similar length to limit padding.
 
-        A think block the template opened in the prompt is put back in front of the reply.
+        A think block the template opened in the prompt is put back in front of the reply. With
+        ``params.json_schema`` every batch decodes under it, through its own xgrammar processor (one
+        grammar per row: each row's prompt says whether a think block may come first).
         """
         if not conversations:
             return []
@@ -183,6 +199,7 @@ class HFBackend:
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "do_sample": sample}
         if sample:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        starts = [reply_start(t, self.thinking) for t in texts] if params.json_schema is not None else None
         was_training = self.model.training
         self.model.eval()
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -191,6 +208,8 @@ class HFBackend:
                 if params.seed is not None:
                     torch.manual_seed(params.seed + b)
                 ids, mask = self._left_pad([encoded[i] for i in idx])
+                if starts is not None:  # a fresh processor per generate() call, sized to this batch
+                    kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
                 with torch.no_grad():
                     out = self.model.generate(
                         input_ids=ids,
@@ -204,6 +223,11 @@ class HFBackend:
         finally:
             self.model.train(was_training)
         return results
+
+    def _grammar(self, schema: dict[str, Any], starts: list[str]) -> Any:
+        """An xgrammar logits processor for one ``generate()`` call; it stops where ``generate`` does."""
+        return logits_processor(self.tokenizer, model_vocab_size(self.model), schema, starts,
+                                generation_stop_ids(self.model, self.tokenizer))
 
     # ------------------------------------------------------------------ next-token log-probs
 
@@ -310,6 +334,22 @@ class HFBackend:
             ).logits[:, -1, :]  # [B, V]
             rows.update(zip(idx, logits, strict=True))
         return [rows[i] for i in members]
+
+
+def model_vocab_size(model: Any) -> int:
+    """The width of the model's logits (``config.vocab_size``; often more than the tokenizer's length)."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if size else int(model.get_output_embeddings().weight.shape[0])
+
+
+def generation_stop_ids(model: Any, tokenizer: Any, eos: Any = None) -> list[int]:
+    """The tokens ``generate`` stops on: ``eos`` if given, else the model's generation config's, else the tokenizer's EOS."""
+    if eos is None:
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    return [int(i) for i in ids]
 
 
 def _skipped_think_tags(tokenizer: Any) -> dict[int, str]:

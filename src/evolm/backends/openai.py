@@ -60,6 +60,7 @@ import openai
 from tqdm.auto import tqdm
 
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
+from evolm.constrained import openai_response_format, schema_name
 from evolm.errors import BackendError
 
 _T = TypeVar("_T")
@@ -158,10 +159,14 @@ class OpenAIBackend:
 
         With ``params.seed`` set, row ``i`` is sent ``seed + i``: repeatable, yet two identical
         prompts in one batch (a group of samples) still get different completions. A reply that is
-        not a chat completion raises a one-line ``BackendError``.
+        not a chat completion raises a one-line ``BackendError``. ``params.json_schema`` goes as
+        ``response_format`` (``evolm.constrained.openai_response_format``): the server renders the
+        prompt, so a thinking model needs the server's reasoning parser to think before the JSON.
         """
         body: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
         body["max_tokens"] = params.max_new_tokens
+        if params.json_schema is not None:
+            body["response_format"] = openai_response_format(params.json_schema, schema_name(params.json_schema))
 
         async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> str:
             seed: dict[str, Any] = {} if params.seed is None else {"seed": params.seed + index}

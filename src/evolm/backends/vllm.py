@@ -35,6 +35,7 @@ from evolm.backends.base import (
     opened_thinking,
     tokenizer_thinks,
 )
+from evolm.constrained import REPLY_JSON, reply_start, vllm_structured_outputs
 from evolm.errors import BackendError
 
 TOP_LOGPROBS = 20
@@ -94,10 +95,13 @@ class VLLMBackend:
         """One completion per conversation, in order (``LLM.chat`` returns outputs in input order).
 
         With ``params.seed`` set, row ``i`` samples with ``seed + i``: repeatable, yet identical
-        prompts in one batch (a group of samples) still get different completions.
+        prompts in one batch (a group of samples) still get different completions. With
+        ``params.json_schema`` every row decodes under it (``structured_outputs``); a thinking
+        template may think first (the grammar allows one think block before the JSON).
         """
         if not conversations:
             return []
+        structured = self._structured(params)
 
         def sampling(index: int) -> Any:
             return self._sampling_params_cls(
@@ -106,6 +110,7 @@ class VLLMBackend:
                 top_p=params.top_p,
                 max_tokens=params.max_new_tokens,
                 seed=None if params.seed is None else params.seed + index,
+                **structured,
             )
 
         per_row = params.seed is not None
@@ -118,6 +123,25 @@ class VLLMBackend:
             opened = opened_thinking(prompt) if thinking and isinstance(prompt, str) else ""
             texts.append(opened + output.outputs[0].text)
         return texts
+
+    def _structured(self, params: SamplingParams) -> dict[str, Any]:
+        """``{"structured_outputs": StructuredOutputsParams(...)}`` for a schema, else ``{}``.
+
+        ``LLM.chat`` renders the prompt itself, so the reply's start is read from one rendering here.
+        """
+        if params.json_schema is None:
+            return {}
+        try:
+            from vllm.sampling_params import StructuredOutputsParams
+        except ImportError as exc:
+            raise BackendError(f"vllm backend: this vLLM has no structured outputs ({exc}); upgrade vLLM") from None
+        start = REPLY_JSON
+        if self.thinking:
+            hello = [{"role": "user", "content": "Hello"}]
+            prompt = self.llm.get_tokenizer().apply_chat_template(
+                hello, tokenize=False, add_generation_prompt=True, **chat_kwargs(params.chat_template_kwargs))
+            start = reply_start(prompt, True)
+        return {"structured_outputs": StructuredOutputsParams(**vllm_structured_outputs(params.json_schema, start))}
 
     @property
     def thinking(self) -> bool:

@@ -1,0 +1,433 @@
+"""The learning study: does EvoLM learn on one CPU, and how do its regimes compare? (docs/RESULTS.md)
+
+    python bench/learning.py A        # the writer on labelled pairs: no rubric vs base vs trained writer
+    python bench/learning.py B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
+    python bench/learning.py C        # ablations: binary vs margin_format reward; unconstrained decoding
+    python bench/learning.py results  # rewrite docs/RESULTS.md from the arms finished so far
+
+Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
+mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
+then measures on held-out data with the package's own judge and rubric code. Each arm writes
+``runs/study/<arm>/result.json`` and the results page is regenerated from all of them, so arms can
+run one at a time (``nohup python bench/learning.py A > runs/study/A.log 2>&1 &``).
+
+Statistics: every rate has its n and a 95% interval (Wilson for proportions; a seeded percentile
+bootstrap for means of pair credits, which count 1/2 for a tie). Paired comparisons of two writers
+on the same pairs use an exact two-sided sign test on the pairs where their credits differ
+(McNemar's exact test when credits are 0/1) and a paired bootstrap interval of the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("EVOLM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+OUT = ROOT / "runs" / "study"
+RESULTS = ROOT / "docs" / "RESULTS.md"
+FIGURES = ROOT / "docs" / "results"
+EVOLM = [str(Path(sys.executable).parent / "evolm")]
+MODEL = "smollm2-135m-instruct"
+SEED = 0
+
+# The settings every arm shares (on top of configs/demo-cpu.yaml): the demo's model, judge and sizes,
+# constrained rubric decoding (what made rubric steps learnable: see study C), held-out evaluation.
+COMMON = ["rubric.constrained=true", f"seed={SEED}"]
+
+
+# ============================================================================= statistics
+
+
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson interval of a proportion k/n (k may be fractional: ties count 1/2)."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def bootstrap_mean(xs: Sequence[float], reps: int = 4000, seed: int = SEED) -> tuple[float, float]:
+    """Seeded percentile bootstrap 95% interval of the mean."""
+    if not xs:
+        return (math.nan, math.nan)
+    rng, n = random.Random(seed), len(xs)
+    means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
+    return (means[int(0.025 * reps)], means[int(0.975 * reps) - 1])
+
+
+def sign_test(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, float]:
+    """Exact two-sided sign test of paired values: (a better, b better, p); equal pairs are dropped."""
+    up = sum(x > y for x, y in zip(a, b, strict=True))
+    down = sum(x < y for x, y in zip(a, b, strict=True))
+    n = up + down
+    if n == 0:
+        return up, down, 1.0
+    k = min(up, down)
+    p = 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return up, down, min(1.0, p)
+
+
+def mean_ci(xs: Sequence[float]) -> tuple[float, float]:
+    """Normal-approximation 95% interval of a mean (t would be wider by < 5% at n >= 20)."""
+    if len(xs) < 2:
+        return (math.nan, math.nan)
+    m, s = statistics.fmean(xs), statistics.stdev(xs)
+    h = 1.96 * s / math.sqrt(len(xs))
+    return (m - h, m + h)
+
+
+def fmt_ci(v: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if not ci or any(c is None or math.isnan(c) for c in ci):
+        return f"{v:.{digits}f}"
+    return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+# ============================================================================= data (read in place, filtered into runs/)
+
+
+def _short_pairs(src: Path, dst: Path, n: int, max_chars: int) -> Path:
+    """The first ``n`` pairs of ``src`` whose prompt and answers are each under ``max_chars`` characters.
+
+    Long UltraFeedback answers (some are thousands of tokens) make every judge call slow on 2 CPU
+    cores and exceed what a 135M judge reads well; the study says so beside its numbers.
+    """
+    from evolm.eval.pairs import load_pairs
+
+    keep = [p for p in load_pairs(src) if max(len(p.prompt), len(p.better), len(p.worse)) <= max_chars][:n]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with dst.open("w", encoding="utf-8") as f:
+        for p in keep:
+            f.write(json.dumps({"prompt": p.prompt, "chosen": p.better, "rejected": p.worse}) + "\n")
+    return dst
+
+
+def study_data() -> dict[str, Path]:
+    """Held-out and training files for every arm (the same files for every arm)."""
+    d = OUT / "data"
+    out = {
+        "train_pairs": _short_pairs(DATA / "ultrafeedback_sample" / "train_clean.jsonl", d / "uf_train.jsonl", 400, 1200),
+        "uf_eval": _short_pairs(DATA / "ultrafeedback_sample" / "eval_clean.jsonl", d / "uf_eval.jsonl", 100, 1200),
+        "llmbar": _short_pairs(DATA / "llmbar" / "Natural.json", d / "llmbar_natural.jsonl", 100, 1200),
+        "questions": d / "heldout_questions.jsonl",
+        "curve_pairs": d / "uf_eval_curve.jsonl",
+    }
+    alpaca = json.loads((DATA / "alpaca_eval" / "gpt4_1106_preview_model_outputs.json").read_text(encoding="utf-8"))
+    qs = [r["instruction"] for r in alpaca if len(r["instruction"]) <= 200][:24]
+    out["questions"].write_text("".join(json.dumps({"prompt": q}) + "\n" for q in qs), encoding="utf-8")
+    lines = out["uf_eval"].read_text(encoding="utf-8").splitlines()[:30]  # the curve during training: 30 pairs
+    out["curve_pairs"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+# ============================================================================= training (the CLI, as a user runs it)
+
+
+def train(name: str, overrides: Sequence[str], log: Path) -> tuple[Path, float]:
+    """``evolm train --config configs/demo-cpu.yaml OVERRIDES``; returns the run dir and minutes taken."""
+    run_dir = OUT / name
+    cmd = [*EVOLM, "train", "--config", "configs/demo-cpu.yaml", f"output_dir={run_dir}", *COMMON, *overrides]
+    if (run_dir / "config.yaml").exists():
+        cmd = [*EVOLM, "train", "--resume", str(run_dir)]
+    print("$ evolm", " ".join(cmd[1:]), flush=True)
+    t0 = time.time()
+    with log.open("a", encoding="utf-8") as f:
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise SystemExit(f"training arm {name} failed (exit {rc}): see {log}")
+    return run_dir, (time.time() - t0) / 60
+
+
+def command(name: str, overrides: Sequence[str]) -> str:
+    return " ".join(["evolm train --config configs/demo-cpu.yaml", f"output_dir=runs/study/{name}", *COMMON, *overrides])
+
+
+def final_checkpoint(run_dir: Path) -> Path:
+    from evolm.rundir import complete_checkpoints
+
+    done = complete_checkpoints(run_dir)
+    if not done:
+        raise SystemExit(f"{run_dir}: no complete checkpoint")
+    return done[-1]
+
+
+def eval_lines(run_dir: Path) -> list[dict[str, Any]]:
+    from evolm.records import read_metrics
+
+    return [r.to_json() for r in read_metrics(run_dir) if r.role == "eval"]
+
+
+def step_lines(run_dir: Path) -> list[dict[str, Any]]:
+    from evolm.records import read_metrics
+
+    return [r.to_json() for r in read_metrics(run_dir) if r.role in ("policy", "rubric")]
+
+
+# ============================================================================= held-out pair accuracy of a writer
+
+
+def pair_credits(pairs_file: Path, writer: str | None, judge: Any, constrained: bool = True) -> dict[str, Any]:
+    """Per-pair credit (1 / 0.5 / 0) of the judge with ``writer``'s rubrics (``None``: no rubric).
+
+    One rubric per pair, written at the training temperature (0.6, seed 0), read as in training:
+    a rubric that does not parse is shown to the judge as raw text (``rubric.invalid=judge_raw``).
+    """
+    from evolm.backends.base import SamplingParams
+    from evolm.eval.pairs import load_pairs, pair_credit
+    from evolm.judge import JudgeItem
+    from evolm.models import load_backend
+    from evolm.rubrics import strip_thinking, write_rubrics
+
+    pairs = load_pairs(pairs_file)
+    rubrics: list[Any] = [None] * len(pairs)
+    valid = None
+    if writer is not None:
+        backend = load_backend(writer, dtype="float32", batch_size=16)
+        params = SamplingParams(0.6, 0.95, 320, SEED)
+        if constrained:
+            from evolm.constrained import RUBRIC_SCHEMA
+
+            params = SamplingParams(0.6, 0.95, 320, SEED, json_schema=RUBRIC_SCHEMA)
+        rubrics = write_rubrics(backend, [p.prompt for p in pairs], params, progress=True)
+        valid = sum(w.valid for w in rubrics) / len(rubrics)
+        del backend
+    items = []
+    for p, w in zip(pairs, rubrics, strict=True):
+        for a in (p.better, p.worse):
+            items.append(JudgeItem(p.prompt, a, w.rubric if w else None,
+                                   rubric_text=strip_thinking(w.text) if w else None))
+    scores = judge.score(items, progress=True)
+    credits = [pair_credit(a, b) for a, b in zip(scores[0::2], scores[1::2], strict=True)]
+    return {"credits": credits, "validity": valid, "n": len(credits)}
+
+
+def load_judge() -> Any:
+    from evolm.judge import Judge
+    from evolm.models import load_backend
+
+    return Judge(load_backend(MODEL, dtype="float32", batch_size=16), mode="yesno")
+
+
+# ============================================================================= A. the writer on labelled pairs
+
+
+def study_a(args: argparse.Namespace) -> None:
+    data = study_data()
+    overrides = ["schedule.regime=rubric_only", "contrast.pairs=labelled", f"data.pairs={data['train_pairs']}",
+                 f"schedule.steps_per_phase={args.steps}", "schedule.cycles=1", f"schedule.save_every={args.steps}",
+                 f"eval.pairs={data['curve_pairs']}", f"eval.every={max(1, args.steps // 2)}",
+                 f"grpo.learning_rate={args.lr}", "grpo.max_completion_length=320", "rubric.max_new_tokens=320"]
+    OUT.mkdir(parents=True, exist_ok=True)
+    run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
+    trained = str(final_checkpoint(run_dir))
+    judge = load_judge()
+    sets: dict[str, Any] = {}
+    for set_name in ("uf_eval", "llmbar"):
+        arms = {"no rubric": pair_credits(data[set_name], None, judge),
+                "base writer": pair_credits(data[set_name], MODEL, judge),
+                "trained writer": pair_credits(data[set_name], trained, judge)}
+        sets[set_name] = arms
+    result = {"arm": "A", "minutes_training": round(minutes, 1), "command": command("A-writer", overrides),
+              "eval_command": "python bench/learning.py A", "checkpoint": trained, "sets": sets,
+              "curve": eval_lines(run_dir), "steps": step_lines(run_dir)}
+    _save("A", result)
+
+
+# ============================================================================= B and C. regimes and ablations
+
+
+ARMS = {
+    "B-coevolve": ["schedule.regime=coevolve"],
+    "B-frozen_rubric": ["schedule.regime=frozen_rubric", "schedule.cycles=2", "schedule.steps_per_phase=4"],
+    "B-sequential": ["schedule.regime=sequential"],
+    "C-binary": ["schedule.regime=coevolve", "rubric.reward=binary"],
+    "C-unconstrained": ["schedule.regime=coevolve", "rubric.constrained=false"],
+}
+# Same step budget for every arm: coevolve and sequential do 2 cycles x 2 steps of each role (8 steps);
+# frozen_rubric has one role, so it gets 8 policy steps (2 cycles x 4).
+
+
+def run_arm(name: str, data: dict[str, Path]) -> dict[str, Any]:
+    overrides = [*ARMS[name], f"eval.questions={data['questions']}", f"eval.pairs={data['curve_pairs']}",
+                 "eval.every=4"]
+    run_dir, minutes = train(name, overrides, OUT / f"{name}.log")
+    from evolm.eval.rubric_stats import run_rubric_stats
+
+    dirs = [run_dir / "stage1-writer", run_dir / "stage2-policy"] if (run_dir / "stage1-writer").exists() else [run_dir]
+    stats, evals, steps = [], [], []
+    for d in dirs:
+        stats += [s.to_json() for s in run_rubric_stats(d)]
+        evals += [{**e, "stage": d.name} for e in eval_lines(d)]
+        steps += [{**e, "stage": d.name} for e in step_lines(d)]
+    return {"arm": name, "minutes_training": round(minutes, 1), "command": command(name, overrides),
+            "curve": evals, "steps": steps, "rubric_stats": stats}
+
+
+def study_bc(which: str) -> None:
+    data = study_data()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in [a for a in ARMS if a.startswith(which)]:
+        if (OUT / f"{name}.json").exists():
+            print(f"{name}: done already ({OUT / f'{name}.json'})")
+            continue
+        _save(name, run_arm(name, data))
+
+
+# ============================================================================= results page
+
+
+def _save(name: str, result: dict[str, Any]) -> None:
+    (OUT / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_results()
+
+
+def _load() -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(OUT.glob("*.json"))}
+
+
+def _section_a(r: dict[str, Any]) -> list[str]:
+    out = ["## A. The rubric writer on labelled pairs", "",
+           f"Training: `{r['command']}` ({r['minutes_training']} min). Evaluation: `{r['eval_command']}` "
+           "(SmolLM2-135M judge, `yesno` mode; one rubric per pair at T=0.6, constrained decoding).", ""]
+    for set_name, label in (("uf_eval", "UltraFeedback held-out pairs (eval_clean.jsonl, answers <= 1200 chars)"),
+                            ("llmbar", "LLMBar Natural")):
+        arms = r["sets"][set_name]
+        out += [f"### {label}", "", "| writer | n | pair accuracy [95% CI] | rubric validity |", "|---|---|---|---|"]
+        for arm, v in arms.items():
+            c = v["credits"]
+            acc = sum(c) / len(c)
+            validity = "—" if v["validity"] is None else f"{v['validity']:.2f}"
+            out.append(f"| {arm} | {len(c)} | {fmt_ci(acc, bootstrap_mean(c))} | {validity} |")
+        out.append("")
+        out += ["| comparison | better / worse (pairs that differ) | sign test p | mean difference [95% CI] |",
+                "|---|---|---|---|"]
+        for a, b in (("trained writer", "base writer"), ("base writer", "no rubric"), ("trained writer", "no rubric")):
+            ca, cb = arms[a]["credits"], arms[b]["credits"]
+            up, down, p = sign_test(ca, cb)
+            diff = [x - y for x, y in zip(ca, cb, strict=True)]
+            out.append(f"| {a} vs {b} | {up} / {down} | {p:.3f} | {fmt_ci(statistics.fmean(diff), bootstrap_mean(diff))} |")
+        out.append("")
+    curve = [e for e in r["curve"] if e.get("heldout_pair_accuracy") is not None]
+    if curve:
+        out += ["Held-out pair accuracy during training (30 UltraFeedback eval pairs, the current writer's rubrics):",
+                "", "| step | accuracy [95% CI] | n |", "|---|---|---|"]
+        for e in curve:
+            n = e.get("heldout_pairs") or 0
+            acc = e["heldout_pair_accuracy"]
+            out.append(f"| {e['step']} | {fmt_ci(acc, wilson(acc * n, n))} | {n} |")
+        out.append("")
+    steps = r.get("steps", [])
+    if steps:
+        first, last = steps[: max(1, len(steps) // 4)], steps[-max(1, len(steps) // 4):]
+        out += ["Training rubric steps (first vs last quarter):", "",
+                "| | reward mean | reward std | pair accuracy | rubric validity |", "|---|---|---|---|---|"]
+        for label, part in (("first", first), ("last", last)):
+            cells = [statistics.fmean([s[k] for s in part if s.get(k) is not None] or [math.nan])
+                     for k in ("reward_mean", "reward_std", "pair_accuracy", "rubric_validity")]
+            out.append(f"| {label} {len(part)} steps | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        out.append("")
+    return out
+
+
+def _last_eval(r: dict[str, Any], key: str, n_key: str) -> tuple[float | None, int, dict | None]:
+    lines = [e for e in r["curve"] if e.get(key) is not None]
+    return (lines[-1][key], lines[-1].get(n_key) or 0, lines[-1]) if lines else (None, 0, None)
+
+
+def _first_eval(r: dict[str, Any], key: str, n_key: str) -> tuple[float | None, int]:
+    lines = [e for e in r["curve"] if e.get(key) is not None]
+    return (lines[0][key], lines[0].get(n_key) or 0) if lines else (None, 0)
+
+
+def _policy_ci(line: dict | None) -> tuple[float, float] | None:
+    if not line or line.get("heldout_policy_score_std") is None or not line.get("heldout_questions"):
+        return None
+    m, s, n = line["heldout_policy_score"], line["heldout_policy_score_std"], line["heldout_questions"]
+    h = 1.96 * s / math.sqrt(n)
+    return (m - h, m + h)
+
+
+def _section_bc(title: str, arms: dict[str, dict[str, Any]]) -> list[str]:
+    out = [title, "", "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
+           "| rubric validity start → end |", "|---|---|---|---|---|"]
+    for name, r in arms.items():
+        cells = []
+        for key, n_key, kind in (("heldout_policy_score", "heldout_questions", "mean"),
+                                 ("heldout_pair_accuracy", "heldout_pairs", "prop"),
+                                 ("heldout_validity", "heldout_questions", "prop")):
+            v0, n0 = _first_eval(r, key, n_key)
+            v1, n1, line = _last_eval(r, key, n_key)
+            ci = _policy_ci(line) if kind == "mean" else (wilson(v1 * n1, n1) if v1 is not None else None)
+            cells.append("—" if v1 is None else f"{v0:.3f} → {fmt_ci(v1, ci)} (n={n1})")
+        out.append(f"| {name} | {r['minutes_training']} | " + " | ".join(cells) + " |")
+    out += ["", "Rubric statistics of the policy steps' rubrics, first vs last phase (`evolm eval stats`'s rules):", "",
+            "| arm | phase | rubrics | criteria/rubric | label-only | specific value | criterion chars |",
+            "|---|---|---|---|---|---|---|"]
+    for name, r in arms.items():
+        rows = [s for s in r.get("rubric_stats", []) if s.get("source") == "policy"] or r.get("rubric_stats", [])
+        for s in (rows[:1] + rows[-1:]) if len(rows) > 1 else rows:
+            st = s
+            out.append(f"| {name} | {s.get('phase', '?')} | {st.get('n_rubrics')} | {_f(st.get('criteria_per_rubric'))} "
+                       f"| {_f(st.get('label_only'))} | {_f(st.get('specific_value'))} | {_f(st.get('criterion_chars'), 0)} |")
+    out.append("")
+    out += ["Commands:", ""] + [f"- {name}: `{r['command']}`" for name, r in arms.items()] + [""]
+    return out
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def write_results() -> None:
+    results = _load()
+    lines = ["# Results: learning on one CPU", "",
+             "Generated by `python bench/learning.py results` from `runs/study/*.json` (each arm: "
+             "`python bench/learning.py A|B|C`). SmolLM2-135M-Instruct in both roles, a frozen SmolLM2-135M judge "
+             "(`yesno`), the demo's sizes (configs/demo-cpu.yaml) with constrained rubric decoding unless an arm says "
+             "otherwise; 2-core Xeon, no GPU. Intervals are 95%.", ""]
+    if "A" in results:
+        lines += _section_a(results["A"])
+    b = {k: v for k, v in results.items() if k.startswith("B-")}
+    if b:
+        lines += _section_bc("## B. Co-evolution vs frozen_rubric vs sequential", b)
+    c = {k: v for k, v in results.items() if k.startswith("C-") or k == "B-coevolve"}
+    if any(k.startswith("C-") for k in c):
+        lines += _section_bc("## C. Ablations (B-coevolve is the reference: margin_format, constrained)", c)
+    notes = ROOT / "docs" / "results_notes.md"
+    if notes.exists():
+        lines += [notes.read_text(encoding="utf-8")]
+    RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {RESULTS}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("study", choices=["A", "B", "C", "results"])
+    p.add_argument("--steps", type=int, default=16, help="study A: rubric steps of training (default 16)")
+    p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
+    args = p.parse_args()
+    if args.study == "results":
+        write_results()
+    elif args.study == "A":
+        study_a(args)
+    else:
+        study_bc(args.study)
+
+
+if __name__ == "__main__":
+    main()
