@@ -4,6 +4,7 @@
     python bench/learning.py B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
     python bench/learning.py C        # ablations: binary vs margin_format reward; unconstrained decoding
     python bench/learning.py results  # rewrite docs/RESULTS.md from the arms finished so far
+    python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -122,15 +123,15 @@ def study_data() -> dict[str, Path]:
     d = OUT / "data"
     out = {
         "train_pairs": _short_pairs(DATA / "ultrafeedback_sample" / "train_clean.jsonl", d / "uf_train.jsonl", 400, 1200),
-        "uf_eval": _short_pairs(DATA / "ultrafeedback_sample" / "eval_clean.jsonl", d / "uf_eval.jsonl", 100, 1200),
-        "llmbar": _short_pairs(DATA / "llmbar" / "Natural.json", d / "llmbar_natural.jsonl", 100, 1200),
+        "uf_eval": _short_pairs(DATA / "ultrafeedback_sample" / "eval_clean.jsonl", d / "uf_eval.jsonl", 60, 1200),
+        "llmbar": _short_pairs(DATA / "llmbar" / "Natural.json", d / "llmbar_natural.jsonl", 60, 1200),
         "questions": d / "heldout_questions.jsonl",
         "curve_pairs": d / "uf_eval_curve.jsonl",
     }
     alpaca = json.loads((DATA / "alpaca_eval" / "gpt4_1106_preview_model_outputs.json").read_text(encoding="utf-8"))
     qs = [r["instruction"] for r in alpaca if len(r["instruction"]) <= 200][:24]
     out["questions"].write_text("".join(json.dumps({"prompt": q}) + "\n" for q in qs), encoding="utf-8")
-    lines = out["uf_eval"].read_text(encoding="utf-8").splitlines()[:30]  # the curve during training: 30 pairs
+    lines = out["uf_eval"].read_text(encoding="utf-8").splitlines()[:20]  # the curve during training: 20 pairs
     out["curve_pairs"].write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
 
@@ -198,11 +199,11 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, constrained: 
     valid = None
     if writer is not None:
         backend = load_backend(writer, dtype="float32", batch_size=16)
-        params = SamplingParams(0.6, 0.95, 320, SEED)
+        params = SamplingParams(0.6, 0.95, 480, SEED)
         if constrained:
             from evolm.constrained import RUBRIC_SCHEMA
 
-            params = SamplingParams(0.6, 0.95, 320, SEED, json_schema=RUBRIC_SCHEMA)
+            params = SamplingParams(0.6, 0.95, 480, SEED, json_schema=RUBRIC_SCHEMA)
         rubrics = write_rubrics(backend, [p.prompt for p in pairs], params, progress=True)
         valid = sum(w.valid for w in rubrics) / len(rubrics)
         del backend
@@ -230,8 +231,8 @@ def study_a(args: argparse.Namespace) -> None:
     data = study_data()
     overrides = ["schedule.regime=rubric_only", "contrast.pairs=labelled", f"data.pairs={data['train_pairs']}",
                  f"schedule.steps_per_phase={args.steps}", "schedule.cycles=1", f"schedule.save_every={args.steps}",
-                 f"eval.pairs={data['curve_pairs']}", f"eval.every={max(1, args.steps // 2)}",
-                 f"grpo.learning_rate={args.lr}", "grpo.max_completion_length=320", "rubric.max_new_tokens=320"]
+                 f"eval.pairs={data['curve_pairs']}", f"eval.every={args.steps}",
+                 f"grpo.learning_rate={args.lr}"]
     OUT.mkdir(parents=True, exist_ok=True)
     run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
     trained = str(final_checkpoint(run_dir))
@@ -324,7 +325,7 @@ def _section_a(r: dict[str, Any]) -> list[str]:
         out.append("")
     curve = [e for e in r["curve"] if e.get("heldout_pair_accuracy") is not None]
     if curve:
-        out += ["Held-out pair accuracy during training (30 UltraFeedback eval pairs, the current writer's rubrics):",
+        out += ["Held-out pair accuracy during training (20 UltraFeedback eval pairs, the current writer's rubrics):",
                 "", "| step | accuracy [95% CI] | n |", "|---|---|---|"]
         for e in curve:
             n = e.get("heldout_pairs") or 0
@@ -393,6 +394,40 @@ def _f(v: Any, digits: int = 2) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
+def demo_compare(runs: Sequence[str]) -> None:
+    """Rubric steps of demo runs side by side: validity per rubric sample, reward spread, judge pair accuracy."""
+    from evolm.records import read_lenient, read_metrics
+
+    rows = []
+    for run in runs:
+        d = Path(run)
+        samples = [r for p in sorted((d / "samples").glob("*-rubric.jsonl")) for r in read_lenient(p).rows]
+        valid = [float(r.get("rubric_valid") or 0) for r in samples]
+        steps = [m for m in read_metrics(d) if m.role == "rubric"]
+        stds = [m.reward_std for m in steps if m.reward_std is not None]
+        wins = [1.0 if (r.get("s_pos") or 0) > (r.get("s_neg") or 0) else 0.5 if r.get("s_pos") == r.get("s_neg") else 0.0
+                for r in samples]
+        rows.append({"run": d.name, "config": (d / "config.yaml").read_text(encoding="utf-8"), "n_samples": len(valid),
+                     "validity": sum(valid) / max(1, len(valid)), "validity_ci": wilson(sum(valid), len(valid)),
+                     "reward_std": stds, "pair_credit": sum(wins) / max(1, len(wins)),
+                     "pair_credit_ci": bootstrap_mean(wins), "steps": len(steps)})
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "demo-compare.json").write_text(json.dumps({"arm": "demo-compare", "rows": rows}, indent=1), encoding="utf-8")
+    write_results()
+
+
+def _section_demo(r: dict[str, Any]) -> list[str]:
+    out = ["## Demo runs: rubric steps, unconstrained vs constrained rubric decoding", "",
+           "`python bench/learning.py demo-compare RUN...` over `bash scripts/demo.sh` runs (rubric-step samples).", "",
+           "| run | rubric steps | rubric samples | validity [95% CI] | reward std per step | pair credit (a+ over a-) [95% CI] |",
+           "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        stds = ", ".join(f"{x:.3f}" for x in row["reward_std"]) or "—"
+        out.append(f"| {row['run']} | {row['steps']} | {row['n_samples']} | {fmt_ci(row['validity'], row['validity_ci'], 2)} "
+                   f"| {stds} | {fmt_ci(row['pair_credit'], row['pair_credit_ci'], 2)} |")
+    return out + [""]
+
+
 def write_results() -> None:
     results = _load()
     lines = ["# Results: learning on one CPU", "",
@@ -408,6 +443,8 @@ def write_results() -> None:
     c = {k: v for k, v in results.items() if k.startswith("C-") or k == "B-coevolve"}
     if any(k.startswith("C-") for k in c):
         lines += _section_bc("## C. Ablations (B-coevolve is the reference: margin_format, constrained)", c)
+    if "demo-compare" in results:
+        lines += _section_demo(results["demo-compare"])
     notes = ROOT / "docs" / "results_notes.md"
     if notes.exists():
         lines += [notes.read_text(encoding="utf-8")]
@@ -417,12 +454,15 @@ def write_results() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", choices=["A", "B", "C", "results"])
-    p.add_argument("--steps", type=int, default=16, help="study A: rubric steps of training (default 16)")
+    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare"])
+    p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`")
+    p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
     p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
     args = p.parse_args()
     if args.study == "results":
         write_results()
+    elif args.study == "demo-compare":
+        demo_compare(args.runs)
     elif args.study == "A":
         study_a(args)
     else:

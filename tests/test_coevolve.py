@@ -54,7 +54,7 @@ def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
         f"model.name={model_dir}", f"judge.model={model_dir}", f"output_dir={out}",
         f"schedule.prompts_per_step={P}", f"schedule.samples_per_prompt={G}", "schedule.samples_logged_per_step=0",
         f"grpo.per_device_train_batch_size={P * G}", "grpo.max_completion_length=8",
-        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", *extra,
+        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false", *extra,
     ]
 
 

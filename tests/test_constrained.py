@@ -105,12 +105,12 @@ def test_rubric_schema_takes_the_prompts_example_and_refuses_what_the_format_ref
     assert accepts(RUBRIC_SCHEMA, json.dumps(_EXAMPLE))  # the one-shot example the rubric prompt shows
     good = {"criteria": [_criterion(), _criterion("Is short.", 0.5)]}
     assert accepts(RUBRIC_SCHEMA, json.dumps(good)) and format_validity(json.dumps(good)) == 1.0
-    three = {"criteria": [_criterion(weight=0.15), _criterion("Is short.", 0.05), _criterion("Is kind.", 0.8)]}
+    three = {"criteria": [_criterion(weight=0.1), _criterion("Is short.", 0.1), _criterion("Is kind.", 0.8)]}
     assert accepts(RUBRIC_SCHEMA, json.dumps(three))
     bad = [
         {"criteria": [_criterion(weight=0.5), _criterion(weight=0.6)]},  # weights that do not sum to 1
         {"criteria": [_criterion(weight=0.5), _criterion(weight=0.3)]},
-        {"criteria": [_criterion(weight=0.52), _criterion(weight=0.48)]},  # the sum right, off the 0.05 grid
+        {"criteria": [_criterion(weight=0.55), _criterion(weight=0.45)]},  # the sum right, off the 0.1 grid
         {"criteria": [_criterion(weight=0.375), _criterion(weight=0.625)]},
         {"criteria": [_criterion(levels={"1.0": "a", "0.0": "b"}), _criterion()]},  # a level missing
         {"criteria": [_criterion(weight=1.0)]},  # one criterion
@@ -119,7 +119,7 @@ def test_rubric_schema_takes_the_prompts_example_and_refuses_what_the_format_ref
         {"criteria": [_criterion(weight=1.5), _criterion()]},  # a weight above 1
         {"criteria": [_criterion(text=""), _criterion()]},  # a blank criterion
         {"criteria": [_criterion(text="a\x0bb"), _criterion()]},  # a control character json.loads refuses
-        {"criteria": [_criterion(text="x" * 121), _criterion()]},  # over the length bound
+        {"criteria": [_criterion(text="x" * 81), _criterion()]},  # over the length bound
         {"criteria": [{"criterion": "a", "weight": 0.5}, _criterion()]},  # no scoring levels
         {"criteria": [_criterion(levels={"high": "a", "low": "b"}), _criterion()]},  # levels not keyed by score
         {"criteria": [{**_criterion(), "note": "x"}, _criterion()]},  # an extra key

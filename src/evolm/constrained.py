@@ -58,8 +58,8 @@ def _text(most: int, nonblank: bool = True) -> dict[str, Any]:
     return {"type": "string", "pattern": f"^[^{_PLAIN}{_BLANK}][^{_PLAIN}]{{0,{most - 1}}}$"}
 
 
-WEIGHT_UNITS = 20  # rubric weights are multiples of 1/20 = 0.05 that sum to exactly 1
-CRITERION_CHARS, LEVEL_CHARS = 120, 50  # short enough that a rubric fits ~100 tokens per criterion
+WEIGHT_UNITS = 10  # rubric weights are multiples of 1/10 = 0.1 that sum to exactly 1 (finer steps: many tiny criteria)
+CRITERION_CHARS, LEVEL_CHARS = 80, 30  # a criterion (JSON keys included) fits ~95 tokens: 5 of them fit 480
 LEVELS = ("1.0", "0.5", "0.0")  # the scoring levels every constrained criterion has, as the prompt's example
 
 
@@ -94,9 +94,9 @@ RUBRIC_SCHEMA: dict[str, Any] = {
     "required": ["criteria"],
     "additionalProperties": False,
 }
-"""A rubric as ``rubric_messages`` asks for it (SPEC §2.1): 2-5 criteria, each a non-blank text of at most 120
-characters, a weight that is a multiple of 0.05, and the scoring levels "1.0", "0.5", "0.0" (texts of at most
-50 characters). A JSON schema cannot say that the weights sum to 1: servers that take only a schema
+"""A rubric as ``rubric_messages`` asks for it (SPEC §2.1): 2-5 criteria, each a non-blank text of at most 80
+characters, a weight that is a multiple of 0.1, and the scoring levels "1.0", "0.5", "0.0" (texts of at most
+30 characters). A JSON schema cannot say that the weights sum to 1: servers that take only a schema
 (``openai_response_format``) get this one; xgrammar and vLLM decode under ``RUBRIC_EBNF``, which also does."""
 
 
@@ -123,7 +123,7 @@ def _rubric_ebnf() -> str:
 
 
 RUBRIC_EBNF = _rubric_ebnf()
-"""``RUBRIC_SCHEMA`` as an xgrammar EBNF grammar whose weights sum to exactly 1 (multiples of 0.05), in the
+"""``RUBRIC_SCHEMA`` as an xgrammar EBNF grammar whose weights sum to exactly 1 (multiples of 0.1), in the
 compact ``json.dumps`` layout: every constrained rubric is format-valid by ``rubrics.format_validity``."""
 
 JUDGE_SCHEMA: dict[str, Any] = {
