@@ -81,25 +81,26 @@ Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ...,
 
 # The one-shot example is a long-form request with balanced weights, on purpose: the pattern the
 # paper reports as *emerging* with training (one answer check holding ~0.8 of the weight) must not
-# be taught by the prompt, or the rubric statistics would measure the example (SPEC §2.1).
+# be taught by the prompt, or the rubric statistics would measure the example (SPEC §2.1). Its texts fit the
+# rubric grammar's bounds (evolm.constrained: criteria <= 80, levels <= 30 characters).
 _EXAMPLE_QUESTION = "Write a short note asking my neighbour to water my plants while I am away next week."
 _EXAMPLE = {
     "criteria": [
         {
-            "criterion": "Makes the request clear: watering the plants, while the writer is away next week.",
+            "criterion": "Makes the request clear: water the plants while the writer is away next week.",
             "weight": 0.4,
             "scoring_levels": {"1.0": "Request and dates are clear.", "0.5": "Request clear, timing vague.",
-                               "0.0": "The request is missing or unclear."},
+                               "0.0": "Request missing or unclear."},
         },
         {
-            "criterion": "Gives the practical details the neighbour needs (which plants, how often, access).",
+            "criterion": "Gives the details the neighbour needs (which plants, how often, access).",
             "weight": 0.3,
             "scoring_levels": {"1.0": "All needed details.", "0.5": "Some details.", "0.0": "No details."},
         },
         {
             "criterion": "Is polite and short, as a note to a neighbour should be.",
             "weight": 0.3,
-            "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or brief but curt.",
+            "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or curt.",
                                "0.0": "Rude or rambling."},
         },
     ]
