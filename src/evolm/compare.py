@@ -334,11 +334,15 @@ def _curves_section(runs: list[CompareRun], notes: list[str]) -> str:
         if not curves:
             out.append("<p>— (no run logged it)</p>")
             continue
-        absent = [r.label for i, r in enumerate(runs) if all(c.run != i for c in curves)]
-        if absent:
-            out.append(f"<p class='muted'>Not logged by: {_e(', '.join(absent))}.</p>")
+        out += _not_logged_by(runs, {c.run for c in curves})
         out.append(_plot(notes, title, plots.overlay_plot, curves, title, ylabel, ylim))
     return "\n".join(out)
+
+
+def _not_logged_by(runs: list[CompareRun], logged: set[int]) -> list[str]:
+    """The note naming the runs (by index) that have nothing in a plot, or no note."""
+    absent = [r.label for i, r in enumerate(runs) if i not in logged]
+    return [f"<p class='muted'>Not logged by: {_e(', '.join(absent))}.</p>"] if absent else []
 
 
 def _heldout_section(runs: list[CompareRun], notes: list[str]) -> str:
@@ -349,9 +353,7 @@ def _heldout_section(runs: list[CompareRun], notes: list[str]) -> str:
         if not points:
             out.append("<p>— (no run logged it)</p>")
             continue
-        absent = [r.label for i, r in enumerate(runs) if all(p.run != i for p in points)]
-        if absent:
-            out.append(f"<p class='muted'>Not logged by: {_e(', '.join(absent))}.</p>")
+        out += _not_logged_by(runs, {p.run for p in points})
         ylim = None if key == "heldout_policy_score" else (-0.03, 1.03)
         out.append(_plot(notes, title, plots.interval_plot, points, f"{title.capitalize()} (95% CI)", title, ylim))
     return "\n".join(out)

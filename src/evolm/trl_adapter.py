@@ -262,6 +262,28 @@ def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | 
 
 
 @contextmanager
+def _vllm_structured(vg: Any, tokenizer: Any, conversation: Conversation, template_kwargs: dict[str, Any],
+                     schema: dict[str, Any] | None, thinking: bool) -> Iterator[None]:
+    """``VLLMGeneration.generation_kwargs`` with ``structured_outputs`` for ``schema`` while it runs, then restored.
+
+    The grammar's start (a think block allowed, opened, or not) is read from ``conversation`` rendered; every
+    prompt of the call shares its template. ``schema=None``: nothing changes.
+    """
+    if schema is None:
+        yield
+        return
+    from evolm.constrained import reply_start, vllm_structured_outputs
+
+    prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    saved = vg.generation_kwargs
+    vg.generation_kwargs = {**saved, "structured_outputs": vllm_structured_outputs(schema, reply_start(prompt, thinking))}
+    try:
+        yield
+    finally:
+        vg.generation_kwargs = saved
+
+
+@contextmanager
 def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Iterator[None]:
     """TRL's own generation constrained to the rubric schema while it runs, on rubric steps only (contract item 5)."""
     schema = getattr(trainer, "evolm_rubric_schema", None)
@@ -269,18 +291,9 @@ def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Itera
         yield
         return
     if getattr(trainer.args, "use_vllm", False):
-        from evolm.constrained import reply_start, vllm_structured_outputs
-
-        vg = trainer.vllm_generation
-        prompt = trainer.processing_class.apply_chat_template(
-            inputs[0]["prompt"], tokenize=False, add_generation_prompt=True, **(trainer.args.chat_template_kwargs or {}))
-        saved = vg.generation_kwargs
-        start = reply_start(prompt, trainer.evolm_thinking)
-        vg.generation_kwargs = {**saved, "structured_outputs": vllm_structured_outputs(schema, start)}
-        try:
+        with _vllm_structured(trainer.vllm_generation, trainer.processing_class, inputs[0]["prompt"],
+                              trainer.args.chat_template_kwargs or {}, schema, trainer.evolm_thinking):
             yield
-        finally:
-            vg.generation_kwargs = saved
         return
     model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
     shadowed = model.__dict__.get("generate")  # an instance attribute already there (none, normally)
@@ -437,18 +450,11 @@ class TrainerGenerate:
             t._last_loaded_step = t.state.global_step
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
-        kept = vg.generation_kwargs if params.json_schema is not None else None
-        if kept is not None:
-            from evolm.constrained import reply_start, vllm_structured_outputs
-
-            prompt = tok.apply_chat_template(convs[0], tokenize=False, add_generation_prompt=True, **kwargs)
-            start = reply_start(prompt, tokenizer_thinks(tok))
-            vg.generation_kwargs = {**kept, "structured_outputs": vllm_structured_outputs(params.json_schema, start)}
         try:
-            _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
+            with _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
+                                  params.json_schema is not None and tokenizer_thinks(tok)):
+                _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
         finally:
             vg.temperature, vg.top_p, vg.max_completion_length = saved
-            if kept is not None:
-                vg.generation_kwargs = kept
         return tok.batch_decode(completion_ids, skip_special_tokens=True)
 
