@@ -2,18 +2,24 @@
 
 This is how the judge runs at scale (SPEC §6): a separate ``vllm serve <judge>`` process on its
 own GPUs, with many requests in flight from every training process. Each call opens one
-``AsyncOpenAI`` client, sends every conversation as its own chat completion with at most
-``max_concurrency`` in flight, and returns the texts in input order.
+``AsyncOpenAI`` client per endpoint, sends every conversation as its own chat completion and
+returns the texts in input order. ``base_url`` may name several endpoints serving the same model
+(a list, or comma-separated): an ``EndpointPool`` (``evolm.backends.pool``) sends each request to
+the least-loaded one, with at most ``max_concurrency`` in flight to each, optional requests- and
+tokens-per-minute limits, and endpoints that keep failing skipped for a while. One URL is a pool of
+one. ``stats()`` counts attempts, tokens (the servers' ``usage``) and seconds per endpoint.
 
 Deadlines and retries are ours, not the ``openai`` client's (which runs with ``max_retries=0``):
 its timeout is per socket read, so a server that drips a byte every few seconds keeps a request
 open forever, and its error would not say how many attempts the server saw. Here every attempt is
 bounded in wall-clock time by ``timeout_s`` (connecting, waiting and reading the whole body), and
-a request with its retries by ``deadline_s``. Retried: connection errors, timeouts, 408, 409, 429
-and 5xx (or what the server's ``x-should-retry`` header says), after exponential backoff from
-0.5 s to 8 s with jitter, or after the server's ``retry-after``/``retry-after-ms`` when that fits
-in the deadline (a longer one ends the request at once). The final failure is one
-``BackendError`` line naming the URL, the status, the attempts really made, never the key.
+a request with its retries (on any endpoints) by ``deadline_s``, counted from its first attempt.
+Retried: connection errors, timeouts, 408, 409, 429 and 5xx (or what the server's
+``x-should-retry`` header says). A retry goes at once to another healthy endpoint that has not
+failed this request when the pool has one; otherwise to the same one after exponential backoff
+from 0.5 s to 8 s with jitter, or after the server's ``retry-after``/``retry-after-ms`` when that
+fits in the deadline (a longer one ends the request at once). The final failure is one
+``BackendError`` line naming the (last) URL, the status, the attempts really made, never the key.
 
 Replies are read defensively: a body that is not a chat completion (HTML, invalid JSON,
 ``{"choices": "nope"}``) is a one-line ``BackendError``; in ``next_token_logprobs`` a reply whose
@@ -42,6 +48,7 @@ serve those judges with the ``vllm`` or ``hf`` backend for the probability modes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -60,6 +67,7 @@ import openai
 from tqdm.auto import tqdm
 
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
+from evolm.backends.pool import Endpoint, EndpointPool, PoolStats, endpoint_urls, estimate_tokens
 from evolm.constrained import openai_response_format, schema_name
 from evolm.errors import BackendError
 
@@ -93,12 +101,14 @@ class OpenAIBackend:
     read from the environment); when it is unset we send ``"EMPTY"``, which local servers such
     as ``vllm serve`` without ``--api-key`` accept. The key never appears in ``repr`` or in errors.
 
-    ``max_concurrency`` bounds the requests in flight within one call (a call from each of several
-    threads gets its own bound). ``timeout_s`` bounds each attempt in wall-clock time (not per
-    read); ``max_retries`` is the number of retries after the first attempt. One request, retries
-    and waits included, ends within ``deadline_s`` = ``(max_retries + 1) * timeout_s +
-    max_retries * 8`` seconds from when it is sent (rows wait for a free slot first; a failed row
-    stops the rest).
+    ``base_url``: one URL, several (a list, or comma-separated) serving the same model, or ``None``
+    (the ``openai`` client's default). ``max_concurrency`` bounds the requests in flight to each
+    endpoint, over every call and thread using this backend; ``requests_per_minute`` and
+    ``tokens_per_minute`` (0: none) limit each endpoint's rate (``evolm.backends.pool``).
+    ``timeout_s`` bounds each attempt in wall-clock time (not per read); ``max_retries`` is the
+    number of retries after the first attempt. One request, retries, waits and endpoint changes
+    included, ends within ``deadline_s`` seconds from its first attempt (default ``(max_retries + 1) *
+    timeout_s + max_retries * 8``; rows wait for a free slot first; a failed row stops the rest).
 
     ``send_template_kwargs``: whether non-empty chat-template kwargs are sent (as the
     ``chat_template_kwargs`` field that vLLM and SGLang read). ``None`` (default): sent unless the
@@ -114,29 +124,43 @@ class OpenAIBackend:
     def __init__(
         self,
         model: str,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         max_concurrency: int = 32,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
         send_template_kwargs: bool | None = None,
         neutralize_control_tokens: bool = True,
+        requests_per_minute: float = 0,
+        tokens_per_minute: float = 0,
+        deadline_s: float | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise BackendError(f"openai backend: max_concurrency must be at least 1, got {max_concurrency}")
+        for name, rate in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute)):
+            if not (isinstance(rate, int | float) and math.isfinite(rate) and rate >= 0):
+                raise BackendError(f"openai backend: {name} must be 0 (no limit) or more, got {rate}")
+        urls = endpoint_urls(base_url)
+        if not urls:
+            raise BackendError(f"openai backend: base_url names no URL: {base_url!r}")
         if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
             raise BackendError(f"openai backend: max_retries must be 0 or more, got {max_retries}")
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise BackendError(f"openai backend: timeout must be a positive number of seconds, got {timeout_s}")
+        if deadline_s is not None and not (isinstance(deadline_s, int | float) and math.isfinite(deadline_s)
+                                           and deadline_s > 0):
+            raise BackendError(f"openai backend: deadline must be a positive number of seconds, got {deadline_s}")
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
+        self._deadline_s = None if deadline_s is None else float(deadline_s)
         self.send_template_kwargs = send_template_kwargs
         self.neutralize_control_tokens = neutralize_control_tokens
         self._api_key = os.environ.get(api_key_env) or "EMPTY"
+        self._pool = EndpointPool(urls, max_concurrency, requests_per_minute, tokens_per_minute)
 
     def __repr__(self) -> str:
         return (
@@ -147,8 +171,16 @@ class OpenAIBackend:
 
     @property
     def deadline_s(self) -> float:
-        """The longest one request may take, retries and the waits between them included."""
+        """The longest one request may take, retries and the waits between them included: ``deadline_s`` when
+        given, else ``(max_retries + 1) * timeout_s + max_retries * 8``."""
+        if self._deadline_s is not None:
+            return self._deadline_s
         return (self.max_retries + 1) * self.timeout_s + self.max_retries * MAX_BACKOFF_S
+
+    def stats(self) -> PoolStats:
+        """Counters since this backend was made, per endpoint (``.total`` sums them; ``a.since(b)`` for a delta):
+        attempts, failures, retries, prompt and completion tokens as the servers reported them, seconds."""
+        return self._pool.stats()
 
     # ------------------------------------------------------------------ public API
 
@@ -168,17 +200,18 @@ class OpenAIBackend:
         if params.json_schema is not None:
             body["response_format"] = openai_response_format(params.json_schema, schema_name(params.json_schema))
 
-        async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> str:
+        template_kwargs = chat_kwargs(params.chat_template_kwargs)
+
+        async def one(clients: dict[int, openai.AsyncOpenAI], index: int, conversation: Conversation) -> str:
             seed: dict[str, Any] = {} if params.seed is None else {"seed": params.seed + index}
-            extra = self._extra_body(client, chat_kwargs(params.chat_template_kwargs))
-            choice = await self._complete(client, conversation, {**body, **seed, **extra})
+            url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs)
             message = choice.get("message")
             # A server with a reasoning parser may put everything in reasoning_content and leave
             # content None (e.g. thinking cut off by max_tokens): that is an empty answer, not a failure.
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(message, dict | None) or not isinstance(content, str | None):
                 raise BackendError(
-                    self._redact(f"openai backend: {self._url(client)} returned a malformed message: "
+                    self._redact(f"openai backend: {url} returned a malformed message: "
                                  f"{_snippet(json.dumps(message, default=str))}")
                 )
             return content or ""
@@ -208,13 +241,14 @@ class OpenAIBackend:
         template_kwargs = {**chat_kwargs(chat_template_kwargs), "enable_thinking": False}
         unreadable: list[str] = []
 
-        async def one(client: openai.AsyncOpenAI, index: int, conversation: Conversation) -> dict[str, float]:
-            extra = self._extra_body(client, template_kwargs)
-            body = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": TOP_LOGPROBS, **extra}
-            choice = await self._complete(client, conversation, body)
+        async def one(
+            clients: dict[int, openai.AsyncOpenAI], index: int, conversation: Conversation
+        ) -> dict[str, float]:
+            body = {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": TOP_LOGPROBS}
+            url, choice = await self._complete(clients, conversation, body, template_kwargs)
             if choice.get("logprobs") is None:
                 raise BackendError(
-                    f"openai backend: {self._url(client)} returned no logprobs "
+                    f"openai backend: {url} returned no logprobs "
                     "(the server must support logprobs/top_logprobs for the judge's probability modes)"
                 )
             try:
@@ -224,7 +258,7 @@ class OpenAIBackend:
                 return {candidate: -math.inf for candidate in candidates}
             if top and top[0][0].strip() == THINK_OPEN:
                 raise BackendError(
-                    f"openai backend: {self._url(client)}: the judge starts its reply with {THINK_OPEN} "
+                    f"openai backend: {url}: the judge starts its reply with {THINK_OPEN} "
                     "although enable_thinking is false, so its first token is no score (serve it with a chat "
                     "template that honours enable_thinking, or use the hf or vllm backend)"
                 )
@@ -250,32 +284,54 @@ class OpenAIBackend:
         ]
 
     async def _complete(
-        self, client: openai.AsyncOpenAI, conversation: Conversation, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The first choice of one chat completion, retried and bounded as the class says."""
-        url = self._url(client)
-        start = time.monotonic()
-        deadline = start + self.deadline_s
-        attempts = 0
+        self, clients: dict[int, openai.AsyncOpenAI], conversation: Conversation, body: dict[str, Any],
+        template_kwargs: dict[str, Any],
+    ) -> tuple[str, dict[str, Any]]:
+        """The URL that answered and the first choice of one chat completion, retried and bounded as the class says."""
+        messages = self._messages(conversation)
+        tokens = estimate_tokens(messages, body.get("max_tokens"))
+        tried: list[Endpoint] = []  # endpoints that failed this request, in order
+        attempts, start, deadline = 0, 0.0, None
+        failure: BaseException | None = None
         while True:
+            endpoint = await self._pool.acquire(tokens, tried, deadline, retry=attempts > 0)
+            if endpoint is None:  # a retry found no free endpoint before the deadline
+                error = self._error(url, failure, attempts, time.monotonic() - start, None, len(set(tried)))
+                raise BackendError(f"{error}; no endpoint was free for a retry before the deadline") from None
+            if deadline is None:
+                start = time.monotonic()
+                deadline = start + self.deadline_s
             attempts += 1
-            budget = min(self.timeout_s, deadline - time.monotonic())
+            client = clients[endpoint.index]
+            url = self._url(client)
+            sent, outcome, usage = time.monotonic(), None, None
+            cut = deadline - sent < self.timeout_s - 0.01  # the deadline, not timeout_s, bounds this attempt
             try:
-                async with asyncio.timeout(budget):
+                async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
                     raw = await client.chat.completions.with_raw_response.create(
-                        model=self.model, messages=self._messages(conversation), **body
+                        model=self.model, messages=messages, **body, **self._extra_body(client, template_kwargs)
                     )
                     content = raw.content
-                return self._first_choice(url, content)
+                choice, usage = self._first_choice(url, content)
+                outcome = True
+                return url, choice
             except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
-                wait = _retry_wait(exc, attempts)
-                left = deadline - time.monotonic()
-                if wait is None or attempts > self.max_retries or wait + min(self.timeout_s, 1.0) > left:
-                    raise self._error(url, exc, attempts, time.monotonic() - start, wait) from None
+                failure, wait = exc, _retry_wait(exc, attempts)
+                outcome = False if wait is not None else None  # a 4xx says nothing about the endpoint's health
+            finally:
+                self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage)
+            tried.append(endpoint)
+            if wait is not None and self._pool.has_alternative(tried):
+                wait = 0.0  # another endpoint takes the retry at once
+            left = deadline - time.monotonic()
+            if wait is None or attempts > self.max_retries or wait + min(self.timeout_s, 1.0) > left:
+                raise self._error(url, failure, attempts, time.monotonic() - start, wait, len(set(tried)),
+                                  cut) from None
             await asyncio.sleep(wait)
 
-    def _first_choice(self, url: str, content: bytes) -> dict[str, Any]:
-        """The first choice of a chat-completion body, or a one-line ``BackendError`` for anything else."""
+    def _first_choice(self, url: str, content: bytes) -> tuple[dict[str, Any], tuple[int, int] | None]:
+        """The first choice of a chat-completion body and its (prompt, completion) token usage when reported,
+        or a one-line ``BackendError`` for anything else."""
         try:
             data = json.loads(content)
         except (ValueError, UnicodeDecodeError):
@@ -298,35 +354,37 @@ class OpenAIBackend:
             raise BackendError(self._redact(
                 f"openai backend: {url} returned a malformed choice: {_snippet(json.dumps(choices[0], default=str))}"
             ))
-        return choices[0]
+        return choices[0], _usage(data.get("usage"))
 
     async def _map(
         self,
-        one: Callable[[openai.AsyncOpenAI, int, Conversation], Awaitable[_T]],
+        one: Callable[[dict[int, openai.AsyncOpenAI], int, Conversation], Awaitable[_T]],
         conversations: Sequence[Conversation],
         *,
         progress: bool,
     ) -> list[_T]:
-        """Run ``one`` on every conversation, at most ``max_concurrency`` at a time, in input order.
+        """Run ``one`` on every conversation, in input order (the pool bounds what is in flight).
 
         The first failing row cancels the rest (a batch with a hole in it is useless to callers,
         which never drop rows) and is raised as a ``BackendError``.
         """
         if not conversations:
             return []
-        limit = asyncio.Semaphore(self.max_concurrency)
         bar = tqdm(total=len(conversations), desc=f"openai {self.model}", disable=not progress)
 
-        async with openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            timeout=httpx.Timeout(self.timeout_s),
-            max_retries=0,  # ours: see _complete
-        ) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {
+                e.index: await stack.enter_async_context(openai.AsyncOpenAI(
+                    api_key=self._api_key,
+                    base_url=e.url,
+                    timeout=httpx.Timeout(self.timeout_s),
+                    max_retries=0,  # ours: see _complete
+                ))
+                for e in self._pool.endpoints
+            }
 
             async def guarded(index: int, conversation: Conversation) -> _T:
-                async with limit:
-                    result = await one(client, index, conversation)
+                result = await one(clients, index, conversation)
                 bar.update(1)
                 return result
 
@@ -350,15 +408,20 @@ class OpenAIBackend:
         return str(client.base_url).rstrip("/") + "/chat/completions"
 
     def _error(
-        self, url: str, exc: BaseException, attempts: int, elapsed: float, wait: float | None
+        self, url: str, exc: BaseException, attempts: int, elapsed: float, wait: float | None, endpoints: int = 1,
+        cut: bool = False,
     ) -> BackendError:
-        """One line naming the URL, the status, the server's message and the attempts made, with the key removed."""
-        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}, {elapsed:.1f} s in all"
+        """One line naming the URL, the status, the server's message and the attempts made, with the key removed.
+
+        ``cut``: the last attempt had less than ``timeout_s`` left before the request's deadline."""
+        on = f" on {endpoints} endpoints" if endpoints > 1 else ""
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}{on}, {elapsed:.1f} s in all"
         if wait is not None and attempts <= self.max_retries:  # retryable, but the wait does not fit the deadline
             who = "the server asked to retry" if isinstance(exc, openai.APIStatusError) else "a retry would start"
             tries += f"; {who} in {wait:.3g} s, past the {self.deadline_s:g} s deadline"
         if isinstance(exc, TimeoutError | openai.APITimeoutError | httpx.TimeoutException):
-            line = f"openai backend: {url} timed out after {self.timeout_s:g} s ({tries})"
+            limit = f"at the {self.deadline_s:g} s deadline" if cut else f"after {self.timeout_s:g} s"
+            line = f"openai backend: {url} timed out {limit} ({tries})"
         elif isinstance(exc, openai.APIStatusError):
             line = f"openai backend: {url} answered HTTP {exc.status_code} ({tries}): {_server_message(exc)}"
         elif isinstance(exc, openai.APIConnectionError | httpx.HTTPError):
@@ -460,6 +523,16 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _usage(usage: Any) -> tuple[int, int] | None:
+    """A reply's (prompt, completion) tokens, or ``None`` when it reports none (or nonsense)."""
+    if not isinstance(usage, dict):
+        return None
+    counts = (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return None
+    return counts[0], counts[1]
 
 
 def _snippet(content: bytes | str, limit: int = 200) -> str:
