@@ -114,15 +114,22 @@ def builtin_model_dir(name: str) -> Path:
     return target
 
 
+ADAPTER_CONFIG = "adapter_config.json"  # a LoRA checkpoint (model.lora): the adapter alone, its base named inside
+
+
 def resolve_model_path(name_or_path: str) -> str:
-    """A local directory for built-in names and existing paths; anything else is taken as a hub id."""
+    """A local directory (absolute) for built-in names and existing paths; anything else is taken as a hub id.
+
+    A LoRA checkpoint (``adapter_config.json``, no ``config.json``) is a model directory too: ``load_weights``
+    loads its base and merges the adapter in.
+    """
     if name_or_path in BUILTIN_MODELS:
         return str(builtin_model_dir(name_or_path))
     p = Path(name_or_path).expanduser()
     if p.exists():
-        if not (p / "config.json").is_file():
+        if not (p / "config.json").is_file() and not (p / ADAPTER_CONFIG).is_file():
             raise ModelError(f"{name_or_path}: not a model directory (no config.json)")
-        return str(p)
+        return os.path.abspath(p)  # absolute: a LoRA checkpoint records it as its base, read from anywhere
     if name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~")):
         return name_or_path  # hub id: only tried because the user asked for it
     raise ModelError(
@@ -131,11 +138,40 @@ def resolve_model_path(name_or_path: str) -> str:
     )
 
 
+def adapter_base(path: str) -> str | None:
+    """The base model a LoRA checkpoint directory names (``base_model_name_or_path``), or ``None`` for full weights."""
+    import json
+
+    config = Path(path) / ADAPTER_CONFIG
+    if (Path(path) / "config.json").is_file() or not config.is_file():
+        return None
+    try:
+        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    if not isinstance(base, str) or not base:
+        raise ModelError(f"{path}: a LoRA adapter whose {ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    return base
+
+
+def _merge_adapter(model: Any, path: str) -> Any:
+    """``model`` (the base) with the LoRA adapter at ``path`` merged in: a plain transformers model again."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelError(f"{path} is a LoRA adapter checkpoint: loading it needs peft (pip install 'evolm[lora]')") \
+            from None
+    return PeftModel.from_pretrained(model, path).merge_and_unload()
+
+
 def load_tokenizer(name_or_path: str) -> Any:
     """The tokenizer, with a pad token and left padding (what batched generation needs)."""
     from transformers import AutoTokenizer
 
     path = resolve_model_path(name_or_path)
+    base = adapter_base(path)
+    if base and not (Path(path) / "tokenizer_config.json").is_file():  # a LoRA checkpoint saved without one
+        path = resolve_model_path(base)
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
@@ -156,11 +192,17 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> 
 
 def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype: str = "auto", what: str = "model"
                  ) -> Any:
-    """``auto_class.from_pretrained`` on the resolved path, on the resolved device, in eval mode."""
+    """``auto_class.from_pretrained`` on the resolved path, on the resolved device, in eval mode.
+
+    A LoRA checkpoint loads its base (``adapter_config.json``'s ``base_model_name_or_path``) with the adapter merged in.
+    """
     path = resolve_model_path(name_or_path)
     dev = resolve_device(device)
+    base = adapter_base(path)
     try:
-        model = auto_class.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+        model = auto_class.from_pretrained(resolve_model_path(base) if base else path, dtype=resolve_dtype(dtype, dev))
+        if base:
+            model = _merge_adapter(model, path)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {what} '{name_or_path}': {str(e).splitlines()[0]}") from None
     return model.to(dev).eval()
@@ -171,15 +213,22 @@ def load_backend(
     backend: str = "hf",
     device: str = "auto",
     dtype: str = "auto",
-    base_url: str | None = None,
+    base_url: str | list[str] | None = None,
     api_key_env: str = "OPENAI_API_KEY",
     batch_size: int = 8,
     timeout: float = 120.0,
     max_retries: int = 2,
+    deadline: float = 0.0,
+    max_concurrency: int = 32,
+    requests_per_minute: float = 0.0,
+    tokens_per_minute: float = 0.0,
 ) -> Backend:
     """A generation backend for ``spec`` (a model for ``hf``/``vllm``, a served model name for ``openai``).
 
-    ``timeout`` (seconds one request attempt may take in all) and ``max_retries`` apply to ``openai``.
+    ``timeout`` (seconds one request attempt may take in all) and ``max_retries`` apply to ``openai``,
+    and so do ``deadline`` (seconds a request may take in all, retries included; 0: the default),
+    ``max_concurrency``, ``requests_per_minute`` and ``tokens_per_minute`` (each per endpoint of
+    ``base_url``, which may name several: ``evolm.backends.pool``).
     """
     if backend == "hf":
         from evolm.backends.hf import HFBackend
@@ -190,10 +239,14 @@ def load_backend(
         from evolm.backends.openai import OpenAIBackend
 
         return OpenAIBackend(model=spec, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout,
-                             max_retries=max_retries)
+                             max_retries=max_retries, deadline_s=deadline or None, max_concurrency=max_concurrency,
+                             requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute)
     if backend == "vllm":
         from evolm.backends.vllm import VLLMBackend
 
         path = resolve_model_path(spec)
+        if adapter_base(path):
+            raise ModelError(f"{spec} is a LoRA adapter checkpoint: the vllm backend loads full weights "
+                             "(use backend hf, which merges the adapter)")
         return VLLMBackend(model=path, dtype="auto" if dtype == "auto" else dtype)
     raise ModelError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})")

@@ -9,13 +9,17 @@ Inside a GRPO group a missing reward becomes the group mean (zero advantage), se
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from evolm.errors import InputError
 from evolm.scores import aggregate_scores, is_missing
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
@@ -94,6 +98,12 @@ class RowReward:
     s_neg: float | None = None
     rubric_valid: float | None = None  # rubric rows: format validity of the written rubric
     parsed: dict[str, Any] | None = None  # rubric rows: the written rubric, parsed
+    p_yes: tuple[float, ...] = ()  # per-criterion P(Yes) the judges read for this row (yesno, rar_explicit modes)
+    extras: tuple[tuple[str, float, float | None], ...] = ()  # policy rows: (label, weight, value) per rewards.extra
+    # The first row of a process's batch only (gathered rows then add up per step): what judging the batch took;
+    # telemetry, left out of comparisons
+    judge_tokens: int | None = field(default=None, compare=False)  # reported by the judge servers (None: no server)
+    judge_seconds: float | None = field(default=None, compare=False)  # wall seconds
 
 
 MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")
@@ -183,12 +193,18 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         where.append((len(items), len(items) + 1, written))
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
-    per_judge = [j.score(items) for j in judges] if items else []
+    started, served = time.monotonic(), _served_tokens(judges)
+    per_judge, readings = [], [()] * len(items)  # readings: each item's per-criterion P(Yes), all judges
+    for j in judges if items else []:
+        per_judge.append(j.score(items))
+        crit = getattr(j, "last_criteria", None)  # the yesno-style modes' readings of that call
+        if crit is not None and len(crit) == len(items):
+            readings = [(*r, *c) for r, c in zip(readings, crit, strict=True)]
     scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
     out: list[RowReward] = []
     for w in where:
         if isinstance(w, int):
-            out.append(RowReward(policy_reward(scores[w]), score=scores[w]))
+            out.append(RowReward(policy_reward(scores[w]), score=scores[w], p_yes=tuple(readings[w])))
             continue
         i_pos, i_neg, written = w
         if i_pos is None:
@@ -198,8 +214,19 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         reward = rubric_reward(sp, sn, rubric_reward_kind, written.valid) if len(judges) == 1 else multi_judge_reward(
             [s[i_pos] for s in per_judge], [s[i_neg] for s in per_judge], aggregate, written.valid, rubric_reward_kind)
         out.append(RowReward(reward, s_pos=sp, s_neg=sn, rubric_valid=written.valid,
-                             parsed=written.rubric.to_dict() if written.rubric else None))
+                             parsed=written.rubric.to_dict() if written.rubric else None,
+                             p_yes=(*readings[i_pos], *readings[i_neg])))
+    if out and items:  # what judging this batch took, carried by its first row
+        now = _served_tokens(judges)
+        out[0] = replace(out[0], judge_seconds=time.monotonic() - started,
+                         judge_tokens=None if now is None or served is None else now - served)
     return out
+
+
+def _served_tokens(judges: Sequence[Any]) -> int | None:
+    """Tokens the judges' servers reported so far (``OpenAIBackend.stats``); ``None`` if no judge runs on one."""
+    stats = [f() for j in judges if callable(f := getattr(getattr(j, "backend", None), "stats", None))]
+    return sum(s.total.tokens for s in stats) if stats else None
 
 
 @dataclass(frozen=True)
@@ -213,18 +240,41 @@ class StepRewards:
     pair_accuracy: float | None  # rubric steps: share of rows whose rubric made the judge score a+ > a-
     rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
     tied_groups: float = 0.0  # share of groups whose rewards are all equal (zero advantage: no gradient signal)
+    reward_components: dict[str, float | None] | None = None  # with rewards.extra: "judge" and each extra's mean value
+    judge_p_yes: float | None = None  # mean per-criterion P(Yes) of the step's judging (yesno-style modes)
+    judge_pass_rate: float | None = None  # share of those criteria with P(Yes) > 0.5
+    judge_tokens: int | None = None  # tokens the judge servers reported for the step, all processes (None: no server)
+    judge_latency_s: float | None = None  # wall seconds of the step's judging (the slowest process's)
+
+    def metrics(self) -> dict[str, float]:
+        """The step's numbers for TRL's loggers (the reward function's ``log_metric``); absent ones left out."""
+        named = {"pair_accuracy": self.pair_accuracy, "rubric_validity": self.rubric_validity,
+                 "missing_rewards": self.missing_rewards, "tied_groups": self.tied_groups,
+                 "judge_p_yes": self.judge_p_yes, "judge_pass_rate": self.judge_pass_rate,
+                 "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
+                 **{f"reward/{k}": v for k, v in (self.reward_components or {}).items()}}
+        return {k: v for k, v in named.items() if v is not None}
 
 
 def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
                  policy_rubric_valid: Sequence[float | None] = ()) -> StepRewards:
     """Fill missing rewards with their group's mean and summarise one step (all processes' rows).
 
+    Extra rewards (``RowReward.extras``, policy rows with ``rewards.extra``) are added after the filling, each
+    times its weight (a ``None`` value adds nothing): the reward GRPO uses, which ``reward_mean``,
+    ``reward_std`` and ``tied_groups`` describe; ``reward_components`` keeps each term's own mean.
+
     >>> r = step_rewards(["rubric"] * 2, [RowReward(1.0, s_pos=0.9, s_neg=0.1, rubric_valid=1.0),
     ...                                    RowReward(None, rubric_valid=0.0)], ["q", "q"])
     >>> r.rewards, r.pair_accuracy, r.rubric_validity, r.missing_rewards
     ([1.0, 1.0], 0.5, 0.5, 0.5)
+    >>> r = step_rewards(["policy"] * 2, [RowReward(0.8, extras=(("len", 0.5, -1.0),)),
+    ...                                    RowReward(None, extras=(("len", 0.5, 0.0),))], ["q", "q"])
+    >>> r.rewards, r.reward_components
+    ([0.30000000000000004, 0.8], {'judge': 0.8, 'len': -0.5})
     """
-    filled = fill_missing_with_group_mean([r.reward for r in raw], groups)
+    judged = fill_missing_with_group_mean([r.reward for r in raw], groups)
+    filled = [f + sum(w * v for _, w, v in r.extras if v is not None) for f, r in zip(judged, raw, strict=True)]
     n = len(filled)
     by_group: dict[Hashable, list[float]] = defaultdict(list)
     for g, r in zip(groups, filled, strict=True):
@@ -239,8 +289,26 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         pair_acc = None
         present = [float(v) for v in policy_rubric_valid if v is not None]
         validity = sum(present) / len(present) if present else None
+    readings = [p for r in raw for p in r.p_yes]
+    tokens = [r.judge_tokens for r in raw if r.judge_tokens is not None]
+    seconds = [r.judge_seconds for r in raw if r.judge_seconds is not None]
     return StepRewards(filled, sum(filled) / n if n else 0.0, sum(stds) / len(stds) if stds else 0.0,
-                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity, tied)
+                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity, tied,
+                       _components(judged, raw),
+                       sum(readings) / len(readings) if readings else None,
+                       sum(p > 0.5 for p in readings) / len(readings) if readings else None,
+                       judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None)
+
+
+def _components(judged: Sequence[float], raw: Sequence[RowReward]) -> dict[str, float | None] | None:
+    """The judge's mean reward and each extra reward's mean value (its rows' present values), or ``None``."""
+    if not any(r.extras for r in raw):
+        return None
+    values: dict[str, list[float]] = defaultdict(list)
+    for r in raw:
+        for label, _, v in r.extras:
+            values[label] += [] if v is None else [v]
+    return {"judge": sum(judged) / len(judged), **{k: sum(v) / len(v) if v else None for k, v in values.items()}}
 
 
 # ----------------------------------------------------------------------------- several judges
@@ -280,6 +348,121 @@ def fleiss_kappa(ratings: Sequence[Sequence[int]]) -> float:
     if math.isclose(p_e, 1.0):
         return 1.0
     return (p_bar - p_e) / (1 - p_e)
+
+
+# ----------------------------------------------------------------------------- reward functions besides the judge
+
+
+@dataclass(frozen=True)
+class ExtraReward:
+    """A TRL-style reward function added, times ``weight``, to the policy's reward (``rewards.extra``)."""
+
+    label: str  # its name in the logs: the function's ``__name__`` (made unique within the run)
+    weight: float
+    fn: Callable[..., Sequence[Any]]
+
+
+def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
+    """``rewards.extra`` resolved: each ``{name, weight, kwargs}`` imported (and its factory called).
+
+    ``name`` is an import path, ``pkg.mod.attr`` or ``pkg.mod:attr``; ``weight`` defaults to 1. The
+    ``kwargs`` convention: an entry *with* ``kwargs`` (a mapping, ``{}`` included) names a factory, called
+    once here as ``name(**kwargs)``, whose result is the reward function (TRL's
+    ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)``, ``get_repetition_penalty_reward``);
+    an entry without names the reward function itself (TRL's ``think_format_reward``). A reward function
+    must take ``**kwargs``: TRL's contract passes every row column as a keyword. A bad entry, a failed
+    import or factory call, or a result that is no such function is a one-line ``InputError``.
+
+    >>> soft = {"name": "trl.rewards.get_soft_overlong_punishment", "weight": 0.5,
+    ...         "kwargs": {"max_completion_len": 10, "soft_punish_cache": 4}}
+    >>> [(e.label, e.weight, e.fn(completion_ids=[[1] * 6, [1] * 8])) for e in extra_rewards([soft])]
+    [('soft_overlong_punishment_reward', 0.5, [0.0, -0.5])]
+    """
+    if not isinstance(entries, list | tuple):
+        raise InputError("rewards.extra must be a list of {name, weight, kwargs} entries")
+    out: list[ExtraReward] = []
+    for i, entry in enumerate(entries):
+        where = f"rewards.extra[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise InputError(f"{where} must be a mapping with a 'name' (an import path such as mypkg.mod:fn)")
+        if set(entry) - {"name", "weight", "kwargs"}:
+            raise InputError(f"{where}: unknown key '{sorted(set(entry) - {'name', 'weight', 'kwargs'})[0]}' "
+                             "(known: name, weight, kwargs)")
+        name, weight, kwargs = entry["name"].strip(), entry.get("weight", 1.0), entry.get("kwargs")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise InputError(f"{where}: weight must be a finite number, not {weight!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise InputError(f"{where}: kwargs must be a mapping of the factory's arguments, not {kwargs!r}")
+        fn = _import(name, where)
+        if kwargs is not None:
+            try:
+                fn = fn(**kwargs)
+            except Exception as e:  # noqa: BLE001 - any failure of the user's factory is a config error
+                raise InputError(f"{where}: {name}(**kwargs) failed: {_first_line(e)}") from None
+        _check_reward_fn(fn, name, where)
+        label = str(getattr(fn, "__name__", "") or name.replace(":", ".").rsplit(".", 1)[-1])
+        taken = {e.label for e in out}
+        if label in taken:
+            label = next(f"{label}_{k}" for k in range(2, len(taken) + 3) if f"{label}_{k}" not in taken)
+        out.append(ExtraReward(label, float(weight), fn))
+    return out
+
+
+def _import(path: str, where: str) -> Any:
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    if not module or not attr:
+        raise InputError(f"{where}: '{path}' is not an import path (pkg.mod.fn or pkg.mod:fn)")
+    try:
+        obj = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - a missing package or a module that fails to import
+        raise InputError(f"{where}: cannot import {module} ({_first_line(e)})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{where}: {module} has no '{attr}'")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_reward_fn(fn: Any, name: str, where: str) -> None:
+    if not callable(fn):
+        raise InputError(f"{where}: {name} is not callable (a factory's result must be a reward function)")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        raise InputError(f"{where}: {name} is async; rewards.extra takes plain functions")
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: its first call will tell
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise InputError(f"{where}: {name} does not take **kwargs (TRL passes every row column as a keyword); if it "
+                         "is a factory, give its arguments as kwargs: {...}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
+
+
+def score_extra(extras: Sequence[ExtraReward], n: int, kwargs: Mapping[str, Any]
+                ) -> list[tuple[tuple[str, float, float | None], ...]]:
+    """Each extra reward function on ``n`` policy rows, called with TRL's keyword arguments ``kwargs``
+    (``prompts``, ``completions``, ``completion_ids``, the row columns, ...): per row, (label, weight, value).
+
+    A ``None`` or non-finite value is "no reward" (it adds nothing); a wrong count or a non-number is an ``InputError``.
+    """
+    columns: list[list[float | None]] = []
+    for e in extras:
+        values = list(e.fn(**kwargs))
+        if len(values) != n:
+            raise InputError(f"rewards.extra: {e.label} returned {len(values)} values for {n} completions")
+        col: list[float | None] = []
+        for v in values:
+            if v is not None and (isinstance(v, str) or not isinstance(v, int | float) and not hasattr(v, "__float__")):
+                raise InputError(f"rewards.extra: {e.label} returned {v!r}, not a number")
+            col.append(None if v is None or not math.isfinite(float(v)) else float(v))
+        columns.append(col)
+    return [tuple((e.label, e.weight, col[i]) for e, col in zip(extras, columns, strict=True)) for i in range(n)]
 
 
 # ----------------------------------------------------------------------------- for your own TRL runs

@@ -112,7 +112,8 @@ def load_buffer(cfg: RunConfig, ckpt: Path | None) -> ReplayBuffer:
 
 
 def _check_weights(ckpt: Path) -> None:
-    """Refuse a checkpoint whose safetensors files cannot be opened (a torn or corrupt save)."""
+    """Refuse a checkpoint whose safetensors files cannot be opened (a torn or corrupt save); a LoRA run's
+    checkpoint holds the adapter alone (``adapter_model.safetensors``), which counts."""
     files = list(ckpt.glob("*.safetensors"))
     if not files:
         raise RunError(f"{ckpt}: checkpoint has no model weights (*.safetensors)")
@@ -143,6 +144,9 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ru
     saved = load_config(path)
     if to_dict(cfg)["schedule"] != to_dict(saved)["schedule"] or cfg.seed != saved.seed:
         raise RunError("the schedule and seed of a run cannot change on resume")
+    if cfg.model.lora != saved.model.lora:  # a LoRA checkpoint holds an adapter, a full one every weight
+        raise RunError("model.lora of a run cannot change on resume (its checkpoints hold "
+                       + ("a LoRA adapter)" if saved.model.lora.r > 0 else "full weights)"))
     return cfg
 
 

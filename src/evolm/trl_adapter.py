@@ -51,6 +51,22 @@ at every optimizer step:
      mode sends it) gets ``structured_outputs`` for the step and is restored. A
      ``grpo.vllm_structured_outputs_regex`` would take precedence: refused with constrained rubrics.
 
+6. LoRA (``model.lora.r > 0``): ``GRPOTrainer(peft_config=peft.LoraConfig(...))`` (public). TRL wraps the model
+   with ``get_peft_model`` and, with ``beta != 0``, builds no reference model: ``is_peft_model(model)`` sets
+   ``ref_model = None`` and the reference log-probs are computed under ``use_adapter(model, None)``, i.e. with the
+   adapter disabled: the frozen base (``grpo_trainer.py``: "Reference model", and ``_generate_and_score_completions``
+   "When training a PEFT adapter"). Both roles train the one adapter; transformers' ``Trainer._save`` calls
+   ``PeftModel.save_pretrained``, so a checkpoint holds ``adapter_model.safetensors`` + ``adapter_config.json``
+   (its ``base_model_name_or_path`` an absolute local path for a local base), and ``resume_from_checkpoint``
+   loads the adapter back (``Trainer._load_from_checkpoint``). Extra text and TRL's own generation run on the
+   ``PeftModel`` (adapter on); with vLLM, ``VLLMGeneration.sync_weights`` merges the adapter into the weights it
+   sends and unmerges it after.
+7. Logging (public): ``log_metric`` (above) carries evolm's step numbers (``evolm/...``, judge P(Yes) and pass rate,
+   each reward term) to every logger in ``grpo.report_to`` (TensorBoard, W&B through transformers'
+   ``WandbCallback``); ``log_extra`` adds evolm's columns (role, rubric, pair, judge scores) to TRL's completions
+   table, which TRL logs as a W&B table with ``grpo.log_completions``. The W&B run gets evolm's config, and
+   ends with the run.
+
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
 ``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
 ``sync_weights``; run ``pytest tests/test_trl_adapter.py tests/test_coevolve.py tests/test_constrained.py``;
@@ -62,13 +78,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
-from evolm.config import RunConfig, batch_error, evolm_grpo_settings
+from evolm.config import RunConfig, batch_error, evolm_grpo_settings, to_dict
 from evolm.errors import InputError, RunError
-from evolm.rewards import completion_text
+from evolm.rewards import ExtraReward, completion_text, extra_rewards, score_extra
 
 TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
 PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]
@@ -159,6 +176,25 @@ def check_launch(cfg: RunConfig) -> None:
             raise InputError(f"grpo.{key} must be true or false, not {value!r}")
     if cfg.rubric.constrained:
         _check_constrained(cfg.grpo)
+    _check_optional(cfg)
+
+
+def _check_optional(cfg: RunConfig) -> None:
+    """LoRA needs peft, ``report_to: wandb`` needs wandb: one-line errors before a model loads (contract items 6, 7)."""
+    import importlib.util
+
+    if cfg.model.lora.r > 0:
+        if importlib.util.find_spec("peft") is None:
+            raise InputError("model.lora needs peft: pip install 'evolm[lora]'")
+        if cfg.grpo.get("sync_ref_model"):
+            raise InputError("model.lora trains against the frozen base (adapter off); grpo.sync_ref_model has no "
+                             "reference model to sync: unset it")
+    if "wandb" in _report_to_list(cfg.grpo.get("report_to")) and importlib.util.find_spec("wandb") is None:
+        raise InputError("grpo.report_to=wandb needs wandb: pip install 'evolm[wandb]'")
+
+
+def _report_to_list(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def _check_constrained(grpo: dict[str, Any]) -> None:
@@ -186,11 +222,13 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     world = PartialState().num_processes
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
+    grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
     args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations=1)
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
-    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks)],
-                               args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra))],
+                               args=args, train_dataset=dataset, processing_class=tokenizer,
+                               peft_config=_peft_config(cfg))
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
@@ -200,12 +238,35 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_recorder_class()(hooks))
+    trainer.add_callback(_recorder_class()(hooks, to_dict(cfg)))
     return trainer
 
 
 def train(trainer: Any, checkpoint: Path | None) -> None:
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
+    stages are two W&B runs)."""
+    import sys
+
+    before = getattr(sys.modules.get("wandb"), "run", None)
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        wandb = sys.modules.get("wandb")
+        if wandb is not None and wandb.run is not None and wandb.run is not before and \
+                "wandb" in _report_to_list(trainer.args.report_to):
+            wandb.finish()
+
+
+def _peft_config(cfg: RunConfig) -> Any:
+    """``peft.LoraConfig`` for ``model.lora`` (``None``: off, every weight trains). Contract item 6."""
+    lora = cfg.model.lora
+    if lora.r <= 0:
+        return None
+    from peft import LoraConfig
+
+    modules = lora.target_modules
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
+                      target_modules="all-linear" if list(modules) == ["all-linear"] else list(modules))
 
 
 def _report_to() -> list[str]:
@@ -327,7 +388,7 @@ def _grammar_generate(model: Any, generate: Any, tokenizer: Any, schema: dict[st
 # ============================================================================= rewards
 
 
-def _reward_function(hooks: StepHooks) -> Any:
+def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = ()) -> Any:
     def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
                      log_metric: Any = None, **cols: Any) -> list[float]:
         from accelerate import PartialState
@@ -340,6 +401,13 @@ def _reward_function(hooks: StepHooks) -> Any:
         rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
         texts = [completion_text(c) for c in completions]
         scored = hooks.score(rows, texts)
+        if extras and rows and rows[0]["role"] == "policy":  # rewards.extra: policy rows only, with TRL's kwargs
+            kwargs = {**cols, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
+                      "log_metric": log_metric}
+            parts = score_extra(extras, len(texts), kwargs)
+            scored = [replace(s, extras=e) for s, e in zip(scored, parts, strict=True)]
+        if cols.get("log_extra") is not None:
+            _log_columns(cols["log_extra"], rows, scored)
         lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * len(texts)
         state = PartialState()
         local = list(zip(rows, texts, scored, lengths, strict=True))
@@ -356,6 +424,18 @@ def _reward_function(hooks: StepHooks) -> Any:
     return evolm_reward
 
 
+def _log_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[Any]) -> None:
+    """evolm's columns in TRL's completions table (a W&B table with ``grpo.log_completions``); the same columns at
+    every step of either role, so TRL's per-column buffers stay aligned."""
+    policy = [r["role"] == "policy" for r in rows]
+    log_extra("role", [r["role"] for r in rows])
+    log_extra("rubric", [str(r.get("rubric_text") or "") if p else "" for r, p in zip(rows, policy, strict=True)])
+    for key in ("a_pos", "a_neg"):
+        log_extra(key, [str(r.get(key) or "") for r in rows])
+    for key in ("score", "s_pos", "s_neg"):
+        log_extra(key, [getattr(s, key, None) for s in scored])
+
+
 # ============================================================================= callbacks
 
 
@@ -365,11 +445,18 @@ def _recorder_class() -> type:
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     class _Recorder(TrainerCallback):
-        def __init__(self, hooks: StepHooks) -> None:
+        def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None) -> None:
             self.hooks = hooks
+            self.config = config
             self.logged = -1
 
         def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            import sys
+
+            wandb = sys.modules.get("wandb")  # transformers' WandbCallback (before this one) has started its run
+            if self.config and state.is_world_process_zero and getattr(wandb, "run", None) is not None \
+                    and "wandb" in _report_to_list(args.report_to):
+                wandb.run.config.update({"evolm": self.config}, allow_val_change=True)
             self.hooks.begin(state.is_world_process_zero)
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001

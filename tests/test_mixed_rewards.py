@@ -1,0 +1,179 @@
+"""Mixed rewards (``rewards.extra``) and the judge's per-criterion readings, at the reward-function level.
+
+The reward function TRL calls (``trl_adapter._reward_function``) is driven here with TRL's keyword
+arguments and a minimal stand-in for the loop (``Loop.score`` / ``Loop.finish`` reduced to
+``step_rewards``), so the sum, the policy-only rule and what reaches ``log_metric`` / ``log_extra``
+are checked by hand without a training run (``tests/test_lora_wandb.py`` has one).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evolm import trl_adapter
+from evolm.config import load_config
+from evolm.errors import InputError
+from evolm.judge import Judge, JudgeItem
+from evolm.rewards import ExtraReward, RowReward, extra_rewards, score_rows, step_rewards
+from evolm.rubrics import Rubric
+
+SOFT = "trl.rewards.get_soft_overlong_punishment"
+
+
+def length_reward(completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
+    """A reward function as TRL calls one: one value per completion (here its token count)."""
+    return [float(len(ids)) for ids in completion_ids]
+
+
+# ----------------------------------------------------------------------------- resolving rewards.extra
+
+
+def test_factories_take_kwargs_and_functions_do_not() -> None:
+    extras = extra_rewards([
+        {"name": SOFT, "kwargs": {"max_completion_len": 10, "soft_punish_cache": 4}, "weight": 0.5},
+        {"name": "trl.rewards.think_format_reward"},  # a reward function itself: no kwargs
+        {"name": "trl.rewards:get_repetition_penalty_reward", "kwargs": {}},  # a factory with its defaults
+        {"name": "trl.rewards:think_format_reward", "weight": 2},  # the same function twice: labels stay apart
+    ])
+    assert [(e.label, e.weight) for e in extras] == [
+        ("soft_overlong_punishment_reward", 0.5), ("think_format_reward", 1.0), ("repetition_penalty_reward", 1.0),
+        ("think_format_reward_2", 2.0)]
+    assert extras[0].fn(completion_ids=[[1] * 6, [1] * 8, [1] * 11]) == [0.0, -0.5, -1.0]  # the factory's function
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("{name: trl.rewards.no_such_reward}", "rewards.extra[0]: trl.rewards has no 'no_such_reward'"),
+    ("{name: no_such_package.mod:fn}", "rewards.extra[0]: cannot import no_such_package.mod (ModuleNotFoundError"),
+    ("{name: noimportpath}", "rewards.extra[0]: 'noimportpath' is not an import path"),
+    (f"{{name: {SOFT}}}", "does not take **kwargs (TRL passes every row column as a keyword); if it is a factory"),
+    (f"{{name: {SOFT}, kwargs: {{max_len: 3}}}}", "(**kwargs) failed: TypeError: get_soft_overlong_punishment() got"),
+    ("{name: trl.rewards.think_format_reward, weight: heavy}", "rewards.extra[0]: weight must be a finite number"),
+    ("{name: trl.rewards.think_format_reward, kwargs: 3}", "rewards.extra[0]: kwargs must be a mapping"),
+    ("{name: trl.rewards.think_format_reward, scale: 2}", "rewards.extra[0]: unknown key 'scale'"),
+    ("trl.rewards.think_format_reward", "rewards.extra[0] must be a mapping with a 'name'"),
+])
+def test_bad_extra_rewards_are_one_line_errors_at_config_load(entry: str, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_config(None, [f"rewards.extra=[{entry}]"])
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_extra_rewards_are_off_by_default_and_saved_as_written(tmp_path: Path) -> None:
+    from evolm.config import save_config
+
+    assert load_config(None).rewards.extra == []
+    entry = {"name": SOFT, "kwargs": {"max_completion_len": 480, "soft_punish_cache": 64}, "weight": 0.5}
+    cfg = load_config(None, [f"rewards.extra=[{{name: {SOFT}, weight: 0.5, "
+                             "kwargs: {max_completion_len: 480, soft_punish_cache: 64}}]"])
+    assert cfg.rewards.extra == [entry]
+    save_config(cfg, tmp_path / "c.yaml")  # the config keeps the import path, not a function: it saves and reloads
+    assert load_config(tmp_path / "c.yaml").rewards.extra == [entry]
+
+
+# ----------------------------------------------------------------------------- the sum
+
+
+def test_step_rewards_add_weighted_extras_after_group_filling() -> None:
+    raw = [RowReward(0.8, extras=(("len", 0.5, -1.0), ("fmt", 2.0, 1.0))),
+           RowReward(None, extras=(("len", 0.5, 0.0), ("fmt", 2.0, None))),  # judge missing: its group's mean, 0.8
+           RowReward(0.2, extras=(("len", 0.5, -0.5), ("fmt", 2.0, 0.0)))]
+    r = step_rewards(["policy"] * 3, raw, ["a", "a", "b"])
+    expected = [0.8 - 0.5 + 2.0, 0.8 + 0.0, 0.2 - 0.25 + 0.0]
+    assert r.rewards == pytest.approx(expected)
+    assert r.reward_mean == pytest.approx(sum(expected) / 3)  # what GRPO uses
+    assert r.reward_components == pytest.approx({"judge": (0.8 + 0.8 + 0.2) / 3, "len": -0.5, "fmt": 0.5})
+    assert r.metrics()["reward/len"] == pytest.approx(-0.5) and "reward/judge" in r.metrics()
+    plain = step_rewards(["policy"] * 2, [RowReward(0.8), RowReward(0.4)], ["a", "a"])
+    assert plain.reward_components is None and not any(k.startswith("reward/") for k in plain.metrics())
+
+
+class _Hooks:
+    """The part of ``coevolve.Loop`` the reward function calls, on fixed judge scores."""
+
+    def __init__(self, scores: list[float | None]) -> None:
+        self.scores = scores
+
+    def score(self, rows: list[dict], completions: list[str]) -> list[RowReward]:
+        return [RowReward(s, score=s, p_yes=(0.9, 0.2)) if r["role"] == "policy" else
+                RowReward(s, s_pos=0.7, s_neg=0.3, p_yes=(0.7, 0.3)) for r, s in zip(rows, self.scores, strict=True)]
+
+    def finish(self, rows, completions, scored, lengths, is_main):  # noqa: ANN001, ANN201
+        result = step_rewards([r["role"] for r in rows], scored, [r["slot"] for r in rows])
+        return result.rewards, result.metrics()
+
+
+def _call(reward_fn: Any, role: str, ids: list[list[int]]) -> tuple[list[float], dict[str, float], dict[str, list]]:
+    metrics: dict[str, float] = {}
+    extra: dict[str, list] = {}
+    n = len(ids)
+    rows = {"role": [role] * n, "slot": [i // 2 for i in range(n)], "question": ["q"] * n,
+            "rubric_text": ["- be right" if role == "policy" else ""] * n,
+            "a_pos": ["" if role == "policy" else "good"] * n, "a_neg": ["" if role == "policy" else "bad"] * n}
+    out = reward_fn(prompts=[[{"role": "user", "content": "q"}]] * n,
+                    completions=[[{"role": "assistant", "content": "x" * len(i)}] for i in ids], completion_ids=ids,
+                    trainer_state=None, log_metric=metrics.__setitem__,
+                    log_extra=lambda column, values: extra.setdefault(column, []).extend(values), **rows)
+    return out, metrics, extra
+
+
+def test_the_reward_function_adds_extras_on_policy_steps_only() -> None:
+    extras = [ExtraReward("length", 0.1, length_reward)]
+    reward_fn = trl_adapter._reward_function(_Hooks([0.5, 0.7, 0.2, None]), extras)
+    ids = [[1, 2], [1, 2, 3, 4], [1], [1, 2, 3]]
+    out, metrics, extra = _call(reward_fn, "policy", ids)
+    assert out == pytest.approx([0.5 + 0.2, 0.7 + 0.4, 0.2 + 0.1, 0.2 + 0.3])  # the missing one: its group's mean
+    assert metrics["evolm/reward/judge"] == pytest.approx((0.5 + 0.7 + 0.2 + 0.2) / 4)
+    assert metrics["evolm/reward/length"] == pytest.approx(2.5)  # each component's mean, before its weight
+    assert metrics["evolm/judge_p_yes"] == pytest.approx(0.55) and metrics["evolm/judge_pass_rate"] == 0.5
+    assert sorted(extra) == ["a_neg", "a_pos", "role", "rubric", "s_neg", "s_pos", "score"]
+    assert extra["rubric"] == ["- be right"] * 4 and extra["score"] == [0.5, 0.7, 0.2, None]
+
+    out, metrics, extra = _call(reward_fn, "rubric", ids)  # a rubric step: no extra reward is even called
+    assert out == pytest.approx([0.5, 0.7, 0.2, 0.2])
+    assert not any(k.startswith("evolm/reward/") for k in metrics) and metrics["evolm/judge_pass_rate"] == 0.5
+    assert sorted(extra) == ["a_neg", "a_pos", "role", "rubric", "s_neg", "s_pos", "score"]  # the same columns
+    assert extra["a_pos"] == ["good"] * 4 and extra["s_pos"] == [0.7] * 4 and extra["rubric"] == [""] * 4
+
+
+def test_a_misbehaving_extra_reward_is_an_error_naming_it() -> None:
+    reward_fn = trl_adapter._reward_function(_Hooks([0.5, 0.5]), [ExtraReward("short", 1.0, lambda **kw: [1.0])])
+    with pytest.raises(InputError, match="rewards.extra: short returned 1 values for 2 completions"):
+        _call(reward_fn, "policy", [[1], [2]])
+    nan = trl_adapter._reward_function(_Hooks([0.5, 0.5]), [ExtraReward("nan", 1.0, lambda **kw: [math.nan, None])])
+    assert _call(nan, "policy", [[1], [2]])[0] == [0.5, 0.5]  # NaN and None: no reward from that term
+
+
+# ----------------------------------------------------------------------------- the judge's per-criterion readings
+
+
+RUBRIC = Rubric.from_obj({"criteria": [
+    {"criterion": "The answer says 4.", "weight": 0.75, "scoring_levels": {"1.0": "says 4", "0.0": "does not"}},
+    {"criterion": "The answer is short.", "weight": 0.25, "scoring_levels": {"1.0": "yes", "0.0": "no"}}]})
+
+
+def test_the_yesno_judge_exposes_its_per_criterion_readings(tiny_backend: Any) -> None:
+    judge = Judge(tiny_backend, mode="yesno")
+    items = [JudgeItem("What is 2 + 2?", "4", RUBRIC), JudgeItem("What is 2 + 2?", "five", None)]
+    scores = judge.score(items)
+    assert [len(c) for c in judge.last_criteria] == [2, 1]  # two criteria; the judge alone: one generic criterion
+    first = judge.last_criteria[0]
+    assert scores[0] == pytest.approx(0.75 * first[0] + 0.25 * first[1])  # the score is their weighted mean
+    assert scores[1] == pytest.approx(judge.last_criteria[1][0])
+
+    rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": RUBRIC.to_dict(), "rubric_text": ""},
+            {"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}]
+    scored = score_rows(rows, ["4", "five"], [judge])
+    assert [r.p_yes for r in scored] == [tuple(c) for c in judge.last_criteria]
+    result = step_rewards(["policy"] * 2, scored, ["q", "q"])
+    readings = [p for c in judge.last_criteria for p in c]
+    assert result.judge_p_yes == pytest.approx(sum(readings) / 3)
+    assert result.judge_pass_rate == pytest.approx(sum(p > 0.5 for p in readings) / 3)
+
+    prob = Judge(tiny_backend, mode="prob")
+    prob.score(items)
+    assert prob.last_criteria == [[], []]  # one reading per answer, no criteria
+    assert step_rewards(["policy"] * 2, score_rows(rows, ["4", "five"], [prob]), ["q", "q"]).judge_p_yes is None
