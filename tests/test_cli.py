@@ -171,7 +171,9 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     rubric_backend, judge = _rubric_and_judge(args)
     assert [spec for spec, _ in loaded] == ["J"] and rubric_backend is judge.backend
     assert loaded[0][1] == {"backend": "hf", "base_url": None, "api_key_env": "OPENAI_API_KEY", "device": "auto",
-                            "dtype": "float32", "batch_size": 2, "timeout": 120.0, "max_retries": 2}
+                            "dtype": "float32", "batch_size": 2, "timeout": 120.0, "max_retries": 2,
+                            "deadline": 0.0, "max_concurrency": 32, "requests_per_minute": 0.0,
+                            "tokens_per_minute": 0.0}
     assert (judge.mode, judge.seed, judge.max_new_tokens, judge.chat_template_kwargs) == ("yesno", 3, 512, {})
     assert (judge.temperature, judge.top_p) == (0.6, 0.95)  # the judge's own sampling; --top-p is the rubric writer's
     params = _rubric_params(args)
@@ -181,7 +183,7 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     args = build_parser().parse_args(["eval", "pairs", "f.json", "--judge", "J", "--rubric-model", "R",
                                       "--judge-backend", "openai", "--judge-base-url", "http://j/v1"])
     rubric_backend, judge = _rubric_and_judge(args)
-    assert [(spec, kw["backend"], kw["base_url"]) for spec, kw in loaded] == [("J", "openai", "http://j/v1"),
+    assert [(spec, kw["backend"], kw["base_url"]) for spec, kw in loaded] == [("J", "openai", ["http://j/v1"]),
                                                                                ("R", "hf", None)]
     assert rubric_backend is not judge.backend
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -210,9 +211,10 @@ def test_defaults_are_not_shared_between_configs() -> None:
 
 def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
     keys = []
+    hints = typing.get_type_hints(cls)  # nested sections at any depth (model.lora.r)
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or (isinstance(f.type, str) and f.type.endswith("Config")):
-            keys += _leaf_keys(getattr(RunConfig(), f.name).__class__, f"{prefix}{f.name}.")
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += _leaf_keys(hints[f.name], f"{prefix}{f.name}.")
         else:
             keys.append(prefix + f.name)
     return keys

@@ -64,7 +64,10 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
         help="hf: local transformers (default); openai: an OpenAI-compatible server (vllm serve, OpenAI...); "
         "vllm: in-process vLLM (GPU, needs the 'vllm' extra)",
     )
-    p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--base-url", action="append", default=None,
+                   help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1; several (repeat the flag, "
+                   "or comma-separated) serving the same model make a pool: least-loaded first, 32 requests in "
+                   "flight to each, a failed request retried on another")
     p.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
@@ -156,7 +159,7 @@ def _add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
                        "the row gets no rubric and a reason") + ") or refuse (an error naming the row)")
 
 
-def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Backend
+def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Backend
     """A model behind the backend the flags name, run as the runtime flags say."""
     from evolm.models import load_backend
 
@@ -169,7 +172,7 @@ def _deadline_kwargs(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in ("timeout", "max_retries") if getattr(args, k, None) is not None}
 
 
-def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | None):  # -> Judge
+def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Judge
     """The judge the flags describe, through the one builder training uses too.
 
     The CLI's judge keeps its own defaults: no chat-template kwargs and ``--judge-max-new-tokens``
@@ -620,7 +623,8 @@ def _add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
     _add_context_args(p, "judge")
     _add_backend_args(p)  # the rubric model's, and the judge's unless --judge-backend / --judge-base-url
     p.add_argument("--judge-backend", choices=BACKENDS, default=None, help="backend of the judge (default: --backend)")
-    p.add_argument("--judge-base-url", default=None, help="server URL of the judge (default: --base-url)")
+    p.add_argument("--judge-base-url", action="append", default=None,
+                   help="server URL of the judge, repeatable for a pool (default: --base-url)")
     p.add_argument("--judge-constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     _add_runtime_args(p)
     _add_rubric_writing_args(p.add_argument_group(
@@ -881,6 +885,73 @@ def _run_report(args: argparse.Namespace) -> None:
     _done(f"wrote {write_report(run, args.output)}")
 
 
+# ----------------------------------------------------------------------------- serve
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    def positive(text: str) -> float:
+        value = float(text)
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+        return value
+
+    p = sub.add_parser(
+        "serve",
+        help="serve rubric + judge rewards over HTTP (OpenRLHF, slime, verl)",
+        description="Serve the judge's reward over HTTP until interrupted: POST /get_reward (OpenRLHF's remote "
+        "reward protocol), POST /reward (slime's remote_rm), GET /health, and the OpenAPI page at /docs. Rubrics "
+        "come from each request's label when it parses as one, else from --rubric-model (written once per "
+        "question, cached) or --rubrics FILE, else the judge scores alone; extra_logs says which. Concurrent "
+        "requests are scored together in one judge call. Needs the 'serve' extra: pip install 'evolm[serve]'.",
+    )
+    p.add_argument("--judge", required=True, help=f"judge model: {_MODEL_NAMES}")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--rubric-model", default=None,
+                       help="writes a rubric for each new question without one in its label (loaded once when it "
+                       "is the judge model too)")
+    where.add_argument("--rubrics", default=None, metavar="FILE",
+                       help="JSONL of rubrics by prompt ('evolm rubric' output), for questions without one in the label")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; the server has no authentication)")
+    p.add_argument("--port", type=_positive_int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--max-batch", type=_positive_int, default=64,
+                   help="answers scored in one judge call, about (default 64; a request is never split)")
+    p.add_argument("--max-wait-ms", type=positive, default=5.0,
+                   help="how long a batch waits for more requests once one arrives (default 5 ms)")
+    p.add_argument("--max-queue", type=_positive_int, default=256,
+                   help="requests waiting to be scored; beyond it a request gets 503 with Retry-After (default 256)")
+    p.add_argument("--deadline-s", type=positive, default=300.0,
+                   help="seconds a request may take in all, queueing included; then 504 (default 300)")
+    p.add_argument("--rubric-cache", type=_positive_int, default=4096,
+                   help="written rubrics kept, one per question, least recently used dropped first (default 4096)")
+    _add_judge_mode_arg(p)
+    p.add_argument("--judge-constrained", action="store_true", help=_JUDGE_CONSTRAINED)
+    _add_context_args(p, "judge")
+    _add_backend_args(p)
+    _add_runtime_args(p)
+    _add_rubric_writing_args(p.add_argument_group("rubric writing", "sampling of --rubric-model"))
+    p.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> None:
+    from evolm.eval.rubric_source import read_rubric_table
+    from evolm.serve import RubricSource, ServeSettings, create_app, require_serve_extra, run_server
+
+    require_serve_extra()  # before any model loads
+    table = read_rubric_table(args.rubrics) if args.rubrics else None
+    judge = _build_judge(args, args.judge, args.backend, args.base_url)
+    writer = None
+    if args.rubric_model:
+        writer = judge.backend if args.rubric_model == args.judge else _load(args, args.rubric_model, args.backend,
+                                                                              args.base_url)
+    rubrics = RubricSource(writer=writer, params=_rubric_params(args), table=table, cache_size=args.rubric_cache)
+    settings = ServeSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                             deadline_s=args.deadline_s, rubric_cache=args.rubric_cache)
+    _done(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
+          "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
+    run_server(create_app(judge, rubrics, settings), args.host, args.port)
+
+
 def _write_result(output: str | None, result: dict, table: str) -> None:
     """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on stdout."""
     if output:
@@ -897,7 +968,7 @@ def _done(msg: str) -> None:
     print(msg, file=sys.stderr)
 
 
-_SUBCOMMANDS = (_add_rubric, _add_judge, _add_train, _add_eval, _add_report)
+_SUBCOMMANDS = (_add_rubric, _add_judge, _add_train, _add_eval, _add_report, _add_serve)
 
 
 def build_parser() -> argparse.ArgumentParser:

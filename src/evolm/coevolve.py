@@ -351,12 +351,10 @@ class Loop:
             step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
             reward_mean=result.reward_mean, reward_std=result.reward_std, pair_accuracy=result.pair_accuracy,
             rubric_validity=result.rubric_validity, missing_rewards=result.missing_rewards,
-            tied_groups=result.tied_groups,
-            completion_length=sum(lengths) / len(lengths) if lengths else None)
-        metrics = {k: v for k, v in (("pair_accuracy", result.pair_accuracy), ("rubric_validity", result.rubric_validity),
-                                     ("missing_rewards", result.missing_rewards), ("tied_groups", result.tied_groups))
-                   if v is not None}
-        return result.rewards, metrics
+            tied_groups=result.tied_groups, reward_components=result.reward_components,
+            judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate, judge_tokens=result.judge_tokens,
+            judge_latency_s=result.judge_latency_s, completion_length=sum(lengths) / len(lengths) if lengths else None)
+        return result.rewards, result.metrics()
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []

@@ -24,7 +24,7 @@ from evolm.errors import InputError
 from evolm.judge import JUDGE_MODES
 from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
-from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS
+from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, extra_rewards
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
@@ -37,6 +37,18 @@ def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors datac
 
 
 @dataclass
+class LoRAConfig:
+    """A LoRA adapter trained instead of the full weights (PEFT); r=0: off (the paper trains every weight)."""
+
+    r: int = _f(0, "LoRA rank (0: off, full fine-tuning as in the paper); both roles train the one adapter, the "
+                "frozen base model is GRPO's KL reference, and checkpoints hold the adapter alone")
+    alpha: int = _f(16, "LoRA scaling numerator: the update is scaled by alpha / r")
+    dropout: float = _f(0.0, "dropout on the adapter's input during training")
+    target_modules: list = _f(["all-linear"], "module names (or suffixes) that get an adapter; ['all-linear']: every "
+                              "linear layer but the output head (PEFT)")
+
+
+@dataclass
 class ModelConfig:
     """The one model that plays both roles (policy and rubric writer)."""
 
@@ -44,6 +56,7 @@ class ModelConfig:
     dtype: str = _f("auto", "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
     system_prompt: str = _f("You are a helpful assistant.", "system prompt of the policy role (paper's)")
     chat_template_kwargs: dict = _f({}, "passed to the chat template, e.g. {enable_thinking: false} for Qwen3")
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 @dataclass
@@ -57,12 +70,24 @@ class JudgeConfig:
                    "reward_model (a scalar sequence-classification reward model, regime judge_only)")
     backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
                       "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
-    base_url: str | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1")
+    base_url: str | list | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1; a list "
+                                     "(or comma-separated URLs) of servers of the same model is a pool: each request "
+                                     "goes to the least-loaded one, a failed one is retried on another")
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable with the judge server's API key")
     timeout: float = _f(120.0, "backend=openai: seconds one request attempt may take in all (connect, wait, read "
                         "the whole reply; not per read)")
     max_retries: int = _f(2, "backend=openai: retries of a failed request (connection errors, timeouts, 408, 409, "
                           "429, 5xx); one request ends within (max_retries + 1) x timeout + 8 s per retry")
+    deadline: float = _f(0.0, "backend=openai: seconds one request may take in all, retries, waits and endpoint "
+                         "changes included (0: (max_retries + 1) x timeout + 8 s per retry)")
+    max_concurrency: int = _f(32, "backend=openai: requests in flight at once to each judge server (per training "
+                              "process); more keeps a big server busy, fewer protects a small one")
+    requests_per_minute: float = _f(0.0, "backend=openai: requests per minute to each judge server from each "
+                                    "training process (0: no limit; spread evenly, bursts of one second's worth), "
+                                    "e.g. a hosted API's rate limit divided by the processes")
+    tokens_per_minute: float = _f(0.0, "backend=openai: tokens per minute to each judge server from each training "
+                                  "process (0: no limit); a request counts its characters / 3 + its reply budget "
+                                  "until the server reports its usage")
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
@@ -175,6 +200,19 @@ class EvalConfig:
 
 
 @dataclass
+class RewardsConfig:
+    """Reward functions besides the judge, added to the policy's reward (off in the paper)."""
+
+    extra: list = _f([], "TRL-style reward functions added to the policy reward on policy steps (rubric steps are "
+                     "untouched): a list of {name, weight, kwargs}. name: an import path (trl.rewards.get_soft_"
+                     "overlong_punishment, mypkg.mod:fn), resolved when the config loads. With kwargs (even {}) name "
+                     "is a factory, called once as name(**kwargs), that returns the reward function; without, name is "
+                     "the reward function. It gets prompts, completions, completion_ids and the row columns as TRL "
+                     "passes them and returns one float per completion (None: no reward). Policy reward = judge "
+                     "reward (missing: its group's mean) + sum of weight x value; each term's mean is logged per step")
+
+
+@dataclass
 class RunConfig:
     """A whole EvoLM run."""
 
@@ -187,6 +225,7 @@ class RunConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
     grpo: dict = _f(
         {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2, "loss_type": "grpo",
          "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
@@ -274,6 +313,8 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     """Every constraint that can be checked without a model, for ``num_processes`` training processes."""
     from urllib.parse import urlparse
 
+    from evolm.backends.pool import endpoint_urls
+
     errors = [e for e in [batch_error(cfg, num_processes)] if e]
     s, c = cfg.schedule, cfg.contrast
     if s.regime in ("coevolve",) and c.pairs in ("temporal", "combined") \
@@ -281,14 +322,15 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
         errors.append(f"contrast.buffer_size ({c.buffer_size}) cannot hold answers {c.min_age} policy steps old "
                       f"({s.prompts_per_step} questions per step x {c.min_age + 1} steps): raise it or lower "
                       "contrast.min_age")
-    for name, backend, url in (("judge", cfg.judge.backend, cfg.judge.base_url),
+    for name, backend, url in (*[("judge", cfg.judge.backend, u) for u in endpoint_urls(cfg.judge.base_url) if u],
                                ("rubric.writer", cfg.rubric.writer_backend, cfg.rubric.writer_base_url)):
         if url is not None:
             u = urlparse(url)
             if u.scheme not in ("http", "https") or not u.netloc:
                 errors.append(f"{name} base_url '{url}' is not an http(s)://host[:port]/path URL")
-            if backend != "openai":
-                errors.append(f"{name} base_url is set but its backend is '{backend}' (a URL needs backend openai)")
+            if backend != "openai" and (e := f"{name} base_url is set but its backend is '{backend}' (a URL needs "
+                                               "backend openai)") not in errors:  # once for a pool of URLs
+                errors.append(e)
     if cfg.contrast.answerer_base_url is not None and cfg.contrast.answerer_backend != "openai":
         errors.append("contrast.answerer_base_url is set but contrast.answerer_backend is not openai")
     if cfg.rubric.writer is not None and s.regime == "coevolve":
@@ -317,6 +359,7 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     max_len = cfg.grpo.get("max_completion_length", 256)
     heldout = ", ".join(f for f in (cfg.eval.pairs, cfg.eval.questions) if f)
     every = f", every {cfg.eval.every} steps" if cfg.eval.every else ""
+    lora = cfg.model.lora
     return [
         ("regime", s.regime),
         ("optimizer steps", f"{cfg.total_steps}: {roles}"),
@@ -329,7 +372,11 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {cfg.judge.base_url})" if cfg.judge.base_url else ")")),
-    ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else [])
+    ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
+      + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
+                   "adapter alone")] if lora.r > 0 else []) \
+      + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
+         if cfg.rewards.extra else [])
 
 
 def _sampling_checks(section: str, temperature: float, top_p: float | None, max_new_tokens: int
@@ -346,7 +393,7 @@ def _choice(name: str, value: Any, choices: Any) -> str:
 
 def validate(cfg: RunConfig) -> None:
     """Reject inconsistent settings with a message that says which field and why."""
-    s, c, j = cfg.schedule, cfg.contrast, cfg.judge
+    s, c, j, lora = cfg.schedule, cfg.contrast, cfg.judge, cfg.model.lora
     reserved = sorted(k for k in set(evolm_grpo_settings(cfg)) & set(cfg.grpo)
                       if k != "num_iterations")  # num_iterations: 1 may be written down; any other value is refused
     checks = [
@@ -384,6 +431,10 @@ def validate(cfg: RunConfig) -> None:
         (j.timeout > 0 and cfg.rubric.writer_timeout > 0, "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
          "judge.max_retries and rubric.writer_max_retries must be >= 0"),
+        (j.max_concurrency >= 1 and min(j.deadline, j.requests_per_minute, j.tokens_per_minute) >= 0,
+         "judge.max_concurrency must be >= 1; judge.deadline, requests_per_minute, tokens_per_minute >= 0 (0: none)"),
+        (not isinstance(j.base_url, list) or all(isinstance(u, str) for u in j.base_url) and any(j.base_url),
+         "judge.base_url must be a URL or a non-empty list of URLs"),
         (cfg.grpo.get("num_iterations", 1) == 1,
          "grpo.num_iterations must be 1: evolm makes one update per generation batch (as the paper does), and a "
          "reused batch would train one step's rows at the next step of the plan"),
@@ -396,10 +447,15 @@ def validate(cfg: RunConfig) -> None:
         (all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in c.combined_weights.values())
          and (c.pairs != "combined" or any(w > 0 for w in c.combined_weights.values())),
          "contrast.combined_weights must be numbers >= 0, at least one > 0 when contrast.pairs=combined"),
+        (lora.r >= 0 and lora.alpha > 0 and 0 <= lora.dropout < 1, "model.lora needs r >= 0 (0: off), alpha > 0 and "
+         f"0 <= dropout < 1, not r={lora.r}, alpha={lora.alpha}, dropout={lora.dropout}"),
+        (bool(lora.target_modules) and all(isinstance(m, str) and m for m in lora.target_modules),
+         "model.lora.target_modules must be a non-empty list of module names, e.g. [q_proj, v_proj] or [all-linear]"),
     ]
     for ok, msg in checks:
         if not ok:
             raise InputError(msg)
+    extra_rewards(cfg.rewards.extra)  # import paths resolved now: a bad name is a one-line error before anything runs
 
 
 # ----------------------------------------------------------------------------- YAML + overrides
@@ -456,7 +512,7 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         return base(value)
     if base is str and isinstance(value, str):
         return value
-    if base in (dict, list) and isinstance(value, base):
+    if base in (dict, list) and isinstance(value, base) or list in args and isinstance(value, list):
         return value
     raise InputError(f"'{name}' must be {getattr(base, '__name__', base)}, got {value!r}")
 
@@ -532,7 +588,8 @@ def _is_text_field(parts: list[str]) -> bool:
         if hint is None:
             return False
         if i == len(parts) - 1:
-            return hint is str or (str in typing.get_args(hint) and not dataclasses.is_dataclass(hint))
+            return hint is str or (str in typing.get_args(hint) and list not in typing.get_args(hint)
+                                   and not dataclasses.is_dataclass(hint))  # str | list: YAML reads the list
         cls = hint
     return False
 

@@ -526,6 +526,9 @@ class Judge:
     """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``evolm.constrained``), so it always has a score."""
     last_fit: ContextFit = field(default_factory=lambda: ContextFit(), init=False, repr=False)
     """What the context guard did in the last ``score`` call (rows cut, rows left unscored)."""
+    last_criteria: list[list[float]] = field(default_factory=list, init=False, repr=False)
+    """Per item of the last ``score`` call, its criteria's P(Yes) (``yesno``, ``rar_explicit``; readings the judge
+    could not give left out); empty lists in the other modes and for unscored items. Per-criterion pass rates."""
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES:
@@ -545,7 +548,7 @@ class Judge:
         that a block keeps their shared prefix.
         """
         items = list(items)
-        self.last_fit = ContextFit()
+        self.last_fit, self.last_criteria = ContextFit(), []
         if not items:
             return []
         fitted, self.last_fit = self.fit_to_context(items)
@@ -553,6 +556,10 @@ class Judge:
         out: list[float | None] = [None] * len(items)
         for i, s in zip(keep, self._score_fitted([fitted[i] for i in keep], progress) if keep else [], strict=True):
             out[i] = s
+        read, self.last_criteria = self.last_criteria, [[] for _ in items]  # _criterion_p_yes appended, in order
+        if len(read) == len(keep):  # a per-criterion mode: back to the items' own indices
+            for i, r in zip(keep, read, strict=True):
+                self.last_criteria[i] = r
         return out
 
     def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[float | None]:
@@ -670,6 +677,7 @@ def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[list[tuple[fl
     per_item: list[list[tuple[float, float | None]]] = [[] for _ in items]
     for (i, w), lp in zip(owners, lps, strict=True):
         per_item[i].append((w, p_yes(lp)))
+    judge.last_criteria += [[p for _, p in pairs if p is not None] for pairs in per_item]  # Judge.score re-indexes
     return per_item
 
 
@@ -736,7 +744,9 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     backend = load_backend(model or cfg.model, backend=cfg.backend, base_url=cfg.base_url,
                            api_key_env=cfg.api_key_env, device=device,
                            dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size,
-                           timeout=cfg.timeout, max_retries=cfg.max_retries)
+                           timeout=cfg.timeout, max_retries=cfg.max_retries, deadline=cfg.deadline,
+                           max_concurrency=cfg.max_concurrency, requests_per_minute=cfg.requests_per_minute,
+                           tokens_per_minute=cfg.tokens_per_minute)
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained)

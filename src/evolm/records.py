@@ -49,7 +49,11 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-_READERS = {float: _float, int: _int, str: _str}
+def _floats(v: Any) -> dict[str, float | None] | None:
+    return {str(k): _float(x) for k, x in v.items()} if isinstance(v, dict) else None
+
+
+_READERS = {float: _float, int: _int, str: _str, dict: _floats}
 
 
 def _from_json(cls: type, d: dict[str, Any]) -> Any:
@@ -89,6 +93,11 @@ class StepRecord:
     rubric_validity: float | None = _typed(float)  # share of format-valid rubrics (rubric samples / policy rubrics)
     missing_rewards: float | None = _typed(float)  # share of rows whose judge score was unreadable
     tied_groups: float | None = _typed(float)  # share of groups whose rewards all tie (zero advantage)
+    reward_components: dict[str, float | None] | None = _typed(dict)  # rewards.extra: "judge" and each extra's mean
+    judge_p_yes: float | None = _typed(float)  # yesno-style judges: mean per-criterion P(Yes) of the step's judging
+    judge_pass_rate: float | None = _typed(float)  # share of those criteria with P(Yes) > 0.5
+    judge_tokens: int | None = _typed(int)  # tokens the judge servers reported for the step's rewards (openai backend)
+    judge_latency_s: float | None = _typed(float)  # wall seconds of the step's judging (the slowest process's)
     completion_length: float | None = _typed(float)  # mean completion length in tokens
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)

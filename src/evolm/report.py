@@ -53,7 +53,7 @@ SEQUENTIAL_STAGES = ("stage1-writer", "stage2-policy")  # run directories under 
 EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training steps
 # values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
 _SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",
-           "heldout_validity"}
+           "heldout_validity", "judge_p_yes", "judge_pass_rate"}
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
 _COUNTS = ("heldout_pairs", "heldout_questions")
