@@ -230,7 +230,8 @@ def load_judge() -> Any:
 def study_a(args: argparse.Namespace) -> None:
     data = study_data()
     overrides = ["schedule.regime=rubric_only", "contrast.pairs=labelled", f"data.pairs={data['train_pairs']}",
-                 f"schedule.steps_per_phase={args.steps}", "schedule.cycles=1", f"schedule.save_every={args.steps}",
+                 f"schedule.steps_per_phase={args.steps}", "schedule.cycles=1",
+                 f"schedule.save_every={max(1, args.steps // 3)}",  # a crash loses a third at most (resumed)
                  f"eval.pairs={data['curve_pairs']}", f"eval.every={args.steps}",
                  f"grpo.learning_rate={args.lr}"]
     OUT.mkdir(parents=True, exist_ok=True)
