@@ -1,0 +1,87 @@
+"""Test helpers for ``evolm serve``: the app on a real uvicorn server, and a judge that tests steer.
+
+``running(app)`` serves an app built by ``evolm.serve.create_app`` on a free port of 127.0.0.1 in
+a background thread (lifespan on, so the batcher runs) until the block ends. ``FakeJudge`` stands
+in for ``evolm.judge.Judge`` where a test needs to control time or see the calls: it records every
+``score`` call, can wait on a gate or fail on a marked answer, and scores deterministically.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from evolm.judge import JudgeItem
+
+
+@contextmanager
+def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("evolm reward server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def fake_score(item: JudgeItem) -> float:
+    """Deterministic: 0.9 with a rubric, else the answer's length / 100 (at most 1)."""
+    return 0.9 if item.rubric is not None else min(1.0, len(item.answer) / 100)
+
+
+@dataclass
+class FakeJudge:
+    mode: str = "fake"
+    gate: threading.Event | None = None  # score() waits for it (up to 10 s) when set
+    fail_on: str | None = None  # an answer holding this text makes the whole call raise
+    missing_on: str | None = None  # an answer holding this text gets no score (None)
+    calls: list[list[JudgeItem]] = field(default_factory=list)
+    entered: threading.Event = field(default_factory=threading.Event)
+
+    def score(self, items: list[JudgeItem]) -> list[float | None]:
+        self.calls.append(list(items))
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail_on is not None and any(self.fail_on in it.answer for it in items):
+            raise RuntimeError("the judge failed")
+        return [None if self.missing_on and self.missing_on in it.answer else fake_score(it) for it in items]
+
+
+@dataclass
+class FakeWriter:
+    """A rubric writer (``Backend.generate``) that always writes ``RUBRIC`` and counts the prompts it saw."""
+
+    name: str = "fake-writer"
+    prompts: int = 0
+
+    def generate(self, conversations, params, *, progress: bool = False) -> list[str]:  # noqa: ANN001
+        self.prompts += len(conversations)
+        return [RUBRIC_TEXT] * len(conversations)
+
+
+RUBRIC = {"criteria": [
+    {"criterion": "The answer is correct.", "weight": 0.7, "scoring_levels": {"1.0": "yes", "0.0": "no"}},
+    {"criterion": "The answer is brief.", "weight": 0.3, "scoring_levels": {"1.0": "yes", "0.0": "no"}},
+]}
+RUBRIC_TEXT = '{"criteria": [{"criterion": "The answer is correct.", "weight": 0.7, "scoring_levels": ' \
+              '{"1.0": "yes", "0.0": "no"}}, {"criterion": "The answer is brief.", "weight": 0.3, ' \
+              '"scoring_levels": {"1.0": "yes", "0.0": "no"}}]}'

@@ -1,0 +1,277 @@
+"""evolm serve (evolm.serve): both wire protocols on a real uvicorn server, batching, limits, rubrics.
+
+Fast tests use a tiny random judge or ``FakeJudge`` (tests/reward_server.py); the slow test runs
+``evolm serve --judge smollm2-135m-instruct --mode yesno`` as a subprocess and checks the issue's
+must-show against ``evolm judge`` on the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from reward_server import RUBRIC, RUBRIC_TEXT, FakeJudge, FakeWriter, running
+
+from evolm.cli import main
+from evolm.eval.rubric_source import RubricTable
+from evolm.judge import Judge, JudgeItem
+from evolm.rubrics import Rubric
+from evolm.serve import Answer, RubricSource, ServeSettings, create_app, question_text, response_from_query
+
+
+def _body(prompt: str, responses: list[str], labels: list | None = None) -> dict:
+    body = {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses)}
+    return body if labels is None else {**body, "labels": labels}
+
+
+async def _post_all(url: str, bodies: list[dict], path: str = "/get_reward", timeout: float = 60) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        return await asyncio.gather(*(client.post(url + path, json=b) for b in bodies))
+
+
+def test_question_and_response_from_what_engines_send() -> None:
+    chatml = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert question_text(chatml) == "What is 2+2?"
+    llama3 = "<|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|><|start_header_id|>assistant"
+    assert question_text(llama3) == "Name a colour."
+    assert question_text([{"role": "system", "content": "s"}, {"role": "user", "content": "Hi"}]) == "Hi"
+    assert question_text("plain question") == "plain question"
+    assert response_from_query(chatml + "It is 4.<|im_end|>\n", chatml) == ("It is 4.", False)
+    assert response_from_query("Q?A <|im_end|><|endoftext|>", "Q?") == ("A ", False)
+    assert response_from_query("Q? A", "Q?") == (" A", False)  # the response's own whitespace is kept
+    # the prompt did not come back byte for byte: the response starts after the prompt's end
+    assert response_from_query(chatml.replace("2+2", "2 + 2") + "4", chatml) == ("4", True)
+    assert response_from_query("Q ?A", "Q?") == (" ?A", True)  # nothing to anchor on: after the shared start
+
+
+def test_rewards_equal_judge_score_on_the_same_rows(tiny_backend) -> None:
+    """Concurrent requests with mixed prompts: each reward is Judge.score's on that row (no mix-up in batching)."""
+    judge = Judge(tiny_backend, mode="prob")
+    rows = [(f"Question {q}: what is {q} + {q}?", f"Answer {k}: {q * 2 + k}.") for q in range(4) for k in range(4)]
+    expected = judge.score([JudgeItem(p, r) for p, r in rows])
+    bodies = [_body(p, [r]) for p, r in rows[::2]] + [{"query": [p + r for p, r in rows[1::2]],
+                                                        "prompts": [p for p, _ in rows[1::2]]}]
+    with running(create_app(judge, settings=ServeSettings(max_wait_ms=20))) as url:
+        replies = asyncio.run(_post_all(url, bodies))
+        health = httpx.get(url + "/health").json()
+    assert all(r.status_code == 200 for r in replies)
+    got = [r.json()["rewards"][0] for r in replies[:-1]] + replies[-1].json()["rewards"]
+    want = expected[::2] + expected[1::2]
+    assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-6
+    last = replies[-1].json()
+    assert last["scores"] == last["rewards"] and last["extra_logs"]["no_rubric"] == [1.0] * 8
+    assert health["answers"] == 16 and health["batches"] < 9  # 9 requests, batched
+
+
+def test_concurrent_requests_are_scored_together_grouped_by_question() -> None:
+    judge = FakeJudge()
+    bodies = [_body(f"Q{i % 4}?", [f"a{i}-{k}" for k in range(4)]) for i in range(16)]
+    with running(create_app(judge, settings=ServeSettings(max_batch=64, max_wait_ms=50))) as url:
+        replies = asyncio.run(_post_all(url, bodies))
+    assert [len(r.json()["rewards"]) for r in replies] == [4] * 16
+    assert len(judge.calls) < 16 and sum(map(len, judge.calls)) == 64
+    for call in judge.calls:  # answers to one question are adjacent in every judge call
+        questions = [it.question for it in call]
+        assert questions == sorted(questions)
+
+
+def test_malformed_requests_get_a_json_4xx_and_the_server_keeps_serving() -> None:
+    with running(create_app(FakeJudge())) as url:
+        bad = [
+            httpx.post(url + "/get_reward", content=b"{not json", headers={"content-type": "application/json"}),
+            httpx.post(url + "/get_reward", json=["a list"]),
+            httpx.post(url + "/get_reward", json={"query": ["Q?A"]}),  # no prompts
+            httpx.post(url + "/get_reward", json={"query": ["Q?A", "Q?B"], "prompts": ["Q?"]}),
+            httpx.post(url + "/get_reward", json={"query": [1], "prompts": ["Q?"]}),
+            httpx.post(url + "/reward", json={"prompt": "Q?"}),
+            httpx.post(url + "/reward", json={"prompt": 3, "response": "A"}),
+        ]
+        good = httpx.post(url + "/get_reward", json=_body("Q?", ["A"]))
+        empty = httpx.post(url + "/get_reward", json={"query": [], "prompts": []})
+    assert [r.status_code for r in bad] == [400, 422, 422, 422, 422, 422, 422]
+    assert all(set(r.json()) == {"error"} and r.json()["error"] for r in bad)
+    assert good.status_code == 200 and good.json()["rewards"] == [0.01]
+    assert empty.json() == {"rewards": [], "scores": [], "extra_logs": {k: [] for k in empty.json()["extra_logs"]}}
+
+
+def test_a_full_queue_answers_503_with_retry_after() -> None:
+    judge = FakeJudge(gate=threading.Event())
+    with running(create_app(judge, settings=ServeSettings(max_batch=1, max_queue=1, max_wait_ms=1))) as url:
+        with httpx.Client(timeout=30) as client, ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.post, url + "/get_reward", json=_body("Q?", ["scoring"]))
+            assert judge.entered.wait(10)  # the first is being scored; the second waits in the queue
+            second = pool.submit(client.post, url + "/get_reward", json=_body("Q?", ["queued"]))
+            deadline = time.monotonic() + 10
+            while httpx.get(url + "/health").json()["queued"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            third = client.post(url + "/get_reward", json=_body("Q?", ["refused"]))
+            judge.gate.set()
+            assert first.result().status_code == 200 and second.result().status_code == 200
+    assert third.status_code == 503 and int(third.headers["retry-after"]) >= 1 and "queued" in third.json()["error"]
+
+
+def test_a_request_past_its_deadline_gets_504_and_the_next_is_served() -> None:
+    judge = FakeJudge(gate=threading.Event())
+    with running(create_app(judge, settings=ServeSettings(deadline_s=0.3))) as url:
+        late = httpx.post(url + "/get_reward", json=_body("Q?", ["slow"]), timeout=30)
+        judge.gate.set()
+        after = httpx.post(url + "/reward", json={"prompt": "Q?", "response": "fast"}, timeout=30)
+    assert late.status_code == 504 and "deadline" in late.json()["error"]
+    assert after.status_code == 200 and after.json() == 0.04
+
+
+def test_a_failing_judge_fails_only_the_request_that_broke_it() -> None:
+    judge = FakeJudge(fail_on="BOOM")
+    with running(create_app(judge, settings=ServeSettings(max_wait_ms=50))) as url:
+        ok, broken = asyncio.run(_post_all(url, [_body("Q?", ["fine"]), _body("Q?", ["BOOM"])]))
+        again = httpx.post(url + "/get_reward", json=_body("Q?", ["fine again"]))
+    assert broken.status_code == 500 and "the judge failed" in broken.json()["error"]
+    assert ok.status_code == 200 and again.status_code == 200
+
+
+def test_slime_reward_is_a_bare_number_and_takes_messages() -> None:
+    judge = FakeJudge()
+    with running(create_app(judge)) as url:
+        plain = httpx.post(url + "/reward", json={"prompt": "Q?", "response": "x" * 50, "label": None})
+        messages = httpx.post(url + "/reward", json={"prompt": [{"role": "user", "content": "Q2?"}],
+                                                     "response": "y", "label": RUBRIC_TEXT})
+    assert plain.json() == 0.5 and messages.json() == 0.9
+    assert judge.calls[-1][0].question == "Q2?" and judge.calls[-1][0].rubric == Rubric.from_obj(RUBRIC)
+
+
+def test_a_label_rubric_is_used_and_logged() -> None:
+    judge = FakeJudge()
+    with running(create_app(judge)) as url:
+        reply = httpx.post(url + "/get_reward", json=_body("Q?", ["a", "b", "c"], [RUBRIC_TEXT, RUBRIC, "42"])).json()
+    assert reply["rewards"][:2] == [0.9, 0.9] and reply["rewards"][2] == 0.01  # "42" is no rubric: judge alone
+    assert reply["extra_logs"]["rubric_from_label"] == [1.0, 1.0, 0.0]
+    assert reply["extra_logs"]["no_rubric"] == [0.0, 0.0, 1.0]
+
+
+def test_rubrics_are_written_once_per_question_and_cached() -> None:
+    judge, writer = FakeJudge(), FakeWriter()
+    rubrics = RubricSource(writer=writer, cache_size=2)
+    with running(create_app(judge, rubrics, ServeSettings(max_wait_ms=20))) as url:
+        first = asyncio.run(_post_all(url, [_body(f"Q{i % 2}?", ["a", "b"]) for i in range(6)]))
+        again = httpx.post(url + "/get_reward", json=_body("Q0?", ["c"])).json()
+        labelled = httpx.post(url + "/get_reward", json=_body("Q9?", ["d"], [RUBRIC])).json()
+        health = httpx.get(url + "/health").json()
+    assert all(r.json()["extra_logs"]["rubric_written"] == [1.0, 1.0] for r in first)
+    assert again["extra_logs"]["rubric_written"] == [1.0] and labelled["extra_logs"]["rubric_from_label"] == [1.0]
+    assert writer.prompts == 2 and health["rubrics_written"] == 2 and health["rubric_cache"] == 2
+    assert all(it.rubric is not None for call in judge.calls for it in call)
+
+
+def test_rubric_cache_is_bounded_least_recently_used_first() -> None:
+    source = RubricSource(writer=FakeWriter(), cache_size=2)
+    for q in ("A", "B", "A", "C"):  # C evicts B (A was used more recently)
+        source.resolve([Answer(q, "x")])
+    assert source.written == 3 and len(source.cache) == 2
+    source.resolve([Answer("B", "x")])
+    assert source.written == 4
+
+
+def test_rubric_file_and_missing_scores() -> None:
+    table = RubricTable(by_id={}, by_prompt={"Q1?": Rubric.from_obj(RUBRIC)})
+    judge = FakeJudge(missing_on="??")
+    with running(create_app(judge, RubricSource(table=table))) as url:
+        reply = httpx.post(url + "/get_reward", json={
+            "query": ["Q1?a", "Q2?" + "x" * 30, "Q2?" + "x" * 10 + "??"], "prompts": ["Q1?", "Q2?", "Q2?"]}).json()
+    assert reply["extra_logs"]["rubric_from_file"] == [1.0, 0.0, 0.0]
+    assert reply["extra_logs"]["missing_score"] == [0.0, 0.0, 1.0]
+    assert reply["rewards"] == [0.9, 0.3, 0.3]  # a missing score takes its question's mean in the batch
+
+
+def test_health_and_openapi_pages() -> None:
+    with running(create_app(FakeJudge())) as url:
+        health = httpx.get(url + "/health").json()
+        docs = httpx.get(url + "/docs")
+        spec = httpx.get(url + "/openapi.json").json()
+    assert health["status"] == "ok" and health["rubrics"] == "label only"
+    assert docs.status_code == 200 and {"/get_reward", "/reward", "/health"} <= set(spec["paths"])
+
+
+def test_serve_without_the_extra_is_a_one_line_error(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi now raises ImportError
+    assert main(["serve", "--judge", "no-such-model"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "pip install 'evolm[serve]'" in err
+
+
+def test_serve_flags(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--judge", "j", "--rubric-model", "w", "--rubrics", "r.jsonl"])
+    assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err
+    assert main(["serve", "--judge", "j", "--rubrics", "/no/such/rubrics.jsonl"]) == 2
+
+
+# ----------------------------------------------------------------------------- the issue's must-show
+
+
+def _wait_up(url: str, proc: subprocess.Popen, log: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"evolm serve exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("evolm serve did not come up")
+
+
+@pytest.mark.slow
+def test_smollm2_yesno_server_matches_evolm_judge(tmp_path: Path) -> None:
+    from openai_server import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "evolm.cli", "serve", "--judge", "smollm2-135m-instruct",
+                                 "--mode", "yesno", "--port", str(port)], stdout=sink, stderr=sink, env=env)
+    try:
+        _wait_up(url, proc, log, 600)
+        questions = [f"What is {a} + {a + 1}? Answer briefly." for a in range(8)]
+        bodies, rows = [], []
+        for i in range(16):
+            q = questions[i % 8]
+            answers = [f"It is {2 * (i % 8) + 1 + k}." for k in range(4)]
+            label = RUBRIC_TEXT if i % 2 else ""
+            bodies.append(_body(q, answers, [label] * 4))
+            rows += [{"prompt": q, "response": a, **({"rubric": label} if label else {})} for a in answers]
+        replies = asyncio.run(_post_all(url, bodies, timeout=1800))
+        bad = httpx.post(url + "/get_reward", json={"query": "not a list", "prompts": []})
+        after = httpx.post(url + "/get_reward", json=bodies[0], timeout=600)
+    finally:
+        proc.terminate()  # a batch being scored holds the exit until it ends: then kill
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert [r.status_code for r in replies] == [200] * 16
+    rewards = [x for r in replies for x in r.json()["rewards"]]
+    assert len(rewards) == 64 and all(len(r.json()["rewards"]) == 4 for r in replies)
+    assert all(0.0 <= x <= 1.0 for x in rewards)
+    assert 400 <= bad.status_code < 500 and "error" in bad.json()
+    assert after.status_code == 200 and after.json()["rewards"] == pytest.approx(rewards[:4], abs=1e-6)
+
+    src, out = tmp_path / "rows.jsonl", tmp_path / "scores.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert main(["judge", "--judge", "smollm2-135m-instruct", "--mode", "yesno", "--input", str(src),
+                 "--output", str(out)]) == 0
+    judged = [json.loads(line)["score"] for line in out.read_text(encoding="utf-8").splitlines()]
+    assert max(abs(a - b) for a, b in zip(rewards, judged, strict=True)) < 1e-6
