@@ -5,13 +5,14 @@ HTTP. ``evolm serve`` (``cli.py``) loads the judge once (``judge.build_judge``, 
 ``evolm judge`` and training use, so a reward here equals ``evolm judge`` on the same row) and
 answers two wire protocols, verified against the engines' sources:
 
-- ``POST /get_reward``, OpenRLHF's remote reward model. Client: ``openrlhf/utils/agent.py``
-  (``SingleTurnAgentExecutor._fetch_rewards_via_http``: ``{"query": [...], "prompts": [...],
-  "labels": [...]}``, one rollout per request; reads ``rewards``, ``scores`` then ``extra_logs``);
+- ``POST /get_reward``, OpenRLHF's remote reward model (OpenRLHF@3c3be623). Client:
+  ``openrlhf/utils/agent.py`` (``SingleTurnAgentExecutor._fetch_rewards_via_http``: ``{"query":
+  [...], "prompts": [...], "labels": [...]}``, one rollout per request; reads ``rewards``, ``scores``
+  then ``extra_logs``; up to 0.10.1 the same body came from ``openrlhf/utils/remote_rm_utils.py``);
   reference server: ``openrlhf/cli/serve_rm.py`` (answers ``{"rewards", "scores", "extra_logs"}``, lists).
   OpenRLHF's query is the prompt and the response decoded together with special tokens; the
   response is the query minus its prompt, end-of-turn markers stripped (``response_from_query``).
-- ``POST /reward``, slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``): it posts
+- ``POST /reward``, slime's ``remote_rm`` (``slime/rollout/rm_hub/__init__.py``, slime@624b824a): it posts
   ``{"prompt", "response", "label"}`` and keeps whatever JSON comes back as the sample's reward, so
   the reply is a bare number (a dict would need ``--reward-key``).
 
@@ -26,6 +27,7 @@ thread, answers to one question next to each other, so they share the judge's pr
 training. A full queue answers 503 with ``Retry-After``; a request past its deadline 504; a
 malformed one a 4xx; every error body is ``{"error": ...}`` and the server keeps serving. All
 model calls run in that one thread: the judge and a rubric writer may share one model.
+(No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time.)
 """
 
 import asyncio
