@@ -211,30 +211,41 @@ class RunningServer:
 
 
 @contextmanager
-def serve() -> Iterator[RunningServer]:
-    """Run the app on a free port of 127.0.0.1 in a background thread until the block ends."""
-    state = ServerState()
+def run_app(app: FastAPI, lifespan: str = "off", start_timeout_s: float = 10.0,
+            what: str = "test server") -> Iterator[int]:
+    """Serve ``app`` on a free port of 127.0.0.1 in a background thread until the block ends; yields the port.
+
+    Requests still hanging when the block ends are cancelled after a second, not waited for.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    # Requests still hanging when the block ends are cancelled after a second, not waited for.
-    config = uvicorn.Config(create_app(state), log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + start_timeout_s
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("test OpenAI server did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.01)
     try:
-        yield RunningServer(base_url=f"http://127.0.0.1:{port}/v1", state=state)
+        yield sock.getsockname()[1]
     finally:
-        state.closing = True
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def serve() -> Iterator[RunningServer]:
+    """Run the fake OpenAI app on a free port of 127.0.0.1 in a background thread until the block ends."""
+    state = ServerState()
+    with run_app(create_app(state), what="test OpenAI server") as port:
+        try:
+            yield RunningServer(base_url=f"http://127.0.0.1:{port}/v1", state=state)
+        finally:
+            state.closing = True  # before the server stops: dripping replies end
 
 
 def free_port() -> int:

@@ -8,38 +8,20 @@ in for ``evolm.judge.Judge`` where a test needs to control time or see the calls
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import uvicorn
+from openai_server import run_app
 
 from evolm.judge import JudgeItem
 
 
 @contextmanager
 def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("evolm reward server did not start")
-        time.sleep(0.01)
-    try:
+    with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def fake_score(item: JudgeItem) -> float:

@@ -11,9 +11,6 @@ completions body, completions come back in order, and TRL's own settings are res
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +22,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the handlers' annotations here)
+from openai_server import run_app  # noqa: E402
 
 from evolm import trl_adapter  # noqa: E402
 from evolm.backends.base import SamplingParams  # noqa: E402
@@ -33,7 +31,6 @@ from evolm.backends.base import SamplingParams  # noqa: E402
 @contextmanager
 def _completions_server(tokenizer: Any) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A vLLM-like server on a free port: completion ``i`` of a request is the tokens of ``"reply i"``."""
-    import uvicorn
     from fastapi import FastAPI
 
     bodies: list[dict[str, Any]] = []
@@ -59,21 +56,8 @@ def _completions_server(tokenizer: Any) -> Iterator[tuple[str, list[dict[str, An
                                 "token_ids": ids, "logprobs": None, "finish_reason": "stop"})
         return {"id": "cmpl-0", "object": "text_completion", "model": body["model"], "choices": choices}
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", bodies
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with run_app(app) as port:
+        yield f"http://127.0.0.1:{port}", bodies
 
 
 def _server_mode_generation(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:

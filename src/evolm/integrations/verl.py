@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from evolm.backends.openai import _retry_after
 from evolm.errors import BackendError, InputError
 
 URL_ENV = "EVOLM_REWARD_URL"
@@ -96,10 +97,8 @@ def _outcome(resp: httpx.Response, url: str, n: int) -> list[dict[str, float]] |
         error = resp.text[:200]
     if resp.status_code < 500:
         raise BackendError(f"{url}: HTTP {resp.status_code}: {error}")
-    try:
-        return min(MAX_WAIT_S, max(0.0, float(resp.headers.get("retry-after", "1"))))
-    except ValueError:
-        return 1.0
+    wait = _retry_after(resp.headers)  # the openai backend's reading: seconds, milliseconds or an HTTP date
+    return 1.0 if wait is None else min(MAX_WAIT_S, wait)
 
 
 def _give_up(url: str, last: object) -> BackendError:
