@@ -29,6 +29,7 @@ records); no library code is changed to be measured.
 
     .venv/bin/python bench/grpo_step.py                  # everything (~10-15 min on 2 cores)
     .venv/bin/python bench/grpo_step.py --skip-scaling   # breakdown + plain TRL only
+    .venv/bin/python bench/grpo_step.py --skip-scaling --compare-rev 9783296   # and the demo at that revision
 """
 
 from __future__ import annotations
@@ -197,11 +198,24 @@ def worker(spec: dict[str, Any]) -> None:
 # ============================================================================= parent (runs workers, prints tables)
 
 
+def source_at(rev: str) -> str:
+    """The package source (``src``) as it was at git revision ``rev``, exported once to a temporary directory."""
+    dest = Path(tempfile.gettempdir()) / f"evolm-src-{rev.replace('/', '_')}"
+    if not (dest / "src" / "evolm").is_dir():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return str(dest / "src")
+
+
 def run_worker(spec: dict[str, Any], label: str) -> dict[str, Any]:
     print(f"[grpo_step] running {label} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
+    env = dict(os.environ)
+    if spec.get("rev"):  # the same worker and config, with the package as it was at that revision
+        env["PYTHONPATH"] = os.pathsep.join([source_at(spec["rev"]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], cwd=ROOT, capture_output=True,
-                          text=True)
+                          text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH-RESULT ")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
@@ -239,6 +253,9 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra config overrides for every run (e.g. model.name=DIR judge.model=DIR for a smoke test)")
     ap.add_argument("--scaling-steps", type=int, default=3, help="policy steps per scaling run (first is warm-up)")
+    ap.add_argument("--compare-rev", default=None, metavar="REV",
+                    help="also run the demo with the package as it was at git revision REV (same worker, config and "
+                         "machine), and print both side by side")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -247,6 +264,9 @@ def main() -> None:
     from tqdm.auto import tqdm
 
     jobs: list[tuple[str, dict[str, Any]]] = [("demo", {"kind": "evolm"})]
+    before = f"demo at {args.compare_rev}"
+    if args.compare_rev:
+        jobs.append((before, {"kind": "evolm", "rev": args.compare_rev}))
     if not args.skip_plain:
         jobs += [(f"plain TRL {role}", {"kind": "plain", "role": role, "steps": 3}) for role in ("policy", "rubric")]
     micro = f"demo, one cycle, per_device_train_batch_size={args.compare_micro_batch}"
@@ -290,6 +310,13 @@ def main() -> None:
         by_role[role] = b = breakdown(steps)
         rows.append([f"EvoLM {role} ({len(steps)} steps)", *[b[k] for k in PARTS], b["wall"],
                      b["judging"] / b["wall"], b["completion_length"]])
+    if before in results:
+        for role in ("policy", "rubric"):
+            steps = [s for s in results[before]["steps"][1:] if s.get("role") == role]
+            b = breakdown(steps)
+            rows.append([f"EvoLM {role} at {args.compare_rev} ({len(steps)} steps)", *[b[k] for k in PARTS], b["wall"],
+                         b["judging"] / b["wall"], b["completion_length"]])
+            by_role[f"{role} before"] = b
     for role in ("policy", "rubric"):
         if f"plain TRL {role}" in results:
             steps = results[f"plain TRL {role}"]["steps"][1:]
@@ -307,6 +334,10 @@ def main() -> None:
             e, p = by_role[role], by_role[f"plain {role}"]
             over.append([role, e["wall"], p["wall"], e["wall"] / p["wall"], e["materialise"] + e["judging"],
                          (e["materialise"] + e["judging"]) / e["wall"]])
+            if f"{role} before" in by_role:
+                b = by_role[f"{role} before"]
+                over.append([f"{role} at {args.compare_rev}", b["wall"], p["wall"], b["wall"] / p["wall"],
+                             b["materialise"] + b["judging"], (b["materialise"] + b["judging"]) / b["wall"]])
     if over:
         print(table(["role", "EvoLM step s", "plain TRL step s", "ratio", "materialise + judging s",
                      "share of EvoLM step"], over))
@@ -314,6 +345,10 @@ def main() -> None:
     print("\nMemory and whole-run time:\n")
     mem = [[f"demo ({len(demo['steps'])} steps{', as shipped' if not args.set else ''})", demo["peak_rss_mib"], demo["total_seconds"],
             sum(s["wall"] for s in demo["steps"])]]
+    if before in results:
+        r = results[before]
+        mem.append([f"{before} ({len(r['steps'])} steps)", r["peak_rss_mib"], r["total_seconds"],
+                    sum(s["wall"] for s in r["steps"])])
     for label in (f"plain TRL {r}" for r in ("policy", "rubric")):
         if label in results:
             mem.append([label + " (3 steps)", results[label]["peak_rss_mib"], results[label]["total_seconds"],

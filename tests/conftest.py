@@ -89,3 +89,21 @@ def smollm2_backend():
     from evolm.models import load_backend
 
     return load_backend("smollm2-135m-instruct", device="cpu", dtype="float32", batch_size=8)
+
+
+@pytest.fixture(scope="session")
+def short_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random model with its output rows of tokens holding a quote scaled up (short JSON strings)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok = build_tiny_tokenizer()
+    path = save_tiny_model(tmp_path_factory.mktemp("short-model"), tok)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    boosted = [i for t, i in tok.get_vocab().items() if '"' in tok.convert_tokens_to_string([t])]
+    head = model.get_output_embeddings().weight.detach().clone()  # untied: the inputs keep their embeddings
+    head[boosted] *= 30.0
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(path)
+    return path

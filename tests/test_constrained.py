@@ -48,24 +48,6 @@ QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity t
 
 
 @pytest.fixture(scope="module")
-def short_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random model with its output rows of tokens holding a quote scaled up (short JSON strings)."""
-    from conftest import build_tiny_tokenizer, save_tiny_model
-    from transformers import AutoModelForCausalLM
-
-    tok = build_tiny_tokenizer()
-    path = save_tiny_model(tmp_path_factory.mktemp("short-model"), tok)
-    model = AutoModelForCausalLM.from_pretrained(path)
-    boosted = [i for t, i in tok.get_vocab().items() if '"' in tok.convert_tokens_to_string([t])]
-    head = model.get_output_embeddings().weight.detach().clone()  # untied: the inputs keep their embeddings
-    head[boosted] *= 30.0
-    model.config.tie_word_embeddings = False
-    model.lm_head.weight = torch.nn.Parameter(head)
-    model.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def short_backend(short_model_dir: Path) -> Any:
     from evolm.models import load_backend
 

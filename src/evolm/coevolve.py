@@ -21,7 +21,8 @@ file gives it the body of a step; ``evolm.trl_adapter`` is the door between the 
 
 Departures from the reference, and why:
 - Rubrics for policy questions are written at every step (not once per phase), with the weights
-  of that step: same cost, always the current rubric writer.
+  of that step: same cost, always the current rubric writer (in TRL's generate call of the answers
+  where it can: ``rubric.with_answers``; the reward waits for them, not the generation).
 - Groups whose rewards all tie are kept (the reference drops them and samples replacements, which
   TRL's public API cannot do); GRPO gives them zero advantage, so they add no policy-gradient term,
   only the small KL term. Their share is logged per step (``tied_groups``).
@@ -41,29 +42,13 @@ from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.config import RunConfig, sequential_stages
-from evolm.contrast import (
-    Generate,
-    LabelledPairs,
-    Pair,
-    ReplayBuffer,
-    choose_builders,
-    inferred_question_pairs,
-    policy_messages,
-    rubric_conditioned_pairs,
-    temporal_pairs,
-)
+from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
+                            policy_messages, rubric_conditioned_pairs, temporal_pairs)
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.prompts import load_prompt_set
-from evolm.records import (
-    METRICS_FILE,
-    CheckpointState,
-    SampleRecord,
-    StepRecord,
-    append_record,
-    append_records,
-    samples_path,
-)
+from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
+                           samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import RUBRIC_SCHEMA, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
@@ -274,6 +259,7 @@ class Loop:
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
     _fixed: dict[str, Backend] = field(default_factory=dict)
+    later: dict[int, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)  # step -> its rows, with rubrics
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
@@ -293,10 +279,13 @@ class Loop:
             answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer and self.plan.labelled is None \
                 else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
-        if self.plan.regime == "judge_only":
-            return policy_rows(self.cfg, self.plan, info, [None] * self.plan.prompts_per_step)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
-        return policy_rows(self.cfg, self.plan, info, self.policy_rubrics(info, questions, generate))
+        alongside = getattr(generate, "alongside", None) if self.plan.regime == "coevolve" else None
+        if alongside is not None:  # the trainer's engine: the rubrics ride along in TRL's call; score fills them in
+            texts = alongside([rubric_messages(q) for q in questions], rubric_params(self.cfg, info))
+            self.later[info.step + 1] = lambda: policy_rows(self.cfg, self.plan, info, list(map(read_written, texts())))
+        rubrics = None if alongside or self.plan.regime == "judge_only" else self.policy_rubrics(info, questions, generate)
+        return policy_rows(self.cfg, self.plan, info, rubrics or [None] * len(questions))
 
     def policy_rubrics(self, info: StepInfo, questions: list[str], generate: Generate) -> list[WrittenRubric]:
         """coevolve: written now, by the current weights. Otherwise by a fixed writer, once, and kept."""
@@ -331,6 +320,10 @@ class Loop:
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[RowReward]:
+        if (later := self.later.pop(int(rows[0]["step"]), None)) is not None:  # rubrics that rode along (step_rows)
+            full = later()
+            for r in rows:  # in place: the reward function's rows are the ones logged and recorded
+                r.update(full[int(r["slot"])])
         return score_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
                           self.cfg.rubric.invalid)
 

@@ -190,16 +190,13 @@ class HFBackend:
         """
         if not conversations:
             return []
-        texts = self._render(conversations, params.chat_template_kwargs)
-        opened = [opened_thinking(t) if self.thinking else "" for t in texts]
-        encoded = self._tokenize(texts)
+        encoded, opened, starts = self.prompts(conversations, params)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(encoded)
         sample = params.temperature > 0
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "do_sample": sample}
         if sample:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
-        starts = [reply_start(t, self.thinking) for t in texts] if params.json_schema is not None else None
         was_training = self.model.training
         self.model.eval()
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
@@ -219,10 +216,23 @@ class HFBackend:
                         **kwargs,
                     )
                 for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
-                    results[i] = (opened[i] + self._decode(row)).strip()
+                    results[i] = self.reply(row, opened[i])
         finally:
             self.model.train(was_training)
         return results
+
+    def prompts(self, conversations: Sequence[Conversation], params: SamplingParams
+                ) -> tuple[list[list[int]], list[str], list[str] | None]:
+        """What ``generate`` feeds the model: each conversation's prompt ids, the think block its prompt opened (put
+        back in front of the reply), and, with ``params.json_schema``, where its grammar starts (``REPLY_*``)."""
+        texts = self._render(conversations, params.chat_template_kwargs)
+        opened = [opened_thinking(t) if self.thinking else "" for t in texts]
+        starts = [reply_start(t, self.thinking) for t in texts] if params.json_schema is not None else None
+        return self._tokenize(texts), opened, starts
+
+    def reply(self, row: Sequence[int], opened: str = "") -> str:
+        """A generated row's reply text (tokens after the prompt), as ``generate`` returns it."""
+        return (opened + self._decode(row)).strip()
 
     def _grammar(self, schema: dict[str, Any], starts: list[str]) -> Any:
         """An xgrammar logits processor for one ``generate()`` call; it stops where ``generate`` does."""
