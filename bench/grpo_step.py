@@ -3,12 +3,14 @@
 Measured, each in its own subprocess (so each has its own peak memory and no warm state leaks):
 
 1. ``demo``: the CPU demo exactly as shipped (configs/demo-cpu.yaml: SmolLM2-135M policy and
-   judge, 2 prompts x 4 samples, 128 tokens, 2 cycles x (2 policy + 2 rubric steps)), only the
-   output directory changed. Each step is broken down into
+   judge, 2 prompts x 4 samples, up to 480 tokens, constrained rubrics, 2 cycles x (2 policy + 2 rubric
+   steps)), only the output directory changed. Each step is broken down into
 
-   - materialise: EvoLM's per-step work before TRL generates (policy: one rubric per question;
-     rubric: the fresh a+ answers of the pairs), ``Loop.step_rows``;
-   - generation: TRL's ``transformers.generate`` block (TRL's own profiling);
+   - materialise: EvoLM's per-step work before TRL generates (policy: the step's rubrics when they do not
+     ride along with the answers, ``rubric.with_answers``; rubric: the fresh a+ answers of the pairs),
+     ``Loop.step_rows``;
+   - generation: TRL's ``transformers.generate`` block (TRL's own profiling; with ``rubric.with_answers`` it
+     writes the policy step's rubrics too);
    - judging: ``Judge.score`` inside the reward function;
    - ref log-probs: TRL's no-grad ``_get_per_token_logps_and_entropies`` (reference model, beta > 0);
    - other (prepare): the rest of TRL's ``_prepare_inputs`` (tokenising, padding, reward plumbing,
@@ -18,7 +20,9 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
    A step is timed from ``on_step_begin`` to ``on_step_end`` (checkpoint saving and logging come
    after and are reported apart, as total run time). The first step is warm-up and left out;
    each role's figures are medians over its remaining steps. Peak RSS is the high-water mark of
-   the whole demo process (``resource.getrusage``).
+   the whole demo process (``resource.getrusage``); the part of the run during which it last grew is
+   reported too (where the peak comes from). ``--compare-rev REV`` runs the same demo with the
+   package as it was at REV, beside it.
 2. ``plain TRL``: the same GRPOConfig, model and prompts (policy prompts; rubric prompts) with a
    constant reward, 3 steps each: what TRL alone costs, so the difference is EvoLM's overhead.
 3. scaling: policy steps of the demo with samples per prompt 4, 8, 16 (128 tokens) and with
@@ -67,8 +71,19 @@ class _Timers:
         self.steps: list[dict[str, float]] = []
         self.cur: dict[str, float] = defaultdict(float)
 
+        self.hwm = 0.0  # the process's peak RSS so far, MiB
+        self.rise: dict[str, float] = {}  # part -> the peak RSS right after the last time it raised it
+
     def add(self, name: str, seconds: float) -> None:
         self.cur[name] += seconds
+
+    def mark(self, name: str) -> None:
+        """Where the memory peak grows: if the process's high-water mark rose during ``name``, note it there."""
+        import resource
+
+        now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        if now > self.hwm:
+            self.hwm, self.rise[name] = now, now
 
 
 def _wrap(owner: Any, attr: str, name: str, timers: _Timers, when: Any = None) -> None:
@@ -81,6 +96,7 @@ def _wrap(owner: Any, attr: str, name: str, timers: _Timers, when: Any = None) -
         finally:
             if when is None or when():
                 timers.add(name, time.perf_counter() - t0)
+                timers.mark(name)
 
     setattr(owner, attr, timed)
 
@@ -99,18 +115,21 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
             if self.name.endswith(suffix):
                 timers.add(name, duration)
+                timers.mark("generation" if name == "generation" else "other (prepare)")
 
     profiling.ProfilingContext._log_metrics = log_metrics
 
     begin, end = CallbackHandler.on_step_begin, CallbackHandler.on_step_end
 
     def on_step_begin(self: Any, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+        timers.mark("loading (models, trainer)" if not timers.steps else "update")
         timers.cur = defaultdict(float)
         timers.begin = time.perf_counter()
         return begin(self, args, state, control, **kw)
 
     def on_step_end(self: Any, args: Any, state: Any, control: Any, **kw: Any) -> Any:
         wall = time.perf_counter() - timers.begin
+        timers.mark("update")
         timers.steps.append({"step": state.global_step, "wall": wall, **timers.cur})
         control = end(self, args, state, control, **kw)
         if stop_after and state.global_step >= stop_after:
@@ -142,7 +161,7 @@ def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
         s["role"] = m.role if m else None
         s["completion_length"] = m.completion_length if m else None
         s["judge_pair_accuracy"] = m.pair_accuracy if m else None
-    return {"steps": timers.steps, "total_seconds": total}
+    return {"steps": timers.steps, "total_seconds": total, "memory_rise": timers.rise}
 
 
 def _plain_worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -354,6 +373,11 @@ def main() -> None:
             mem.append([label + " (3 steps)", results[label]["peak_rss_mib"], results[label]["total_seconds"],
                         sum(s["wall"] for s in results[label]["steps"])])
     print(table(["run", "peak RSS MiB", "train() seconds (incl. saves, logs)", "sum of step seconds"], mem))
+    rise = demo.get("memory_rise") or {}
+    if rise:
+        print("\nWhere the demo's memory peak grows (peak RSS right after the last part that raised it; the last row "
+              "is where the peak was reached):\n")
+        print(table(["part", "peak RSS MiB after it"], sorted(rise.items(), key=lambda kv: kv[1])))
     if micro in results:
         print("\nMicro-batch size (grpo.per_device_train_batch_size), median step:\n")
         mrows = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,3 +192,38 @@ def test_launch_problems_are_refused_before_any_model_loads(tmp_path: Path, over
     with pytest.raises(InputError, match=re.escape(message)):
         run(cfg)  # a model load would fail differently: the check comes first
     assert not (tmp_path / "r").exists()  # and nothing was written
+
+
+# ----------------------------------------------------------------------------- one frozen copy for judge and reference
+
+
+def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[Any, Any]:
+    """(trainer, its loop) as ``coevolve.run`` builds them for the tiny demo, without training."""
+    from test_coevolve import tiny_config
+
+    from evolm.coevolve import run
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(trl_adapter, "train", lambda trainer, checkpoint: seen.setdefault("trainer", trainer))
+    run(tiny_config(tiny_model_dir, tmp_path / "run", *extra))
+    return seen["trainer"], seen["trainer"].evolm_hooks
+
+
+def test_a_judge_of_the_initial_model_reads_trls_reference_model(tiny_model_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from evolm.judge import Judge, JudgeItem
+    from evolm.models import load_backend
+
+    trainer, loop = _built(tiny_model_dir, tmp_path, monkeypatch)
+    assert trainer.ref_model is not None and loop.judges[0].backend.model is trainer.ref_model  # one frozen copy
+    items = [JudgeItem("What is 2 + 2?", a, None) for a in ("4", "It is 4.", "five")]
+    alone = Judge(load_backend(str(tiny_model_dir), device="cpu", dtype="float32"), mode="yesno")
+    assert loop.judges[0].score(items) == alone.score(items)  # and it scores as a copy of its own would
+
+
+@pytest.mark.parametrize("extra", [("judge.dtype=bfloat16",), ("grpo.beta=0.0",), ("grpo.sync_ref_model=true",)])
+def test_the_judge_loads_its_own_copy_when_the_weights_differ(tiny_model_dir: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch, extra: tuple) -> None:
+    trainer, loop = _built(tiny_model_dir, tmp_path, monkeypatch, *extra)
+    assert loop.judges[0].backend.model is not trainer.ref_model
+    assert loop.judges[0].backend.model is not trainer.model

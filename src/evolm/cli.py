@@ -96,7 +96,8 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
     """How a local model runs: --device, --dtype, --batch-size."""
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="weight type of a local model (auto: bfloat16 on GPU, float32 on CPU)")
+                   help="weight type of a local model (auto: bfloat16 on GPU, float32 on CPU; a judge's weights: "
+                   "bfloat16 wherever the hardware computes it natively, CPUs with AVX512-BF16 or AMX included)")
     p.add_argument("--batch-size", type=_positive_int, default=8,
                    help="rows per batch on a local model (prompts generated or answers scored together)")
 

@@ -78,9 +78,7 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
-    judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype)
-              for m in [cfg.judge.model, *cfg.judge.extra_models]]
-    loop = Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
+    loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
     #   2. TRL generates G completions per row
@@ -88,6 +86,9 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
+    loop.judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,  # a judge of the initial
+                               loaded=trl_adapter.reference_model(trainer, cfg, m))  # model reads TRL's frozen copy
+                   for m in [cfg.judge.model, *cfg.judge.extra_models]]
     trl_adapter.train(trainer, checkpoint)
     return run_dir
 

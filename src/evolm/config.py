@@ -93,8 +93,11 @@ class JudgeConfig:
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
                              "first); a reply cut inside its thinking has no score")
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
-    dtype: str = _f("auto", "judge weights for backend=hf: auto (same as model.dtype), float32, bfloat16 (several "
-                    "times faster on CPUs with AMX / avx512_bf16; see docs/PERFORMANCE.md), float16")
+    dtype: str = _f("auto", "judge weights for backend=hf: auto = bfloat16 where the device computes it natively "
+                    "(GPU; CPU with AVX512-BF16 or AMX: about 2x float32's speed, same LLMBar accuracy, "
+                    "docs/PERFORMANCE.md), else float32; in training a judge of the initial model reads TRL's "
+                    "frozen reference copy instead (no second copy; the policy's dtype). Or float32, bfloat16, "
+                    "float16")
     constrained: bool = _f(False, "generative mode: decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")

@@ -728,25 +728,32 @@ def score_with_judges(judges: Sequence[Judge], items: Sequence[JudgeItem], how: 
 
 
 def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None = 0, device: str = "auto",
-                fallback_dtype: str = "auto") -> Judge:
+                fallback_dtype: str = "auto", loaded: Any = None) -> Judge:
     """The one way a judge is built, for training (``RunConfig.judge``) and the CLI alike.
 
-    ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model);
-    ``cfg.dtype == "auto"`` takes ``fallback_dtype`` (training: the policy's dtype).
+    ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model). ``cfg.dtype == "auto"``:
+    bfloat16 where the device computes it natively, else float32 (``models.judge_dtype``; a reward model takes
+    ``fallback_dtype``, training: the policy's). ``loaded``: that model, already loaded and frozen (training: TRL's
+    reference model, ``trl_adapter.reference_model``), read instead of loading another copy.
     """
-    from evolm.models import load_backend
+    from evolm.models import judge_dtype, load_backend, load_tokenizer
 
     if cfg.mode == "reward_model":  # a scalar reward model (the paper's Skywork baseline): no prompt, no rubric
         from evolm.reward_model import load_reward_model
 
         return load_reward_model(model or cfg.model, device=device,  # type: ignore[return-value]
                                  dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size)
-    backend = load_backend(model or cfg.model, backend=cfg.backend, base_url=cfg.base_url,
-                           api_key_env=cfg.api_key_env, device=device,
-                           dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size,
-                           timeout=cfg.timeout, max_retries=cfg.max_retries, deadline=cfg.deadline,
-                           max_concurrency=cfg.max_concurrency, requests_per_minute=cfg.requests_per_minute,
-                           tokens_per_minute=cfg.tokens_per_minute)
+    if loaded is not None and cfg.backend == "hf":
+        from evolm.backends.hf import HFBackend
+
+        backend: Any = HFBackend(loaded, load_tokenizer(model or cfg.model), batch_size=cfg.batch_size)
+    else:
+        backend = load_backend(model or cfg.model, backend=cfg.backend, base_url=cfg.base_url,
+                               api_key_env=cfg.api_key_env, device=device,
+                               dtype=judge_dtype(cfg.dtype, device), batch_size=cfg.batch_size,
+                               timeout=cfg.timeout, max_retries=cfg.max_retries, deadline=cfg.deadline,
+                               max_concurrency=cfg.max_concurrency, requests_per_minute=cfg.requests_per_minute,
+                               tokens_per_minute=cfg.tokens_per_minute)
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained)

@@ -68,6 +68,27 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX
+    (where bfloat16 matmuls run about twice as fast as float32; elsewhere they are emulated and slow)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if device != "cpu":
+        return False
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's own CPUID reads (torch >= 2.1)
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+def judge_dtype(dtype: str, device: str) -> str:
+    """A frozen judge's weights for ``dtype``: ``auto`` is bfloat16 where the device computes it natively
+    (``native_bf16``), else float32; on 200 LLMBar answers its pairwise accuracy matched float32 (docs/PERFORMANCE.md)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if native_bf16(resolve_device(device)) else "float32"
+
+
 def _gguf_path(name: str) -> Path:
     package, filename = BUILTIN_MODELS[name]
     spec = importlib.util.find_spec(package)  # located, not imported: its __init__ needs other libraries

@@ -253,6 +253,26 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     return trainer
 
 
+def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
+    """TRL's reference model when a judge of ``judge_model`` can read it instead of loading another copy, else None.
+
+    It can when they are the same frozen weights: the judge is the run's initial model (same resolved path, no
+    adapter, same dtype, transformers backend) and TRL built a reference that never moves (``beta != 0``, no PEFT,
+    no ``sync_ref_model``) whole on one process (no DeepSpeed / FSDP shards). TRL's fused LM head leaves the
+    model's plain forward as it was (``add_fused_lm_head``: only ``fused_lm_head=True`` changes it).
+    """
+    from evolm.models import adapter_base, resolve_model_path
+
+    ref, j = getattr(trainer, "ref_model", None), cfg.judge
+    if ref is None or j.backend != "hf" or j.mode == "reward_model" or j.dtype not in ("auto", cfg.model.dtype) \
+            or getattr(trainer.args, "sync_ref_model", False) or trainer.accelerator.num_processes != 1 \
+            or getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return None
+    path = resolve_model_path(cfg.model.name)
+    same = resolve_model_path(judge_model) == path and getattr(ref.config, "_name_or_path", None) == path
+    return ref if same and adapter_base(path) is None else None
+
+
 def train(trainer: Any, checkpoint: Path | None) -> None:
     """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
     stages are two W&B runs)."""
@@ -619,7 +639,7 @@ def one_pass_refusal(trainer: Any, params: SamplingParams) -> str | None:
         return "grpo.top_k / min_p / repetition_penalty / generation_kwargs apply to every row of the call"
     if (gc.top_p if gc.top_p is not None else 1.0) != params.top_p:
         return f"top_p differs (answers {gc.top_p}, rubrics {params.top_p})"
-    if params.max_new_tokens > gc.max_new_tokens:
+    if gc.max_new_tokens is None or params.max_new_tokens > gc.max_new_tokens:
         return f"the rubric budget ({params.max_new_tokens}) exceeds the answers' ({gc.max_new_tokens})"
     if params.json_schema is not None and params.max_new_tokens != gc.max_new_tokens:
         return "a constrained rubric with a budget below the answers' (a grammar cannot be cut short)"

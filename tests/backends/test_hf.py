@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+from typing import Any
 
 import pytest
 import torch
@@ -225,9 +227,9 @@ def test_shared_prefix_matches_plain_forward(
     calls: list[list[int]] = []
     original = HFBackend._shared_prefix_logits
 
-    def spy(self: HFBackend, enc: list[list[int]], members: list[int], n: int) -> list[torch.Tensor]:
+    def spy(self: HFBackend, enc: list[list[int]], members: list[int], n: int, **kw: Any) -> list[torch.Tensor]:
         calls.append(list(members))
-        return original(self, enc, members, n)
+        return original(self, enc, members, n, **kw)
 
     monkeypatch.setattr(HFBackend, "_shared_prefix_logits", spy)
     got = shared.last_token_logits(encoded)
@@ -253,6 +255,38 @@ def test_shared_prefix_matches_plain_forward(
         assert row_a.keys() == row_b.keys() == set(cands)
         for c in cands:
             assert row_a[c] == pytest.approx(row_b[c], abs=1e-4)
+
+
+@pytest.mark.parametrize("which", ["tiny", "sharp"])
+def test_the_prefix_every_question_shares_runs_once(
+    which: str, tiny_backend: HFBackend, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A judge batch over several questions: the instructions every prompt starts with run once, each question's
+    prefix continues from a copy, each answer from a copy of its question's; logits as a plain forward pass."""
+    model = tiny_backend.model if which == "tiny" else request.getfixturevalue("sharp_model")
+    questions = ["What is 2 + 2?", "Write a poem about the sea.", "Name a colour."]
+    answers = ["4", "It is four, because 2 + 2 = 4.", "The quick brown fox"]
+    convs = [yesno_messages(q, "The answer is correct and complete.", a) for q in questions for a in answers]
+    convs.append(yesno_messages("A lone question", "Another criterion entirely, alone.", "x"))  # a group of one
+    shared = HFBackend(model, tiny_backend.tokenizer, batch_size=2, share_prefix=True)
+    encoded = shared._encode(convs, {})
+    prefixes: list[tuple[int, int | None]] = []  # (tokens, base tokens) of every prefix forward
+    original = HFBackend._prefix_cache
+
+    def spy(self: HFBackend, tokens: list[int], base: Any = None) -> Any:
+        prefixes.append((len(tokens), None if base is None else base[1]))
+        return original(self, tokens, base)
+
+    monkeypatch.setattr(HFBackend, "_prefix_cache", spy)
+    got = shared.last_token_logits(encoded)
+    common = min(len(os.path.commonprefix([encoded[0], e])) for e in encoded)
+    assert common >= MIN_SHARED_PREFIX
+    assert [p for p in prefixes if p[1] is None] == [(common, None)]  # the instructions: once
+    assert sorted(p for p in prefixes if p[1] is not None) == [(n, common) for n in sorted(p[0] for p in prefixes
+                                                                                          if p[1] is not None)]
+    assert len(prefixes) == 1 + len(questions)  # then each question's own prefix, from the common one
+    ref = _reference_logits(shared, encoded)
+    torch.testing.assert_close(torch.log_softmax(got, -1), torch.log_softmax(ref, -1), atol=1e-4, rtol=0)
 
 
 def test_candidate_token_ids_find_spellings(tiny_backend: HFBackend) -> None:

@@ -281,14 +281,27 @@ class HFBackend:
         return out
 
     def last_token_logits(self, encoded: list[list[int]]) -> torch.Tensor:
-        """Logits after the last token of each sequence: ``[N, vocab]``, shared prefixes computed once."""
-        groups = _prefix_groups(encoded, MIN_SHARED_PREFIX) if self.share_prefix else [([i], 0) for i in range(len(encoded))]
+        """Logits after the last token of each sequence: ``[N, vocab]``, shared prefixes computed once.
+
+        Two levels: the prefix every sequence shares (a judge's system turn and instructions, the same for every
+        question) runs once per call; each group's longer prefix (its question, criterion or rubric) continues
+        from a copy of it; each member's own tokens continue from a copy of its group's.
+        """
+        common = _common_length(encoded) if self.share_prefix and len(encoded) > 1 else 0
+        common = common if common >= MIN_SHARED_PREFIX else 0
+        rest = [e[common:] for e in encoded]  # groups are chosen on what follows the common prefix
+        groups = _prefix_groups(rest, MIN_SHARED_PREFIX) if self.share_prefix else [([i], 0) for i in range(len(encoded))]
         result: list[torch.Tensor | None] = [None] * len(encoded)
         singles = [g[0][0] for g in groups if len(g[0]) == 1 or g[1] == 0]
+        multi = [(members, common + shared) for members, shared in groups if len(members) > 1 and shared > 0]
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
+                base = self._prefix_cache(encoded[0][:common]) if common else None
+                if base is not None and singles:  # the ungrouped sequences still share the common prefix
+                    multi.append((singles, common))
+                    singles = []
                 singles.sort(key=lambda i: len(encoded[i]))  # similar lengths together: less padding
                 for s in range(0, len(singles), self.batch_size):
                     idx = singles[s : s + self.batch_size]
@@ -297,26 +310,39 @@ class HFBackend:
                                         **self._last_only).logits[:, -1, :]  # [B, V]
                     for i, row in zip(idx, logits, strict=True):
                         result[i] = row
-                for members, shared in groups:
-                    if len(members) == 1 or shared == 0:
-                        continue
-                    for i, row in zip(members, self._shared_prefix_logits(encoded, members, shared), strict=True):
+                for members, shared in multi:
+                    rows = self._shared_prefix_logits(encoded, members, shared, base=(base, common) if base else None)
+                    for i, row in zip(members, rows, strict=True):
                         result[i] = row
         finally:
             self.model.train(was_training)
         return torch.stack([r for r in result if r is not None])
 
-    def _shared_prefix_logits(self, encoded: list[list[int]], members: list[int], shared: int) -> list[torch.Tensor]:
+    def _prefix_cache(self, tokens: list[int], base: tuple[Any, int] | None = None) -> Any:
+        """The KV cache after ``tokens``; with ``base`` (a cache of their first ``n`` tokens, not changed) only the
+        rest runs, from a copy of it."""
+        start, cache = (0, None) if base is None else (base[1], copy.deepcopy(base[0]))
+        ids = torch.tensor([tokens[start:]], dtype=torch.long, device=self.device)
+        if cache is None:
+            out = self.model(input_ids=ids, use_cache=True, **self._last_only)
+        else:
+            mask = torch.ones((1, len(tokens)), dtype=torch.long, device=self.device)
+            positions = torch.arange(start, len(tokens), device=self.device)[None]
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             **{self._cache_kw: cache}, **self._last_only)
+        return out.cache if self._cache_kw == "cache" else out.past_key_values  # [1, heads, P, d] per layer
+
+    def _shared_prefix_logits(self, encoded: list[list[int]], members: list[int], shared: int,
+                              base: tuple[Any, int] | None = None) -> list[torch.Tensor]:
         """Last-token logits of ``members``, whose first ``shared`` tokens are equal, in ``members`` order.
 
-        The prefix runs once; each batch of suffixes runs on a copy of its cache. Suffixes are
-        *left*-padded between the prefix and their own tokens (masked out, positions given
-        explicitly), so every row's last token is the batch's last column and only that column
-        goes through the lm_head.
+        The prefix runs once (continuing ``base``, a cache of the first ``n <= shared`` tokens, when given); each
+        batch of suffixes runs on a copy of its cache. Suffixes are *left*-padded between the prefix and their own
+        tokens (masked out, positions given explicitly), so every row's last token is the batch's last column and
+        only that column goes through the lm_head.
         """
-        prefix = torch.tensor([encoded[members[0]][:shared]], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=prefix, use_cache=True, **self._last_only)
-        prefix_cache = out.cache if self._cache_kw == "cache" else out.past_key_values  # [1, heads, P, d] per layer
+        tokens = encoded[members[0]][:shared]
+        prefix_cache = base[0] if base is not None and base[1] == shared else self._prefix_cache(tokens, base)
         rows: dict[int, torch.Tensor] = {}
         pad = self.tokenizer.pad_token_id
         by_length = sorted(members, key=lambda i: len(encoded[i]))  # similar lengths together: less padding
@@ -454,6 +480,14 @@ def _prefix_groups(encoded: list[list[int]], min_shared: int) -> list[tuple[list
                 groups.append((first, sorted(order[first : last + 1]), shared))
                 j = i
     return [(members, shared) for _, members, shared in sorted(groups)]
+
+
+def _common_length(encoded: list[list[int]]) -> int:
+    """Tokens every sequence starts with, leaving each at least one of its own."""
+    if not encoded:
+        return 0
+    first = encoded[0]
+    return min(min(_common_prefix(first, e) for e in encoded), min(len(e) for e in encoded) - 1)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
