@@ -115,7 +115,9 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
             if self.name.endswith(suffix):
                 timers.add(name, duration)
-                timers.mark("generation" if name == "generation" else "other (prepare)")
+                # TRL enters _prepare_inputs at every micro-batch: a rise marked here happened since the last mark,
+                # i.e. mostly in the previous micro-batch's forward and backward
+                timers.mark("generation" if name == "generation" else "micro-batches (forward, backward, prepare)")
 
     profiling.ProfilingContext._log_metrics = log_metrics
 
