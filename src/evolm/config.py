@@ -131,12 +131,13 @@ class RubricConfig:
                            "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
                            "scoring_levels): xgrammar on transformers, structured outputs on vLLM. Off in the paper "
                            "config; GRPO then takes log-probs under the unconstrained model (docs/FIDELITY.md)")
-    with_answers: bool = _f(True, "coevolve policy steps: write the step's rubrics in the same generate() call as "
-                            "TRL's answers (one pass; the rubric rows get their own temperature, budget and grammar), "
+    with_answers: bool = _f(False, "coevolve policy steps: write the step's rubrics in the same generate() call as "
+                            "TRL's answers (one pass; the rubric rows get their own temperature, budget and grammar) "
                             "where the engine allows it: one process, transformers generation, rubric top_p equal to "
                             "grpo.top_p, no grpo.min_p / repetition_penalty / generation_kwargs, rubric.max_new_tokens "
-                            "<= grpo.max_completion_length (equal when constrained). Otherwise, or false: a separate "
-                            "call before TRL generates. Same weights and sampling either way")
+                            "<= grpo.max_completion_length (equal when constrained); else a separate call first. Off: "
+                            "on CPU it is slower (finished answer rows keep being computed while the longer rubric "
+                            "decodes: bench/one_pass.py, docs/PERFORMANCE.md); meant for GPUs, not measured there")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
