@@ -135,6 +135,30 @@ def load_old_module(rev: str, path: str, name: str) -> Any:
     return module
 
 
+def env_at(rev: str | None) -> dict[str, str]:
+    """This process's environment for a subprocess that runs the package as it was at git revision ``rev``
+    (its source first on ``PYTHONPATH``; ``None``: the work tree's): the 'before' of a whole-run benchmark, same
+    script, config and machine (``load_old_module`` does one module in-process)."""
+    env = dict(os.environ)
+    if rev:
+        env["PYTHONPATH"] = os.pathsep.join([source_at(rev), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def source_at(rev: str) -> str:
+    """The package source (``src``) as it was at git revision ``rev``, exported once to a temporary directory."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    dest = Path(tempfile.gettempdir()) / f"evolm-src-{rev.replace('/', '_')}"
+    if not (dest / "src" / "evolm").is_dir():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev, "src"], cwd=root, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return str(dest / "src")
+
+
 # A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
 # valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
 # The judge benchmarks' data: LLMBar Natural pairs, read in place from ../shared/data.

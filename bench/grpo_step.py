@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import print_header, table  # noqa: E402
+from common import env_at, print_header, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "demo-cpu.yaml"
@@ -219,24 +219,11 @@ def worker(spec: dict[str, Any]) -> None:
 # ============================================================================= parent (runs workers, prints tables)
 
 
-def source_at(rev: str) -> str:
-    """The package source (``src``) as it was at git revision ``rev``, exported once to a temporary directory."""
-    dest = Path(tempfile.gettempdir()) / f"evolm-src-{rev.replace('/', '_')}"
-    if not (dest / "src" / "evolm").is_dir():
-        dest.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return str(dest / "src")
-
-
 def run_worker(spec: dict[str, Any], label: str) -> dict[str, Any]:
     print(f"[grpo_step] running {label} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    env = dict(os.environ)
-    if spec.get("rev"):  # the same worker and config, with the package as it was at that revision
-        env["PYTHONPATH"] = os.pathsep.join([source_at(spec["rev"]), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], cwd=ROOT, capture_output=True,
-                          text=True, env=env)
+                          text=True, env=env_at(spec.get("rev")))  # rev: the package as it was at that revision
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH-RESULT ")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])

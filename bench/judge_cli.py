@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import LLMBAR_NATURAL, print_header, table  # noqa: E402
+from common import LLMBAR_NATURAL, env_at, print_header, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = {"criteria": [
@@ -36,24 +36,11 @@ RUBRIC = {"criteria": [
 ]}
 
 
-def source_at(rev: str) -> str:
-    """The package source as it was at ``rev``, exported once to a temporary directory."""
-    dest = Path(tempfile.gettempdir()) / f"evolm-src-{rev.replace('/', '_')}"
-    if not (dest / "src" / "evolm").is_dir():
-        dest.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", rev, "src"], cwd=ROOT, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return str(dest / "src")
-
-
 def run_cli(rows: Path, out: Path, mode: str, model: str, rev: str | None) -> float:
-    env = dict(os.environ)
-    if rev:
-        env["PYTHONPATH"] = os.pathsep.join([source_at(rev), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [str(Path(sys.executable).parent / "evolm"), "judge", "--judge", model, "--mode", mode, "--input", str(rows),
            "--output", str(out)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env_at(rev), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"evolm judge --mode {mode} failed ({rev or 'work tree'}): {proc.stderr[-2000:]}")
     return time.perf_counter() - t0

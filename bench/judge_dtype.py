@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -26,18 +24,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
-
-
-def bootstrap(xs: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    rng, n = random.Random(seed), len(xs)
-    means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
-
-
-def sign_test(a: list[float], b: list[float]) -> tuple[int, int, float]:
-    up, down = sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
-    n, k = up + down, min(up, down)
-    return up, down, 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+from learning import bootstrap_mean, sign_test  # noqa: E402  (the learning study's statistics)
 
 
 def main() -> None:
@@ -81,7 +68,7 @@ def main() -> None:
             seconds = time.perf_counter() - t0
             c = [pair_credit(a, b) for a, b in zip(s[0::2], s[1::2], strict=True)]
             credits[mode, dtype], scores[mode, dtype] = c, s
-            lo, hi = bootstrap(c)
+            lo, hi = bootstrap_mean(c)
             rows.append([mode, dtype, len(c), f"{statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]", seconds,
                          len(items) / seconds])
         del backend
@@ -92,7 +79,7 @@ def main() -> None:
         a, b = credits[mode, "bfloat16"], credits[mode, "float32"]
         up, down, p = sign_test(a, b)
         diff = [x - y for x, y in zip(a, b)]
-        lo, hi = bootstrap(diff)
+        lo, hi = bootstrap_mean(diff)
         gaps = [abs(x - y) for x, y in zip(scores[mode, "bfloat16"], scores[mode, "float32"]) if x is not None and y is not None]
         rows.append([mode, f"{up} / {down}", p, f"{statistics.fmean(diff):+.3f} [{lo:+.3f}, {hi:+.3f}]",
                      max(gaps) if gaps else float("nan"), statistics.fmean(gaps) if gaps else float("nan")])

@@ -282,10 +282,11 @@ class Loop:
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         alongside = getattr(generate, "alongside", None) if self.plan.regime == "coevolve" else None
-        if alongside is not None:  # the trainer's engine: the rubrics ride along in TRL's call; score fills them in
-            texts = alongside([rubric_messages(q) for q in questions], rubric_params(self.cfg, info))
+        texts = alongside([rubric_messages(q) for q in questions], rubric_params(self.cfg, info)) if alongside else None
+        if texts is not None:  # the trainer's engine: the rubrics ride along in TRL's call; score fills them in
             self.later[info.step + 1] = lambda: policy_rows(self.cfg, self.plan, info, list(map(read_written, texts())))
-        rubrics = None if alongside or self.plan.regime == "judge_only" else self.policy_rubrics(info, questions, generate)
+        rubrics = None if texts is not None or self.plan.regime == "judge_only" \
+            else self.policy_rubrics(info, questions, generate)
         return policy_rows(self.cfg, self.plan, info, rubrics or [None] * len(questions))
 
     def policy_rubrics(self, info: StepInfo, questions: list[str], generate: Generate) -> list[WrittenRubric]:

@@ -387,9 +387,18 @@ def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Itera
                               trainer.args.chat_template_kwargs or {}, schema, trainer.evolm_thinking):
             yield
         return
+    with _shadowed_generate(trainer, lambda model, generate: _grammar_generate(
+            model, generate, trainer.processing_class, schema, trainer.evolm_thinking)):
+        yield
+
+
+@contextmanager
+def _shadowed_generate(trainer: Any, wrap: Callable[[Any, Any], Any]) -> Iterator[None]:
+    """The model TRL generates with has ``generate`` shadowed by ``wrap(model, generate)`` while the block runs, then
+    restored (TRL calls ``generate`` on ``accelerator.unwrap_model(trainer.model_wrapped)``)."""
     model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-    shadowed = model.__dict__.get("generate")  # an instance attribute already there (none, normally)
-    model.generate = _grammar_generate(model, model.generate, trainer.processing_class, schema, trainer.evolm_thinking)
+    shadowed = model.__dict__.get("generate")  # an instance attribute already there (another wrapper, or none)
+    model.generate = wrap(model, model.generate)
     try:
         yield
     finally:
@@ -543,14 +552,14 @@ class TrainerGenerate:
         mine = self._local(padded[rank * share : (rank + 1) * share], params)
         return [t for part in gather_object([mine]) for t in part][: len(convs)]
 
-    def alongside(self, conversations: Sequence[Conversation], params: SamplingParams) -> Callable[[], list[str]]:
+    def alongside(self, conversations: Sequence[Conversation], params: SamplingParams
+                  ) -> Callable[[], list[str]] | None:
         """Texts for ``conversations`` generated in TRL's own ``generate`` call of this step, beside its answers
-        (contract item 8), when ``one_pass_refusal`` allows it; otherwise generated now. Returns a function that
-        gives the texts: the reward calls it, after TRL generated."""
+        (contract item 8): a function that gives them, for the reward to call after TRL generated. ``None`` when
+        ``one_pass_refusal`` refuses: the caller generates them itself."""
         t, convs = self.trainer, list(conversations)
         if not convs or one_pass_refusal(t, params) is not None:
-            texts = self(convs, params)
-            return lambda: texts
+            return None
         from evolm.backends.hf import HFBackend
 
         backend = HFBackend(t.accelerator.unwrap_model(t.model_wrapped), t.processing_class)
@@ -654,16 +663,9 @@ def _one_pass(trainer: Any) -> Iterator[None]:
     if job is None:
         yield
         return
-    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-    shadowed = model.__dict__.get("generate")
-    model.generate = _joint_generate(model, model.generate, trainer.processing_class, job)
-    try:
+    with _shadowed_generate(trainer, lambda model, generate: _joint_generate(
+            model, generate, trainer.processing_class, job)):
         yield
-    finally:
-        if shadowed is None:
-            del model.generate
-        else:
-            model.generate = shadowed
 
 
 def _joint_generate(model: Any, generate: Any, tokenizer: Any, job: RideAlong) -> Any:
