@@ -160,7 +160,9 @@ def train(name: str, overrides: Sequence[str], log: Path) -> tuple[Path, float]:
 
 
 def command(name: str, overrides: Sequence[str]) -> str:
-    return " ".join(["evolm train --config configs/demo-cpu.yaml", f"output_dir=runs/study/{name}", *COMMON, *overrides])
+    """The arm's command as a user types it from the repository root (the study's data under runs/study/data)."""
+    rel = [o.replace(f"{ROOT}/", "") for o in overrides]
+    return " ".join(["evolm train --config configs/demo-cpu.yaml", f"output_dir=runs/study/{name}", *COMMON, *rel])
 
 
 def final_checkpoint(run_dir: Path) -> Path:
@@ -282,7 +284,29 @@ def run_arm(name: str, data: dict[str, Path]) -> dict[str, Any]:
         evals += [{**e, "stage": d.name} for e in eval_lines(d)]
         steps += [{**e, "stage": d.name} for e in step_lines(d)]
     return {"arm": name, "minutes_training": round(minutes, 1), "command": command(name, overrides),
-            "curve": evals, "steps": steps, "rubric_stats": stats}
+            "curve": evals, "steps": steps, "rubric_stats": stats, "paired": paired_change(dirs)}
+
+
+def paired_change(dirs: Sequence[Path]) -> dict[str, Any] | None:
+    """First vs last held-out evaluation of a run, item by item (``heldout/step-*.jsonl``; None if not kept).
+
+    Policy: the same questions under the same fixed rubrics, end score minus start score per question.
+    Pairs: the same pairs, end credit minus start credit (each evaluation with its writer's rubric)."""
+    files = sorted(f for d in dirs for f in (d / "heldout").glob("step-*.jsonl"))
+    if len(files) < 2:
+        return None
+    first, last = ([json.loads(x) for x in f.read_text(encoding="utf-8").splitlines()] for f in (files[0], files[-1]))
+    out: dict[str, Any] = {"first": files[0].name, "last": files[-1].name}
+    for kind, key, ident in (("question", "score", "question"), ("pair", "credit", "prompt")):
+        a = {r[ident]: r[key] for r in first if r["kind"] == kind and r.get(key) is not None}
+        b = {r[ident]: r[key] for r in last if r["kind"] == kind and r.get(key) is not None}
+        common = [k for k in a if k in b]
+        if common:
+            diff = [b[k] - a[k] for k in common]
+            up, down, p = sign_test([b[k] for k in common], [a[k] for k in common])
+            out[kind] = {"n": len(common), "mean_diff": statistics.fmean(diff), "ci": bootstrap_mean(diff),
+                         "up": up, "down": down, "p": p}
+    return out
 
 
 def study_bc(which: str, only: str | None = None) -> None:
@@ -309,7 +333,7 @@ def _load() -> dict[str, dict[str, Any]]:
 
 def _section_a(r: dict[str, Any]) -> list[str]:
     out = ["## A. The rubric writer on labelled pairs", "",
-           f"Training: `{r['command']}` ({r['minutes_training']} min). Evaluation: `{r['eval_command']}` "
+           f"Training: `{r['command'].replace(f'{ROOT}/', '')}` ({r['minutes_training']} min). Evaluation: `{r['eval_command']}` "
            "(SmolLM2-135M judge, `yesno` mode; one rubric per pair at T=0.6, constrained decoding).", ""]
     for set_name, label in (("uf_eval", "UltraFeedback held-out pairs (eval_clean.jsonl, answers <= 1200 chars)"),
                             ("llmbar", "LLMBar Natural")):
@@ -382,6 +406,20 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]]) -> list[str]:
             ci = _policy_ci(line) if kind == "mean" else (wilson(v1 * n1, n1) if v1 is not None else None)
             cells.append("—" if v1 is None else f"{v0:.3f} → {fmt_ci(v1, ci)} (n={n1})")
         out.append(f"| {name} | {r['minutes_training']} | " + " | ".join(cells) + " |")
+    paired = {name: r.get("paired") for name, r in arms.items()}
+    out += ["", "The same change item by item (first vs last held-out evaluation; `heldout/step-*.jsonl`): policy score "
+            "end minus start per question (same fixed rubrics), pair credit end minus start per pair; exact sign test "
+            "on the items that changed, paired bootstrap 95% CI of the mean difference:", "",
+            "| arm | policy score change [95% CI] (n) | up / down, sign test p | pair credit change [95% CI] (n) "
+            "| up / down, sign test p |", "|---|---|---|---|---|"]
+    for name, pr in paired.items():
+        cells = []
+        for kind in ("question", "pair"):
+            c = (pr or {}).get(kind)
+            cells += (["—", "—"] if not c else
+                      [f"{fmt_ci(c['mean_diff'], c['ci'])} ({c['n']})", f"{c['up']} / {c['down']}, p = {c['p']:.3f}"])
+        note = "" if pr else " (items not kept: run before `heldout/` existed)"
+        out.append(f"| {name}{note} | " + " | ".join(cells) + " |")
     out += ["", "Rubric statistics of the policy steps' rubrics, first vs last phase (`evolm eval stats`'s rules):", "",
             "| arm | phase | rubrics | criteria/rubric | label-only | specific value | criterion chars |",
             "|---|---|---|---|---|---|---|"]
@@ -392,7 +430,8 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]]) -> list[str]:
             out.append(f"| {name} | {s.get('phase', '?')} | {st.get('n_rubrics')} | {_f(st.get('criteria_per_rubric'))} "
                        f"| {_f(st.get('label_only'))} | {_f(st.get('specific_value'))} | {_f(st.get('criterion_chars'), 0)} |")
     out.append("")
-    out += ["Commands:", ""] + [f"- {name}: `{r['command']}`" for name, r in arms.items()] + [""]
+    out += ["Commands (from the repository root; `python bench/learning.py B|C` writes runs/study/data first):", ""]
+    out += [f"- {name}: `{r['command'].replace(f'{ROOT}/', '')}`" for name, r in arms.items()] + [""]
     return out
 
 

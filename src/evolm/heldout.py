@@ -7,7 +7,9 @@ loop hands both to ``HeldOut``, which evaluates at step 0 in the first and when 
 with the ``generate`` it was last given. A resumed run does not repeat the step-0 evaluation (it was logged
 before the checkpoint it resumes from).
 
-Each evaluation appends one ``StepRecord`` with ``role="eval"`` to metrics.jsonl (``step`` = optimizer steps
+Each evaluation writes its items (each pair's rubric, scores and credit; each question's answer and score) to
+``heldout/step-NNNNNN.jsonl``, so two evaluations of a run can be compared item by item (paired tests),
+and appends one ``StepRecord`` with ``role="eval"`` to metrics.jsonl (``step`` = optimizer steps
 completed; no cycle or phase; ``seconds`` = how long the evaluation took, which the next training step's
 ``seconds`` leaves out). Readers that aggregate training steps skip these lines.
 
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 
 EVAL_ROLE = "eval"  # the role of a held-out evaluation's line in metrics.jsonl
 EVAL_RUBRICS_FILE = "eval_rubrics.jsonl"  # the fixed evaluation rubric set: {question, text} per line
+HELDOUT_DIR = "heldout"  # one file of items per evaluation: step-NNNNNN.jsonl
 
 
 @dataclass
@@ -136,7 +139,11 @@ class HeldOut:
                             [{"question": q, "text": t} for q, t in self.fixed.items()])
         if not self.is_main:
             return time.time() - start
-        rec = heldout_record(self.cfg, step, judges, self.pairs, written, answers, self.fixed or {})
+        rows = judge_heldout(self.cfg, judges, self.pairs, written, answers, self.fixed or {})
+        path = heldout_samples_path(self.run_dir, step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, rows)
+        rec = summarize_heldout(step, rows, written)
         now = time.time()
         rec.seconds, rec.time = round(now - start, 3), now
         append_record(self.run_dir / METRICS_FILE, rec)
@@ -170,12 +177,16 @@ def _item(question: str, answer: str, rubric: WrittenRubric, invalid: str) -> An
                      else raw)
 
 
-def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Sequence[PreferencePair],
-                   written: dict[str, WrittenRubric], answers: dict[str, str], fixed: dict[str, str]) -> StepRecord:
-    """Judge the pairs under ``written`` and the answers under ``fixed``: one ``Judge.score`` call per judge."""
-    from evolm.eval.pairs import summarize
+def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[PreferencePair],
+                  written: dict[str, WrittenRubric], answers: dict[str, str], fixed: dict[str, str]
+                  ) -> list[dict[str, Any]]:
+    """Judge the pairs under ``written`` and the answers under ``fixed`` (one ``Judge.score`` call per judge).
+
+    Returns one row per pair (``kind`` "pair": its rubric, both scores, its credit) and per scored question
+    (``kind`` "question": the answer and its score; the rubric is the fixed set's), in input order: what
+    ``heldout/step-NNNNNN.jsonl`` holds, so two evaluations can be compared item by item."""
+    from evolm.eval.pairs import pair_credit
     from evolm.judge import score_with_judges
-    from evolm.scores import is_missing
 
     invalid = cfg.rubric.invalid
     items = [_item(p.prompt, a, written[p.prompt], invalid) for p in pairs for a in (p.better, p.worse)]
@@ -183,19 +194,45 @@ def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Se
     items += [_item(q, answers[q], read_written(fixed[q]), invalid) for q in scored_qs]
     scores = score_with_judges(list(judges), items, "mean") if items and judges else [None] * len(items)
     n = 2 * len(pairs)
+    rows: list[dict[str, Any]] = []
+    for p, sb, sw in zip(pairs, scores[0:n:2], scores[1:n:2], strict=True):
+        w = written[p.prompt]
+        rows.append({"kind": "pair", "prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "rubric": w.text,
+                     "rubric_valid": w.valid, "score_chosen": sb, "score_rejected": sw, "credit": pair_credit(sb, sw)})
+    rows += [{"kind": "question", "question": q, "answer": answers[q], "score": s}
+             for q, s in zip(scored_qs, scores[n:], strict=True)]
+    return rows
+
+
+def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Sequence[PreferencePair],
+                   written: dict[str, WrittenRubric], answers: dict[str, str], fixed: dict[str, str]) -> StepRecord:
+    """The metrics.jsonl line of one evaluation (``judge_heldout``'s rows summarised)."""
+    return summarize_heldout(step, judge_heldout(cfg, judges, pairs, written, answers, fixed), written)
+
+
+def summarize_heldout(step: int, rows: Sequence[dict[str, Any]], written: dict[str, WrittenRubric]) -> StepRecord:
+    """One evaluation's line from its items: pair accuracy (mean credit), validity, the policy score's mean and std."""
+    from evolm.scores import is_missing
+
     rec = StepRecord(step=step, role=EVAL_ROLE)
-    if pairs:
-        result = summarize(list(zip(scores[0:n:2], scores[1:n:2], strict=True)))
-        rec.heldout_pair_accuracy, rec.heldout_pairs = result.accuracy, result.pairs
+    credits = [r["credit"] for r in rows if r["kind"] == "pair"]
+    if credits:
+        rec.heldout_pair_accuracy, rec.heldout_pairs = sum(credits) / len(credits), len(credits)
     if written:
         rec.heldout_validity = sum(w.valid for w in written.values()) / len(written)
-    if answers:
-        present = [float(s) for s in scores[n:] if not is_missing(s)]  # type: ignore[arg-type]
+    answered = [r["score"] for r in rows if r["kind"] == "question"]
+    if answered:
+        present = [float(s) for s in answered if not is_missing(s)]
         rec.heldout_questions = len(present)
         if present:
             rec.heldout_policy_score = sum(present) / len(present)
             rec.heldout_policy_score_std = statistics.pstdev(present)
     return rec
+
+
+def heldout_samples_path(run_dir: Path, step: int) -> Path:
+    """Where one evaluation's items are kept (``judge_heldout``'s rows)."""
+    return run_dir / HELDOUT_DIR / f"step-{step:06d}.jsonl"
 
 
 # ----------------------------------------------------------------------------- reading it back (CLI)
