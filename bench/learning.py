@@ -5,6 +5,7 @@
     python bench/learning.py C        # ablations: binary vs margin_format reward; unconstrained decoding
     python bench/learning.py results  # rewrite docs/RESULTS.md from the arms finished so far
     python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
+    python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -319,6 +320,51 @@ def study_bc(which: str, only: str | None = None) -> None:
         _save(name, run_arm(name, data))
 
 
+def backfill_policy(name: str) -> None:
+    """Per-question policy scores, start and end, for an arm run before held-out items were kept.
+
+    The held-out policy score is deterministic given the weights: greedy answers (``contrast.max_new_tokens``,
+    the run's system prompt) scored by the frozen float32 ``yesno`` judge under the run's fixed evaluation rubrics
+    (``eval_rubrics.jsonl``). So the start (the base model) and the end (the last checkpoint) are recomputed here,
+    checked against the means the run logged, and written as ``heldout/step-*.jsonl`` items (questions only:
+    the pairs' rubrics were sampled inside training and cannot be redrawn)."""
+    from evolm.backends.base import SamplingParams
+    from evolm.config import load_config
+    from evolm.contrast import policy_messages
+    from evolm.jsonl import read_jsonl, write_jsonl
+    from evolm.judge import JudgeItem
+    from evolm.models import load_backend
+    from evolm.rubrics import read_written, strip_thinking
+
+    run_dir = OUT / name
+    policy_dir = run_dir / "stage2-policy" if (run_dir / "stage2-policy").exists() else run_dir
+    cfg = load_config(str(policy_dir / "config.yaml"))
+    fixed = {r["question"]: r["text"] for r in read_jsonl(policy_dir / "eval_rubrics.jsonl")}
+    logged = [e for e in eval_lines(policy_dir) if e.get("heldout_policy_score") is not None]
+    judge = load_judge()
+    params = SamplingParams(0.0, 1.0, cfg.contrast.max_new_tokens, cfg.seed)
+    for weights, line in ((MODEL, logged[0]), (str(final_checkpoint(policy_dir)), logged[-1])):
+        backend = load_backend(weights, dtype="float32", batch_size=16)
+        qs = list(fixed)
+        answers = backend.generate([policy_messages(q, cfg.model.system_prompt) for q in qs], params)
+        del backend
+        items = []
+        for q, a in zip(qs, answers, strict=True):
+            w = read_written(fixed[q])
+            items.append(JudgeItem(q, a, w.rubric, rubric_text=strip_thinking(w.text) or None))
+        scores = judge.score(items, progress=True)
+        mean = statistics.fmean(scores)
+        print(f"{name} step {line['step']}: recomputed {mean:.4f}, logged {line['heldout_policy_score']:.4f}")
+        rows = [{"kind": "question", "question": q, "answer": a, "score": s, "recomputed": True}
+                for q, a, s in zip(qs, answers, scores, strict=True)]
+        out = policy_dir / "heldout" / f"step-{line['step']:06d}.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        write_jsonl(out, rows)
+    result = json.loads((OUT / f"{name}.json").read_text(encoding="utf-8"))
+    result["paired"] = paired_change([policy_dir])
+    _save(name, result)
+
+
 # ============================================================================= results page
 
 
@@ -500,7 +546,7 @@ def write_results() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare"])
+    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill"])
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`")
     p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
     p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
@@ -511,6 +557,9 @@ def main() -> None:
         write_results()
     elif args.study == "demo-compare":
         demo_compare(args.runs)
+    elif args.study == "backfill":  # per-question policy scores of arms run before heldout/ items were kept
+        for name in args.runs:
+            backfill_policy(name)
     elif args.study == "A":
         study_a(args)
     else:
