@@ -439,8 +439,12 @@ def _policy_ci(line: dict | None) -> tuple[float, float] | None:
     return (m - h, m + h)
 
 
-def _section_bc(title: str, arms: dict[str, dict[str, Any]]) -> list[str]:
-    out = [title, "", "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
+def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> list[str]:
+    _figure_bc(arms, FIGURES / figure)
+    names = " ".join(f"runs/study/{n}" for n in arms)
+    out = [title, "", f"![start and end of each arm, 95% intervals](results/{figure})", "",
+           f"Every curve of these runs overlaid, with a table of final values: `evolm report {names} --output "
+           f"comparison.html`.", "", "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
            "| rubric validity start → end |", "|---|---|---|---|---|"]
     for name, r in arms.items():
         cells = []
@@ -479,6 +483,34 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]]) -> list[str]:
     out += ["Commands (from the repository root; `python bench/learning.py B|C` writes runs/study/data first):", ""]
     out += [f"- {name}: `{r['command'].replace(f'{ROOT}/', '')}`" for name, r in arms.items()] + [""]
     return out
+
+
+def _figure_bc(arms: dict[str, dict[str, Any]], path: Path) -> None:
+    """Start and end of each arm's held-out policy score and pair accuracy, with 95% intervals (a PNG)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6))
+    panels = (("heldout_policy_score", "heldout_questions", "held-out policy judge score (fixed rubrics)"),
+              ("heldout_pair_accuracy", "heldout_pairs", "held-out judge pair accuracy (writer's rubrics)"))
+    for i, (key, n_key, title) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for j, (name, r) in enumerate(arms.items()):
+            lines = [e for e in r["curve"] if e.get(key) is not None]
+            for k, (e, marker) in enumerate(((lines[0], "o"), (lines[-1], "s")) if lines else ()):
+                v, n = e[key], e.get(n_key) or 0
+                lo, hi = _policy_ci(e) if key == "heldout_policy_score" else wilson(v * n, n)
+                ax.errorbar([j + (0.15 if k else -0.15)], [v], yerr=[[v - lo], [hi - v]], fmt=marker, capsize=3,
+                            color="#888888" if k == 0 else "#1f77b4", label=("start" if k == 0 else "end") if j == 0 else None)
+        ax.set_xticks(range(len(arms)), [n.split("-", 1)[1] for n in arms], fontsize=8)
+        ax.set_xlim(-0.6, len(arms) - 0.4)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        if key == "heldout_pair_accuracy":
+            ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
 def _f(v: Any, digits: int = 2) -> str:
@@ -531,10 +563,10 @@ def write_results() -> None:
         lines += _section_a(results["A"])
     b = {k: v for k, v in results.items() if k.startswith("B-")}
     if b:
-        lines += _section_bc("## B. Co-evolution vs frozen_rubric vs sequential", b)
+        lines += _section_bc("## B. Co-evolution vs frozen_rubric vs sequential", b, "B.png")
     c = {k: v for k, v in results.items() if k.startswith("C-") or k == "B-coevolve"}
     if any(k.startswith("C-") for k in c):
-        lines += _section_bc("## C. Ablations (B-coevolve is the reference: margin_format, constrained)", c)
+        lines += _section_bc("## C. Ablations (B-coevolve is the reference: margin_format, constrained)", c, "C.png")
     if "demo-compare" in results:
         lines += _section_demo(results["demo-compare"])
     notes = ROOT / "docs" / "results_notes.md"
