@@ -421,13 +421,20 @@ def _section_a(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _writer_curve(r: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """The evaluations that measure ``key``'s model: a sequential run's writer is its stage 1 (stage 2 trains the
+    policy under that frozen writer, so its pair accuracy measures a writer nobody uses)."""
+    return [e for e in r["curve"] if e.get(key) is not None
+            and not (key != "heldout_policy_score" and e.get("stage") == "stage2-policy")]
+
+
 def _last_eval(r: dict[str, Any], key: str, n_key: str) -> tuple[float | None, int, dict | None]:
-    lines = [e for e in r["curve"] if e.get(key) is not None]
+    lines = _writer_curve(r, key)
     return (lines[-1][key], lines[-1].get(n_key) or 0, lines[-1]) if lines else (None, 0, None)
 
 
 def _first_eval(r: dict[str, Any], key: str, n_key: str) -> tuple[float | None, int]:
-    lines = [e for e in r["curve"] if e.get(key) is not None]
+    lines = _writer_curve(r, key)
     return (lines[0][key], lines[0].get(n_key) or 0) if lines else (None, 0)
 
 
@@ -443,6 +450,8 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> lis
     _figure_bc(arms, FIGURES / figure)
     names = " ".join(f"runs/study/{n}" for n in arms)
     out = [title, "", f"![start and end of each arm, 95% intervals](results/{figure})", "",
+           "Pair accuracy and validity measure the model in the rubric role at the start and after training (a "
+           "sequential run: its stage-1 writer, the one its policy stage uses); the policy score, the final policy.", "",
            f"Every curve of these runs overlaid, with a table of final values: `evolm report {names} --output "
            f"comparison.html`.", "", "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
            "| rubric validity start → end |", "|---|---|---|---|---|"]
@@ -495,7 +504,7 @@ def _figure_bc(arms: dict[str, dict[str, Any]], path: Path) -> None:
     for i, (key, n_key, title) in enumerate(panels):
         ax = fig.add_subplot(1, 2, i + 1)
         for j, (name, r) in enumerate(arms.items()):
-            lines = [e for e in r["curve"] if e.get(key) is not None]
+            lines = _writer_curve(r, key)
             for k, (e, marker) in enumerate(((lines[0], "o"), (lines[-1], "s")) if lines else ()):
                 v, n = e[key], e.get(n_key) or 0
                 lo, hi = _policy_ci(e) if key == "heldout_policy_score" else wilson(v * n, n)
