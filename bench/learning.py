@@ -569,7 +569,7 @@ def write_results() -> None:
              "otherwise; 2 CPU cores, no GPU (A's training attempts and the demo comparison: an Intel Xeon; B and C: "
              "an AMD EPYC; a judge of the initial model reads TRL's float32 reference copy). Intervals are 95%.", "",
              "**In short** (details and diagnosis at the end): at the demo's scale (135M model and judge, 8 steps) "
-             "no arm changes a held-out number by more than noise; the policy's held-out judge score rises by "
+             "no arm changes a held-out number in a way a sign test tells from noise (p >= 0.12); the policy's held-out judge score rises by "
              "0.005-0.015, the writer's held-out pair accuracy does not move, and the judge ranks most pairs the "
              "same whatever the rubric. Study A's paired comparison and C's unconstrained arm are still to run.", ""]
     if "A" in results:
