@@ -118,10 +118,11 @@ def _short_pairs(src: Path, dst: Path, n: int, max_chars: int) -> Path:
 
 def _write(dst: Path, text: str) -> None:
     """Replace ``dst`` atomically (arms running side by side read these files while another arm starts)."""
+    from evolm.jsonl import atomic_writer
+
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, dst)
+    with atomic_writer(dst) as f:
+        f.write(text)
 
 
 def study_data() -> dict[str, Path]:
@@ -293,10 +294,13 @@ def paired_change(dirs: Sequence[Path]) -> dict[str, Any] | None:
 
     Policy: the same questions under the same fixed rubrics, end score minus start score per question.
     Pairs: the same pairs, end credit minus start credit (each evaluation with its writer's rubric)."""
-    files = sorted(f for d in dirs for f in (d / "heldout").glob("step-*.jsonl"))
+    from evolm.heldout import HELDOUT_DIR
+    from evolm.jsonl import read_jsonl
+
+    files = sorted(f for d in dirs for f in (d / HELDOUT_DIR).glob("step-*.jsonl"))
     if len(files) < 2:
         return None
-    first, last = ([json.loads(x) for x in f.read_text(encoding="utf-8").splitlines()] for f in (files[0], files[-1]))
+    first, last = read_jsonl(files[0]), read_jsonl(files[-1])
     out: dict[str, Any] = {"first": files[0].name, "last": files[-1].name}
     for kind, key, ident in (("question", "score", "question"), ("pair", "credit", "prompt")):
         a = {r[ident]: r[key] for r in first if r["kind"] == kind and r.get(key) is not None}
@@ -331,35 +335,29 @@ def backfill_policy(name: str) -> None:
     from evolm.backends.base import SamplingParams
     from evolm.config import load_config
     from evolm.contrast import policy_messages
+    from evolm.heldout import EVAL_RUBRICS_FILE, heldout_items_path, judge_heldout, summarize_heldout
     from evolm.jsonl import read_jsonl, write_jsonl
-    from evolm.judge import JudgeItem
     from evolm.models import load_backend
-    from evolm.rubrics import read_written, strip_thinking
 
     run_dir = OUT / name
     policy_dir = run_dir / "stage2-policy" if (run_dir / "stage2-policy").exists() else run_dir
     cfg = load_config(str(policy_dir / "config.yaml"))
-    fixed = {r["question"]: r["text"] for r in read_jsonl(policy_dir / "eval_rubrics.jsonl")}
+    fixed = {r["question"]: r["text"] for r in read_jsonl(policy_dir / EVAL_RUBRICS_FILE)}
     logged = [e for e in eval_lines(policy_dir) if e.get("heldout_policy_score") is not None]
     judge = load_judge()
     params = SamplingParams(0.0, 1.0, cfg.contrast.max_new_tokens, cfg.seed)
     for weights, line in ((MODEL, logged[0]), (str(final_checkpoint(policy_dir)), logged[-1])):
         backend = load_backend(weights, dtype="float32", batch_size=16)
         qs = list(fixed)
-        answers = backend.generate([policy_messages(q, cfg.model.system_prompt) for q in qs], params)
+        answers = dict(zip(qs, backend.generate([policy_messages(q, cfg.model.system_prompt) for q in qs], params),
+                           strict=True))
         del backend
-        items = []
-        for q, a in zip(qs, answers, strict=True):
-            w = read_written(fixed[q])
-            items.append(JudgeItem(q, a, w.rubric, rubric_text=strip_thinking(w.text) or None))
-        scores = judge.score(items, progress=True)
-        mean = statistics.fmean(scores)
+        rows = judge_heldout(cfg, [judge], [], {}, answers, fixed)  # judged as the run's evaluation judges them
+        mean = summarize_heldout(line["step"], rows, {}).heldout_policy_score
         print(f"{name} step {line['step']}: recomputed {mean:.4f}, logged {line['heldout_policy_score']:.4f}")
-        rows = [{"kind": "question", "question": q, "answer": a, "score": s, "recomputed": True}
-                for q, a, s in zip(qs, answers, scores, strict=True)]
-        out = policy_dir / "heldout" / f"step-{line['step']:06d}.jsonl"
+        out = heldout_items_path(policy_dir, line["step"])
         out.parent.mkdir(exist_ok=True)
-        write_jsonl(out, rows)
+        write_jsonl(out, [{**r, "recomputed": True} for r in rows])
     result = json.loads((OUT / f"{name}.json").read_text(encoding="utf-8"))
     result["paired"] = paired_change([policy_dir])
     _save(name, result)

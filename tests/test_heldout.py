@@ -18,7 +18,7 @@ from evolm.config import RunConfig, launch_errors, launch_plan, load_config
 from evolm.contrast import ReplayBuffer, policy_messages
 from evolm.errors import InputError
 from evolm.eval.pairs import PreferencePair
-from evolm.heldout import EVAL_RUBRICS_FILE, HeldOut, describe, heldout_record, heldout_samples_path, summary_rows
+from evolm.heldout import EVAL_RUBRICS_FILE, HeldOut, describe, heldout_record, heldout_items_path, summary_rows
 from evolm.jsonl import read_jsonl
 from evolm.records import StepRecord, read_metrics
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, read_written, rubric_messages
@@ -124,7 +124,7 @@ def test_evaluations_at_step_0_every_n_and_the_end(tmp_path: Path) -> None:
     assert all((r.heldout_pairs, r.heldout_questions, r.heldout_pair_accuracy, r.heldout_validity,
                 r.heldout_policy_score) == (2, 2, 1.0, 1.0, 0.9) for r in lines)
     assert all(r.seconds is not None and r.time is not None for r in lines)
-    items = read_jsonl(heldout_samples_path(tmp_path / "run", 5))  # each evaluation's items, for paired tests
+    items = read_jsonl(heldout_items_path(tmp_path / "run", 5))  # each evaluation's items, for paired tests
     assert [(r["kind"], r.get("prompt") or r.get("question")) for r in items] == [
         ("pair", "p1"), ("pair", "p2"), ("question", "q1"), ("question", "q2")]
     assert [(r["credit"], r["rubric_valid"], r["rubric"]) for r in items[:2]] == [(1.0, True, RUBRIC)] * 2

@@ -140,7 +140,7 @@ class HeldOut:
         if not self.is_main:
             return time.time() - start
         rows = judge_heldout(self.cfg, judges, self.pairs, written, answers, self.fixed or {})
-        path = heldout_samples_path(self.run_dir, step)
+        path = heldout_items_path(self.run_dir, step)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(path, rows)
         rec = summarize_heldout(step, rows, written)
@@ -212,12 +212,14 @@ def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Se
 
 def summarize_heldout(step: int, rows: Sequence[dict[str, Any]], written: dict[str, WrittenRubric]) -> StepRecord:
     """One evaluation's line from its items: pair accuracy (mean credit), validity, the policy score's mean and std."""
+    from evolm.eval.pairs import summarize
     from evolm.scores import is_missing
 
     rec = StepRecord(step=step, role=EVAL_ROLE)
-    credits = [r["credit"] for r in rows if r["kind"] == "pair"]
-    if credits:
-        rec.heldout_pair_accuracy, rec.heldout_pairs = sum(credits) / len(credits), len(credits)
+    scored = [(r["score_chosen"], r["score_rejected"]) for r in rows if r["kind"] == "pair"]
+    if scored:
+        result = summarize(scored)
+        rec.heldout_pair_accuracy, rec.heldout_pairs = result.accuracy, result.pairs
     if written:
         rec.heldout_validity = sum(w.valid for w in written.values()) / len(written)
     answered = [r["score"] for r in rows if r["kind"] == "question"]
@@ -230,7 +232,7 @@ def summarize_heldout(step: int, rows: Sequence[dict[str, Any]], written: dict[s
     return rec
 
 
-def heldout_samples_path(run_dir: Path, step: int) -> Path:
+def heldout_items_path(run_dir: Path, step: int) -> Path:
     """Where one evaluation's items are kept (``judge_heldout``'s rows)."""
     return run_dir / HELDOUT_DIR / f"step-{step:06d}.jsonl"
 
