@@ -191,39 +191,41 @@ def step_lines(run_dir: Path) -> list[dict[str, Any]]:
 # ============================================================================= held-out pair accuracy of a writer
 
 
-def pair_credits(pairs_file: Path, writer: str | None, judge: Any, constrained: bool = True) -> dict[str, Any]:
+def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: Path, constrained: bool = True
+                 ) -> dict[str, Any]:
     """Per-pair credit (1 / 0.5 / 0) of the judge with ``writer``'s rubrics (``None``: no rubric).
 
-    One rubric per pair, written at the training temperature (0.6, seed 0), read as in training:
-    a rubric that does not parse is shown to the judge as raw text (``rubric.invalid=judge_raw``).
+    One rubric per pair, written at the training temperature (0.6, seed 0), judged as the run's held-out
+    evaluation judges (``heldout.judge_heldout``, ``rubric.invalid=judge_raw``: a rubric that does not parse is
+    shown as raw text). The per-pair rows (rubric, both scores, credit) go to ``items_file``.
     """
     from evolm.backends.base import SamplingParams
-    from evolm.eval.pairs import load_pairs, pair_credit
-    from evolm.judge import JudgeItem
+    from evolm.config import RunConfig
+    from evolm.eval.pairs import load_pairs
+    from evolm.heldout import judge_heldout
+    from evolm.jsonl import write_jsonl
     from evolm.models import load_backend
-    from evolm.rubrics import strip_thinking, write_rubrics
+    from evolm.rubrics import WrittenRubric, write_rubrics
 
     pairs = load_pairs(pairs_file)
-    rubrics: list[Any] = [None] * len(pairs)
+    prompts = list(dict.fromkeys(p.prompt for p in pairs))
+    written = {q: WrittenRubric("", None, 0.0) for q in prompts}
     valid = None
     if writer is not None:
         backend = load_backend(writer, dtype="float32", batch_size=16)
-        params = SamplingParams(0.6, 0.95, 480, SEED)
+        schema = None
         if constrained:
-            from evolm.constrained import RUBRIC_SCHEMA
-
-            params = SamplingParams(0.6, 0.95, 480, SEED, json_schema=RUBRIC_SCHEMA)
-        rubrics = write_rubrics(backend, [p.prompt for p in pairs], params, progress=True)
-        valid = sum(w.valid for w in rubrics) / len(rubrics)
+            from evolm.constrained import RUBRIC_SCHEMA as schema
+        params = SamplingParams(0.6, 0.95, 480, SEED, json_schema=schema)
+        written = dict(zip(prompts, write_rubrics(backend, prompts, params, progress=True), strict=True))
+        valid = sum(w.valid for w in written.values()) / len(written)
         del backend
-    items = []
-    for p, w in zip(pairs, rubrics, strict=True):
-        for a in (p.better, p.worse):
-            items.append(JudgeItem(p.prompt, a, w.rubric if w else None,
-                                   rubric_text=strip_thinking(w.text) if w else None))
-    scores = judge.score(items, progress=True)
-    credits = [pair_credit(a, b) for a, b in zip(scores[0::2], scores[1::2], strict=True)]
-    return {"credits": credits, "validity": valid, "n": len(credits)}
+    cfg = RunConfig()
+    cfg.rubric.invalid = "judge_raw"
+    rows = judge_heldout(cfg, [judge], pairs, written, {}, {})
+    write_jsonl(items_file, rows)
+    return {"credits": [r["credit"] for r in rows], "validity": valid, "n": len(rows),
+            "items": str(items_file.relative_to(ROOT))}
 
 
 def load_judge() -> Any:
@@ -249,9 +251,8 @@ def study_a(args: argparse.Namespace) -> None:
     judge = load_judge()
     sets: dict[str, Any] = {}
     for set_name in ("uf_eval", "llmbar"):
-        arms = {"no rubric": pair_credits(data[set_name], None, judge),
-                "base writer": pair_credits(data[set_name], MODEL, judge),
-                "trained writer": pair_credits(data[set_name], trained, judge)}
+        arms = {arm: pair_credits(data[set_name], writer, judge, OUT / f"A-items-{set_name}-{arm.split()[0]}.jsonl")
+                for arm, writer in (("no rubric", None), ("base writer", MODEL), ("trained writer", trained))}
         sets[set_name] = arms
     result = {"arm": "A", "minutes_training": round(minutes, 1), "command": command("A-writer", overrides),
               "eval_command": "python bench/learning.py A", "checkpoint": trained, "sets": sets,
