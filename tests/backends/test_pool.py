@@ -180,6 +180,21 @@ def test_retries_are_bounded_and_change_endpoint(servers: list[RunningServer]) -
     assert (total.requests, total.failures, total.retries) == (3, 3, 2)
 
 
+def test_an_endpoint_that_asks_to_wait_is_left_alone_that_long(servers: list[RunningServer]) -> None:
+    """A 429 with Retry-After: the other endpoints take the traffic until it has passed (not just this request's
+    retry), and the endpoint is used again after it."""
+    a, b = servers[:2]
+    a.state.fail_first, a.state.fail_status, a.state.retry_after_ms = 1, 429, 1500
+    chosen = pool([a.base_url, b.base_url])
+    for i in range(6):  # idle endpoints take turns, but A asked for 1.5 s
+        assert chosen.generate([conv(f"q{i}")], SamplingParams()) == [f"echo: q{i}"]
+    assert counts([a, b]) == [1, 6]
+    time.sleep(1.6)
+    for i in range(4):
+        chosen.generate([conv(f"r{i}")], SamplingParams())
+    assert counts([a, b]) == [3, 8]  # healthy again: turns as before
+
+
 def test_a_failed_batch_leaves_no_slot_taken(servers: list[RunningServer]) -> None:
     """The first failing row cancels the others, queued or in flight: every slot comes back."""
     a, b = servers[:2]

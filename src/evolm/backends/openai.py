@@ -304,7 +304,7 @@ class OpenAIBackend:
             attempts += 1
             client = clients[endpoint.index]
             url = self._url(client)
-            sent, outcome, usage = time.monotonic(), None, None
+            sent, outcome, usage, asked = time.monotonic(), None, None, None
             cut = deadline - sent < self.timeout_s - 0.01  # the deadline, not timeout_s, bounds this attempt
             try:
                 async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
@@ -318,8 +318,10 @@ class OpenAIBackend:
             except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
                 failure, wait = exc, _retry_wait(exc, attempts)
                 outcome = False if wait is not None else None  # a 4xx says nothing about the endpoint's health
+                if outcome is False and isinstance(exc, openai.APIStatusError):
+                    asked = _retry_after(exc.response.headers)  # the server's own "not before": the pool honours it
             finally:
-                self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage)
+                self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage, cool_s=asked)
             tried.append(endpoint)
             if wait is not None and self._pool.has_alternative(tried):
                 wait = 0.0  # another endpoint takes the retry at once

@@ -14,8 +14,9 @@ every call and thread using that backend, so its limits hold for the whole proce
   is sent as its message characters / 3 + ``max_tokens`` (a generous bound: replies usually stop
   early) and corrected to the server's ``usage`` when the reply reports it;
 - **health**: after ``FAILURES_BEFORE_COOLDOWN`` failed attempts in a row (connection refused,
-  timeouts, 408/409/429/5xx) an endpoint is skipped for ``COOLDOWN_S`` seconds; one success makes
-  it healthy again. When every endpoint is cooling down, they are all used anyway: a pool of one
+  timeouts, 408/409/429/5xx) an endpoint is skipped for ``COOLDOWN_S`` seconds, and one that answers
+  with ``Retry-After`` (a rate limit, a full queue) is skipped for as long as it asked; one success
+  makes it healthy again. When every endpoint is cooling down, they are all used anyway: a pool of one
   endpoint behaves as a plain URL does;
 - a retry prefers endpoints that have not failed this request yet (``avoid``).
 
@@ -243,10 +244,12 @@ class EndpointPool:
     # ---------------------------------------------------------------- after an attempt
 
     def release(self, endpoint: Endpoint, ok: bool | None, seconds: float = 0.0, tokens: float = 0.0,
-                usage: tuple[int, int] | None = None) -> None:
+                usage: tuple[int, int] | None = None, cool_s: float | None = None) -> None:
         """End an attempt: ``ok`` True (a reply), False (a failure that counts against the endpoint's health) or
         ``None`` (neither: cancelled, or a reply the caller refused); ``usage`` is the server's (prompt,
-        completion) tokens, which replace the estimate ``tokens`` in the tokens-per-minute bucket."""
+        completion) tokens, which replace the estimate ``tokens`` in the tokens-per-minute bucket; ``cool_s``
+        is how long the server asked to be left alone (a 429's or 503's ``Retry-After``): a failure with it
+        skips the endpoint that long, whatever its count of failures in a row."""
         with self._lock:
             now = time.monotonic()
             endpoint.in_flight -= 1
@@ -260,6 +263,8 @@ class EndpointPool:
                 endpoint.failed_in_a_row += 1
                 if endpoint.failed_in_a_row >= FAILURES_BEFORE_COOLDOWN:
                     endpoint.cool_until = now + COOLDOWN_S
+                if cool_s:
+                    endpoint.cool_until = max(endpoint.cool_until, now + cool_s)
             if usage is not None:
                 endpoint.usage.prompt_tokens += usage[0]
                 endpoint.usage.completion_tokens += usage[1]
