@@ -222,6 +222,13 @@ def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixtu
     assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err
 
 
+def test_dry_run_names_each_judge_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "judge.backend=openai",
+                 "judge.model=J", "judge.base_url=[http://a/v1, http://b/v1]"]) == 0
+    out = capsys.readouterr().out
+    assert "openai at http://a/v1, http://b/v1)" in out and "['http" not in out
+
+
 def test_judge_says_how_it_read_each_rubric_and_refuses_non_text(tmp_path: Path, tiny_model_dir: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     rows = [{"prompt": "What is 2 + 2?", "response": "4", "rubric": {"criteria": [
