@@ -79,6 +79,12 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
             raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
         return value
 
+    def none_or_more(text: str) -> float:
+        value = float(text)
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be 0 (none) or a positive number, got {text}")
+        return value
+
     def count(text: str) -> int:
         value = int(text)
         if value < 0:
@@ -90,6 +96,17 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-retries", type=count, default=2,
                    help="openai backends: retries of a failed request (default 2); one request ends within "
                    "(max-retries + 1) x timeout + 8 s per retry")
+    p.add_argument("--request-deadline", dest="deadline", type=none_or_more, default=0.0, metavar="SECONDS",
+                   help="openai backends: seconds one request to a server may take in all, retries and waits "
+                   "included (default 0: the bound above)")
+    p.add_argument("--max-concurrency", type=_positive_int, default=32,
+                   help="openai backends: requests in flight at once to each server (default 32)")
+    p.add_argument("--requests-per-minute", type=none_or_more, default=0.0, metavar="N",
+                   help="openai backends: requests per minute to each server (default 0: no limit), e.g. a hosted "
+                   "API's rate limit")
+    p.add_argument("--tokens-per-minute", type=none_or_more, default=0.0, metavar="N",
+                   help="openai backends: tokens per minute to each server (default 0: no limit; a request counts "
+                   "its characters / 3 + its reply budget until the server reports its usage)")
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -169,8 +186,9 @@ def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | li
 
 
 def _deadline_kwargs(args: argparse.Namespace) -> dict:
-    """--timeout / --max-retries for load_backend, when the command has them."""
-    return {k: getattr(args, k) for k in ("timeout", "max_retries") if getattr(args, k, None) is not None}
+    """--timeout, --max-retries, --deadline and the per-server limits for load_backend, when the command has them."""
+    keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
 def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Judge

@@ -62,7 +62,10 @@ def test_judge_flags_reach_the_backend(openai_server: RunningServer, tmp_path: P
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--timeout", "0"), ("--timeout", "-3"), ("--timeout", "nan"),
-                                             ("--max-retries", "-1"), ("--max-retries", "1.5")])
+                                             ("--max-retries", "-1"), ("--max-retries", "1.5"),
+                                             ("--request-deadline", "-1"), ("--request-deadline", "nan"),
+                                             ("--max-concurrency", "0"), ("--requests-per-minute", "-5"),
+                                             ("--tokens-per-minute", "inf")])
 def test_bad_deadline_flags_are_usage_errors(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["judge", "--judge", "J", "--input", "i", "--output", "o", flag, value])
@@ -76,3 +79,39 @@ def test_deadline_flags_default_to_the_config_defaults() -> None:
     args = build_parser().parse_args(["judge", "--judge", "J", "--input", "i", "--output", "o"])
     assert (args.timeout, args.max_retries) == (JudgeConfig().timeout, JudgeConfig().max_retries) == (120.0, 2)
     assert (RubricConfig().writer_timeout, RubricConfig().writer_max_retries) == (120.0, 2)
+    judge = JudgeConfig()
+    assert ((args.deadline, args.max_concurrency, args.requests_per_minute, args.tokens_per_minute)
+            == (judge.deadline, judge.max_concurrency, judge.requests_per_minute, judge.tokens_per_minute))
+
+
+def _many(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "response": f"a{i}"}) + "\n" for i in range(n)),
+                    encoding="utf-8")
+    return path
+
+
+def test_per_server_limits_reach_the_pool(openai_server: RunningServer, tmp_path: Path) -> None:
+    """--max-concurrency and --requests-per-minute hold against a real server (it counts what it sees)."""
+    openai_server.state.delay_s = 0.1
+    base = ["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+            "--input", str(_many(tmp_path / "a.jsonl", 4)), "--no-rubric", "--mode", "prob"]
+    assert main([*base, "--output", str(tmp_path / "wide.jsonl")]) == 0
+    assert openai_server.state.max_in_flight > 1  # the default lets the rows go together
+    openai_server.state.max_in_flight = 0
+    assert main([*base, "--output", str(tmp_path / "one.jsonl"), "--max-concurrency", "1"]) == 0
+    assert openai_server.state.max_in_flight == 1
+    start = time.monotonic()
+    assert main([*base, "--output", str(tmp_path / "rate.jsonl"), "--requests-per-minute", "60"]) == 0
+    assert time.monotonic() - start >= 2.5  # one a second, the first at once: 4 requests need 3 s
+
+
+def test_request_deadline_flag_bounds_a_request_with_retries_left(openai_server: RunningServer, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    openai_server.state.delay_s = 3600
+    start = time.monotonic()
+    assert main(["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+                 "--input", str(_answers(tmp_path / "a.jsonl")), "--output", str(tmp_path / "o.jsonl"),
+                 "--no-rubric", "--mode", "prob", "--timeout", "30", "--max-retries", "5",
+                 "--request-deadline", "1"]) == 2
+    assert time.monotonic() - start < 10
+    assert "1 s deadline" in capsys.readouterr().err
