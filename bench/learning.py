@@ -163,8 +163,10 @@ def train(name: str, overrides: Sequence[str], log: Path) -> tuple[Path, float]:
 
 def command(name: str, overrides: Sequence[str]) -> str:
     """The arm's command as a user types it from the repository root (the study's data under runs/study/data)."""
-    rel = [o.replace(f"{ROOT}/", "") for o in overrides]
-    return " ".join(["evolm train --config configs/demo-cpu.yaml", f"output_dir=runs/study/{name}", *COMMON, *rel])
+    given = [*COMMON, *(o.replace(f"{ROOT}/", "") for o in overrides)]
+    last = {o.split("=", 1)[0]: o for o in given}  # an arm's setting replaces the common one (as evolm reads them)
+    kept = [o for o in given if last[o.split("=", 1)[0]] == o]
+    return " ".join(["evolm train --config configs/demo-cpu.yaml", f"output_dir=runs/study/{name}", *kept])
 
 
 def final_checkpoint(run_dir: Path) -> Path:
