@@ -22,6 +22,7 @@ on the same pairs use an exact two-sided sign test on the pairs where their cred
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -248,18 +249,43 @@ def study_a(args: argparse.Namespace) -> None:
                  f"eval.pairs={data['curve_pairs']}", f"eval.every={args.steps}",
                  f"grpo.learning_rate={args.lr}"]
     OUT.mkdir(parents=True, exist_ok=True)
-    run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
-    trained = str(final_checkpoint(run_dir))
     judge = load_judge()
-    sets: dict[str, Any] = {}
-    for set_name in ("uf_eval", "llmbar"):
-        arms = {arm: pair_credits(data[set_name], writer, judge, OUT / f"A-items-{set_name}-{arm.split()[0]}.jsonl")
-                for arm, writer in (("no rubric", None), ("base writer", MODEL), ("trained writer", trained))}
-        sets[set_name] = arms
+    writers: list[tuple[str, str | None]] = [("no rubric", None), ("base writer", MODEL)]
+    if args.baselines_only:  # what does not depend on training, e.g. on one thread while the writer trains
+        for set_name in ("uf_eval", "llmbar"):
+            for arm, writer in writers:
+                writer_credits(data[set_name], set_name, arm, writer, judge)
+        return
+    run_dir, minutes = OUT / "A-writer", 0.0
+    if not args.no_train:
+        run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
+    trained = final_checkpoint(run_dir)
+    writers.append(("trained writer", str(trained)))
+    order = [writers[-1], *writers[:-1]]  # the trained writer first: a --baselines-only run may still be filling the rest
+    done = {(set_name, arm): writer_credits(data[set_name], set_name, arm, writer, judge)
+            for arm, writer in order for set_name in ("uf_eval", "llmbar")}
+    sets = {set_name: {arm: done[set_name, arm] for arm, _ in writers} for set_name in ("uf_eval", "llmbar")}
     result = {"arm": "A", "minutes_training": round(minutes, 1), "command": command("A-writer", overrides),
-              "eval_command": "python bench/learning.py A", "checkpoint": trained, "sets": sets,
-              "curve": eval_lines(run_dir), "steps": step_lines(run_dir)}
+              "eval_command": "python bench/learning.py A" + (" --no-train" if args.no_train else ""),
+              "checkpoint": str(trained.relative_to(ROOT)), "trained_steps": int(trained.name.split("-")[-1]),
+              "planned_steps": args.steps, "sets": sets, "curve": eval_lines(run_dir), "steps": step_lines(run_dir)}
     _save("A", result)
+
+
+def writer_credits(pairs_file: Path, set_name: str, arm: str, writer: str | None, judge: Any) -> dict[str, Any]:
+    """``pair_credits`` of one writer on one set, kept in ``runs/study/A-credits-SET-ARM.json`` and reused while
+    the writer and the pairs are the same (``--baselines-only`` computes the untrained ones ahead)."""
+    tag = f"{set_name}-{arm.split()[0]}"
+    cache = OUT / f"A-credits-{tag}.json"
+    key = {"writer": writer, "pairs": str(pairs_file.relative_to(ROOT)),
+           "pairs_sha": hashlib.sha256(pairs_file.read_bytes()).hexdigest()}
+    if cache.exists():
+        kept = json.loads(cache.read_text(encoding="utf-8"))
+        if kept.get("key") == key:
+            return kept["result"]
+    result = pair_credits(pairs_file, writer, judge, OUT / f"A-items-{tag}.jsonl")
+    _write(cache, json.dumps({"key": key, "result": result}, indent=1))
+    return result
 
 
 # ============================================================================= B and C. regimes and ablations
@@ -380,8 +406,10 @@ def _load() -> dict[str, dict[str, Any]]:
 
 def _section_a(r: dict[str, Any]) -> list[str]:
     out = ["## A. The rubric writer on labelled pairs", "",
-           f"Training: `{r['command'].replace(f'{ROOT}/', '')}` ({r['minutes_training']} min). Evaluation: `{r['eval_command']}` "
-           "(SmolLM2-135M judge, `yesno` mode; one rubric per pair at T=0.6, constrained decoding).", ""]
+           f"Training: `{r['command'].replace(f'{ROOT}/', '')}`; the trained writer is `{r['checkpoint']}` "
+           f"({r.get('trained_steps', '?')} of {r.get('planned_steps', '?')} planned rubric steps). Evaluation: `{r['eval_command']}` "
+           "(SmolLM2-135M judge, `yesno` mode; one rubric per distinct prompt at T=0.6, constrained decoding, judged as the "
+           "runs' held-out evaluation judges: `heldout.judge_heldout`; per-pair rows in `runs/study/A-items-*.jsonl`).", ""]
     for set_name, label in (("uf_eval", "UltraFeedback held-out pairs (eval_clean.jsonl, answers <= 1200 chars)"),
                             ("llmbar", "LLMBar Natural")):
         arms = r["sets"][set_name]
@@ -596,6 +624,10 @@ def main() -> None:
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`")
     p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
     p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
+    p.add_argument("--no-train", action="store_true", help="study A: compare the writers with A-writer's last "
+                   "complete checkpoint as it stands (a run stopped early)")
+    p.add_argument("--baselines-only", action="store_true", help="study A: judge the held-out pairs with no rubric "
+                   "and with the base writer's rubrics only (cached for the full comparison)")
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
