@@ -355,6 +355,8 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
 
 def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
+    from evolm.backends.pool import endpoint_urls
+
     s = cfg.schedule
     per_role = s.cycles * s.steps_per_phase
     pairs_from = "labelled pairs from data.pairs" if cfg.contrast.pairs == "labelled" else "answers from a frozen policy"
@@ -363,8 +365,6 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
              "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
              "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)",
              "rubric_only": f"{per_role} rubric ({pairs_from})"}[s.regime]
-    from evolm.backends.pool import endpoint_urls
-
     per_device = cfg.grpo.get("per_device_train_batch_size", 8)
     settings = evolm_grpo_settings(cfg, num_processes)
     rows = s.prompts_per_step * s.samples_per_prompt
@@ -383,7 +383,8 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("completion tokens per step", f"at most {rows * max_len:,} ({rows} x {max_len})"),
         ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
-                  + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})" if cfg.judge.base_url else ")")),
+                  + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
+                     if cfg.judge.base_url else ")")),
     ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \
