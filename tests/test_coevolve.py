@@ -314,7 +314,8 @@ def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     """2 cycles x (2 policy + 2 rubric steps); save_every is larger than the run: only phase ends save."""
     out = tmp_path_factory.mktemp("coevolve") / "run"
     cfg = tiny_config(tiny_model_dir, out, "schedule.cycles=2", "schedule.steps_per_phase=2",
-                      "schedule.save_every=100", "grpo.learning_rate=1e-3")
+                      "schedule.save_every=100", "grpo.learning_rate=1e-3",
+                      "grpo.save_total_limit=null")  # every checkpoint kept (the demo keeps its last two)
     assert run(cfg) == out
     return out
 
@@ -629,6 +630,7 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # all planned steps, each once, in order
     assert [r["role"] for r in rows] == ["policy", "policy", "rubric", "rubric"]
 
+    assert checkpoint_steps(run_dir) == [3, 4]  # the demo config keeps two checkpoints (each 1.6 GB for SmolLM2)
     assert json.loads((run_dir / "checkpoints" / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
     state = json.loads((run_dir / "checkpoints" / "checkpoint-4" / STATE_FILE).read_text())
     assert state == {"step": 4, "phase": 1, "cycle": 0, "role": "rubric", "buffer_entries": 2 * P}
