@@ -304,7 +304,7 @@ class OpenAIBackend:
             attempts += 1
             client = clients[endpoint.index]
             url = self._url(client)
-            sent, outcome, usage, asked = time.monotonic(), None, None, None
+            sent, outcome, usage, asked = time.monotonic(), None, None, None  # asked: the server's Retry-After
             cut = deadline - sent < self.timeout_s - 0.01  # the deadline, not timeout_s, bounds this attempt
             try:
                 async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
@@ -316,10 +316,8 @@ class OpenAIBackend:
                 outcome = True
                 return url, choice
             except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
-                failure, wait = exc, _retry_wait(exc, attempts)
+                failure, (wait, asked) = exc, _retry_wait(exc, attempts)
                 outcome = False if wait is not None else None  # a 4xx says nothing about the endpoint's health
-                if outcome is False and isinstance(exc, openai.APIStatusError):
-                    asked = _retry_after(exc.response.headers)  # the server's own "not before": the pool honours it
             finally:
                 self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage, cool_s=asked)
             tried.append(endpoint)
@@ -493,21 +491,22 @@ def _logprob(value: Any) -> float:
     return min(value, 0.0)
 
 
-def _retry_wait(exc: BaseException, attempts: int) -> float | None:
-    """Seconds to wait before retrying after ``exc`` on attempt ``attempts``; ``None`` when it is not retried."""
+def _retry_wait(exc: BaseException, attempts: int) -> tuple[float | None, float | None]:
+    """Seconds to wait before retrying after ``exc`` on attempt ``attempts`` (``None`` when it is not retried),
+    and the server's own ``Retry-After`` when that is what set the wait (else ``None``)."""
     if isinstance(exc, openai.APIStatusError):
         headers = exc.response.headers
         should = headers.get("x-should-retry")
         retry = should == "true" if should in ("true", "false") else (
             exc.status_code in (408, 409, 429) or exc.status_code >= 500)
         if not retry:
-            return None
+            return None, None
         asked = _retry_after(headers)
         if asked is not None:
-            return asked
+            return asked, asked
     elif not isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.HTTPError):
-        return None
-    return min(0.5 * 2.0 ** (attempts - 1), MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+        return None, None
+    return min(0.5 * 2.0 ** (attempts - 1), MAX_BACKOFF_S) * (1 - 0.25 * random.random()), None
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
