@@ -198,7 +198,7 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
                  ) -> dict[str, Any]:
     """Per-pair credit (1 / 0.5 / 0) of the judge with ``writer``'s rubrics (``None``: no rubric).
 
-    One rubric per pair, written at the training temperature (0.6, seed 0), judged as the run's held-out
+    One rubric per distinct prompt, written at the training temperature (0.6, seed 0), judged as a run's held-out
     evaluation judges (``heldout.judge_heldout``, ``rubric.invalid=judge_raw``: a rubric that does not parse is
     shown as raw text). The per-pair rows (rubric, both scores, credit) go to ``items_file``.
     """
@@ -249,21 +249,19 @@ def study_a(args: argparse.Namespace) -> None:
                  f"eval.pairs={data['curve_pairs']}", f"eval.every={args.steps}",
                  f"grpo.learning_rate={args.lr}"]
     OUT.mkdir(parents=True, exist_ok=True)
-    judge = load_judge()
     writers: list[tuple[str, str | None]] = [("no rubric", None), ("base writer", MODEL)]
-    if args.baselines_only:  # what does not depend on training, e.g. on one thread while the writer trains
-        for set_name in ("uf_eval", "llmbar"):
-            for arm, writer in writers:
-                writer_credits(data[set_name], set_name, arm, writer, judge)
-        return
-    run_dir, minutes = OUT / "A-writer", 0.0
-    if not args.no_train:
-        run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
-    trained = final_checkpoint(run_dir)
-    writers.append(("trained writer", str(trained)))
-    order = [writers[-1], *writers[:-1]]  # the trained writer first: a --baselines-only run may still be filling the rest
+    run_dir, minutes, trained = OUT / "A-writer", 0.0, None
+    if not args.baselines_only:  # --baselines-only: what does not depend on training, e.g. while the writer trains
+        if not args.no_train:
+            run_dir, minutes = train("A-writer", overrides, OUT / "A-train.log")
+        trained = final_checkpoint(run_dir)
+        writers.append(("trained writer", str(trained)))
+    judge = load_judge()
+    # the trained writer first: a --baselines-only run may still be filling the rest
     done = {(set_name, arm): writer_credits(data[set_name], set_name, arm, writer, judge)
-            for arm, writer in order for set_name in ("uf_eval", "llmbar")}
+            for arm, writer in reversed(writers) for set_name in ("uf_eval", "llmbar")}
+    if trained is None:
+        return
     sets = {set_name: {arm: done[set_name, arm] for arm, _ in writers} for set_name in ("uf_eval", "llmbar")}
     result = {"arm": "A", "minutes_training": round(minutes, 1), "command": command("A-writer", overrides),
               "eval_command": "python bench/learning.py A" + (" --no-train" if args.no_train else ""),
