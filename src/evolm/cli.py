@@ -182,10 +182,10 @@ def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | li
     from evolm.models import load_backend
 
     return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
-                        dtype=args.dtype, batch_size=args.batch_size, **_deadline_kwargs(args))
+                        dtype=args.dtype, batch_size=args.batch_size, **_request_limit_kwargs(args))
 
 
-def _deadline_kwargs(args: argparse.Namespace) -> dict:
+def _request_limit_kwargs(args: argparse.Namespace) -> dict:
     """--timeout, --max-retries, --deadline and the per-server limits for load_backend, when the command has them."""
     keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
@@ -207,7 +207,7 @@ def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: s
     cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
                       batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
                       chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
-                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_deadline_kwargs(args))
+                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_request_limit_kwargs(args))
     return build_judge(cfg, seed=args.seed, device=args.device)
 
 
