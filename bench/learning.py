@@ -128,6 +128,8 @@ def _write(dst: Path, text: str) -> None:
 
 def study_data() -> dict[str, Path]:
     """Held-out and training files for every arm (the same files for every arm)."""
+    from evolm.jsonl import split_lines
+
     d = OUT / "data"
     out = {
         "train_pairs": _short_pairs(DATA / "ultrafeedback_sample" / "train_clean.jsonl", d / "uf_train.jsonl", 400, 1200),
@@ -139,7 +141,7 @@ def study_data() -> dict[str, Path]:
     alpaca = json.loads((DATA / "alpaca_eval" / "gpt4_1106_preview_model_outputs.json").read_text(encoding="utf-8"))
     qs = [r["instruction"] for r in alpaca if len(r["instruction"]) <= 200][:24]
     _write(out["questions"], "".join(json.dumps({"prompt": q}) + "\n" for q in qs))
-    lines = out["uf_eval"].read_text(encoding="utf-8").splitlines()[:20]  # the curve during training: 20 pairs
+    lines = split_lines(out["uf_eval"].read_text(encoding="utf-8"))[:20]  # the curve during training: 20 pairs
     _write(out["curve_pairs"], "\n".join(lines) + "\n")
     return out
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from evolm.backends.base import Conversation, SamplingParams
 from evolm.errors import InputError, RunError
-from evolm.jsonl import atomic_writer
+from evolm.jsonl import atomic_writer, dumps_line, split_lines
 from evolm.rubrics import strip_thinking
 
 Generate = Callable[[Sequence[Conversation], SamplingParams], list[str]]
@@ -72,13 +72,13 @@ class ReplayBuffer:
         """Write atomically: a crash mid-write leaves the previous file intact."""
         with atomic_writer(path) as f:
             for e in self.entries:
-                f.write(json.dumps(asdict(e), ensure_ascii=False) + "\n")
+                f.write(dumps_line(asdict(e)))
 
     @classmethod
     def load(cls, path: str | Path, max_size: int) -> ReplayBuffer:
         buf = cls(max_size)
         try:
-            for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+            for lineno, line in enumerate(split_lines(Path(path).read_bytes().decode("utf-8")), start=1):
                 if line.strip():
                     d = json.loads(line)
                     buf.add(int(d["step"]), str(d["question"]), str(d["answer"]))

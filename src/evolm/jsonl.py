@@ -1,4 +1,4 @@
-"""Reading and writing JSON Lines (and reading JSON-list data files), with errors that name the file and line.
+r"""Reading and writing JSON Lines (and reading JSON-list data files), with errors that name the file and line.
 
 Outputs are written to a temporary file beside the target, fsynced and renamed into place only when
 complete, so that an interrupted command never leaves a file that looks finished; streams, FIFOs and
@@ -6,6 +6,14 @@ devices are written through, and a symlink's target is replaced (``atomic_writer
 write rows as they go and can resume (``resumable_jsonl``). ``check_outputs_differ`` refuses an
 output that is also an input, ``check_writable`` one that cannot be written; write failures (a full
 disk, a non-directory) are one-line ``InputError``s naming the output.
+
+One line discipline for every JSONL file evolm writes or reads: a line is what ends in ``\n``,
+nothing else. ``str.splitlines()`` also splits on ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``,
+U+0085, U+2028 and U+2029, which JSON strings may hold raw: an answer with U+2028 would cut its
+record in two. So readers split with ``split_lines`` (``\n`` only; a ``\r`` before it is JSON
+whitespace), and writers go through ``dumps_line``: ``json.dumps`` escapes ``\n``, ``\r`` and the
+other control characters, and U+0085, U+2028 and U+2029 are escaped too, so that other tools that
+split on them read evolm's files whole as well.
 """
 
 from __future__ import annotations
@@ -30,6 +38,28 @@ from typing import Any, TextIO
 from evolm.errors import InputError
 
 
+LINE_END = "\n"
+"""What ends a JSONL line, and the only thing that does."""
+_UNSAFE_RAW = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # line breaks to splitlines()
+
+
+def dumps_line(row: Any) -> str:
+    r"""``row`` as one JSONL line, ``\n`` included; nothing inside it is a line break to any reader."""
+    text = json.dumps(row, ensure_ascii=False)
+    if any(c in text for c in _UNSAFE_RAW):  # only inside strings: JSON allows them nowhere else
+        for raw, escaped in _UNSAFE_RAW.items():
+            text = text.replace(raw, escaped)
+    return text + LINE_END
+
+
+def split_lines(text: str) -> list[str]:
+    r"""The lines of JSONL text: split on ``\n`` only (never ``str.splitlines``); a last line without one counts."""
+    lines = text.split(LINE_END)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str, Any]]:
     """All objects of a JSONL file (``-`` reads stdin, ``.gz`` is decompressed), checking the ``required`` fields.
 
@@ -44,8 +74,8 @@ def read_jsonl(path: str | Path, required: Iterable[str] = ()) -> list[dict[str,
             text = buffer.read().decode("utf-8") if buffer is not None else sys.stdin.read()
         except UnicodeDecodeError as e:
             raise InputError(f"<stdin>: not UTF-8 text ({e.reason})") from None
-        return parse_jsonl_lines(text.splitlines(), "<stdin>", required)
-    return parse_jsonl_lines(_file_text(path).splitlines(), str(path), required)
+        return parse_jsonl_lines(split_lines(text), "<stdin>", required)
+    return parse_jsonl_lines(split_lines(_file_text(path)), str(path), required)
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -64,8 +94,10 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(value, list):
             if not all(isinstance(v, dict) for v in value):
                 raise InputError(f"{path}: expected a JSON list of objects")
+            if "\\ud" in text or "\\uD" in text:
+                check_text(value, str(path))
             return value
-    return parse_jsonl_lines(text.splitlines(), str(path))
+    return parse_jsonl_lines(split_lines(text), str(path))
 
 
 def _file_text(path: str | Path) -> str:
@@ -99,11 +131,22 @@ def parse_jsonl_lines(lines: Iterable[str], name: str, required: Iterable[str] =
             raise InputError(f"{name}:{lineno}: unreadable JSON ({str(e).splitlines()[0][:120]})") from None
         if not isinstance(obj, dict):
             raise InputError(f"{name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        if "\\ud" in line or "\\uD" in line:
+            check_text(obj, f"{name}:{lineno}")
         for key in required:
             if key not in obj:
                 raise InputError(f"{name}:{lineno}: missing field '{key}'")
         rows.append(obj)
     return rows
+
+
+def check_text(obj: Any, where: str) -> None:
+    """Refuse a JSON value holding a lone surrogate (``"\\ud800"``): JSON can escape one, but it is no text and
+    fails later, when written as UTF-8 or tokenized. An escaped pair is one character and passes."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where}: a lone surrogate escape (\\ud800-\\udfff without its pair) is not text") from None
 
 
 # Names of the temporary files ``atomic_writer`` writes beside a target: ``.<name>.<pid>@<host>.<random>.part``.
@@ -193,6 +236,8 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
     """
     if str(path) in _STREAMS:
         stream = getattr(sys, _STREAMS[str(path)])
+        if stream is None:  # the process started with that descriptor closed
+            raise InputError(f"{path}: {_STREAMS[str(path)]} is closed; write to a file instead")
         yield stream
         stream.flush()
         return
@@ -245,6 +290,8 @@ def check_writable(outputs: Iterable[str | Path | None]) -> None:
     are skipped (a full device shows only when written to: then the first write fails, one line).
     """
     for out in outputs:
+        if out is not None and str(out) in _STREAMS and getattr(sys, _STREAMS[str(out)]) is None:
+            raise InputError(f"{out}: {_STREAMS[str(out)]} is closed; write to a file instead")
         if out is None or is_write_through(out):
             continue
         target = replace_target(out)
@@ -280,7 +327,9 @@ def check_outputs_differ(outputs: Iterable[str | Path | None], inputs: Iterable[
 
     Paths are compared as files (``os.path.samefile``: symlinks and hard links too) and by resolved
     path; an input directory stands for every file under it. ``-``, ``/dev/...``, FIFOs, devices
-    and ``None`` are skipped: they are streams, not files that an output replaces.
+    and ``None`` are skipped: they are streams, not files that an output replaces. An output's
+    ``.partial`` file (``resumable_jsonl``: appended to, then renamed over the output) counts as
+    the output: an input there would be moved away.
     """
     outs = [Path(o) for o in outputs if o is not None and not is_write_through(o)]
     ins: list[Path] = []
@@ -290,9 +339,14 @@ def check_outputs_differ(outputs: Iterable[str | Path | None], inputs: Iterable[
         p = Path(i)
         ins += [f for f in sorted(p.rglob("*")) if f.is_file()] if p.is_dir() else [p]
     for n, out in enumerate(outs):
+        real = Path(os.path.realpath(out))
+        partial = real.with_name(real.name + ".partial")
         for i in ins:
             if _same_file(out, i):
                 raise InputError(f"{out}: the output is also an input ({i}); refusing to overwrite it")
+            if _same_file(partial, i):
+                raise InputError(f"{i}: the input is the partial file of the output {out}; refusing to move it "
+                                 "(copy it elsewhere first)")
         for other in outs[:n]:
             if _same_file(out, other):
                 raise InputError(f"{out}: given as two different outputs ({other} too)")
@@ -319,7 +373,7 @@ class ResumableJsonl:
         """Append rows and make them durable (flushed, and fsynced for a file)."""
         rows = list(rows)
         try:
-            self._f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            self._f.write("".join(dumps_line(r) for r in rows))
             self._f.flush()
             if self.partial is not None:
                 os.fsync(self._f.fileno())
@@ -372,7 +426,7 @@ def resumable_jsonl(path: str | Path, resume: bool = False) -> Iterator[Resumabl
                 data, source = target.read_bytes(), target
                 data += b"" if data.endswith(b"\n") or not data else b"\n"
             try:
-                done = parse_jsonl_lines(data.decode("utf-8").splitlines(), str(source))
+                done = parse_jsonl_lines(split_lines(data.decode("utf-8")), str(source))
             except UnicodeDecodeError as e:
                 raise InputError(f"{source}: not UTF-8 text ({e.reason})") from None
             if source == target:
@@ -417,12 +471,12 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Write all rows atomically (see ``atomic_writer``)."""
     with atomic_writer(path) as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(dumps_line(row))
 
 
 def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Append rows and flush them to disk once (for logs that must survive a crash)."""
     with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        f.write("".join(dumps_line(row) for row in rows))
         f.flush()
         os.fsync(f.fileno())

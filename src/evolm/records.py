@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolm.jsonl import split_lines
+
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_DIR = "samples"
 FROZEN_RUBRICS_FILE = "frozen_rubrics.jsonl"
@@ -215,11 +217,11 @@ def read_lenient(path: str | Path) -> Lenient:
     p = Path(path)
     if not p.is_file():
         return out
-    lines = [ln for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    lines = [ln for ln in split_lines(p.read_bytes().decode("utf-8", errors="replace")) if ln.strip()]
     for i, line in enumerate(lines):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # malformed, a 5000-digit number, nested 100k deep
             obj = None
         if isinstance(obj, dict):
             out.rows.append(obj)
