@@ -212,15 +212,17 @@ class RunningServer:
 
 @contextmanager
 def run_app(app: FastAPI, lifespan: str = "off", start_timeout_s: float = 10.0,
-            what: str = "test server") -> Iterator[int]:
+            what: str = "test server", **options: Any) -> Iterator[int]:
     """Serve ``app`` on a free port of 127.0.0.1 in a background thread until the block ends; yields the port.
+
+    ``options`` go to ``uvicorn.Config`` (``evolm.serve.uvicorn_options`` for the reward server's limits).
 
     Requests still hanging when the block ends are cancelled after a second, not waited for.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, timeout_graceful_shutdown=1, **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -20,7 +20,10 @@ from evolm.judge import JudgeItem
 
 @contextmanager
 def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
-    with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server") as port:
+    from evolm.serve import uvicorn_options
+
+    with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server",
+                 **uvicorn_options(app.state.settings)) as port:
         yield f"http://127.0.0.1:{port}"
 
 

@@ -35,7 +35,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -61,7 +60,7 @@ class ServeSettings:
     """How requests are batched, bounded and timed out (``evolm serve --help`` gives the flags)."""
 
     max_batch: int = 64
-    """Answers per judge call, about (a request is never split; one larger than this is scored alone)."""
+    """Answers per judge call. A larger request is scored over several calls, sharing each with the others."""
     max_wait_ms: float = 5.0
     """How long the first request of a batch waits for others; a few ms cost little next to a forward pass."""
     max_queue: int = 256
@@ -70,6 +69,22 @@ class ServeSettings:
     """Seconds a request may take from arrival, queueing included; then 504 (its answers are dropped unscored)."""
     rubric_cache: int = 4096
     """Written rubrics kept (one per distinct question, least recently used dropped first)."""
+    max_body_mb: float = 16.0
+    """Request body size limit in MiB; a larger body is answered 413 (from its Content-Length, or as it is read)."""
+    max_answers: int = 8192
+    """Answers in one request; more is answered 413."""
+    max_answer_chars: int = 500_000
+    """Characters in one query, prompt or response (about a 128k-token context); more is answered 413."""
+    header_timeout_s: float = 10.0
+    """Seconds a connection has to send a request's headers (from its start or its previous reply); then it is closed."""
+    body_timeout_s: float = 60.0
+    """Seconds a request's body may take to arrive once its headers have; then the connection is closed."""
+    keep_alive_s: int = 5
+    """Seconds an idle keep-alive connection is kept open (uvicorn's ``timeout_keep_alive``)."""
+    max_connections: int = 1024
+    """Open connections (or requests in progress) at once; beyond it uvicorn answers 503 (``limit_concurrency``)."""
+    max_header_kb: int = 64
+    """Size limit of a request's headers in KiB (h11's incomplete-event limit); beyond it the request gets 400."""
 
 
 # ----------------------------------------------------------------------------- the two protocols
@@ -93,10 +108,55 @@ class Answer:
     prompt_mismatch: bool = False  # the query did not start with its prompt (see ``response_from_query``)
 
 
-_USER_TURN = (re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S),  # ChatML (Qwen, SmolLM2)
-              re.compile(r"<\|start_header_id\|>user<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S))  # Llama 3
+_USER_TURN = (("<|im_start|>user\n", "<|im_end|>"),  # ChatML (Qwen, SmolLM2)
+              ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"))  # Llama 3
 ANCHOR = 24  # characters of the prompt's end that find the response when the prompt did not come back exactly
-_END_MARKERS = re.compile(r"(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\1>|</s>)(?:\s*(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\2>|</s>))*\s*$")
+_MARKER_NAME = 64  # the longest name of an end marker <|name|> (or DeepSeek's <｜name｜>)
+
+
+def _last_turn(text: str, start: str, end: str) -> str | None:
+    """The text of the last ``start ... end`` turn (turns taken left to right, as a non-greedy regex would), else None.
+
+    One left-to-right pass with ``str.find``: a regex ``start(.*?)end`` rescans the rest of the text
+    from every unclosed start (quadratic: ``"<|im_start|>user\\n" * n`` froze the server).
+    """
+    found, at = None, 0
+    while (s := text.find(start, at)) >= 0:
+        e = text.find(end, s + len(start))
+        if e < 0:
+            break  # no end after this start: none after any later start either
+        found, at = text[s + len(start) : e], e + len(end)
+    return found
+
+
+def _marker_start(text: str, end: int) -> int | None:
+    """Where an end marker (``</s>``, ``<|name|>``, ``<｜name｜>``) ending at ``end`` starts, else None (constant time)."""
+    if text.endswith("</s>", 0, end):
+        return end - 4
+    if end < 4 or text[end - 1] != ">" or text[end - 2] not in "|\uff5c":
+        return None
+    bar, k = text[end - 2], end - 2
+    while k > 0 and end - 2 - k < _MARKER_NAME and not (text[k - 1].isspace() or text[k - 1] in "<>|\uff5c"):
+        k -= 1
+    if k == end - 2 or k < 2 or text[k - 1] != bar or text[k - 2] != "<":
+        return None
+    return k - 2
+
+
+def strip_end_markers(text: str) -> str:
+    """``text`` without its trailing end-of-turn markers (and the whitespace between and after them), in linear time.
+
+    >>> strip_end_markers("It is 4. <|im_end|>\\n<|endoftext|></s>\\n")
+    'It is 4. '
+    """
+    cut = end = len(text)
+    while True:
+        while end > 0 and text[end - 1].isspace():
+            end -= 1
+        start = _marker_start(text, end)
+        if start is None:
+            return text[:cut]
+        cut = end = start
 
 
 def question_text(prompt: Any) -> str:
@@ -117,10 +177,10 @@ def question_text(prompt: Any) -> str:
         return users[-1]
     if not isinstance(prompt, str):
         raise RequestRejected(422, f"a prompt must be text or a list of messages, not {type(prompt).__name__}")
-    for pattern in _USER_TURN:
-        turns = pattern.findall(prompt)
-        if turns:
-            return turns[-1]
+    for start, end in _USER_TURN:
+        turn = _last_turn(prompt, start, end)
+        if turn is not None:
+            return turn
     return prompt
 
 
@@ -136,12 +196,12 @@ def response_from_query(query: str, prompt: str) -> tuple[str, bool]:
     ('A: 4', False)
     """
     if query.startswith(prompt):
-        return _END_MARKERS.sub("", query[len(prompt) :]), False
+        return strip_end_markers(query[len(prompt) :]), False
     anchor = prompt[-ANCHOR:]
     at = query.find(anchor) if anchor else -1
     if at >= 0:
-        return _END_MARKERS.sub("", query[at + len(anchor) :]), True
-    return _END_MARKERS.sub("", query[len(os.path.commonprefix([query, prompt])) :]), True
+        return strip_end_markers(query[at + len(anchor) :]), True
+    return strip_end_markers(query[len(os.path.commonprefix([query, prompt])) :]), True
 
 
 def _text_list(body: dict, key: str, n: int | None) -> list:
@@ -153,27 +213,44 @@ def _text_list(body: dict, key: str, n: int | None) -> list:
     return value
 
 
-def openrlhf_answers(body: Any) -> list[Answer]:
-    """The answers of an OpenRLHF ``/get_reward`` body ``{"query": [str], "prompts": [str], "labels": [...]}``."""
+def _check_chars(text: str, what: str, limits: ServeSettings) -> None:
+    if len(text) > limits.max_answer_chars:
+        raise RequestRejected(413, f"{what} has {len(text)} characters; at most {limits.max_answer_chars} "
+                              "(--max-answer-chars)")
+
+
+def openrlhf_answers(body: Any, limits: ServeSettings = ServeSettings()) -> list[Answer]:  # noqa: B008 - frozen
+    """The answers of an OpenRLHF ``/get_reward`` body ``{"query": [str], "prompts": [str], "labels": [...]}``.
+
+    ``RequestRejected`` 422 for a malformed body, 413 past ``limits`` (answers per request, characters per text).
+    """
     if not isinstance(body, dict):
         raise RequestRejected(422, "the body must be a JSON object with 'query' and 'prompts'")
     queries = _text_list(body, "query", None)
+    if len(queries) > limits.max_answers:
+        raise RequestRejected(413, f"{len(queries)} answers in one request; at most {limits.max_answers} "
+                              "(--max-answers)")
     prompts = _text_list(body, "prompts", len(queries))
     labels = _text_list(body, "labels", len(queries)) if body.get("labels") is not None else [None] * len(queries)
     out = []
     for n, (q, p, label) in enumerate(zip(queries, prompts, labels, strict=True)):
         if not isinstance(q, str) or not isinstance(p, str):
             raise RequestRejected(422, f"query and prompt {n} must be text")
+        _check_chars(q, f"query {n}", limits)
+        _check_chars(p, f"prompt {n}", limits)
         response, mismatch = response_from_query(q, p)
         out.append(Answer(question_text(p), response, label, mismatch))
     return out
 
 
-def slime_answer(body: Any) -> Answer:
+def slime_answer(body: Any, limits: ServeSettings = ServeSettings()) -> Answer:  # noqa: B008 - frozen
     """The answer of a slime ``remote_rm`` body ``{"prompt": str | messages, "response": str, "label": ...}``."""
     if not isinstance(body, dict) or not isinstance(body.get("response"), str) or "prompt" not in body:
         raise RequestRejected(422, "the body must be a JSON object with 'prompt' and 'response' (text)")
-    return Answer(question_text(body["prompt"]), body["response"], body.get("label"))
+    _check_chars(body["response"], "the response", limits)
+    question = question_text(body["prompt"])
+    _check_chars(question, "the question", limits)
+    return Answer(question, body["response"], body.get("label"))
 
 
 # ----------------------------------------------------------------------------- rubrics and scores
@@ -264,29 +341,70 @@ def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) 
 # ----------------------------------------------------------------------------- the batcher
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
+    """One request's answers; ``sent`` of them have gone to the judge, ``results`` came back in order."""
+
     answers: list[Answer]
     future: asyncio.Future
+    sent: int = 0
+    results: list[Scored] = field(default_factory=list)
+
+    @property
+    def waiting(self) -> bool:
+        """Answers left to send, for a request still wanted (not answered, past its deadline or abandoned)."""
+        return self.sent < len(self.answers) and not self.future.done()
+
+
+def fair_shares(left: Sequence[int], room: int) -> list[int]:
+    """Answers each request puts in the next batch: ``room`` shared equally (water-filling), in arrival order.
+
+    A request gets at most what it has ``left``; what a small one does not need goes to the others.
+    So a 1-answer request arriving behind a 5,000-answer one is in the next batch, not 5,000 answers later.
+
+    >>> fair_shares([5000, 1, 3], 8)
+    [4, 1, 3]
+    """
+    shares = [0] * len(left)
+    while room > 0:
+        open_ = [i for i, n in enumerate(left) if shares[i] < n]
+        if not open_:
+            break
+        per = max(1, room // len(open_))
+        for i in open_:
+            give = min(per, left[i] - shares[i], room)
+            shares[i] += give
+            room -= give
+            if room == 0:
+                break
+    return shares
 
 
 @dataclass
 class Batcher:
-    """Collects concurrent requests into batches and scores each batch in one call on one worker thread."""
+    """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
+
+    Each batch holds up to ``max_batch`` answers shared fairly among the requests waiting
+    (``fair_shares``): a large request is scored over several batches and cannot hold the judge
+    from the small ones behind it. A request past its deadline, or whose client has gone, is
+    dropped: its answers not yet sent are never scored and its place in the queue is free at once.
+    """
 
     score: Callable[[list[Answer]], list[Scored]]
     settings: ServeSettings = field(default_factory=ServeSettings)
     batches: int = 0
     answers: int = 0
+    dropped: int = 0  # requests given up (deadline, client gone) before all their answers were scored
     busy_s: float = 0.0  # seconds spent in judge calls, all batches
     last_batch_s: float = 0.0
-    last_batch_jobs: int = 0
-    queue: asyncio.Queue | None = None
+    last_batch_answers: int = 0
+    jobs: list[_Job] = field(default_factory=list)  # admitted requests, in arrival order
+    _wake: asyncio.Event | None = None
     _executor: ThreadPoolExecutor | None = None
     _task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self.queue = asyncio.Queue(maxsize=self.settings.max_queue)
+        self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolm-judge")
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -297,76 +415,112 @@ class Batcher:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, answers: list[Answer]) -> list[Scored]:
-        """The scores of ``answers``; ``RequestRejected`` 503 when the queue is full, 504 past the deadline."""
-        assert self.queue is not None, "Batcher.start() runs at server startup"
+    def queued(self) -> int:
+        """Requests with answers not yet sent to the judge (what ``max_queue`` bounds)."""
+        return sum(j.waiting for j in self.jobs)
+
+    async def submit(self, answers: list[Answer], client_gone: asyncio.Future | None = None,
+                     deadline_s: float | None = None) -> list[Scored]:
+        """The scores of ``answers``; ``RequestRejected`` 503 when the queue is full, 504 past the deadline.
+
+        ``client_gone`` (an awaitable that finishes when the client disconnects) drops the request
+        early, 499. ``deadline_s`` is what is left of the request's deadline (default: all of it).
+        """
+        assert self._wake is not None, "Batcher.start() runs at server startup"
+        waiting = self.queued()
+        if waiting >= self.settings.max_queue:
+            # about the time the queue takes to drain, at the last batch's seconds per answer
+            left = sum(len(j.answers) - j.sent for j in self.jobs if j.waiting)
+            per = self.last_batch_s / max(1, self.last_batch_answers)
+            wait = min(600, max(1, math.ceil(left * per)))
+            raise RequestRejected(503, f"{waiting} requests queued (--max-queue); retry later",
+                                  {"Retry-After": str(wait)})
         job = _Job(answers, asyncio.get_running_loop().create_future())
+        self.jobs.append(job)
+        self._wake.set()
+        deadline = self.settings.deadline_s if deadline_s is None else deadline_s
+        watch = {job.future} | ({client_gone} if client_gone is not None else set())
         try:
-            self.queue.put_nowait(job)
-        except asyncio.QueueFull:
-            # about the time the queue takes to drain, at the last batch's seconds per request
-            wait = min(600, max(1, math.ceil(self.queue.qsize() * self.last_batch_s / max(1, self.last_batch_jobs))))
-            raise RequestRejected(503, f"{self.queue.qsize()} requests queued (--max-queue); retry later",
-                                  {"Retry-After": str(wait)}) from None
-        try:  # on timeout wait_for cancels the future: a job not yet scored is then skipped
-            return await asyncio.wait_for(job.future, self.settings.deadline_s)
-        except TimeoutError:
-            raise RequestRejected(504, f"not scored within the {self.settings.deadline_s:g} s deadline "
-                                  "(--deadline-s)") from None
+            done, _ = await asyncio.wait(watch, timeout=max(0.0, deadline), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not job.future.done():  # past the deadline, the client gone, or this task cancelled: drop it
+                job.future.cancel()
+                self.dropped += 1
+        if job.future in done:
+            return job.future.result()
+        if client_gone is not None and client_gone in done:
+            raise RequestRejected(499, "the client closed the connection; its answers were dropped")
+        raise RequestRejected(504, f"not scored within the {self.settings.deadline_s:g} s deadline (--deadline-s)")
 
     async def _run(self) -> None:
-        assert self.queue is not None
+        assert self._wake is not None
         loop = asyncio.get_running_loop()
-        held: _Job | None = None  # a job that would have overfilled the last batch: first of the next
         while True:
-            jobs = [held if held is not None else await self.queue.get()]
-            held, n = None, len(jobs[0].answers)
-            for attempt in range(2):  # what is queued now; then, if room is left, what comes within max_wait
-                while n < self.settings.max_batch and not self.queue.empty():
-                    job = self.queue.get_nowait()
-                    if n + len(job.answers) > self.settings.max_batch:
-                        held = job
-                        break
-                    jobs.append(job)
-                    n += len(job.answers)
-                if held is not None or n >= self.settings.max_batch or attempt:
-                    break
-                await asyncio.sleep(self.settings.max_wait_ms / 1000)
-            jobs = [j for j in jobs if not j.future.done()]  # past their deadline meanwhile
-            if jobs:
-                await self._score(loop, jobs)
+            self.jobs = [j for j in self.jobs if j.waiting]
+            if not self.jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if sum(len(j.answers) - j.sent for j in self.jobs) < self.settings.max_batch:
+                await asyncio.sleep(self.settings.max_wait_ms / 1000)  # room left: let others join
+                self.jobs = [j for j in self.jobs if j.waiting]
+            jobs = list(self.jobs)
+            shares = fair_shares([len(j.answers) - j.sent for j in jobs], self.settings.max_batch)
+            parts = [(j, j.sent, j.sent + n) for j, n in zip(jobs, shares, strict=True) if n]
+            for j, _, end in parts:
+                j.sent = end
+            if parts:
+                await self._score(loop, parts)
 
-    async def _score(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
-        """One judge call for all ``jobs``; if it fails, each job alone, so one bad request fails alone."""
+    async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
+        """One judge call for all ``parts`` (a request's answers start:end); if it fails, each request's part
+        alone, so one bad request fails alone."""
         t0 = time.perf_counter()
-        parts: list[list[Scored] | Exception] = []
+        outs: list[list[Scored] | Exception | None] = []
+        answers = [a for j, start, end in parts for a in j.answers[start:end]]
         try:
-            scored = await loop.run_in_executor(self._executor, self.score, [a for j in jobs for a in j.answers])
-            for j in jobs:
-                parts.append(scored[: len(j.answers)])
-                scored = scored[len(j.answers) :]
+            scored = await loop.run_in_executor(self._executor, self.score, answers)
+            for _, start, end in parts:
+                outs.append(scored[: end - start])
+                scored = scored[end - start :]
         except Exception as e:  # noqa: BLE001 - the requests get the error, the server goes on
-            parts = [e] if len(jobs) == 1 else [await self._alone(loop, j) for j in jobs]
-        self.last_batch_s, self.last_batch_jobs = time.perf_counter() - t0, len(jobs)
+            outs = [e] if len(parts) == 1 else [
+                None if j.future.done() else await self._alone(loop, j.answers[start:end]) for j, start, end in parts]
+        self.last_batch_s, self.last_batch_answers = time.perf_counter() - t0, len(answers)
         self.busy_s += self.last_batch_s
         self.batches += 1
-        self.answers += sum(len(j.answers) for j in jobs)
-        for j, part in zip(jobs, parts, strict=True):
-            if j.future.done():
+        self.answers += len(answers)
+        for (j, _, _), out in zip(parts, outs, strict=True):
+            if j.future.done() or out is None:
                 continue
-            if isinstance(part, Exception):
-                j.future.set_exception(RequestRejected(500, f"scoring failed: {type(part).__name__}: {part}"))
-            else:
-                j.future.set_result(part)
+            if isinstance(out, Exception):
+                j.future.set_exception(RequestRejected(500, f"scoring failed: {type(out).__name__}: {out}"))
+                continue
+            j.results += out
+            if len(j.results) == len(j.answers):
+                j.future.set_result(j.results)
 
-    async def _alone(self, loop: asyncio.AbstractEventLoop, job: _Job) -> list[Scored] | Exception:
+    async def _alone(self, loop: asyncio.AbstractEventLoop, answers: list[Answer]) -> list[Scored] | Exception:
         try:
-            return await loop.run_in_executor(self._executor, self.score, job.answers)
+            return await loop.run_in_executor(self._executor, self.score, answers)
         except Exception as e:  # noqa: BLE001
             return e
 
 
 # ----------------------------------------------------------------------------- the app
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise RequestRejected(400, f"the body is not JSON: {e}") from None
+
+
+async def _client_gone(request: Any) -> None:
+    """Return once the client of ``request`` (its body already read) has closed the connection."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def require_serve_extra() -> None:
@@ -395,9 +549,11 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
     require_serve_extra()
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
+    from starlette.requests import ClientDisconnect
 
     rubrics = rubrics if rubrics is not None else RubricSource()
-    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings or ServeSettings())
+    settings = settings or ServeSettings()
+    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan contract
@@ -409,25 +565,46 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
 
     app = FastAPI(title="evolm reward server", lifespan=lifespan,
                   description="EvoLM's rubric + judge reward: OpenRLHF's /get_reward, slime's /reward.")
-    app.state.batcher, app.state.rubrics = batcher, rubrics
+    app.state.batcher, app.state.rubrics, app.state.settings = batcher, rubrics, settings
 
     async def rejected(request: Request, exc: RequestRejected) -> JSONResponse:
         return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
 
     app.add_exception_handler(RequestRejected, rejected)
 
-    async def body_of(request: Request) -> Any:
+    async def answers_of(request: Request, parse: Callable[[Any, ServeSettings], Any]) -> Any:
+        """The body read within ``max_body_mb`` (else 413), then parsed off the event loop by ``parse``."""
+        limit = int(settings.max_body_mb * 2**20)
+        too_big = RequestRejected(413, f"the body is over the {settings.max_body_mb:g} MiB limit (--max-body-mb)")
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise too_big
+        chunks, size = [], 0
         try:
-            return json.loads(await request.body())
-        except ValueError as e:
-            raise RequestRejected(400, f"the body is not JSON: {e}") from None
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_big
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise RequestRejected(499, "the client closed the connection") from None
+        # JSON decoding and text handling are linear but take a while on megabytes: not on the event loop
+        return await asyncio.to_thread(lambda: parse(_json_body(b"".join(chunks)), settings))
+
+    async def _scored(request: Request, answers: list[Answer], arrived: float) -> list[Scored]:
+        gone = asyncio.ensure_future(_client_gone(request))
+        try:
+            return await batcher.submit(answers, gone, settings.deadline_s - (time.monotonic() - arrived))
+        finally:
+            gone.cancel()
 
     @app.post("/get_reward", openapi_extra=_body_doc({"query": ["What is 2+2?The answer is 4."],
                                                       "prompts": ["What is 2+2?"], "labels": [_RUBRIC]}))
     async def get_reward(request: Request) -> JSONResponse:
         """OpenRLHF's remote reward: rewards and scores (the same values, in [0, 1]) and per-answer logs."""
-        answers = openrlhf_answers(await body_of(request))
-        scored = await batcher.submit(answers) if answers else []
+        arrived = time.monotonic()
+        answers = await answers_of(request, openrlhf_answers)
+        scored = await _scored(request, answers, arrived) if answers else []
         rewards = [s.score for s in scored]
         return JSONResponse({"rewards": rewards, "scores": rewards,
                              "extra_logs": {k: [s.logs[k] for s in scored] for k in LOG_KEYS}})
@@ -435,22 +612,88 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
     @app.post("/reward", openapi_extra=_body_doc({"prompt": "What is 2+2?", "response": "4", "label": _RUBRIC}))
     async def reward(request: Request) -> JSONResponse:
         """slime's remote_rm: the reward in [0, 1] as a bare JSON number."""
-        (scored,) = await batcher.submit([slime_answer(await body_of(request))])
+        arrived = time.monotonic()
+        (scored,) = await _scored(request, [await answers_of(request, slime_answer)], arrived)
         return JSONResponse(scored.score)
 
     @app.get("/health")
     async def health() -> dict:
         """Liveness, and what the server has done: batches, answers, rubrics written and cached."""
-        queue = batcher.queue
         return {"status": "ok", "mode": getattr(judge, "mode", None), "rubrics": rubrics.kind,
-                "queued": queue.qsize() if queue is not None else 0, "batches": batcher.batches,
+                "queued": batcher.queued(), "dropped": batcher.dropped, "batches": batcher.batches,
                 "answers": batcher.answers, "busy_s": round(batcher.busy_s, 3), "rubrics_written": rubrics.written, "rubric_cache": len(rubrics.cache)}
 
     return app
+
+
+def guarded_h11(header_timeout_s: float, body_timeout_s: float) -> type:
+    """uvicorn's h11 protocol with read deadlines: a connection is closed when a request's headers have not
+    arrived ``header_timeout_s`` after the connection opened (or its last reply went out), or its body
+    ``body_timeout_s`` after its headers. uvicorn alone waits forever for a request that trickles in
+    (its ``timeout_keep_alive`` is only for idle connections, and any byte stops it).
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11(H11Protocol):
+        _timer: asyncio.TimerHandle | None = None
+        _reading: str = "done"  # "headers", "body" or "done" (a request received, or being answered)
+
+        def _arm(self, reading: str, seconds: float) -> None:
+            self._disarm()
+            self._reading = reading
+            self._timer = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _expired(self) -> None:
+            self._timer = None
+            if not self.transport.is_closing():
+                self.logger.info("closing a connection: request %s not received in time", self._reading)
+                self.transport.close()
+
+        def _follow(self) -> None:
+            state = self.conn.their_state
+            if state is h11.SEND_BODY and self._reading == "headers":
+                self._arm("body", body_timeout_s)
+            elif state is h11.IDLE and self._reading == "done":
+                self._arm("headers", header_timeout_s)
+            elif state not in (h11.IDLE, h11.SEND_BODY):
+                self._disarm()
+                self._reading = "done"
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm("headers", header_timeout_s)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._follow()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._follow()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11
+
+
+def uvicorn_options(settings: ServeSettings) -> dict[str, Any]:
+    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, header size, connections."""
+    return {"http": guarded_h11(settings.header_timeout_s, settings.body_timeout_s),
+            "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": settings.max_connections,
+            "h11_max_incomplete_event_size": settings.max_header_kb * 1024}
 
 
 def run_server(app: Any, host: str, port: int, log_level: str = "info") -> None:
     """Serve ``app`` until interrupted (uvicorn; the lifespan starts and stops the batcher)."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                **uvicorn_options(app.state.settings))
