@@ -167,11 +167,12 @@ def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
     import dataclasses
 
-    from accelerate import PartialState
     from trl import GRPOConfig
 
+    from evolm.dist import world_size
+
     check_trl()
-    err = batch_error(cfg, PartialState().num_processes)
+    err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
     if err:
         raise InputError(err)
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
@@ -226,14 +227,18 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     The caller has passed ``check_launch(cfg)`` (``coevolve.run`` does, before loading any model).
     """
     import datasets
-    from accelerate import PartialState
     from trl import GRPOConfig
 
-    world = PartialState().num_processes
+    from evolm.dist import world_size
+
+    world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
     grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
     args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations=1)
+    if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
+        raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
+                       "launch with torchrun or `accelerate launch` with a config that starts every process")
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra))],
@@ -577,7 +582,8 @@ class TrainerGenerate:
         from evolm.backends.hf import HFBackend
 
         with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
-                                         gather_deepspeed3_params=t.args.ds3_gather_for_generation) as model:
+                                         gather_deepspeed3_params=t.args.ds3_gather_for_generation,
+                                         gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model:
             backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size))
             return backend.generate(convs, params)
 

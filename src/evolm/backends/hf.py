@@ -187,6 +187,10 @@ class HFBackend:
         A think block the template opened in the prompt is put back in front of the reply. With
         ``params.json_schema`` every batch decodes under it, through its own xgrammar processor (one
         grammar per row: each row's prompt says whether a think block may come first).
+
+        ``params.seed`` seeds batch ``b`` with ``seed + b`` inside a forked RNG: the caller's random stream
+        continues afterwards as if this call had not run (in training, TRL's per-process stream, seeded
+        ``device_specific``, so a group of answers split over several processes gets distinct samples).
         """
         if not conversations:
             return []
@@ -200,23 +204,25 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
         try:
-            for b, idx in enumerate(tqdm(batches, desc="generate", disable=not progress, unit="batch")):
-                if params.seed is not None:
-                    torch.manual_seed(params.seed + b)
-                ids, mask = self._left_pad([encoded[i] for i in idx])
-                if starts is not None:  # a fresh processor per generate() call, sized to this batch
-                    kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
-                with torch.no_grad():
-                    out = self.model.generate(
-                        input_ids=ids,
-                        attention_mask=mask,
-                        pad_token_id=self.tokenizer.pad_token_id,
-                        use_cache=True,
-                        **kwargs,
-                    )
-                for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
-                    results[i] = self.reply(row, opened[i])
+            with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
+                for b, idx in enumerate(tqdm(batches, desc="generate", disable=not progress, unit="batch")):
+                    if params.seed is not None:
+                        torch.manual_seed(params.seed + b)
+                    ids, mask = self._left_pad([encoded[i] for i in idx])
+                    if starts is not None:  # a fresh processor per generate() call, sized to this batch
+                        kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
+                    with torch.no_grad():
+                        out = self.model.generate(
+                            input_ids=ids,
+                            attention_mask=mask,
+                            pad_token_id=self.tokenizer.pad_token_id,
+                            use_cache=True,
+                            **kwargs,
+                        )
+                    for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
+                        results[i] = self.reply(row, opened[i])
         finally:
             self.model.train(was_training)
         return results
