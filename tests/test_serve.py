@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -277,3 +278,210 @@ def test_smollm2_yesno_server_matches_evolm_judge(tmp_path: Path) -> None:
                  str(src), "--output", str(out)]) == 0
     judged = [json.loads(line)["score"] for line in out.read_text(encoding="utf-8").splitlines()]
     assert max(abs(a - b) for a, b in zip(rewards, judged, strict=True)) < 1e-4
+
+
+# ----------------------------------------------------------------------------- one client cannot stall the server
+
+
+_OLD_END_MARKERS = r"(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\1>|</s>)(?:\s*(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\2>|</s>))*\s*$"
+
+
+def test_text_handling_is_linear_and_strips_what_the_regex_stripped() -> None:
+    """``"</s> " * n`` took 37 s at 200k characters with the end-marker regex; the user-turn regex was quadratic too."""
+    import random
+    import re
+
+    from evolm.serve import strip_end_markers
+
+    old = re.compile(_OLD_END_MARKERS)
+    pieces = ["</s>", "<|im_end|>", "<|x|>", " ", "\n", "a", "<", "|", ">", "\uff5c", "<\uff5cend\uff5c>", "<||>",
+              "<|a b|>", "<|" + "n" * 64 + "|>", "<|" + "n" * 65 + "|>", "</s", "s>"]
+    rng = random.Random(0)
+    for _ in range(5000):  # the same result as the regex on random marker soup
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        assert strip_end_markers(text) == old.sub("", text), repr(text)
+    for hostile in ("</s> " * 40_000, "<|im_end|> " * 20_000, "<|" * 100_000):
+        t0 = time.process_time()
+        response_from_query("Q?" + hostile + "x", "Q?")
+        response_from_query("Q?" + hostile, "Q?")
+        assert time.process_time() - t0 < 0.5
+    for hostile in ("<|im_start|>user\n" * 12_000, "<|start_header_id|>user<|end_header_id|>\n\n" * 5_000 + "<|eot_id|>"):
+        t0 = time.process_time()
+        question_text(hostile)
+        assert time.process_time() - t0 < 0.5
+    assert question_text("<|im_start|>user\nA<|im_end|><|im_start|>user\nB<|im_end|><|im_start|>user\nC") == "B"
+
+
+def test_health_answers_while_a_200k_character_request_and_a_batch_run() -> None:
+    judge = FakeJudge(gate=threading.Event())
+    with running(create_app(judge)) as url, ThreadPoolExecutor(1) as pool:
+        big = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["</s> " * 40_000]), timeout=60)
+        assert judge.entered.wait(20)  # the batch is in the judge, held there
+        waits = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert httpx.get(url + "/health", timeout=10).json()["status"] == "ok"
+            waits.append(time.perf_counter() - t0)
+        judge.gate.set()
+        assert big.result().status_code == 200
+    assert max(waits) < 1.0
+    assert judge.calls[0][0].answer == ""  # the response was all end markers
+
+
+def test_size_limits_are_413_with_a_json_error() -> None:
+    settings = ServeSettings(max_body_mb=0.01, max_answers=3, max_answer_chars=100)
+    judge = FakeJudge()
+    with running(create_app(judge, settings=settings)) as url:
+        body = json.dumps(_body("Q?", ["x" * 90] * 3)).encode() + b" " * 20_000
+        declared = httpx.post(url + "/get_reward", content=body, headers={"content-type": "application/json"})
+        chunked = httpx.post(url + "/get_reward", content=iter([body[:5000], body[5000:]]),
+                             headers={"content-type": "application/json"})  # no Content-Length: counted as read
+        answers = httpx.post(url + "/get_reward", json=_body("Q?", ["a"] * 4))
+        chars = httpx.post(url + "/get_reward", json=_body("Q?", ["a" * 99]))
+        slime = httpx.post(url + "/reward", json={"prompt": "Q?", "response": "a" * 101})
+        ok = httpx.post(url + "/get_reward", json=_body("Q?", ["a" * 90] * 3))
+    for reply, words in ((declared, "--max-body-mb"), (chunked, "--max-body-mb"), (answers, "--max-answers"),
+                         (chars, "--max-answer-chars"), (slime, "--max-answer-chars")):
+        assert reply.status_code == 413 and set(reply.json()) == {"error"} and words in reply.json()["error"]
+    assert ok.status_code == 200 and sum(map(len, judge.calls)) == 3  # nothing over a limit reached the judge
+
+
+def test_fair_shares() -> None:
+    from evolm.serve import fair_shares
+
+    assert fair_shares([5000, 1], 64) == [63, 1]
+    assert fair_shares([5000, 1, 3], 8) == [4, 1, 3]
+    assert fair_shares([10, 10], 64) == [10, 10]
+    assert fair_shares([100] * 4, 6) == [2, 2, 1, 1]
+    assert sum(fair_shares([1] * 100, 64)) == 64
+
+
+@dataclass
+class SlowJudge(FakeJudge):
+    seconds_per_call: float = 0.02
+
+    def score(self, items: list[JudgeItem]) -> list[float | None]:
+        time.sleep(self.seconds_per_call)
+        return super().score(items)
+
+
+def test_a_large_request_cannot_starve_a_small_one() -> None:
+    """5,000 answers (79 judge calls of 64) and then 1 answer: the small one is in the next call, not the 80th."""
+    judge = SlowJudge()
+    big_answers = [f"answer {i}" for i in range(5000)]
+    with running(create_app(judge, settings=ServeSettings(max_batch=64, max_wait_ms=1))) as url, \
+            ThreadPoolExecutor(1) as pool:
+        big = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", big_answers), timeout=120)
+        deadline = time.monotonic() + 30
+        while not judge.calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+        t0 = time.perf_counter()
+        small = httpx.post(url + "/reward", json={"prompt": "Small?", "response": "x" * 10}, timeout=60)
+        small_s = time.perf_counter() - t0
+        calls_then = len(judge.calls)
+        rewards = big.result().json()["rewards"]
+    assert small.status_code == 200 and small.json() == 0.1
+    assert calls_then < 20 and small_s < 2  # served within a couple of calls, not after the 79 of the big one
+    assert rewards == [min(1.0, len(a) / 100) for a in big_answers]  # every answer scored, in order
+    assert max(map(len, judge.calls)) <= 64 and sum(map(len, judge.calls)) == 5001
+
+
+def test_requests_past_their_deadline_free_their_slots_and_are_never_scored() -> None:
+    judge = FakeJudge(gate=threading.Event())
+    settings = ServeSettings(max_batch=1, max_queue=2, max_wait_ms=1, deadline_s=0.5)
+    with running(create_app(judge, settings=settings)) as url, ThreadPoolExecutor(3) as pool:
+        first = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["held"]), timeout=30)
+        assert judge.entered.wait(10)  # the judge is busy with the first until the gate opens
+        late = [pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", [f"late {i}"]), timeout=30)
+                for i in range(2)]
+        assert [f.result().status_code for f in late] == [504, 504]
+        health = httpx.get(url + "/health").json()
+        after = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["after"]), timeout=30)
+        time.sleep(0.2)
+        judge.gate.set()
+        assert first.result().status_code == 504 and after.result().status_code == 200
+    assert health["queued"] == 0 and health["dropped"] == 3  # the slots were free while the judge was still busy
+    scored = [it.answer for call in judge.calls for it in call]
+    assert scored == ["held", "after"]  # the late ones were dropped, not scored after their clients left
+
+
+def test_a_client_that_leaves_has_its_answers_dropped() -> None:
+    judge = FakeJudge(gate=threading.Event())
+    with running(create_app(judge, settings=ServeSettings(max_batch=1, max_wait_ms=1))) as url, \
+            ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["held"]), timeout=30)
+        assert judge.entered.wait(10)
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+            httpx.post(url + "/get_reward", json=_body("Q?", ["gone"] * 20), timeout=0.5)
+        deadline = time.monotonic() + 10
+        while httpx.get(url + "/health").json()["dropped"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = httpx.get(url + "/health").json()
+        judge.gate.set()
+        assert first.result().status_code == 200
+        time.sleep(0.2)
+    assert health["dropped"] == 1 and health["queued"] == 0
+    assert [it.answer for call in judge.calls for it in call] == ["held"]
+
+
+def _closed_within(sock, seconds: float) -> float | None:  # noqa: ANN001
+    """Seconds until the server closes ``sock`` (reading whatever it sends), or None if still open after ``seconds``."""
+    sock.settimeout(0.1)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            if sock.recv(65536) == b"":
+                return time.monotonic() - t0
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - t0
+    return None
+
+
+def test_slow_headers_slow_bodies_and_trickling_keep_alive_connections_are_closed() -> None:
+    import socket
+
+    settings = ServeSettings(header_timeout_s=0.5, body_timeout_s=0.5)
+    with running(create_app(FakeJudge(), settings=settings)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        silent = socket.create_connection(("127.0.0.1", port))
+        slow_headers = socket.create_connection(("127.0.0.1", port))
+        slow_headers.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\n")
+        slow_body = socket.create_connection(("127.0.0.1", port))
+        slow_body.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100\r\n\r\n{\"query\"")
+        trickle = socket.create_connection(("127.0.0.1", port))
+        trickle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        trickle.settimeout(5)
+        assert trickle.recv(65536).startswith(b"HTTP/1.1 200")
+
+        def drip() -> None:  # a byte every 0.1 s: uvicorn's keep-alive timeout restarts on every byte
+            for ch in b"GET /health HTTP/1.1\r\n":
+                try:
+                    trickle.sendall(bytes([ch]))
+                except OSError:
+                    return
+                time.sleep(0.1)
+
+        threading.Thread(target=drip, daemon=True).start()
+        closed = [_closed_within(s, 5) for s in (silent, slow_headers, slow_body, trickle)]
+        healthy = httpx.get(url + "/health").status_code
+        for s in (silent, slow_headers, slow_body, trickle):
+            s.close()
+    assert all(c is not None and c < 2 for c in closed), closed
+    assert healthy == 200
+
+
+def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = ServeSettings()
+    for flag, default in (("--max-body-mb", "16"), ("--max-answers", "8192"), ("--max-answer-chars", "500000"),
+                          ("--header-timeout-s", "10"), ("--body-timeout-s", "60"), ("--max-connections", "1024"),
+                          ("--max-queue", "256"), ("--deadline-s", "300"), ("--max-batch", "64")):
+        assert flag in text and f"(default {default})" in text, flag
+    assert (defaults.max_body_mb, defaults.max_answers, defaults.max_answer_chars) == (16, 8192, 500_000)
+    assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.max_connections) == (10, 60, 1024)
+    assert "keep-alive connections close after 5 s" in text and f"{defaults.max_header_kb} KiB" in text

@@ -934,7 +934,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; the server has no authentication)")
     p.add_argument("--port", type=_positive_int, default=8000, help="port to listen on (default 8000)")
     p.add_argument("--max-batch", type=_positive_int, default=64,
-                   help="answers scored in one judge call, about (default 64; a request is never split)")
+                   help="answers scored in one judge call (default 64); a larger request is scored over several "
+                   "calls, each shared fairly with the requests waiting, so it cannot hold up small ones")
     p.add_argument("--max-wait-ms", type=positive, default=5.0,
                    help="how long a batch waits for more requests once one arrives (default 5 ms)")
     p.add_argument("--max-queue", type=_positive_int, default=256,
@@ -943,6 +944,22 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="seconds a request may take in all, queueing included; then 504 (default 300)")
     p.add_argument("--rubric-cache", type=_positive_int, default=4096,
                    help="written rubrics kept, one per question, least recently used dropped first (default 4096)")
+    limits = p.add_argument_group("limits", "what one request or connection may take; past a size limit the "
+                                  "reply is 413 with a JSON error. A request past its deadline or whose client "
+                                  "disconnects is dropped: its answers not yet scored never are, its queue slot is freed")
+    limits.add_argument("--max-body-mb", type=positive, default=16.0, help="request body size in MiB (default 16)")
+    limits.add_argument("--max-answers", type=_positive_int, default=8192, help="answers in one request (default 8192)")
+    limits.add_argument("--max-answer-chars", type=_positive_int, default=500_000,
+                        help="characters in one query, prompt or response (default 500000)")
+    limits.add_argument("--header-timeout-s", type=positive, default=10.0,
+                        help="seconds a connection has to send a request's headers, from its start or its last "
+                        "reply; then it is closed (default 10)")
+    limits.add_argument("--body-timeout-s", type=positive, default=60.0,
+                        help="seconds a request's body may take after its headers; then the connection is closed "
+                        "(default 60)")
+    limits.add_argument("--max-connections", type=_positive_int, default=1024,
+                        help="connections open at once; beyond it requests get 503 (default 1024). Idle keep-alive "
+                        "connections close after 5 s, headers are limited to 64 KiB")
     _add_judge_mode_arg(p)
     p.add_argument("--judge-constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     _add_context_args(p, "judge")
@@ -965,7 +982,10 @@ def _run_serve(args: argparse.Namespace) -> None:
                                                                               args.base_url)
     rubrics = RubricSource(writer=writer, params=_rubric_params(args), table=table, cache_size=args.rubric_cache)
     settings = ServeSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                             deadline_s=args.deadline_s, rubric_cache=args.rubric_cache)
+                             deadline_s=args.deadline_s, rubric_cache=args.rubric_cache, max_body_mb=args.max_body_mb,
+                             max_answers=args.max_answers, max_answer_chars=args.max_answer_chars,
+                             header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                             max_connections=args.max_connections)
     _done(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
           "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
     run_server(create_app(judge, rubrics, settings), args.host, args.port)
