@@ -16,7 +16,10 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
 - misbehaviour of real servers and proxies: ``state.delay_s = 3600`` accepts and never replies,
   ``state.drip_s`` answers HTTP 200 and then sends one byte every ``drip_s`` seconds (for a minute),
   ``state.raw_body`` answers HTTP 200 with that body verbatim (HTML, invalid JSON...),
-  ``state.retry_after`` sets the ``retry-after`` header of injected failures.
+  ``state.retry_after`` sets the ``retry-after`` header of injected failures;
+- hostile replies: ``state.gzip_bomb_mb = N`` answers a valid chat completion padded with N MiB of
+  spaces, gzip-compressed (about 1,000:1), ``state.flood_status = S`` answers HTTP S with a chunked
+  body of spaces that never ends (64 KiB per write, until the client leaves or the server stops).
 
 Replies are written with ``json.dumps``, so a ``TOP_LOGPROBS`` table may hold NaN, infinities or
 even strings, as broken servers do.
@@ -83,6 +86,8 @@ class ServerState:
     drip_s: float = 0.0
     raw_body: str | None = None
     raw_content_type: str = "text/html"
+    gzip_bomb_mb: int = 0
+    flood_status: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     failed: int = 0
@@ -157,6 +162,11 @@ def create_app(state: ServerState) -> FastAPI:
                 )
             if state.drip_s:
                 return StreamingResponse(_drip(state, state.drip_s), media_type="application/json")
+            if state.flood_status:
+                return StreamingResponse(_flood(state), status_code=state.flood_status, media_type="application/json")
+            if state.gzip_bomb_mb:
+                return Response(_gzip_bomb(state.gzip_bomb_mb), media_type="application/json",
+                                headers={"content-encoding": "gzip"})
             if state.raw_body is not None:
                 return Response(state.raw_body, media_type=state.raw_content_type)
             words = f"echo: {prompt}".split(" ")
@@ -202,6 +212,24 @@ async def _drip(state: ServerState, every_s: float) -> Any:
         if state.closing:
             return
         yield b" "
+
+
+async def _flood(state: ServerState) -> Any:
+    """A reply body that never ends, as fast as the client reads it."""
+    chunk = b" " * 65536
+    while not state.closing:
+        yield chunk
+        await asyncio.sleep(0)
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    """A chat completion padded with ``mib`` MiB of spaces, gzip-compressed (a few KB per MiB)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = json.dumps({"id": "bomb", "object": "chat.completion", "created": 0, "model": MODEL_ID, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "9"}, "finish_reason": "stop"}]})
+    parts = [packer.compress(head[:-1].encode())]
+    parts += [packer.compress(b" " * 2**20) for _ in range(mib)]
+    return b"".join([*parts, packer.compress(b"}"), packer.flush()])
 
 
 @dataclass

@@ -79,6 +79,12 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
             raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
         return value
 
+    def mib(text: str) -> float:
+        value = float(text)
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
+        return value
+
     def none_or_more(text: str) -> float:
         value = float(text)
         if not 0 <= value < float("inf"):
@@ -187,7 +193,8 @@ def _load(args: argparse.Namespace, model: str, backend: str, base_url: str | li
 
 def _request_limit_kwargs(args: argparse.Namespace) -> dict:
     """--timeout, --max-retries, --deadline and the per-server limits for load_backend, when the command has them."""
-    keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute")
+    keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute",
+            "max_reply_mb")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

@@ -88,6 +88,8 @@ class JudgeConfig:
     tokens_per_minute: float = _f(0.0, "backend=openai: tokens per minute to each judge server from each training "
                                   "process (0: no limit); a request counts its characters / 3 + its reply budget "
                                   "until the server reports its usage")
+    max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; "
+                             "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
@@ -444,6 +446,7 @@ def validate(cfg: RunConfig) -> None:
         (j.timeout > 0 and cfg.rubric.writer_timeout > 0, "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
          "judge.max_retries and rubric.writer_max_retries must be >= 0"),
+        (0 < j.max_reply_mb < math.inf, f"judge.max_reply_mb must be a positive number of MiB, not {j.max_reply_mb}"),
         (j.max_concurrency >= 1 and min(j.deadline, j.requests_per_minute, j.tokens_per_minute) >= 0,
          "judge.max_concurrency must be >= 1; judge.deadline, requests_per_minute, tokens_per_minute >= 0 (0: none)"),
         (not isinstance(j.base_url, list) or all(isinstance(u, str) for u in j.base_url) and any(j.base_url),

@@ -753,7 +753,7 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
                                dtype=judge_dtype(cfg.dtype, device), batch_size=cfg.batch_size,
                                timeout=cfg.timeout, max_retries=cfg.max_retries, deadline=cfg.deadline,
                                max_concurrency=cfg.max_concurrency, requests_per_minute=cfg.requests_per_minute,
-                               tokens_per_minute=cfg.tokens_per_minute)
+                               tokens_per_minute=cfg.tokens_per_minute, max_reply_mb=cfg.max_reply_mb)
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained)

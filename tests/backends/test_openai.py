@@ -461,3 +461,45 @@ def test_control_tokens_in_message_text_are_neutralised(openai_server: RunningSe
 def test_neutralising_can_be_turned_off(openai_server: RunningServer) -> None:
     backend(openai_server, neutralize_control_tokens=False).generate([conv("<|im_end|>")], SamplingParams())
     assert openai_server.state.requests[0]["messages"] == conv("<|im_end|>")
+
+
+# ----------------------------------------------------------------------------- replies too large to read
+
+
+def test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line(openai_server: RunningServer) -> None:
+    """64 MiB of padding in 65 KB of gzip: read past 1 MiB it is an error, not 64 MiB in memory (5 GB at 2 MB of gzip)."""
+    import tracemalloc
+
+    openai_server.state.gzip_bomb_mb = 64
+    chosen = backend(openai_server, max_reply_mb=1, timeout_s=30, max_retries=2)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BackendError) as info:
+            chosen.generate([conv("hi")], SamplingParams())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(info.value)
+    assert "\n" not in message and "over the 1 MiB limit" in message and "--max-reply-mb" in message
+    assert len(openai_server.state.requests) == 1  # not retried: the same reply would come again
+    assert peak < 32 * 2**20  # bounded by the cap and a few decompression steps, not by the bomb
+    # under the cap the same reply is read: the cap is what stopped it
+    assert backend(openai_server, max_reply_mb=80, timeout_s=60).generate([conv("hi")], SamplingParams()) == ["9"]
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_an_endless_reply_fails_at_the_reply_cap_before_its_timeout(openai_server: RunningServer, status: int) -> None:
+    """An endless chunked body (a reply or an error's body) is cut at the cap in bytes, long before the timeout."""
+    openai_server.state.flood_status = status
+    start = time.monotonic()
+    with pytest.raises(BackendError) as info:
+        backend(openai_server, max_reply_mb=2, timeout_s=60, max_retries=2).next_token_logprobs([conv("hi")], ["Yes"])
+    assert time.monotonic() - start < 20  # without the cap: the 60 s timeout, three times, and memory all along
+    assert "over the 2 MiB limit" in str(info.value) and "\n" not in str(info.value)
+    assert len(openai_server.state.requests) == 1
+
+
+def test_the_reply_cap_is_validated() -> None:
+    for bad in (0, -1, math.inf, math.nan):
+        with pytest.raises(BackendError, match="max_reply_mb must be a positive number"):
+            OpenAIBackend(MODEL_ID, base_url="http://127.0.0.1:1/v1", max_reply_mb=bad)

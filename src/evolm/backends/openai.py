@@ -83,6 +83,8 @@ DEFAULT_MAX_RETRIES = 2
 """Retries after the first attempt (so at most three attempts)."""
 MAX_BACKOFF_S = 8.0
 """Longest wait between attempts of our own choosing (exponential from 0.5 s, with jitter)."""
+DEFAULT_MAX_REPLY_MB = 8.0
+"""Largest reply body read, in MiB after decompression (a chat completion with 20 top logprobs is a few KB)."""
 POSITIVE_LOGPROB_TOLERANCE = 1e-3
 """Log-probabilities up to this far above 0 are rounding (read as 0); larger ones are malformed."""
 
@@ -117,6 +119,9 @@ class OpenAIBackend:
 
     ``neutralize_control_tokens``: insert a zero-width space after ``<|`` in message text (see the
     module docstring); on by default.
+
+    ``max_reply_mb``: the most of a reply body read, in MiB after decompression (``ReplyCap``); a
+    larger reply (an error body too) fails its request at once, one line, not retried.
     """
 
     name = "openai"
@@ -134,7 +139,10 @@ class OpenAIBackend:
         requests_per_minute: float = 0,
         tokens_per_minute: float = 0,
         deadline_s: float | None = None,
+        max_reply_mb: float = DEFAULT_MAX_REPLY_MB,
     ) -> None:
+        if not (isinstance(max_reply_mb, int | float) and math.isfinite(max_reply_mb) and max_reply_mb > 0):
+            raise BackendError(f"openai backend: max_reply_mb must be a positive number, got {max_reply_mb}")
         if max_concurrency < 1:
             raise BackendError(f"openai backend: max_concurrency must be at least 1, got {max_concurrency}")
         for name, rate in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute)):
@@ -157,6 +165,7 @@ class OpenAIBackend:
         self.timeout_s = float(timeout_s)
         self.max_retries = max_retries
         self._deadline_s = None if deadline_s is None else float(deadline_s)
+        self.max_reply_mb = float(max_reply_mb)
         self.send_template_kwargs = send_template_kwargs
         self.neutralize_control_tokens = neutralize_control_tokens
         self._api_key = os.environ.get(api_key_env) or "EMPTY"
@@ -316,6 +325,8 @@ class OpenAIBackend:
                 outcome = True
                 return url, choice
             except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
+                if isinstance(exc.__cause__, ReplyTooLarge) or isinstance(exc, ReplyTooLarge):
+                    raise BackendError(self._redact(f"openai backend: {url}: {exc.__cause__ or exc}")) from None
                 failure, (wait, asked) = exc, _retry_wait(exc, attempts)
                 outcome = False if wait is not None else None  # a 4xx says nothing about the endpoint's health
             finally:
@@ -379,6 +390,7 @@ class OpenAIBackend:
                     base_url=e.url,
                     timeout=httpx.Timeout(self.timeout_s),
                     max_retries=0,  # ours: see _complete
+                    http_client=capped_client(self.timeout_s, int(self.max_reply_mb * 2**20)),
                 ))
                 for e in self._pool.endpoints
             }
@@ -435,6 +447,101 @@ class OpenAIBackend:
         if self._api_key and self._api_key != "EMPTY":
             text = text.replace(self._api_key, "***")
         return text
+
+
+class ReplyTooLarge(httpx.RequestError):
+    """A reply body past the backend's ``max_reply_mb`` (after decompression)."""
+
+
+class ReplyCap(httpx.AsyncBaseTransport):
+    """An httpx transport that reads at most ``max_bytes`` of a reply body, decompressed, else ``ReplyTooLarge``.
+
+    httpx reads a whole body into memory whatever its size, and inflates a gzip reply whole: a 2 MB
+    gzip bomb took 5 GB, an endless chunked reply grew until the timeout. So this transport asks
+    for gzip or deflate only, decompresses them itself with a bounded output per step (the body
+    then reaches httpx plain, its encoding headers removed), counts the bytes as they come and
+    stops at the cap. Any other content encoding is refused.
+    """
+
+    _ACCEPT = "gzip, deflate"
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, max_bytes: int) -> None:
+        self.inner, self.max_bytes = inner, max_bytes
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["accept-encoding"] = self._ACCEPT
+        response = await self.inner.handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
+            await response.aclose()
+            raise ReplyTooLarge(f"the reply's content encoding '{_snippet(encoding, 40)}' was not asked for "
+                                f"(only {self._ACCEPT})", request=request)
+        length = response.headers.get("content-length", "")
+        if encoding in ("identity", "") and length.isdigit() and int(length) > self.max_bytes:
+            await response.aclose()
+            raise self._too_large(request)
+        headers = [(k, v) for k, v in response.headers.multi_items()
+                   if k.lower() not in ("content-encoding", "content-length")]
+        stream = _CappedStream(response.stream, encoding, self, request)  # type: ignore[arg-type]
+        return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
+
+    def _too_large(self, request: httpx.Request) -> ReplyTooLarge:
+        return ReplyTooLarge(f"the reply is over the {self.max_bytes / 2**20:g} MiB limit (max_reply_mb, "
+                             "--max-reply-mb); not read further", request=request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def capped_client(timeout_s: float, max_bytes: int) -> httpx.AsyncClient:
+    """The ``openai`` client's HTTP client (its defaults: 1000 connections, redirects followed, proxies from the
+    environment) with every transport, the proxies' too, behind ``ReplyCap``."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, follow_redirects=True,
+                               transport=ReplyCap(httpx.AsyncHTTPTransport(limits=limits), max_bytes))
+    mounts = getattr(client, "_mounts", None)  # the environment's proxies, each its own transport
+    if isinstance(mounts, dict):
+        client._mounts = {k: ReplyCap(t, max_bytes) if t is not None else None for k, t in mounts.items()}
+    return client
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, encoding: str, cap: ReplyCap, request: httpx.Request) -> None:
+        self.inner, self.cap, self.request = inner, cap, request
+        self.encoding = encoding
+
+    async def __aiter__(self):  # noqa: ANN204 - an async generator of bytes
+        import zlib
+
+        inflate = None
+        if self.encoding in ("gzip", "x-gzip"):
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        read = received = 0  # bytes decompressed, bytes on the wire: both capped
+        step = 1 << 16
+        async for chunk in self.inner:
+            received += len(chunk)
+            if received > self.cap.max_bytes:
+                raise self.cap._too_large(self.request)
+            if inflate is None and self.encoding == "deflate":  # zlib-wrapped, as the RFC says, or raw as some send
+                inflate = zlib.decompressobj(zlib.MAX_WBITS if chunk[:1] and chunk[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+            pending = chunk
+            while pending:
+                try:
+                    out = inflate.decompress(pending, step) if inflate is not None else pending
+                except zlib.error as e:
+                    raise httpx.DecodingError(f"the reply's {self.encoding} body is corrupt ({e})",
+                                              request=self.request) from None
+                pending = inflate.unconsumed_tail if inflate is not None else b""
+                read += len(out)
+                if read > self.cap.max_bytes:
+                    raise self.cap._too_large(self.request)
+                if out:
+                    yield out
+                if inflate is not None and inflate.eof:
+                    break  # what follows the compressed stream is not read as content (nor kept)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def neutralize_control_tokens(text: str) -> str:
