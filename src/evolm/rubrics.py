@@ -289,7 +289,10 @@ def parse_rubric(text: str) -> Rubric | None:
             rubric = _rubric_from_value(value)
             if rubric is not None:
                 return rubric
-        return _rubric_from_value(_repair_truncated(body))
+        found = _rubric_from_value(_repair_truncated(body))
+        if found is None and "{" in body:  # last resort: the authors' reading (single quotes, bare keys, ...)
+            found = _rubric_from_value(repaired_json(remove_reasoning(text)))
+        return found
     except Exception:  # noqa: BLE001 - model output must never crash the caller
         return None
 
@@ -343,43 +346,114 @@ def _repair_truncated(text: str) -> Any:
     return None
 
 
+_TAG_THINK_BLOCK = re.compile(r"<\s*think\s*>|<\s*/\s*think\s*>", re.IGNORECASE)
+_TAG_THINK_ANY = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
+_TAG_STRUCTURED = re.compile(r"<\s*/?\s*(?:RUBRIC|EVALUATION)\s*>", re.IGNORECASE)
+_CRITERIA_START = re.compile(r'\{\s*"criteria"\s*:')
+LONG_TEXT_CHARS = 16000
+"""A text still longer than this once its reasoning is removed is cut to its last ``LONG_TEXT_KEEP`` characters."""
+LONG_TEXT_KEEP = 8000
+
+
+def remove_reasoning(text: str) -> str:
+    """``text`` as the authors' code reads a rubric or an answer before format checking and judging. Never raises.
+
+    Closed ``<think>...</think>`` blocks go; after a ``<think>`` left open, only what precedes it is
+    kept (unless a ``<RUBRIC>`` or ``<EVALUATION>`` tag follows it: then from that tag on); stray
+    think tags are dropped (the text on both sides stays). A ``{"criteria": ...`` object starting
+    more than 200 characters in (reasoning written without tags) is kept alone when it decodes.
+    Finally a text still over ``LONG_TEXT_CHARS`` characters keeps its last ``LONG_TEXT_KEEP``.
+    ``strip_thinking`` differs: it keeps only what follows a stray ``</think>`` and never cuts.
+
+    >>> remove_reasoning("<think>plan</think>{}"), remove_reasoning("A</think>B"), remove_reasoning("A<think>B")
+    ('{}', 'AB', 'A')
+    >>> len(remove_reasoning("x" * 16001))
+    8000
+    """
+    if not isinstance(text, str) or not text:
+        return text if isinstance(text, str) else ""
+    kept, pos, open_at = [], 0, None
+    for m in _TAG_THINK_BLOCK.finditer(text):  # one pass: each opening tag pairs with the next closing one
+        closing = "/" in m.group(0)
+        if open_at is None and not closing:
+            open_at = m.start()
+            kept.append(text[pos:open_at])
+        elif open_at is not None and closing:
+            open_at, pos = None, m.end()
+    if open_at is None:
+        kept.append(text[pos:])
+        cleaned = "".join(kept)
+    else:  # an opening tag never closed: the model did not finish reasoning
+        before, tail = "".join(kept), text[open_at:]
+        tail = tail[_TAG_THINK_ANY.match(tail).end():]  # type: ignore[union-attr]
+        tag = _TAG_STRUCTURED.search(tail)
+        cleaned = tail[tag.start():] if tag else before.strip()
+    cleaned = _TAG_THINK_ANY.sub("", cleaned)
+    m = _CRITERIA_START.search(cleaned)
+    if m and m.start() > 200:
+        depth = 0
+        for j in range(m.start(), len(cleaned)):  # braces counted as written (strings not skipped), as the authors do
+            depth += {"{": 1, "}": -1}.get(cleaned[j], 0)
+            if depth == 0:
+                try:
+                    json.loads(cleaned[m.start() : j + 1])
+                    return cleaned[m.start() : j + 1]
+                except (ValueError, RecursionError):
+                    break
+    return cleaned[-LONG_TEXT_KEEP:] if len(cleaned) > LONG_TEXT_CHARS else cleaned
+
+
+def repaired_json(text: str) -> Any:
+    """The value ``json_repair`` reads from the first ``{`` to the last ``}`` of ``text``; ``None`` without one.
+
+    The authors' reading of a rubric (and of a judge reply): prose around the object is ignored,
+    single quotes, unquoted keys, trailing commas and a cut-off end are repaired. Never raises.
+
+    >>> repaired_json("Sure: {'score': 0.5} done")
+    {'score': 0.5}
+    """
+    import json_repair
+
+    start = text.find("{") if isinstance(text, str) else -1
+    if start == -1:
+        return None
+    try:
+        return json_repair.loads(text[start : text.rfind("}") + 1])
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None
+
+
 def format_validity(text: str) -> float:
-    """1.0 if the output is a well-formed rubric by SPEC §2.1, else 0.0. Never raises.
+    """1.0 if the output is a well-formed rubric, else 0.0: the authors' rule. Never raises.
 
-    Well-formed: after stripping thinking, the text contains a JSON object with a ``criteria`` list
-    of at least 2 entries, each with a ``criterion`` string and a numeric ``weight`` > 0, and the
-    weights sum to 1 within ±0.15.
+    The text, reasoning removed (``remove_reasoning``), is read by ``repaired_json`` (first ``{`` to
+    last ``}``, repaired by ``json_repair``); it is well-formed when that value is an object whose
+    top-level ``criteria`` list has at least 2 entries, each an object with ``criterion`` and
+    ``weight`` keys, every ``float(weight)`` finite and > 0 (so ``"0.5"`` counts), and the weights
+    summing to 1 within 0.15. Nested ``criteria`` do not count (``parse_rubric`` still reads them).
+    evolm adds one refusal: a non-finite weight (``"nan"``).
 
-    >>> format_validity('{"criteria": [{"criterion": "a", "weight": 0.5}, {"criterion": "b", "weight": 0.6}]}')
+    >>> format_validity('{"criteria": [{"criterion": "a", "weight": "0.5"}, {"criterion": "b", "weight": 0.6}]}')
     1.0
-    >>> format_validity('{"criteria": [{"criterion": "a", "weight": 1.0}]}')
+    >>> format_validity("Rubric: {'criteria': [{'criterion': 'a', 'weight': 1.0}]}")
     0.0
     """
     try:
-        for value in _json_values(strip_thinking(text)):
-            obj = _find_criteria_object(value)
-            if obj is not None:
-                return 1.0 if _is_valid_criteria(obj["criteria"]) else 0.0
+        value = repaired_json(remove_reasoning(text).strip())
+        entries = value.get("criteria") if isinstance(value, dict) else None
+        if not isinstance(entries, list) or len(entries) < 2:
+            return 0.0
+        total = 0.0
+        for entry in entries:
+            if not isinstance(entry, dict) or "criterion" not in entry or "weight" not in entry:
+                return 0.0
+            w = float(entry["weight"])
+            if not math.isfinite(w) or w <= 0:
+                return 0.0
+            total += w
+        return 0.0 if abs(total - 1.0) > 0.15 else 1.0
+    except Exception:  # noqa: BLE001 - float() of a list, dict or text: not a weight
         return 0.0
-    except Exception:  # noqa: BLE001
-        return 0.0
-
-
-def _is_valid_criteria(entries: list) -> bool:
-    if len(entries) < 2:
-        return False
-    total = 0.0
-    for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("criterion"), str):
-            return False
-        if not entry["criterion"].strip():  # a blank criterion checks nothing (and the parser drops it)
-            return False
-        w = entry.get("weight")
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
-            return False
-        total += float(w)
-    # ±0.15 is inclusive; the epsilon keeps 0.5 + 0.35 (= 0.85 in decimal) from failing on float rounding.
-    return abs(total - 1.0) <= 0.15 + 1e-9
 
 
 # ----------------------------------------------------------------------------- rendering
