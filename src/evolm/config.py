@@ -9,6 +9,7 @@ and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the refer
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import re
 import typing
@@ -298,6 +299,62 @@ def batch_error(cfg: RunConfig, num_processes: int) -> str | None:
         return (f"schedule.prompts_per_step x schedule.samples_per_prompt ({rows_per_step}) must be a multiple of "
                 f"grpo.per_device_train_batch_size x processes ({per_device} x {num_processes})")
     return None
+
+
+def grpo_errors(grpo: dict[str, Any]) -> list[str]:
+    """Why ``grpo:`` would not make the installed TRL's ``GRPOConfig``: unknown keys and values of the wrong type.
+
+    Read from the installed TRL's dataclass fields and their type hints, so the dry run and the real
+    launch (``trl_adapter.check_launch``) refuse the same keys. A value is accepted when it matches one
+    member of the field's type (an int where a float is expected; text where an enum is; anything where
+    the hint is a class evolm does not know); TRL's own ``__post_init__`` checks stay TRL's.
+    """
+    import difflib
+    from importlib.metadata import version
+
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
+    names = [f.name for f in dataclasses.fields(GRPOConfig)]
+    errors = []
+    for key, value in grpo.items():
+        if key not in hints:
+            near = difflib.get_close_matches(key, names, n=1)
+            errors.append(f"grpo.{key} is not a TRL GRPOConfig setting (trl {version('trl')})"
+                          + (f": did you mean grpo.{near[0]}?" if near else ""))
+        elif (wanted := _type_error(hints[key], value)) is not None:
+            errors.append(f"grpo.{key} must be {wanted}, not {value!r}")
+    return errors
+
+
+def _type_error(hint: Any, value: Any) -> str | None:
+    """What ``value`` should be for type ``hint`` (``"a number"``, ``"true or false"``...), or None if it fits."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | None)) else (hint,)
+    kinds = {typing.get_origin(a) or a for a in args}
+    if value is None:
+        return None if type(None) in kinds else "set (null is not allowed)"
+    if any(k is typing.Any or k is typing.Literal or not isinstance(k, type) for k in kinds):
+        return None
+    if isinstance(value, bool):
+        return None if bool in kinds else _wanted(kinds)
+    if isinstance(value, int | float):
+        ok = float in kinds or (isinstance(value, int) and int in kinds)
+        return None if ok else _wanted(kinds)
+    if isinstance(value, str):  # text is also how YAML writes an enum member (SchedulerType, IntervalStrategy)
+        return None if str in kinds or any(issubclass(k, enum.Enum) for k in kinds) else _wanted(kinds)
+    if isinstance(value, list | dict):
+        return None if type(value) in kinds else _wanted(kinds)
+    return None
+
+
+def _wanted(kinds: set[type]) -> str:
+    if kinds & {int, float} and not kinds & {str, bool}:
+        return "a number" if float in kinds else "an integer"
+    if bool in kinds and not kinds & {str, int, float}:
+        return "true or false"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "text", list: "a list",
+             dict: "a mapping"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds if k is not type(None)))
 
 
 def sequential_stages(cfg: RunConfig, writer_checkpoint: str | None = None) -> tuple[RunConfig, RunConfig]:

@@ -165,26 +165,15 @@ def check_trl() -> str:
 
 def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
-    import dataclasses
-
-    from trl import GRPOConfig
-
+    from evolm.config import grpo_errors
     from evolm.dist import world_size
 
     check_trl()
     err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
     if err:
         raise InputError(err)
-    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
-    for key, value in cfg.grpo.items():
-        if key not in fields:
-            raise InputError(f"grpo.{key} is not a TRL GRPOConfig setting (trl {check_trl()})")
-        default = fields[key].default
-        numeric = isinstance(default, int | float) and not isinstance(default, bool)
-        if numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise InputError(f"grpo.{key} must be a number, not {value!r}")
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise InputError(f"grpo.{key} must be true or false, not {value!r}")
+    if errors := grpo_errors(cfg.grpo):  # unknown keys, wrong value types: the dry run checks the same
+        raise InputError(errors[0])
     if cfg.rubric.constrained:
         _check_constrained(cfg.grpo)
     _check_optional(cfg)
