@@ -25,6 +25,21 @@ table names it instead of repeating it.
 | 9 | `eval stats --output -` mixes the table and the JSON on stdout | `test_stats_json_on_stdout_is_json_only` |
 | 10 | a kill at 99% of `evolm judge` loses every score | `test_a_killed_judge_keeps_its_rows_and_resumes` (SIGKILL); tests/test_output_safety.py::test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file |
 | 10 | `.part` files of killed writes never removed; no fsync before rename | tests/test_jsonl.py::test_stale_part_files_are_removed_on_the_next_write, ::test_temp_file_is_fsynced_before_the_rename |
+
+The third round (#23), items 1-4 and 11:
+
+| item | case | where |
+| --- | --- | --- |
+| 23.1 | U+2028 / U+2029 / U+0085 / `\r` in answers: `evolm judge` on its own output, `--resume-output`, `eval stats` | `test_judge_reads_back_its_own_output_with_line_breaks_in_answers` |
+| 23.1 | every record type written and read back (outputs, partials, stdin, metrics, samples, frozen rubrics, replay buffer, rb2 scores, rubric tables), also from files with the characters raw | tests/test_jsonl.py::test_every_record_type_reads_back_with_line_breaks_inside_strings, ::test_dumps_line_escapes_every_line_break_and_split_lines_splits_on_newline_only |
+| 23.1 | a run whose answers hold them resumes from its last checkpoint, nothing lost | `test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_lost` |
+| 23.2 | `"</s> " * n` / `"<\|im_start\|>user\n" * n` quadratic in serve; `/health` while a 200k-character request and a batch run | tests/test_serve.py::test_text_handling_is_linear_and_strips_what_the_regex_stripped, ::test_health_answers_while_a_200k_character_request_and_a_batch_run |
+| 23.3 | body, answers, characters past their limits: 413 with a JSON error (declared and chunked bodies) | tests/test_serve.py::test_size_limits_are_413_with_a_json_error |
+| 23.3 | a 5,000-answer request starves a 1-answer one | tests/test_serve.py::test_a_large_request_cannot_starve_a_small_one, ::test_fair_shares |
+| 23.3 | requests past their deadline, clients that left: slots kept, answers scored anyway | tests/test_serve.py::test_requests_past_their_deadline_free_their_slots_and_are_never_scored, ::test_a_client_that_leaves_has_its_answers_dropped |
+| 23.3 | slow headers, slow bodies, trickling keep-alive connections never closed; limits in `--help` | tests/test_serve.py::test_slow_headers_slow_bodies_and_trickling_keep_alive_connections_are_closed, ::test_serve_help_states_every_limit_and_its_default |
+| 23.4 | a gzip bomb and an endless chunked reply (200 and 500) from an OpenAI-style server | tests/backends/test_openai.py::test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line, ::test_an_endless_reply_fails_at_the_reply_cap_before_its_timeout, ::test_the_reply_cap_is_validated |
+| 23.11 | `--input out/x.jsonl.partial --output out/x.jsonl --resume-output` (judge, rubric) | `test_an_input_that_is_the_outputs_partial_file_is_refused` |
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ import gc
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +60,7 @@ from pathlib import Path
 import pytest
 
 from evolm.cli import main
+from evolm.jsonl import read_jsonl
 
 NO_MODEL = "/nonexistent/evolm-model"  # a mistake must be caught before this is looked for
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -402,3 +419,102 @@ def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_pat
                           text=True)
     assert done.returncode == 0 and f"resuming: {kept} of {WRITE_BATCH * 4} rows" in done.stderr, done.stderr
     assert out.read_bytes() == full.read_bytes() and not partial.exists()
+
+
+
+# ============================================================================= hardening 3 (issue #23), items 1-4 and 11
+# Item 1: evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);
+# item 11: an input that is the output's partial file is refused, never moved. Items 2-4 (serve, the
+# OpenAI backend's reply cap) are in tests/test_serve.py and tests/backends/test_openai.py (header table).
+
+BREAKS = "a\u2028b\u2029c\x85d\re"  # what str.splitlines() broke records on
+
+
+def _judge_rows(n: int) -> str:
+    return "".join(json.dumps({"prompt": f"Question {i}{BREAKS}?", "response": f"Answer {i}{BREAKS}"},
+                              ensure_ascii=False) + "\n" for i in range(n))
+
+
+def test_judge_reads_back_its_own_output_with_line_breaks_in_answers(tiny_model_dir: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's `out.jsonl:1: malformed JSON`: judge, judge its output, resume it, rubric + eval stats."""
+    src, out, again = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "again.jsonl"
+    src.write_text(_judge_rows(3), encoding="utf-8")  # raw U+2028 etc., as other tools write them
+    judge = ["judge", "--judge", str(tiny_model_dir), "--mode", "prob", "--device", "cpu", "--dtype", "float32"]
+    assert main([*judge, "--input", str(src), "--output", str(out)]) == 0
+    assert main([*judge, "--input", str(out), "--output", str(again)]) == 0  # its own output as input
+    first, second = read_jsonl(out), read_jsonl(again)
+    assert [r["response"] for r in second] == [f"Answer {i}{BREAKS}" for i in range(3)]
+    assert [r["score"] for r in second] == [r["score"] for r in first]
+    assert main([*judge, "--input", str(src), "--output", str(out), "--resume-output"]) == 0  # reads it back whole
+    assert read_jsonl(out) == first and "3 of 3 rows" in capsys.readouterr().err
+    rubrics = tmp_path / "rubrics.jsonl"
+    assert main(["rubric", "--model", str(tiny_model_dir), "--device", "cpu", "--dtype", "float32",
+                 "--max-new-tokens", "8", "--input", str(out), "--output", str(rubrics)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "stats", str(rubrics)]) == 0, capsys.readouterr().err
+    for f in (out, again, rubrics):  # written escaped: whole lines even to a str.splitlines() reader
+        text = f.read_text(encoding="utf-8")
+        assert text.splitlines() == text.split("\n")[:-1]
+
+
+def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_lost(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Questions and answers holding U+2028/2029/0085/\\r: resume from the last checkpoint (not an older one for an
+    'unreadable replay buffer'), every step logged once, every sample and buffer entry whole. The run's files are
+    rewritten raw before resuming (as evolm wrote them before), so the readers are tested, not only the writers."""
+    from test_coevolve import DEMO, G, P, tiny_overrides
+
+    from evolm.coevolve import Loop, run
+    from evolm.config import load_config
+    from evolm.contrast import ReplayBuffer
+    from evolm.records import BUFFER_FILE
+    from evolm.rundir import resume_config
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Say hi {i}{BREAKS}"}) + "\n" for i in range(4)))
+    finish = Loop.finish
+    monkeypatch.setattr(Loop, "finish", lambda self, rows, completions, *rest: finish(
+        self, rows, [c + BREAKS for c in completions], *rest))  # the policy's answers hold them too
+    run_dir = tmp_path / "run"
+    cfg = load_config(DEMO, tiny_overrides(tiny_model_dir, run_dir, f"data.prompts={prompts}", "schedule.cycles=1",
+                                           "schedule.steps_per_phase=2", "schedule.save_every=1",
+                                           "grpo.save_total_limit=null"))
+    assert run(cfg) == run_dir  # steps 1-2 policy, 3-4 rubric; a checkpoint after each
+    shutil.rmtree(run_dir / "checkpoints" / "checkpoint-4")  # as if killed after step 4 was logged, before its save
+    for f in [run_dir / "metrics.jsonl", *run_dir.glob("samples/*.jsonl"), *run_dir.glob("checkpoints/*/*.jsonl")]:
+        f.write_text(_raw_jsonl(f), encoding="utf-8")
+    before = list(ReplayBuffer.load(run_dir / "checkpoints" / "checkpoint-3" / BUFFER_FILE, 100).entries)
+    assert len(before) == 2 * P and all(e.answer.endswith(BREAKS) and BREAKS in e.question for e in before)
+
+    starts = []
+    assert run(resume_config(run_dir), resume=True, on_start=starts.append) == run_dir
+    assert starts[0].checkpoint.name == "checkpoint-3" and starts[0].skipped == []
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["role"] != "eval"] == [1, 2, 3, 4]
+    rows = [r for f in sorted(run_dir.glob("samples/*.jsonl")) for r in read_jsonl(f)]
+    assert sorted(r["step"] for r in rows) == sorted([s for s in (1, 2, 3, 4) for _ in range(P * G)])
+    assert all(BREAKS in r["question"] and r["completion"].endswith(BREAKS) for r in rows)
+    after = list(ReplayBuffer.load(run_dir / "checkpoints" / "checkpoint-4" / BUFFER_FILE, 100).entries)
+    assert after == before  # the rubric step added nothing and lost nothing
+
+
+def _raw_jsonl(path: Path) -> str:
+    """A JSONL file's rows written the old way: ``json.dumps(ensure_ascii=False)``, U+2028 and kin raw."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in read_jsonl(path))
+
+
+@pytest.mark.parametrize("command", ["judge", "rubric"])
+def test_an_input_that_is_the_outputs_partial_file_is_refused(tmp_path: Path, command: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--input out/x.jsonl.partial --output out/x.jsonl --resume-output` moved the input away (item 11)."""
+    out = tmp_path / "out" / "x.jsonl"
+    partial = out.with_name("x.jsonl.partial")
+    partial.parent.mkdir()
+    partial.write_text(ANSWER * 3)
+    model = ["--judge", NO_MODEL] if command == "judge" else ["--model", NO_MODEL]
+    for extra in (["--resume-output"], []):
+        capsys.readouterr()
+        assert main([command, *model, "--input", str(partial), "--output", str(out), *extra]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "the input is the partial file of the output" in lines[0], lines
+        assert partial.read_text() == ANSWER * 3 and not out.exists()

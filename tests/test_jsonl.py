@@ -203,3 +203,108 @@ def test_hostile_json_lines_are_one_line_errors(tmp_path: Path) -> None:
         with pytest.raises(InputError, match=message) as e:
             read_jsonl(path)
         assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- one line discipline: \n ends a line, nothing else
+
+BREAKS = "a\u2028b\u2029c\x85d\re\r\nf\x0bg\x0ch\x1ci\x1dj\x1ek\nl"
+"""Every character ``str.splitlines()`` breaks on, inside one string."""
+
+
+def _raw(rows: list[dict]) -> str:
+    """Rows as older evolm (and other tools) wrote them: ``json.dumps(ensure_ascii=False)``, U+2028 and kin raw."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def test_dumps_line_escapes_every_line_break_and_split_lines_splits_on_newline_only() -> None:
+    from evolm.jsonl import dumps_line, split_lines
+
+    line = dumps_line({"text": BREAKS, "nested": [{"k": BREAKS}]})
+    assert line.endswith("\n") and line.splitlines() == [line[:-1]]  # one line to any reader, splitlines too
+    assert json.loads(line) == {"text": BREAKS, "nested": [{"k": BREAKS}]}
+    assert split_lines('{"a": "x\u2028y"}\n{"b": 1}\r\n{"c": 2}') == ['{"a": "x\u2028y"}', '{"b": 1}\r', '{"c": 2}']
+    assert split_lines("") == [] and split_lines("\n") == [""]
+
+
+def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: Path, monkeypatch) -> None:
+    """Each writer of evolm's JSONL files and its reader, with all of ``BREAKS`` in every string; each reader also
+    on the same file written raw (U+2028, U+2029, U+0085 unescaped), as evolm wrote it before."""
+    import io
+    import sys
+
+    from evolm.contrast import ReplayBuffer
+    from evolm.eval.rb2 import ScoredRow, read_scores, write_scores
+    from evolm.eval.rubric_source import read_rubric_table
+    from evolm.jsonl import append_jsonl
+    from evolm.records import SampleRecord, StepRecord, append_records, read_lenient, read_metrics
+    from evolm.rundir import append_frozen_rubrics, read_frozen_rubrics
+
+    rows = [{"prompt": f"Q{i} {BREAKS}", "response": BREAKS, "n": i} for i in range(3)]
+    for raw in (False, True):
+        d = tmp_path / ("raw" if raw else "evolm")
+        d.mkdir()
+        write = (lambda p, rs: p.write_text(_raw(rs), encoding="utf-8")) if raw else write_jsonl
+
+        write(d / "rows.jsonl", rows)  # evolm rubric / judge outputs, eval files, held-out items
+        assert read_jsonl(d / "rows.jsonl") == rows and read_records(d / "rows.jsonl") == rows
+        (d / "rows.json").write_bytes((d / "rows.jsonl").read_bytes())  # JSON Lines under a .json name
+        assert read_records(d / "rows.json") == rows
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((d / "rows.jsonl").read_bytes())))
+        assert read_jsonl("-") == rows
+
+        if not raw:
+            append_jsonl(d / "log.jsonl", rows[:2])
+            append_jsonl(d / "log.jsonl", rows[2:])
+            assert read_jsonl(d / "log.jsonl") == rows
+
+        # an interrupted output and its resume (OUTPUT.partial)
+        if raw:
+            (d / "out.jsonl.partial").write_text(_raw(rows[:2]), encoding="utf-8")
+        else:
+            with pytest.raises(KeyboardInterrupt), resumable_jsonl(d / "out.jsonl") as out:
+                out.write(rows[:2])
+                raise KeyboardInterrupt
+        with resumable_jsonl(d / "out.jsonl", resume=True) as out:
+            assert out.done == rows[:2]
+            out.write(rows[2:])
+        assert read_jsonl(d / "out.jsonl") == rows
+
+        # metrics and samples (records), frozen rubrics, the replay buffer
+        steps = [StepRecord(step=s, role="policy") for s in (1, 2, 3)]
+        samples = [SampleRecord(step=s, role="policy", slot=0, question=BREAKS, completion=BREAKS + str(s),
+                                rubric_text=BREAKS) for s in (1, 2, 3)]
+        if raw:
+            (d / "metrics.jsonl").write_text(_raw([r.to_json() for r in steps]), encoding="utf-8")
+            (d / "samples.jsonl").write_text(_raw([r.to_json() for r in samples]), encoding="utf-8")
+            (d / "frozen_rubrics.jsonl").write_text(_raw([{"question": BREAKS, "text": BREAKS}]), encoding="utf-8")
+        else:
+            append_records(d / "metrics.jsonl", steps)
+            append_records(d / "samples.jsonl", samples)
+            append_frozen_rubrics(d, {BREAKS: BREAKS})
+        assert [r.step for r in read_metrics(d)] == [1, 2, 3]
+        read = read_lenient(d / "samples.jsonl")
+        assert (read.skipped, [SampleRecord.from_json(r) for r in read.rows]) == (0, samples)
+        assert read_frozen_rubrics(d) == {BREAKS: BREAKS}
+
+        buffer = ReplayBuffer(8)
+        for s in range(3):
+            buffer.add(s, BREAKS, f"answer {s} {BREAKS}")
+        if raw:
+            (d / "buffer.jsonl").write_text(_raw([{"step": e.step, "question": e.question, "answer": e.answer}
+                                                  for e in buffer.entries]), encoding="utf-8")
+        else:
+            buffer.save(d / "buffer.jsonl")
+        assert list(ReplayBuffer.load(d / "buffer.jsonl", 8).entries) == list(buffer.entries)
+
+        # RewardBench 2 scores, rubric tables
+        scored = [ScoredRow(f"id{BREAKS}{i}", "Factuality", 1, (0.5, 0.25)) for i in range(2)]
+        write(d / "scores.jsonl", [r.to_dict() for r in scored]) if raw else write_scores(d / "scores.jsonl", scored)
+        assert read_scores(d / "scores.jsonl") == scored
+        rubric = {"criteria": [{"criterion": BREAKS, "weight": 1.0, "scoring_levels": {"1.0": "y", "0.0": "n"}}]}
+        write(d / "rubrics.jsonl", [{"prompt": BREAKS, "rubric": rubric}])
+        assert read_rubric_table(d / "rubrics.jsonl").by_prompt[BREAKS] is not None
+
+        if not raw:  # what evolm writes reads as whole lines even to a str.splitlines() reader
+            for f in d.glob("*.jsonl"):
+                text = f.read_text(encoding="utf-8")
+                assert text.splitlines() == text.split("\n")[:-1], f.name
