@@ -115,3 +115,29 @@ def test_request_deadline_flag_bounds_a_request_with_retries_left(openai_server:
                  "--request-deadline", "1"]) == 2
     assert time.monotonic() - start < 10
     assert "1 s deadline" in capsys.readouterr().err
+
+
+def test_a_gzip_bomb_through_the_cli_is_one_line_at_max_reply_mb(
+    openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.state.gzip_bomb_mb = 16
+    out = tmp_path / "scored.jsonl"
+    code = main(["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+                 "--input", str(_answers(tmp_path / "a.jsonl")), "--output", str(out), "--no-rubric",
+                 "--mode", "generative", "--max-reply-mb", "1"])
+    error = capsys.readouterr().err
+    lines = [line for line in error.splitlines() if line.startswith("evolm")]
+    assert code == 2 and len(lines) == 1 and "over the 1 MiB limit" in lines[0] and "Traceback" not in error
+    assert not out.exists()
+
+
+def test_judge_max_reply_mb_setting_reaches_the_backend_and_is_checked() -> None:
+    from evolm.config import JudgeConfig, load_config
+    from evolm.errors import InputError
+    from evolm.judge import build_judge
+
+    cfg = JudgeConfig(model=MODEL_ID, mode="prob", backend="openai", base_url="http://127.0.0.1:1/v1", max_reply_mb=3)
+    assert build_judge(cfg, seed=0, device="cpu").backend.max_reply_mb == 3
+    assert load_config(None, []).judge.max_reply_mb == 8.0
+    with pytest.raises(InputError, match="judge.max_reply_mb must be a positive number"):
+        load_config(None, ["judge.max_reply_mb=0"])
