@@ -329,7 +329,30 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
             raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
                            f"order (trl {check_trl()}); the adapter's contract is broken")
     full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
+    _check_same_rows(trainer.accelerator, step, full)
     return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
+
+
+def plan_digest(rows: list[dict[str, Any]]) -> str:
+    """A fingerprint of a step's rows (every column, in order): equal on every process, or the step is refused."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_same_rows(accelerator: Any, step: int, rows: list[dict[str, Any]]) -> None:
+    """Every process must materialise the same rows for a step (each trains on its slice of them, and the rewards
+    are computed over all of them): one gathered digest per step, a ``RunError`` naming the step when they differ
+    (e.g. a server-side writer or answerer that sampled differently on two processes)."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    digests = gather_object([plan_digest(rows)])
+    if len(set(digests)) != 1:
+        raise RunError(f"step {step + 1}: the processes planned different rows (digests {', '.join(digests)}); "
+                       "every process must write the same rubrics and pairs")
 
 
 # ============================================================================= constrained rubric steps (contract item 5)
