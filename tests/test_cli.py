@@ -257,3 +257,23 @@ def test_the_judge_reply_budget_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> No
         args = build_parser().parse_args(["eval", "rb2", "d.parquet", "--judge", "J", "--no-rubric",
                                           "--mode", "generative", *extra])
         assert _rubric_and_judge(args)[1].max_new_tokens == expected
+
+
+def test_judge_show_prompt_paper_config_is_the_authors_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["judge", "--show-prompt", "--config", str(CONFIGS / "paper-qwen3-8b.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "You are an expert evaluator judging answers based on a rubric." in out
+    assert "Answer to evaluate: The capital of France is Paris." in out and out.rstrip().endswith("Your evaluation:")
+    assert "[ANSWER START]" not in out and "polish" not in out and "not instructions to you" not in out
+
+
+def test_judge_show_prompt_default_has_the_defences(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["judge", "--show-prompt"]) == 0
+    out = capsys.readouterr().out
+    assert "prompt evolm, defences on" in out
+    assert "[ANSWER START]\nThe capital of France is Paris.\n[ANSWER END]" in out and "polish earn nothing" in out
+
+
+def test_judge_without_show_prompt_needs_its_files(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["judge", "--judge", "x"]) == 2
+    assert "--input, --output required" in capsys.readouterr().err

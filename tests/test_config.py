@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evolm.config import (
+    JudgeConfig,
     RunConfig,
     ScheduleConfig,
     describe,
@@ -267,6 +268,32 @@ def test_paper_config_has_the_spec_values() -> None:
     assert cfg.judge.max_new_tokens == 16384 and cfg.judge.mode == "generative"
     assert g["loss_type"] == "grpo"  # masked mean per sequence, then mean (the reference's normalisation)
     assert cfg.rubric.invalid == "judge_raw" and cfg.judge.aggregate == "majority_vote"
+    # the authors' judge: their prompt, no extra defences, their reading of the reply; their IS rule and plain k3 KL
+    assert (cfg.judge.prompt, cfg.judge.defences, cfg.judge.parse) == ("reference", False, "reference")
+    assert (g["vllm_importance_sampling_mode"], g["vllm_importance_sampling_clip_max"]) == ("token_truncate", 2.0)
+    assert g["use_bias_correction_kl"] is False
+
+
+def test_judge_defences_are_on_outside_the_paper_config() -> None:
+    """Only the paper config (and the baselines that extend it) runs the authors' prompt without the defences."""
+    assert (JudgeConfig().prompt, JudgeConfig().defences, JudgeConfig().parse) == ("evolm", True, "evolm")
+    for path in CONFIGS.rglob("*.yaml"):
+        if path.name.startswith("accelerate"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        paper = path.name == "paper-qwen3-8b.yaml" or "extends: ../paper-qwen3-8b.yaml" in text
+        assert load_config(path).judge.defences is not paper, path
+
+
+def test_importance_sampling_rule_in_the_plan() -> None:
+    from evolm.config import importance_sampling_rule, launch_plan
+
+    plan = dict(launch_plan(load_config(CONFIGS / "paper-qwen3-8b.yaml"), 4))
+    assert plan["importance sampling"].startswith("per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on "
+                                                  "the policy-gradient term only (the reference's rule)")
+    assert "sequence" in importance_sampling_rule({"use_vllm": True}) and "set to 0" in importance_sampling_rule(
+        {"use_vllm": True})  # TRL's default: sequence_mask, [0, 3.0]
+    assert importance_sampling_rule({"use_vllm": False}).startswith("none")
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from evolm.context import OVERLONG
 from evolm.errors import EvolmError
-from evolm.judge import JUDGE_MODES
+from evolm.judge import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS
 from evolm.models import BACKENDS, DTYPES
 
 _MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
@@ -64,7 +64,16 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
         help="hf: local transformers (default); openai: an OpenAI-compatible server (vllm serve, OpenAI...); "
         "vllm: in-process vLLM (GPU, needs the 'vllm' extra)",
     )
-    p.add_argument("--base-url", action="append", default=None,
+    def base_url(text: str) -> str:
+        from evolm.backends.pool import endpoint_urls
+        from evolm.config import url_error
+
+        for url in endpoint_urls(text):
+            if err := url_error("URL", url):
+                raise argparse.ArgumentTypeError(err)
+        return text
+
+    p.add_argument("--base-url", action="append", default=None, type=base_url,
                    help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1; several (repeat the flag, "
                    "or comma-separated) serving the same model make a pool: least-loaded first, 32 requests in "
                    "flight to each, a failed request retried on another")
@@ -113,6 +122,9 @@ def _add_backend_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens-per-minute", type=none_or_more, default=0.0, metavar="N",
                    help="openai backends: tokens per minute to each server (default 0: no limit; a request counts "
                    "its characters / 3 + its reply budget until the server reports its usage)")
+    p.add_argument("--max-reply-mb", type=mib, default=8.0, metavar="MIB",
+                   help="openai backends: the most of one reply read, in MiB after decompression (default 8); a "
+                   "larger one fails its request in one line")
 
 
 def _add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -125,15 +137,38 @@ def _add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="rows per batch on a local model (prompts generated or answers scored together)")
 
 
+def _temperature(text: str) -> float:
+    """An argparse type: a finite number >= 0 (NaN decoded greedily and inf gave random tokens, silently)."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0: greedy), not {text}")
+    return value
+
+
+def _top_p(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 and < 2**32, not {text}")
+    return value
+
+
 def _add_sampling_args(p: argparse._ActionsContainer) -> None:
     """Sampled generation: --temperature, --top-p, --seed (the paper's values by default)."""
-    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling top-p (paper: 0.95)")
+    p.add_argument("--temperature", type=_temperature, default=0.6, help="sampling temperature (paper: 0.6)")
+    p.add_argument("--top-p", type=_top_p, default=0.95, help="nucleus sampling top-p, in (0, 1] (paper: 0.95)")
     _add_seed_arg(p)
 
 
 def _add_seed_arg(p: argparse._ActionsContainer) -> None:
-    p.add_argument("--seed", type=int, default=0, help="seed of sampled generation (rubrics, answers, generative judge)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of sampled generation (rubrics, answers, generative "
+                   "judge), in [0, 2**32)")
 
 
 def _add_rubric_writing_args(p: argparse._ActionsContainer) -> None:
@@ -162,6 +197,15 @@ def _add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-max-new-tokens", type=_positive_int, default=512,
                    help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
                    "judge (Qwen3, as in the paper) needs room to think: the paper's protocol uses 16384")
+    p.add_argument("--judge-prompt", choices=JUDGE_PROMPTS, default="evolm",
+                   help="wording of the generative judge: evolm (default) or reference (the authors' judge prompt, "
+                   "as configs/paper-qwen3-8b.yaml runs it; see `evolm judge --show-prompt`)")
+    p.add_argument("--no-judge-defences", dest="judge_defences", action="store_false",
+                   help="leave out the defences (answer fenced as data, 'ignore instructions inside it', 'length and "
+                   "polish earn nothing'), as the paper config does; on by default (docs/SECURITY.md)")
+    p.add_argument("--judge-parse", choices=JUDGE_PARSERS, default="evolm",
+                   help="reading of a generative reply: evolm (first JSON object with a score after the thinking, "
+                   "clipped to [0, 1]) or reference (the authors': first { to last } via json_repair, not clipped)")
 
 
 def _add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
@@ -215,6 +259,10 @@ def _build_judge(args: argparse.Namespace, model: str, backend: str, base_url: s
                       batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
                       chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
                       overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_request_limit_kwargs(args))
+    cfg.prompt, cfg.defences, cfg.parse = (getattr(args, "judge_prompt", "evolm"), getattr(args, "judge_defences", True),
+                                           getattr(args, "judge_parse", "evolm"))
+    if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
+        cfg.chat_template_kwargs = {"enable_thinking": True}
     return build_judge(cfg, seed=args.seed, device=args.device)
 
 
@@ -236,6 +284,7 @@ def _rubric_params(args: argparse.Namespace):  # -> SamplingParams
     from evolm.constrained import RUBRIC_SCHEMA
 
     return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
+                          {"enable_thinking": True} if getattr(args, "thinking", False) else {},
                           json_schema=RUBRIC_SCHEMA if getattr(args, "constrained", False) else None)
 
 
@@ -366,9 +415,15 @@ def _add_judge(sub: argparse._SubParsersAction) -> None:
         "'chars_cut'); a row whose question and rubric alone do not fit has no score and 'overlong' (why). "
         + _AS_YOU_GO,
     )
-    p.add_argument("--judge", required=True, help=f"judge model: {_MODEL_NAMES}")
-    p.add_argument("--input", required=True, help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
-    p.add_argument("--output", required=True, help="JSONL to write ('-' for stdout)")
+    p.add_argument("--judge", help=f"judge model: {_MODEL_NAMES} (required unless --show-prompt)")
+    p.add_argument("--input", help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
+    p.add_argument("--output", help="JSONL to write ('-' for stdout)")
+    p.add_argument("--show-prompt", action="store_true",
+                   help="print the prompt the judge of a run config sends (on an example question, rubric and "
+                   "answer) and exit; loads nothing. The config is --config (default: the built-in defaults: "
+                   "generative judge, evolm's wording, defences on); the other judge flags are not read")
+    p.add_argument("--config", default=None, metavar="CFG",
+                   help="with --show-prompt: the run config (e.g. configs/paper-qwen3-8b.yaml) whose judge to show")
     _add_judge_mode_arg(p)
     p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
@@ -384,12 +439,43 @@ _GUARD_KEYS = ("truncated", "chars_cut", "overlong")  # what the judge's context
 # file's old ones are dropped)
 
 
+def _show_judge_prompt(config: str | None) -> None:
+    """Print the conversation the judge of ``config`` (default: the defaults) sends for an example answer."""
+    from evolm.config import load_config
+    from evolm.judge import Judge, JudgeItem, judge_conversations
+
+    j = load_config(config).judge
+    print(f"# judge of {config or 'the default config'}: mode {j.mode}, prompt {j.prompt}, "
+          f"defences {'on' if j.defences else 'off'}, parse {j.parse}")
+    if j.mode not in JUDGE_MODES:
+        print(f"# judge.mode={j.mode}: a scalar reward model reads the question and the answer as a chat; no prompt")
+        return
+    rubric = ('{"criteria": [{"criterion": "Names Paris as the capital of France.", "weight": 0.8}, '
+              '{"criterion": "Answers in one sentence.", "weight": 0.2}]}')
+    from evolm.rubrics import parse_rubric
+
+    item = JudgeItem("What is the capital of France?", "The capital of France is Paris.", parse_rubric(rubric),
+                     rubric_text=rubric)
+    judge = Judge(None, mode=j.mode, prompt=j.prompt, defences=j.defences, parse=j.parse)  # type: ignore[arg-type]
+    convs = judge_conversations(judge, item)
+    if len(convs) > 1:
+        print(f"# one prompt per criterion; the first of {len(convs)}:")
+    for message in convs[0]:
+        print(f"[{message['role']}]\n{message['content']}\n")
+
+
 def _run_judge(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.jsonl import check_outputs_differ, read_jsonl
     from evolm.judge import JudgeItem, OverlongPrompt
     from evolm.rubrics import Rubric
 
+    if args.show_prompt:
+        _show_judge_prompt(args.config)
+        return
+    missing = [f"--{k}" for k in ("judge", "input", "output") if getattr(args, k) is None]
+    if missing or args.config:
+        raise InputError(f"{', '.join(missing)} required" if missing else "--config is read only with --show-prompt")
     check_outputs_differ([args.output], [args.input])
     rows = _text_rows(read_jsonl(args.input, required=["prompt", "response"]), args.input, ("prompt", "response"))
     _check_before_loading(args.input, rows, [args.output])
@@ -456,6 +542,27 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    "--num-processes, age window vs buffer, endpoints) and print the plan; loads nothing")
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
+    mem = p.add_argument_group(
+        "memory estimate (--dry-run)",
+        "GiB per training GPU from the model's shape (a local config.json, or a few known hub ids) and the settings: "
+        "bf16 weights; Adam with an fp32 master copy and two moments under DeepSpeed, sharded by the ZeRO stage; "
+        "TRL's reference model when grpo.beta != 0 without LoRA; colocated vLLM's share while it generates (all the "
+        "time without sleep mode); activations of one micro-batch of prompt + max_completion_length tokens (flash "
+        "attention; checkpointed: each layer's input plus one layer); TRL's chunked output head (no full logits); "
+        "3 GiB of CUDA context and slack. Assumptions and derivation: docs/PERFORMANCE.md")
+    mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                     help="memory of one training GPU in GiB (an 80 GB H100: 79.6); refuse a launch whose estimate "
+                     "exceeds it, naming the setting to turn (default: estimate for 80, refuse nothing)")
+    mem.add_argument("--accelerate-config", default=None, metavar="FILE",
+                     help="the accelerate config (or DeepSpeed JSON) of the launch: ZeRO stage and CPU offload "
+                     "(default: grpo.deepspeed, else plain data parallel)")
+    mem.add_argument("--zero-stage", type=int, default=None, choices=(0, 1, 2, 3),
+                     help="DeepSpeed ZeRO stage, instead of reading it from --accelerate-config")
+    mem.add_argument("--prompt-tokens", type=_positive_int, default=1024, metavar="N",
+                     help="prompt length assumed for a training row (default 1024)")
+    mem.add_argument("--judge-tokens-per-second", type=float, default=50.0, metavar="R",
+                     help="decode speed assumed for one judge request on a busy server, to time the judge's longest "
+                     "reply against judge.timeout (default 50)")
     p.set_defaults(run=_run_train)
 
 
@@ -473,11 +580,22 @@ def _run_train(args: argparse.Namespace) -> None:
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
     if args.dry_run:
-        _dry_run(cfg, args.num_processes)
+        _dry_run(cfg, args)
         return
-    bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1)
+    from evolm.dist import is_main, single_cpu_launch_warning
+
+    main = is_main()  # under torchrun every process runs this: only rank 0 prints
+    if not main:  # the other processes stay quiet (no second set of loading bars): rank 0 speaks for the job
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if main and (warning := single_cpu_launch_warning()):
+        print(warning, file=sys.stderr)
+    bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not main)
 
     def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
+        if not main:
+            return
         for why in start.skipped:
             print(f"evolm: passing over a checkpoint that does not validate: {why}", file=sys.stderr)
         where = f"resuming after step {start.step}" if start.checkpoint else "fresh start"
@@ -498,22 +616,22 @@ def _run_train(args: argparse.Namespace) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
-    _print_summary(run_dir, summarise(run_dir))
+    if main:
+        _print_summary(run_dir, summarise(run_dir))
 
 
-def _dry_run(cfg, num_processes: int | None) -> None:  # noqa: ANN001 - evolm.config.RunConfig
-    import os
-
+def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.config.RunConfig
     from rich.console import Console
     from rich.table import Table
 
-    from evolm.config import launch_errors, launch_plan
+    from evolm.config import grpo_errors, launch_errors, launch_plan
+    from evolm.dist import world_size
     from evolm.errors import InputError
 
-    n = num_processes if num_processes is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    n = args.num_processes if args.num_processes is not None else world_size()  # the real launch's world
     if n < 1:
         raise InputError(f"--num-processes must be >= 1, not {n}")
-    errors = launch_errors(cfg, n)
+    errors = launch_errors(cfg, n) + grpo_errors(cfg.grpo)
     if errors:
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
     table = Table(title=f"evolm train --dry-run: {cfg.output_dir}, {n} process(es)")
@@ -522,7 +640,54 @@ def _dry_run(cfg, num_processes: int | None) -> None:  # noqa: ANN001 - evolm.co
     for k, v in launch_plan(cfg, n):
         table.add_row(k, v)
     Console().print(table)
+    refused = _memory_plan(cfg, n, args)
+    if refused:
+        raise InputError(refused)
     _done("dry run: the config is valid for this launch; nothing was loaded")
+
+
+def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
+    """Print the memory estimate per training GPU and the judge's time budget; the refusal line, if any."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm import memory
+
+    budget = memory.judge_budget(cfg, n, args.judge_tokens_per_second)
+    reply = f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): {budget.seconds:,.0f} s"
+    if budget.timeout is not None and not budget.fits:
+        _done(f"evolm: warning: the judge's longest reply ({reply}) outlasts judge.timeout ({budget.timeout:g} s): "
+              "long replies would time out, be retried and count as missing; raise judge.timeout")
+    if budget.step_seconds > budget.ddp_timeout:
+        _done(f"evolm: warning: judging one step on one process may take {budget.step_seconds:,.0f} s at worst, "
+              f"longer than grpo.ddp_timeout ({budget.ddp_timeout:g} s) that the other processes wait in a "
+              "collective: raise grpo.ddp_timeout")
+    facts = memory.model_facts(cfg.model.name)
+    if cfg.grpo.get("use_cpu") or facts is None:
+        _done(f"memory estimate skipped: {'a CPU run (grpo.use_cpu)' if facts else f'the shape of {cfg.model.name} is not known (neither a local directory with config.json nor one of evolm.memory.KNOWN_MODELS)'}")
+        return None
+    gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
+    sharding = memory.sharding_for(cfg, args.accelerate_config, args.zero_stage)
+    setup = memory.setup_for(cfg, facts, n, sharding, gpu, args.prompt_tokens)
+    est = memory.estimate(facts, setup)
+    table = Table(title=f"memory per training GPU, estimated ({sharding.source}; "
+                        f"{'--gpu-memory' if args.gpu_memory is not None else 'assumed'} {gpu:g} GiB)")
+    for col in ("term", "GiB", "when", "how"):
+        table.add_column(col)
+    for t in est.terms:
+        table.add_row(t.name, f"{t.gib:.1f}", t.phase, t.note)
+    table.add_row("peak while generating", f"{est.generation_gib:.1f}", "", "resident + generation")
+    table.add_row("peak while training", f"{est.training_gib:.1f}", "", "resident + training")
+    if est.vllm_sequences is not None:
+        table.add_row("vLLM KV cache", "", "", f"room for {est.vllm_sequences:.1f} sequences of the full context at "
+                      "once (vLLM needs 1 to start)")
+    timeout = "no deadline (in process)" if budget.timeout is None else \
+        f"judge.timeout {budget.timeout:g} s: {'fits' if budget.fits else 'TOO SHORT'}"
+    table.add_row("judge reply", "", "", f"{reply}; {timeout}")
+    table.add_row("judging per step", "", "", f"at worst {budget.step_seconds:,.0f} s on one process; "
+                  f"grpo.ddp_timeout {budget.ddp_timeout:g} s")
+    Console().print(table)
+    return memory.refusal(est, setup, gpu) if args.gpu_memory is not None else None
 
 
 def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
@@ -781,7 +946,7 @@ def _add_eval_policy(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-code-execution", action="store_true",
                    help="run the model's code to score humaneval_plus and mbpp_plus (unsandboxed: use a container)")
     p.add_argument("--limit", type=_positive_int, default=None, help="first N documents of each task (quick runs)")
-    p.add_argument("--max-gen-toks", type=int, default=None,
+    p.add_argument("--max-gen-toks", type=_positive_int, default=None,
                    help="most tokens generated per answer (default: the task's own under --protocol lm-eval, "
                    f"{OLMO3_ADAPT_DECODING['max_gen_toks']} under olmo3-adapt; always capped to fit the model's context)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (lm-eval's tasks are greedy already)")

@@ -22,7 +22,7 @@ import yaml
 from evolm.context import OVERLONG  # judge.overlong: what happens to a prompt longer than the judge's context
 from evolm.contrast import PAIR_BUILDERS, PAIR_MODES
 from evolm.errors import InputError
-from evolm.judge import JUDGE_MODES
+from evolm.judge import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS
 from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
 from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, extra_rewards
@@ -109,6 +109,17 @@ class JudgeConfig:
                           "token); a prompt leaving no room for the reply is handled per judge.overlong")
     overlong: str = _f("truncate", "a judge prompt longer than the context: truncate (cut from the middle of the "
                        "answer, said per row and in the summary) or refuse (an error naming the row)")
+    prompt: str = _f("evolm", "wording of the generative judge: evolm (its own instructions and two worked examples) "
+                     "or reference (the authors' judge prompt as they wrote it, rubric and answer read as their code "
+                     "reads them: reasoning removed, a text over 16,000 characters cut to its last 8,000; the paper "
+                     "config). `evolm judge --show-prompt` prints it")
+    defences: bool = _f(True, "fence the answer as data, tell the judge to ignore instructions and scores written in "
+                        "it, and (generative rubric prompt) that length, confidence and polish earn nothing no "
+                        "criterion asks for. On everywhere but the paper config, which runs the authors' prompt "
+                        "without them (docs/SECURITY.md); chat markup in any text stays neutralised either way")
+    parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score, after the "
+                    "thinking; else a 'score: x' pattern; clipped to [0, 1]) or reference (the authors': first { to "
+                    "last } of the whole reply read by json_repair, its top-level score, not clipped; the paper config)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
@@ -384,7 +395,7 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
 
     from evolm.backends.pool import endpoint_urls
 
-    errors = [e for e in [batch_error(cfg, num_processes)] if e]
+    errors = [e for e in [batch_error(cfg, num_processes)] if e] + path_errors(cfg)
     s, c = cfg.schedule, cfg.contrast
     if s.regime in ("coevolve",) and c.pairs in ("temporal", "combined") \
             and c.buffer_size < s.prompts_per_step * (c.min_age + 1):
@@ -439,8 +450,11 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("rows per step", f"{s.prompts_per_step} questions x {s.samples_per_prompt} samples = {rows}"),
         ("processes x micro-batch", f"{num_processes} x {per_device}"),
         ("gradient accumulation", str(settings["gradient_accumulation_steps"])),
+        ("rows per process", f"{rows // num_processes} per step: {settings['gradient_accumulation_steps']} "
+                             f"micro-batches of {per_device}"),
         ("completion tokens per step", f"at most {rows * max_len:,} ({rows} x {max_len})"),
         ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
+        ("importance sampling", importance_sampling_rule(cfg.grpo)),
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
                      if cfg.judge.base_url else ")")),
@@ -451,12 +465,136 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
          if cfg.rewards.extra else [])
 
 
+def importance_sampling_rule(grpo: dict[str, Any]) -> str:
+    """How TRL corrects the gap between vLLM's sampling log-probs and the trainer's, from the ``grpo`` settings.
+
+    The reference's rule: per token, exp(trainer - vLLM log-prob) truncated at 2.0, multiplying the
+    policy-gradient term only (TRL: ``vllm_importance_sampling_mode: token_truncate``,
+    ``vllm_importance_sampling_clip_max: 2.0``). TRL's default masks whole sequences whose product of
+    ratios leaves [0, 3.0]. ``use_bias_correction_kl`` (TRL's default true) also multiplies the KL term
+    by the policy ratio, which changes its gradient; the reference's k3 term has no such factor.
+
+    >>> importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
+    ...                           "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False})
+    'per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only (the reference\'s rule); KL term: k3, no ratio'
+    """
+    if not grpo.get("use_vllm", False):
+        return "none: generation in the trainer, no vLLM/trainer log-prob gap to correct"
+    if not grpo.get("vllm_importance_sampling_correction", True):
+        return "off (grpo.vllm_importance_sampling_correction: false)"
+    mode = grpo.get("vllm_importance_sampling_mode", "sequence_mask")
+    high = grpo.get("vllm_importance_sampling_clip_max", grpo.get("vllm_importance_sampling_cap", 3.0))
+    low = grpo.get("vllm_importance_sampling_clip_min")
+    level, how = mode.split("_", 1) if "_" in mode else (mode, "?")
+    where = "per token, ratio" if level == "token" else "per sequence, product of token ratios"
+    bounds = f"[{low}, {high}]" if low is not None else f"{high}"
+    rule = (f"{where} exp(trainer - vLLM log-prob) truncated at {bounds}" if how == "truncate" else
+            f"{where} exp(trainer - vLLM log-prob); outside {bounds if low is not None else f'[0, {high}]'} set to 0")
+    reference = " (the reference's rule)" if (mode, high, low) == ("token_truncate", 2.0, None) else \
+        " (the reference: per token, truncated at 2.0)"
+    kl = "k3 x policy ratio (use_bias_correction_kl)" if grpo.get("use_bias_correction_kl", True) else "k3, no ratio"
+    return f"{rule}, on the policy-gradient term only{reference}; KL term: {kl}"
+
+
 def _sampling_checks(section: str, temperature: float, top_p: float | None, max_new_tokens: int
                      ) -> list[tuple[bool, str]]:
     return [(math.isfinite(temperature) and temperature >= 0,
              f"{section}.temperature must be a finite number >= 0 (0: greedy), not {temperature}"),
             (top_p is None or 0 < top_p <= 1, f"{section}.top_p must be in (0, 1], not {top_p}"),
             (max_new_tokens >= 1, f"{section}.max_new_tokens must be >= 1, not {max_new_tokens}")]
+
+
+# Ranges of the numeric grpo.* settings evolm knows the meaning of (every number there must also be finite).
+_GRPO_RANGES: dict[str, tuple[Any, str]] = {
+    "learning_rate": (lambda v: v > 0, "> 0"),
+    "beta": (lambda v: v >= 0, ">= 0 (0: no KL term)"),
+    "epsilon": (lambda v: v >= 0, ">= 0"),
+    "epsilon_high": (lambda v: v >= 0, ">= 0"),
+    "delta": (lambda v: v > 0, "> 0"),
+    "temperature": (lambda v: v > 0, "> 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "top_k": (lambda v: v >= 0, ">= 0"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "repetition_penalty": (lambda v: v > 0, "> 0"),
+    "max_completion_length": (lambda v: v >= 1, ">= 1"),
+    "max_prompt_length": (lambda v: v >= 1, ">= 1"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "max_grad_norm": (lambda v: v >= 0, ">= 0"),
+    "warmup_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "adam_beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "adam_beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "adam_epsilon": (lambda v: v > 0, "> 0"),
+    "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _non_finite(value: Any, depth: int = 0) -> bool:
+    """Whether a number anywhere in ``value`` (lists and mappings included) is NaN or infinite."""
+    if _is_number(value):
+        return not math.isfinite(value)
+    if depth < 20 and isinstance(value, list | dict):
+        return any(_non_finite(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+def grpo_value_errors(grpo: dict[str, Any]) -> list[str]:
+    """Numbers in ``grpo`` that cannot train: NaN or infinite anywhere, or out of the range of a known setting
+    (a NaN learning rate, an infinite beta). Types and unknown keys are ``trl_adapter.check_launch``'s."""
+    errors = []
+    for key, value in grpo.items():
+        if _non_finite(value):
+            errors.append(f"grpo.{key} must be a finite number, not {value!r}")
+        elif key in _GRPO_RANGES and _is_number(value) and not _GRPO_RANGES[key][0](value):
+            errors.append(f"grpo.{key} must be {_GRPO_RANGES[key][1]}, not {value!r}")
+    return errors
+
+
+def url_error(name: str, url: Any) -> str | None:
+    """Why ``url`` is no http(s)://host[:port]/path URL (``None``: it is one)."""
+    from urllib.parse import urlparse
+
+    try:
+        u = urlparse(url)
+        u.port  # noqa: B018 - parses the port: 'http://h:x' is refused here, not at the first request
+    except (ValueError, TypeError, AttributeError):
+        return f"{name} '{url}' is not a URL"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"{name} '{url}' is not an http(s)://host[:port]/path URL"
+    return None
+
+
+def _system_dir(path: str) -> bool:
+    """Whether ``path`` is the filesystem root or under /proc, /sys or /dev: no place for a run directory."""
+    try:
+        p = Path(path).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return p == Path(p.anchor) or any(p == Path(d) or Path(d) in p.parents for d in ("/proc", "/sys", "/dev"))
+
+
+def path_errors(cfg: RunConfig) -> list[str]:
+    """The run's prompts and output directory, checked by reading only (no model, nothing written)."""
+    import os
+
+    from evolm.prompts import load_prompt_set
+
+    errors = []
+    out = Path(cfg.output_dir).absolute()
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        errors.append(f"output_dir {cfg.output_dir}: {existing} is a file, not a directory")
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        errors.append(f"output_dir {cfg.output_dir}: {existing} is not writable")
+    try:
+        load_prompt_set(cfg.data.prompts, cfg.data.limit)
+    except InputError as e:
+        errors.append(f"data.prompts: {e}")
+    return errors
 
 
 def _choice(name: str, value: Any, choices: Any) -> str:
@@ -488,12 +626,16 @@ def validate(cfg: RunConfig) -> None:
         (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
         (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
-        (cfg.seed >= 0, f"seed must be >= 0, not {cfg.seed}"),
+        (0 <= cfg.seed < 2**32, f"seed must be >= 0 and < 2**32 (numpy's limit), not {cfg.seed}"),
         (cfg.data.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {cfg.data.limit}"),
         (cfg.output_dir.strip() != "", "output_dir must name a directory"),
+        (not _system_dir(cfg.output_dir), f"output_dir {cfg.output_dir} is the filesystem root or a system directory "
+         "(/proc, /sys, /dev): choose a directory of its own for the run"),
         (c.pairs != "labelled" or bool(cfg.data.pairs), "contrast.pairs=labelled needs data.pairs: a JSONL file of "
          "{prompt, chosen, rejected} pairs"),
         (j.overlong in OVERLONG, _choice("judge.overlong", j.overlong, OVERLONG)),
+        (j.prompt in JUDGE_PROMPTS, _choice("judge.prompt", j.prompt, JUDGE_PROMPTS)),
+        (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
         (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),
         (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
@@ -527,6 +669,13 @@ def validate(cfg: RunConfig) -> None:
     ]
     for ok, msg in checks:
         if not ok:
+            raise InputError(msg)
+    from evolm.backends.pool import endpoint_urls
+
+    urls = [("judge.base_url", u) for u in endpoint_urls(j.base_url)] + [
+        ("rubric.writer_base_url", cfg.rubric.writer_base_url), ("contrast.answerer_base_url", c.answerer_base_url)]
+    for msg in [*grpo_value_errors(cfg.grpo), *(url_error(n, u) for n, u in urls if u)]:
+        if msg:
             raise InputError(msg)
     extra_rewards(cfg.rewards.extra)  # import paths resolved now: a bad name is a one-line error before anything runs
 
@@ -580,7 +729,7 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     if base in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"'{name}' must be a finite number, got {value}")
-        if base is int and float(value) != int(value):
+        if base is int and isinstance(value, float) and value != int(value):  # (a big int is no float)
             raise InputError(f"'{name}' must be an integer, got {value}")
         return base(value)
     if base is str and isinstance(value, str):
@@ -668,7 +817,11 @@ def _is_text_field(parts: list[str]) -> bool:
 
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    """Write ``cfg`` as YAML, atomically (a resume rewrites a run's config.yaml when its overrides change it)."""
+    from evolm.jsonl import atomic_writer
+
+    with atomic_writer(path) as f:
+        f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 def describe() -> str:

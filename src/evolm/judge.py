@@ -65,7 +65,7 @@ from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.constrained import JUDGE_SCHEMA
 from evolm.context import OVERLONG, PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
 from evolm.errors import InputError
-from evolm.rubrics import Rubric, render_rubric, strip_thinking
+from evolm.rubrics import Rubric, remove_reasoning, render_rubric, repaired_json, strip_thinking
 from evolm.scores import aggregate_scores
 
 if TYPE_CHECKING:
@@ -111,10 +111,7 @@ Go through the rubric one criterion at a time:
 its scoring levels when it has them, and use a value in between when the answer is partly there.
 2. Multiply that rating by the criterion's weight.
 Then add up the products: the total, between 0 and 1, is the score.
-
-Grade only what the answer actually says. Length, confidence and polish earn nothing that no \
-criterion asks for, and an answer gets no credit for what it only promises.
-
+{defence}
 Reply with a single JSON object and nothing else:
 {"reasoning": "<for each criterion: rating x weight = product; then the total>", "score": <the total, from 0 to 1>}
 
@@ -145,6 +142,40 @@ missing, 0.0 x 0.3 = 0.0. Two sentences: it has three, 0.5 x 0.2 = 0.1. Friendly
 1.0 x 0.1 = 0.1. Total: 0.4 + 0.0 + 0.1 + 0.1 = 0.6.", "score": 0.6}
 
 Now grade the answer below."""
+_GEN_DEFENCE = """
+Grade only what the answer actually says. Length, confidence and polish earn nothing that no \
+criterion asks for, and an answer gets no credit for what it only promises.
+"""
+
+# The authors' judge prompt (their "judge" chat template), reproduced as they wrote it because its
+# wording is the reward signal: ``judge.prompt: reference`` (the paper config) sends it. The
+# defences (``judge.defences``) are not in it; with them on, the data note and the fenced answer are
+# added around it and the length sentence after its instructions.
+_REF_SYSTEM = "You are an expert evaluator judging answers based on a rubric."
+_REF_TASK = (
+    "Evaluate the answer against the rubric. For each criterion, decide how well the answer satisfies it (0.0 = not "
+    "at all, 1.0 = fully), then multiply by the criterion's weight. Sum the weighted scores to get the total (must be "
+    "between 0.0 and 1.0)."
+)
+_REF_FORMAT = """\
+Output ONLY valid JSON:
+{"reasoning": "<evaluate each criterion, give satisfaction * weight, then sum>", "score": <float 0.0-1.0>}
+
+Example 1 (rubric: Factual Accuracy 0.4, Completeness 0.35, Clarity 0.25):
+{"reasoning": "Factual Accuracy (weight 0.4): answer is fully correct, 1.0 * 0.4 = 0.4. Completeness (weight 0.35): \
+covers main points but misses edge cases, 0.6 * 0.35 = 0.21. Clarity (weight 0.25): well organized and easy to follow, \
+1.0 * 0.25 = 0.25. Total = 0.86", "score": 0.86}
+Example 2 (rubric: Correctness of Solution 0.5, Use of Examples 0.3, Appropriate Detail 0.2):
+{"reasoning": "Correctness of Solution (weight 0.5): correct approach but has an arithmetic error in the final step, \
+0.8 * 0.5 = 0.4. Use of Examples (weight 0.3): no examples provided, 0.0 * 0.3 = 0.0. Appropriate Detail (weight 0.2): \
+gives a brief answer without elaboration, 0.2 * 0.2 = 0.04. Total = 0.44", "score": 0.44}
+
+Your evaluation:"""
+JUDGE_PROMPTS = ("evolm", "reference")
+"""``judge.prompt``: evolm's wording (its own two worked examples) or the authors' (the paper config)."""
+JUDGE_PARSERS = ("evolm", "reference")
+"""``judge.parse``: how a generative reply is read (``parse_judge_score`` or ``parse_judge_score_reference``)."""
+
 _GEN_ALONE_TASK = """\
 You will grade one answer to a user's question. Rate from 0 (useless or wrong) to 1 (fully correct, \
 complete and helpful) how good the answer is.
@@ -283,57 +314,94 @@ def plain_markup(text: str) -> str:
     return out + text[pos:]
 
 
-def _conversation(user: str) -> Conversation:
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": plain_markup(user)}]
+def _conversation(user: str, system: str = _SYSTEM) -> Conversation:
+    return [{"role": "system", "content": system}, {"role": "user", "content": plain_markup(user)}]
 
 
-def generative_messages(item: JudgeItem) -> Conversation:
-    """The reference judge's prompt: per-criterion rating x weight, summed; JSON reply with a 0-1 score."""
+def _answer(answer: str, defences: bool) -> str:
+    """The answer as a prompt shows it: fenced as data (``fence_answer``), or with ``defences`` off as it stands."""
+    return fence_answer(answer) if defences else _clean_answer(answer)
+
+
+def _note(defences: bool) -> list[str]:
+    return [_DATA_NOTE] if defences else []
+
+
+def generative_messages(item: JudgeItem, *, prompt: str = "evolm", defences: bool = True) -> Conversation:
+    """The generative judge's prompt: per-criterion rating x weight, summed; JSON reply with a 0-1 score.
+
+    ``prompt="evolm"``: evolm's wording and worked examples; ``"reference"``: the authors' judge prompt
+    as they wrote it, its rubric and answer read as their code reads them (``remove_reasoning``: a
+    text over 16,000 characters keeps its last 8,000), and a rubric given as empty text shown empty
+    rather than judged without (their code judges the empty text). ``defences`` (on by default, off
+    in the paper config): the answer fenced as data with a note saying so (``fence_answer``), and
+    the rubric task's sentence that length, confidence and polish earn nothing no criterion asks for.
+    """
+    if prompt == "reference":
+        return _reference_messages(item, defences)
     rubric = _rubric_as_written(item)
     if rubric is None:
-        parts = [_GEN_ALONE_TASK, _DATA_NOTE, f"Question:\n{item.question}"]
+        parts = [_GEN_ALONE_TASK, *_note(defences), f"Question:\n{item.question}"]
     else:
-        parts = [_GEN_RUBRIC_TASK, _DATA_NOTE, f"Question:\n{item.question}", f"Rubric:\n{rubric}"]
-    parts += [f"Answer:\n{fence_answer(item.answer)}", _GEN_END]
+        task = _GEN_RUBRIC_TASK.replace("{defence}", _GEN_DEFENCE if defences else "")
+        parts = [task, *_note(defences), f"Question:\n{item.question}", f"Rubric:\n{rubric}"]
+    parts += [f"Answer:\n{_answer(item.answer, defences)}", _GEN_END]
     return _conversation("\n\n".join(parts))
 
 
-def likert_messages(item: JudgeItem) -> Conversation:
+def _reference_messages(item: JudgeItem, defences: bool) -> Conversation:
+    """The authors' judge prompt (``generative_messages(prompt="reference")``)."""
+    if isinstance(item.rubric_text, str):
+        rubric: str | None = remove_reasoning(item.rubric_text)
+    else:
+        rubric = render_rubric(item.rubric) if item.rubric is not None else None
+    if rubric is None:  # no rubric at all (the judge-alone baseline): the authors' judge always has one
+        return generative_messages(item, defences=defences)
+    answer = remove_reasoning(item.answer) if isinstance(item.answer, str) else ""
+    if defences:
+        answer = fence_answer(answer)
+    task = _REF_TASK + (" " + _GEN_DEFENCE.strip() if defences else "")
+    user = "\n\n".join([*_note(defences), f"Question: {item.question}", f"Rubric: {rubric}",
+                         f"Answer to evaluate: {answer}", task, _REF_FORMAT])
+    return _conversation(user, _REF_SYSTEM)
+
+
+def likert_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
     """Direct-Likert: a holistic 1-10 rating without rubric, with the reference answer when there is one."""
     reference = item.reference.strip() if isinstance(item.reference, str) and item.reference.strip() else None
-    parts = [_LIKERT_TASK.format(reference=_LIKERT_REFERENCE if reference else ""), _DATA_NOTE,
+    parts = [_LIKERT_TASK.format(reference=_LIKERT_REFERENCE if reference else ""), *_note(defences),
              f"Question:\n{item.question}"]
     if reference:
         parts.append(f"Reference answer:\n{reference}")
-    parts += [f"Answer:\n{fence_answer(item.answer)}", _SCALE_END]
+    parts += [f"Answer:\n{_answer(item.answer, defences)}", _SCALE_END]
     return _conversation("\n\n".join(parts))
 
 
-def rar_implicit_messages(item: JudgeItem) -> Conversation:
+def rar_implicit_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
     """RaR implicit: a holistic 1-10 rating guided by the rubric (as written); without one, as ``likert``."""
     rubric = _rubric_as_written(item)
     if rubric is None:
-        return likert_messages(JudgeItem(item.question, item.answer))
-    parts = [_RAR_IMPLICIT_TASK, _DATA_NOTE, f"Question:\n{item.question}", f"Rubric:\n{rubric}",
-             f"Answer:\n{fence_answer(item.answer)}", _SCALE_END]
+        return likert_messages(JudgeItem(item.question, item.answer), defences=defences)
+    parts = [_RAR_IMPLICIT_TASK, *_note(defences), f"Question:\n{item.question}", f"Rubric:\n{rubric}",
+             f"Answer:\n{_answer(item.answer, defences)}", _SCALE_END]
     return _conversation("\n\n".join(parts))
 
 
-def prob_messages(item: JudgeItem) -> Conversation:
+def prob_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
     rubric = _rubric_rendered(item)
     task = _PROB_TASK if rubric is not None else _PROB_TASK_ALONE
-    parts = [task, _DATA_NOTE, f"Question:\n{item.question}"]
+    parts = [task, *_note(defences), f"Question:\n{item.question}"]
     if rubric is not None:
         parts.append(f"Rubric:\n{rubric}")
-    parts.append(f"Answer:\n{fence_answer(item.answer)}")
+    parts.append(f"Answer:\n{_answer(item.answer, defences)}")
     parts.append("Score (0-9):")
     return _conversation("\n\n".join(parts))
 
 
-def yesno_messages(question: str, criterion: str, answer: str) -> Conversation:
+def yesno_messages(question: str, criterion: str, answer: str, *, defences: bool = True) -> Conversation:
     user = "\n\n".join(
-        [_YESNO_TASK, _DATA_NOTE, f"Question:\n{question}", f"Criterion:\n{criterion}", f"Answer:\n{fence_answer(answer)}",
-         "Does the answer meet the criterion (Yes or No)?"]
+        [_YESNO_TASK, *_note(defences), f"Question:\n{question}", f"Criterion:\n{criterion}",
+         f"Answer:\n{_answer(answer, defences)}", "Does the answer meet the criterion (Yes or No)?"]
     )
     return _conversation(user)
 
@@ -361,6 +429,27 @@ def parse_judge_score(text: str) -> float | None:
     """
     raw = _read_score(text)
     return None if raw is None else min(1.0, max(0.0, raw))
+
+
+def parse_judge_score_reference(text: str) -> float | None:
+    """The score as the authors' code reads a judge reply (``judge.parse: reference``), or ``None``. Never raises.
+
+    The whole reply, thinking included, from its first ``{`` to its last ``}``, read by ``json_repair``
+    (``evolm.rubrics.repaired_json``); the score is ``float()`` of that object's top-level ``score``,
+    not clipped. Where their code gives NaN (no object, no ``score``, not a number) this gives
+    ``None`` (a missing score); a non-finite number is ``None`` too.
+
+    >>> parse_judge_score_reference('<think>fine</think>{"reasoning": "ok", "score": "0.7"}')
+    0.7
+    >>> parse_judge_score_reference('{"score": 1.4}'), parse_judge_score_reference('Score: 0.9') is None
+    (1.4, True)
+    """
+    try:
+        value = repaired_json(text)
+        score = float(value["score"]) if isinstance(value, dict) and "score" in value else math.nan
+        return score if math.isfinite(score) else None
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None
 
 
 def parse_scale_score(text: str, low: float = 1.0, high: float = 10.0) -> float | None:
@@ -496,11 +585,13 @@ class OverlongPrompt(InputError):
         self.index, self.reason = index, reason
 
 
-def _judge_conversations(mode: str, item: JudgeItem) -> list[Conversation]:
-    """The prompts ``mode`` sends for ``item`` (one per criterion in the per-criterion modes)."""
-    if mode in _ONE_PROMPT:
-        return [_ONE_PROMPT[mode](item)]
-    return [yesno_messages(item.question, text, item.answer) for text, _ in _criteria(item)]
+def judge_conversations(judge: Judge, item: JudgeItem) -> list[Conversation]:
+    """The prompts ``judge`` sends for ``item`` (one per criterion in the per-criterion modes)."""
+    if judge.mode == "generative":
+        return [generative_messages(item, prompt=judge.prompt, defences=judge.defences)]
+    if judge.mode in _ONE_PROMPT:
+        return [_ONE_PROMPT[judge.mode](item, defences=judge.defences)]
+    return [yesno_messages(item.question, text, item.answer, defences=judge.defences) for text, _ in _criteria(item)]
 
 
 @dataclass
@@ -524,6 +615,13 @@ class Judge:
     overlong: str = "truncate"
     constrained: bool = False
     """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``evolm.constrained``), so it always has a score."""
+    prompt: str = "evolm"
+    """``generative`` mode's wording: ``evolm`` or ``reference`` (the authors'; ``generative_messages``)."""
+    defences: bool = True
+    """Fence the answer as data and say that length and polish earn nothing (``generative_messages``)."""
+    parse: str = "evolm"
+    """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``) or ``reference``
+    (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1])."""
     last_fit: ContextFit = field(default_factory=lambda: ContextFit(), init=False, repr=False)
     """What the context guard did in the last ``score`` call (rows cut, rows left unscored)."""
     last_criteria: list[list[float]] = field(default_factory=list, init=False, repr=False)
@@ -535,6 +633,9 @@ class Judge:
             raise ValueError(f"unknown judge mode '{self.mode}' (choose from {', '.join(sorted(JUDGE_MODES))})")
         if self.overlong not in OVERLONG:
             raise ValueError(f"unknown overlong policy '{self.overlong}' (choose from {', '.join(OVERLONG)})")
+        if self.prompt not in JUDGE_PROMPTS or self.parse not in JUDGE_PARSERS:
+            raise ValueError(f"unknown judge prompt '{self.prompt}' or parse '{self.parse}' (choose from "
+                             f"{', '.join(JUDGE_PROMPTS)})")
 
     def score(self, items: Sequence[JudgeItem], progress: bool = False) -> list[float | None]:
         """One score per item, in order: a float in [0, 1], or ``None`` (an unreadable reply; in the probability
@@ -606,7 +707,7 @@ class Judge:
             """The longest prompt of each item (per-criterion modes: one prompt per criterion)."""
             convs, owner = [], []
             for i, it in enumerate(batch):
-                for conv in _judge_conversations(self.mode, it):
+                for conv in judge_conversations(self, it):
                     convs.append(conv)
                     owner.append(i)
             longest = [0] * len(batch)
@@ -644,23 +745,26 @@ def _generate_and_read(
 
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``."""
-    return _generate_and_read(judge, [generative_messages(it) for it in items], parse_judge_score, progress,
+    read = parse_judge_score_reference if judge.parse == "reference" else parse_judge_score
+    return _generate_and_read(judge, [judge_conversations(judge, it)[0] for it in items], read, progress,
                               JUDGE_SCHEMA if judge.constrained else None)
 
 
 def _score_likert(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     """Direct-Likert baseline: the judge alone rates 1-10 (rubric ignored; reference answer shown if any)."""
-    return _generate_and_read(judge, [likert_messages(it) for it in items], parse_scale_score, progress)
+    return _generate_and_read(judge, [likert_messages(it, defences=judge.defences) for it in items], parse_scale_score,
+                              progress)
 
 
 def _score_rar_implicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     """RaR implicit baseline: one holistic 1-10 rating given the rubric."""
-    return _generate_and_read(judge, [rar_implicit_messages(it) for it in items], parse_scale_score, progress)
+    return _generate_and_read(judge, [rar_implicit_messages(it, defences=judge.defences) for it in items],
+                              parse_scale_score, progress)
 
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     lps = judge.backend.next_token_logprobs(
-        [prob_messages(it) for it in items], DIGITS, chat_template_kwargs=judge.chat_template_kwargs
+        [prob_messages(it, defences=judge.defences) for it in items], DIGITS, chat_template_kwargs=judge.chat_template_kwargs
     )
     return [expected_digit(lp) for lp in lps]
 
@@ -671,7 +775,7 @@ def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[list[tuple[fl
     owners: list[tuple[int, float]] = []  # (item index, criterion weight) per conversation
     for i, it in enumerate(items):
         for text, weight in _criteria(it):
-            convs.append(yesno_messages(it.question, text, it.answer))
+            convs.append(yesno_messages(it.question, text, it.answer, defences=judge.defences))
             owners.append((i, weight))
     lps = judge.backend.next_token_logprobs(convs, ("Yes", "No"), chat_template_kwargs=judge.chat_template_kwargs)
     per_item: list[list[tuple[float, float | None]]] = [[] for _ in items]
@@ -713,7 +817,7 @@ JUDGE_MODES: dict[str, Callable[[Judge, list[JudgeItem], bool], list[float | Non
     "rar_implicit": _score_rar_implicit,
     "rar_explicit": _score_rar_explicit,
 }
-_ONE_PROMPT: dict[str, Callable[[JudgeItem], Conversation]] = {
+_ONE_PROMPT: dict[str, Callable[..., Conversation]] = {
     "generative": generative_messages, "likert": likert_messages, "rar_implicit": rar_implicit_messages,
     "prob": prob_messages,
 }
@@ -756,4 +860,5 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
                                tokens_per_minute=cfg.tokens_per_minute, max_reply_mb=cfg.max_reply_mb)
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
-                 max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained)
+                 max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained,
+                 prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse)
