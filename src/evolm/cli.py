@@ -759,7 +759,24 @@ def _add_eval_rb2(esub: argparse._SubParsersAction) -> None:
                    help="also write one JSON line per row: id, subset, num_correct, scores (chosen first)")
     p.add_argument("--from-scores", default=None, metavar="PATH",
                    help="recompute the table from a --save-scores file, without any model")
+    p.add_argument("--protocol", choices=("fast", "paper"), default="fast",
+                   help="fast (default): the flags as given (defaults: prob judge, 512 judge and 1024 rubric tokens, "
+                   "no thinking, the parsed rubric re-rendered): quick everyday numbers. paper: the authors' "
+                   "protocol in one flag, replacing those flags: " + "; ".join(f"{k} {v}" for k, v in RB2_PAPER_LISTING)
+                   + ". Slow: every reply may think for 16k tokens")
     p.set_defaults(run=_run_eval_rb2)
+
+
+RB2_PAPER = {"mode": "generative", "judge_max_new_tokens": 16384, "thinking": True, "judge_prompt": "reference",
+             "judge_defences": False, "judge_parse": "reference", "temperature": 0.6, "top_p": 0.95,
+             "max_new_tokens": 16384, "constrained": False, "judge_constrained": False, "rubric_as_written": True}
+"""``evolm eval rb2 --protocol paper``: the flags it sets (the generative judge keeps temperature 0.6, top-p 0.95)."""
+RB2_PAPER_LISTING = (
+    ("judge", "generative, up to 16384 tokens, thinking on (enable_thinking), temperature 0.6, top-p 0.95"),
+    ("judge prompt", "the authors' (--judge-prompt reference --no-judge-defences --judge-parse reference)"),
+    ("rubric shown to the judge", "the raw rubric text as the writer wrote it (reasoning removed), not re-rendered"),
+    ("rubric writing", "thinking on, up to 16384 tokens, temperature 0.6 then retries at 0.3 and 0.1, top-p 0.95"),
+)
 
 
 def _run_eval_rb2(args: argparse.Namespace) -> None:
@@ -785,12 +802,18 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
         if not rows:
             raise InputError(f"{args.data}: no rows to evaluate")
         table = read_rubric_table(args.rubrics) if args.rubrics and not args.no_rubric else None
+        if args.protocol == "paper":
+            vars(args).update(RB2_PAPER)
+            _done("RewardBench 2, the paper's protocol: " + "; ".join(f"{k}: {v}" for k, v in RB2_PAPER_LISTING))
         rubric_backend, judge = _rubric_and_judge(args, need_rubric_model=table is None)
         scored, coverage = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
-                                       rubric_table=table, progress=True)
+                                       rubric_table=table, progress=True,
+                                       rubric_as_written=getattr(args, "rubric_as_written", False))
         if args.save_scores:
             rb2.write_scores(args.save_scores, scored)
-        settings.update(_rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets)
+        settings.update(_rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets,
+                        protocol=args.protocol, **({k: v for k, v in RB2_PAPER.items() if k not in
+                                                     _rubric_judge_settings(args)} if args.protocol == "paper" else {}))
     result = rb2.score_rows(scored)
     result.extra["settings"] = settings
     if coverage is not None:

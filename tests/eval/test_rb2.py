@@ -408,3 +408,60 @@ def test_cli_end_to_end_with_a_tiny_model(tmp_path, tiny_model_dir):
     lines = [json.loads(x) for x in scores.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["f1", "p1", "m1", "s1", "fo1", "ref:1", "tied:1"]
     assert all(0.0 <= s <= 1.0 for x in lines for s in x["scores"])
+
+
+# ----------------------------------------------------------------------------- the paper's protocol
+
+
+class _GenerativeJudgeBackend:
+    """A generative judge that records the prompts it reads and always replies with a score of 0.5."""
+
+    name = "fake-judge"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def generate(self, conversations, params, *, progress=False):  # noqa: ANN001, ANN201
+        self.seen += [c[-1]["content"] for c in conversations]
+        return ['{"reasoning": "", "score": 0.5}' for _ in conversations]
+
+
+def test_paper_protocol_shows_the_judge_the_rubric_as_written():
+    written = "<think>two criteria</think>" + json.dumps(RUBRIC)
+    judge_backend = _GenerativeJudgeBackend()
+    judge = Judge(judge_backend, mode="generative", prompt="reference", defences=False, parse="reference")
+    rows = rb2.load_rb2(str(RB2_SMALL))[:2]
+    rb2.run_rb2(rows, judge, rubric_backend=FakeBackend(rubric_text=written), rubric_as_written=True)
+    assert all(f"Rubric: {json.dumps(RUBRIC)}\n\n" in text for text in judge_backend.seen)
+    default = _GenerativeJudgeBackend()
+    rb2.run_rb2(rows, Judge(default, mode="generative"), rubric_backend=FakeBackend(rubric_text=written))
+    assert all(json.dumps(RUBRIC) not in text and "The answer is marked as good." in text for text in default.seen)
+
+
+def test_cli_paper_protocol_sets_the_authors_settings(monkeypatch, capsys):
+    import evolm.cli as cli
+
+    seen = {}
+
+    def stop(args, need_rubric_model=True):  # noqa: ANN001, ANN202
+        seen.update(vars(args))
+        raise InputError("stopped before loading")
+
+    monkeypatch.setattr(cli, "_rubric_and_judge", stop)
+    assert main(["eval", "rb2", str(RB2_SMALL), "--judge", "j", "--rubric-model", "w", "--protocol", "paper"]) == 2
+    assert (seen["mode"], seen["judge_max_new_tokens"], seen["thinking"], seen["max_new_tokens"]) == \
+        ("generative", 16384, True, 16384)
+    assert (seen["judge_prompt"], seen["judge_defences"], seen["judge_parse"], seen["rubric_as_written"]) == \
+        ("reference", False, "reference", True)
+    assert "retries at 0.3 and 0.1" in capsys.readouterr().err
+    from evolm.eval.rubric_source import RETRY_TEMPERATURES
+
+    assert (seen["temperature"], *RETRY_TEMPERATURES) == (0.6, 0.3, 0.1)
+    params = cli._rubric_params(argparse_namespace(seen))
+    assert params.chat_template_kwargs == {"enable_thinking": True} and params.max_new_tokens == 16384
+
+
+def argparse_namespace(d):  # noqa: ANN001, ANN201
+    import argparse
+
+    return argparse.Namespace(**d)

@@ -384,8 +384,8 @@ def write_scores(path: str | Path, rows: Iterable[ScoredRow]) -> None:
 def _score_value(x: Any) -> float | None:
     if x is None:
         return None
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        raise ValueError
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        raise ValueError  # Infinity would win every row (overall 100.0); a missing score is null
     return float(x)
 
 
@@ -401,13 +401,28 @@ def read_scores(path: str | Path) -> list[ScoredRow]:
                 raise ValueError
             scores = tuple(_score_value(x) for x in raw)
         except ValueError:
-            raise InputError(f"{where}: 'scores' must be a non-empty list of numbers or nulls") from None
+            raise InputError(f"{where}: 'scores' must be a non-empty list of finite numbers or nulls") from None
         num_correct = obj["num_correct"]
         if isinstance(num_correct, bool) or not isinstance(num_correct, int) or not 1 <= num_correct < len(scores):
             raise InputError(f"{where}: 'num_correct' must be an integer from 1 to len(scores) - 1")
         subset = canonical_subset(obj["subset"], f"{where}: ")
         rows.append(ScoredRow(str(obj["id"]), subset, num_correct, scores))
+    _check_ids(rows, path)
     return rows
+
+
+def _check_ids(rows: Sequence[ScoredRow], path: str | Path) -> None:
+    """A score file names each row once, and each Ties ``tied:<pid>`` row has its ``ref:<pid>`` row."""
+    seen: set[str] = set()
+    for row in rows:
+        if row.id in seen:
+            raise InputError(f"{path}: id {row.id!r} appears twice (one row per id)")
+        seen.add(row.id)
+    ties = [_ties_key(r.id) for r in rows if is_ties(r.subset)]
+    refs = {pid for kind, pid in ties if kind == "ref"}
+    orphan = next((pid for kind, pid in ties if kind == "tied" and pid not in refs), None)
+    if orphan is not None:
+        raise InputError(f"{path}: Ties row 'tied:{orphan}' has no 'ref:{orphan}' row (a score file holds both)")
 
 
 # ----------------------------------------------------------------------------- data
@@ -528,8 +543,12 @@ def run_rb2(
     rubric_params: SamplingParams | None = None,
     rubric_table: RubricTable | None = None,
     progress: bool = False,
+    rubric_as_written: bool = False,
 ) -> tuple[list[ScoredRow], RubricCoverage]:
     """Write (or look up) one rubric per prompt, then judge every completion in one batched call.
+
+    ``rubric_as_written`` (``evolm eval rb2 --protocol paper``): the judge reads a written rubric as
+    the model wrote it, as the authors' evaluation does, rather than the parsed rubric re-rendered.
 
     With neither ``rubric_backend`` nor ``rubric_table`` the judge scores alone (no-rubric
     baseline). A written rubric that does not parse is written again at lower temperatures
@@ -538,11 +557,14 @@ def run_rb2(
     """
     from evolm.judge import JudgeItem
 
+    texts: list[str | None] = []
     rubrics, coverage = prompt_rubrics(
         [r.id for r in rows], [r.prompt for r in rows], rubric_backend=rubric_backend,
-        rubric_params=rubric_params, rubric_table=rubric_table, progress=progress,
+        rubric_params=rubric_params, rubric_table=rubric_table, progress=progress, texts=texts,
     )
-    items = [JudgeItem(row.prompt, c, rubric) for row, rubric in zip(rows, rubrics, strict=True) for c in row.completions]
+    shown = texts if rubric_as_written else [None] * len(rows)
+    items = [JudgeItem(row.prompt, c, rubric, rubric_text=text)
+             for row, rubric, text in zip(rows, rubrics, shown, strict=True) for c in row.completions]
     flat = judge.score(items, progress=progress) if items else []
     if len(flat) != len(items):
         raise RuntimeError(f"the judge returned {len(flat)} scores for {len(items)} completions")

@@ -45,13 +45,15 @@ class RubricCoverage:
 
 
 def write_prompt_rubrics(
-    backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False
+    backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False,
+    texts: list[str | None] | None = None,
 ) -> tuple[list[Rubric | None], RubricCoverage]:
     """One rubric per distinct prompt, aligned back to ``prompts``.
 
     One batched call with ``params``, then one batched call per temperature of
     ``RETRY_TEMPERATURES`` over the prompts whose rubric has not parsed yet (other settings kept).
-    A prompt keeps its last attempt, so ``valid`` counts the rubrics finally used.
+    A prompt keeps its last attempt, so ``valid`` counts the rubrics finally used. ``texts``, when
+    given, receives each prompt's rubric as the model wrote it (what a judge reading the raw text sees).
     """
     distinct = list(dict.fromkeys(prompts))
     written: list[WrittenRubric] = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
@@ -66,6 +68,9 @@ def write_prompt_rubrics(
             written[i] = w
         retry = [i for i in retry if written[i].rubric is None]
     by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
+    if texts is not None:
+        as_written = {p: w.text for p, w in zip(distinct, written, strict=True)}
+        texts[:] = [as_written[p] for p in prompts]
     coverage = RubricCoverage("written", len(distinct), sum(r is not None for r in by_prompt.values()),
                               valid=int(sum(w.valid for w in written)), retried=retried)
     return [by_prompt[p] for p in prompts], coverage
@@ -120,12 +125,19 @@ def prompt_rubrics(
     rubric_params: SamplingParams | None = None,
     rubric_table: RubricTable | None = None,
     progress: bool = False,
+    texts: list[str | None] | None = None,
 ) -> tuple[list[Rubric | None], RubricCoverage]:
-    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none."""
+    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none.
+
+    ``texts``, when given, receives the written rubrics as the model wrote them (``None`` each for a
+    file's rubrics or none)."""
+    if texts is not None:
+        texts[:] = [None] * len(prompts)
     if rubric_backend is not None and rubric_table is not None:
         raise InputError("give either a rubric model or a rubric file, not both")
     if rubric_backend is not None:
-        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress)
+        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress,
+                                    texts)
     if rubric_table is not None:
         return table_rubrics(rubric_table, ids, prompts)
     return [None] * len(prompts), RubricCoverage("none", len(set(prompts)), 0)
