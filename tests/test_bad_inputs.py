@@ -421,6 +421,312 @@ def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_pat
     assert out.read_bytes() == full.read_bytes() and not partial.exists()
 
 
+# ============================================================================= hardening 3 (issue #23)
+# Items 5-10 and 12 of the third round; the cases that are one line and exit 2 run through
+# test_bad_input_is_one_line_exit_2_and_touches_no_input (ids h3-item<N>-...).
+
+LOCK_FILE = ".evolm.lock"
+RUN_OV = [f"model.name={NO_MODEL}", "output_dir={tmp}/run"]
+
+
+def _prompts(tmp: Path) -> None:
+    (tmp / "p.jsonl").write_text('{"prompt": "Say hi."}\n')
+
+
+def _train_cases(case_id: str, overrides: list[str], message: str, files: dict | None = None) -> list[Case]:
+    """A broken config refused the same way by `train` and by `train --dry-run` (which loads nothing either)."""
+    files = {"c.yaml": CONFIG, **(files or {})}
+    return [Case(case_id, 8, [*TRAIN, *overrides], message, files),
+            Case(f"{case_id}-dry-run", 8, [*TRAIN, "--dry-run", *overrides], message, files)]
+
+
+def _scores(*rows: str) -> dict[str, str]:
+    return {"s.jsonl": "".join(r + "\n" for r in rows)}
+
+
+_MATH = '{"id": "1", "subset": "Math", "num_correct": 1, "scores": [0.9, 0.1, 0.2, 0.3]}'
+RUBRIC = ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output", "{tmp}/r.jsonl"]
+
+HARDENING3_CASES = [
+    # item 8: every number, sampling flag and path checked before any model loads, by --dry-run too
+    *_train_cases("grpo-beta-inf", ["grpo.beta=.inf"], "grpo.beta must be a finite number"),
+    *_train_cases("grpo-lr-nan", ["grpo.learning_rate=.nan"], "grpo.learning_rate must be a finite number"),
+    *_train_cases("grpo-lr-negative", ["grpo.learning_rate=-1e-6"], "grpo.learning_rate must be > 0"),
+    *_train_cases("grpo-top-p-7", ["grpo.top_p=7"], "grpo.top_p must be in (0, 1]"),
+    *_train_cases("grpo-temperature-0", ["grpo.temperature=0"], "grpo.temperature must be > 0"),
+    *_train_cases("grpo-nan-in-a-list", ["grpo.reward_weights=[1.0, .nan]"], "grpo.reward_weights must be a finite"),
+    *_train_cases("prompts-missing", ["data.prompts={tmp}/none.jsonl"], "none.jsonl: no such file"),
+    *_train_cases("prompts-empty", ["data.prompts={tmp}/p.jsonl"], "p.jsonl: no prompts",
+                  {"p.jsonl": ""}),
+    *_train_cases("prompts-binary", ["data.prompts={tmp}/p.jsonl"], "p.jsonl: not UTF-8",
+                  {"p.jsonl": b"\x00\xff\xfe\x89PNG\r\n"}),
+    *_train_cases("prompts-bogus-builtin", ["data.prompts=builtin:bogus"], "builtin:bogus: no such built-in prompt set"),
+    *_train_cases("output-dir-a-file", ["output_dir={tmp}/afile"], "afile is a file, not a directory", {"afile": "x"}),
+    *_train_cases("output-dir-root", ["output_dir=/"], "output_dir / is the filesystem root or a system directory"),
+    *_train_cases("output-dir-proc", ["output_dir=/proc"], "output_dir /proc is the filesystem root or a system"),
+    *_train_cases("judge-base-url-ipv6", ["judge.backend=openai", "judge.base_url=http://[::1"],
+                  "judge.base_url 'http://[::1' is not a URL"),
+    Case("temperature-nan", 8, [*RUBRIC, "--temperature", "nan"], "argument --temperature: must be a finite number",
+         {"in.jsonl": ANSWER}),
+    Case("temperature-minus-1", 8, [*RUBRIC, "--temperature", "-1"], "argument --temperature: must be a finite number",
+         {"in.jsonl": ANSWER}),
+    Case("temperature-inf", 8, [*RUBRIC, "--temperature", "inf"], "argument --temperature: must be a finite number",
+         {"in.jsonl": ANSWER}),
+    Case("top-p-7", 8, [*RUBRIC, "--top-p", "7"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
+    Case("top-p-0", 8, [*RUBRIC, "--top-p", "0"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
+    Case("rubric-top-p-minus-0.5", 8, [*RUBRIC, "--top-p", "-0.5"], "argument --top-p: must be in (0, 1]",
+         {"in.jsonl": ANSWER}),
+    Case("rb2-infinity-score", 8, ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"],
+         "'scores' must be a non-empty list of finite numbers or nulls",
+         _scores('{"id": "1", "subset": "Math", "num_correct": 1, "scores": [Infinity, 0.1, 0.2, 0.3]}')),
+    Case("rb2-duplicate-id", 8, ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"], "id '1' appears twice",
+         _scores(_MATH, _MATH.replace("Math", "Safety"))),
+    Case("rb2-orphan-tied", 8, ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"], "'tied:7' has no 'ref:7' row",
+         _scores('{"id": "tied:7", "subset": "Ties", "num_correct": 2, "scores": [0.9, 0.8, 0.1]}')),
+    # item 10: tracebacks that are now one line
+    Case("lone-surrogate", 10, JUDGE, "in.jsonl:1: a lone surrogate escape",
+         {"in.jsonl": '{"prompt": "Say hi \\ud800", "response": "a"}\n'}),
+    Case("base-url-ipv6", 10, [*JUDGE, "--backend", "openai", "--base-url", "http://[::1"],
+         "argument --base-url: URL 'http://[::1' is not a URL", {"in.jsonl": ANSWER}),
+    Case("seed-huge", 10, [*RUBRIC, "--seed", "99999999999999999999999"], "argument --seed: must be an integer >= 0",
+         {"in.jsonl": ANSWER}),
+    Case("train-seed-huge", 10, [*TRAIN, "seed=99999999999999999999999"], "seed must be >= 0 and < 2**32",
+         {"c.yaml": CONFIG}),
+    Case("device-meta", 10, ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/o.jsonl",
+                             "--device", "meta"], "device 'meta' holds no weights", {"in.jsonl": ANSWER}),
+]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"item{c.item}-{c.id}", marks=c.marks) for c in HARDENING3_CASES])
+def test_hardening3_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case, tmp_path: Path, tiny_model_dir: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    test_bad_input_is_one_line_exit_2_and_touches_no_input(case, tmp_path, tiny_model_dir, capsys)
+
+
+def test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "role": "policy", "reward_mean": 0.5}\n'
+                                       + '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (run / "eval").mkdir()
+    (run / "eval" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.html").is_file() and "Traceback" not in capsys.readouterr().err
+
+
+def test_output_to_a_closed_stdout_is_one_line(tmp_path: Path) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(ANSWER)
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "evolm.cli", "judge", "--judge",
+                           NO_MODEL, "--input", str(inp), "--output", "-"], capture_output=False,
+                          stderr=subprocess.PIPE, env=ENV, timeout=120, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "evolm judge: error: -: stdout is closed; write to a file instead", proc.stderr
+
+
+# ----------------------------------------------------------------------------- item 6: one process per run directory
+
+
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    """Another process holding ``run_dir`` as `evolm train` does (``rundir.run_lock``), until killed."""
+    code = ("import sys, time; from evolm.rundir import run_lock\n"
+            "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(300)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env=ENV)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["train", "resume"])
+def test_a_held_run_directory_refuses_a_second_train(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     resume: bool) -> None:
+    run = tmp_path / "run"
+    if resume:
+        _resume_run(run, None, weights_ok=True)
+    before = _snapshot(tmp_path)
+    holder = _hold_lock(run)
+    try:
+        (tmp_path / "c.yaml").write_text(CONFIG.replace("{tmp}", str(tmp_path)))
+        argv = ["train", "--resume", str(run)] if resume else ["train", "--config", str(tmp_path / "c.yaml")]
+        assert _main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == (f"evolm train: error: {run} is in use by another evolm process (PID {holder.pid}); "
+                               "wait for it to end, or choose another output_dir"), err
+        assert (run / LOCK_FILE).read_text().strip() == str(holder.pid)  # the holder's lock is untouched
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    (run / LOCK_FILE).unlink()  # a killed holder leaves its (unlocked) file behind
+    if not resume:
+        run.rmdir()
+    (tmp_path / "c.yaml").unlink()
+    assert _snapshot(tmp_path) == before  # the refused process wrote nothing
+
+
+def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
+    from evolm.rundir import run_lock
+
+    holder = _hold_lock(tmp_path / "run")
+    holder.kill()
+    holder.wait(timeout=30)
+    with run_lock(tmp_path / "run"):  # the kernel dropped the lock with the process
+        assert (tmp_path / "run" / LOCK_FILE).read_text().strip() == str(os.getpid())
+    assert list((tmp_path / "run").iterdir()) == []  # the lock file goes with the lock
+    with run_lock(tmp_path / "new"):
+        pass
+    assert not (tmp_path / "new").exists()  # a directory made only to hold the lock goes with it
+
+
+def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only rank 0 takes the lock: the other ranks of the job train in the directory rank 0 holds."""
+    from evolm.rundir import run_lock
+
+    holder = _hold_lock(tmp_path / "run")
+    try:
+        monkeypatch.setenv("RANK", "1")
+        with run_lock(tmp_path / "run"):
+            pass
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(Exception, match=f"in use by another evolm process \\(PID {holder.pid}\\)"):
+            with run_lock(tmp_path / "run"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+@pytest.mark.parametrize("regime", ["coevolve", "sequential"])
+def test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line(tiny_model_dir: Path, tmp_path: Path,
+                                                                      regime: str) -> None:
+    """Two real `evolm train` on one output_dir: the second is refused while the first trains (a sequential run
+    holds its top directory, the stages under it)."""
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "evolm.cli", "train", "--config", str(Path(__file__).parents[1] / "configs" /
+            "demo-cpu.yaml"), f"model.name={tiny_model_dir}", f"judge.model={tiny_model_dir}", f"output_dir={run}",
+            "schedule.prompts_per_step=2", "schedule.samples_per_prompt=2", "grpo.per_device_train_batch_size=4",
+            "grpo.max_completion_length=8", "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]",
+            "rubric.constrained=false", "schedule.cycles=1", "schedule.steps_per_phase=2", f"schedule.regime={regime}"]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / LOCK_FILE).is_file() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.poll() is None, first.communicate()[1]
+        second = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=120)
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    assert second.returncode == 2
+    assert second.stderr.strip() == (f"evolm train: error: {run} is in use by another evolm process (PID {first.pid}); "
+                                     "wait for it to end, or choose another output_dir"), second.stderr
+
+
+# ----------------------------------------------------------------------------- item 9: every checkpoint file checked
+
+
+def _two_checkpoints(run: Path) -> Path:
+    """A run directory with complete, valid checkpoints 2 and 4 (TRL's files included); returns checkpoint-4."""
+    import torch
+    from safetensors.torch import save_file
+
+    from evolm.config import load_config, save_config
+    from evolm.records import BUFFER_FILE, STATE_FILE
+
+    save_config(load_config(None, [f"output_dir={run}", f"model.name={NO_MODEL}"]), run / "config.yaml")
+    for step in (2, 4):
+        ckpt = run / "checkpoints" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        save_file({"w": torch.ones(64)}, str(ckpt / "model.safetensors"))
+        torch.save({"state": {0: {"exp_avg": torch.ones(4096)}}, "param_groups": [{"lr": 1e-6}]}, ckpt / "optimizer.pt")
+        torch.save({"last_epoch": step, "_last_lr": [1e-6]}, ckpt / "scheduler.pt")
+        torch.save({"python": 1, "cpu": torch.zeros(8, dtype=torch.uint8)}, ckpt / "rng_state.pth")
+        (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        (ckpt / BUFFER_FILE).write_text(json.dumps({"step": 0, "question": "q", "answer": "a"}) + "\n")
+        (ckpt / STATE_FILE).write_text(json.dumps({"step": step}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 6)))
+    return ckpt
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _nan_weights(path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.full((64,), float("nan"))}, str(path))
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "truncated-optimizer": ("optimizer.pt", _truncate, "optimizer.pt: unreadable (BadZipFile"),
+    "bit-flipped-optimizer": ("optimizer.pt", _flip_a_byte, "optimizer.pt: unreadable (BadZipFile"),
+    "garbage-scheduler": ("scheduler.pt", lambda p: p.write_bytes(b"\x80\x04garbage"), "scheduler.pt: unreadable"),
+    "garbage-trainer-state": ("trainer_state.json", lambda p: p.write_text("{not json"), "trainer_state.json: unreadable"),
+    "list-trainer-state": ("trainer_state.json", lambda p: p.write_text("[]"), "not TRL's trainer state"),
+    "nan-weights": ("model.safetensors", _nan_weights, "weight w holds NaN or infinite values"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTIONS))
+def test_resume_checks_every_checkpoint_file_and_falls_back_saying_so(tmp_path: Path, name: str) -> None:
+    from evolm.rundir import open_run, resume_config
+
+    run = tmp_path / "run"
+    ckpt = _two_checkpoints(run)
+    assert open_run(resume_config(run), resume=True).checkpoint == ckpt  # valid as written
+    filename, corrupt, message = CORRUPTIONS[name]
+    corrupt(ckpt / filename)
+    before = _snapshot(run)
+    start = open_run(resume_config(run), resume=True)
+    assert start.checkpoint == run / "checkpoints" / "checkpoint-2" and start.step == 2
+    (why,) = start.skipped
+    assert message in why and str(ckpt) in why, why
+    assert _snapshot(run) == before  # no log cut, nothing written
+
+
+def test_resume_names_the_passed_over_checkpoint_before_anything_loads(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    ckpt = _two_checkpoints(run)
+    _truncate(ckpt / "optimizer.pt")
+    metrics = (run / "metrics.jsonl").read_bytes()
+    assert _main(["train", "--resume", str(run)]) == 2  # NO_MODEL: stops where the model would load
+    err = capsys.readouterr().err
+    assert f"evolm: passing over a checkpoint that does not validate: {ckpt}/optimizer.pt: unreadable" in err, err
+    assert "resuming after step 2" in err and "Traceback" not in err
+    assert (run / "metrics.jsonl").read_bytes() == metrics
+
+
+# ----------------------------------------------------------------------------- item 12: resume overrides recorded
+
+
+def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Path) -> None:
+    import yaml
+
+    from evolm.rundir import CONFIG_HISTORY_FILE, open_run, resume_config
+
+    run = tmp_path / "run"
+    _two_checkpoints(run)
+    open_run(resume_config(run), resume=True)  # no override: nothing written
+    assert not (run / CONFIG_HISTORY_FILE).exists()
+    open_run(resume_config(run, ["judge.mode=prob", "contrast.buffer_size=1"]), resume=True)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["judge"]["mode"] == "prob" and saved["contrast"]["buffer_size"] == 1
+    (entry,) = [json.loads(line) for line in (run / CONFIG_HISTORY_FILE).read_text().splitlines()]
+    assert entry["step"] == 4 and entry["changed"] == {"contrast.buffer_size": {"from": 2048, "to": 1},
+                                                       "judge.mode": {"from": "generative", "to": "prob"}}
+    assert resume_config(run).judge.mode == "prob"  # a later plain --resume keeps them
+    open_run(resume_config(run), resume=True)
+    assert len((run / CONFIG_HISTORY_FILE).read_text().splitlines()) == 1
+
+
 
 # ============================================================================= hardening 3 (issue #23), items 1-4 and 11
 # Item 1: evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);

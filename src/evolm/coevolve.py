@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
-from evolm.config import RunConfig, sequential_stages
+from evolm.config import RunConfig, path_errors, sequential_stages
+from evolm.errors import InputError
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
 from evolm.heldout import HeldOut
@@ -52,13 +53,24 @@ from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepReco
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import RUBRIC_SCHEMA, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
-                          load_buffer, open_run, read_frozen_rubrics, write_checkpoint_extras)
+                          load_buffer, open_run, read_frozen_rubrics, record_config,
+                          run_lock, write_checkpoint_extras)
 
 # ============================================================================= the run
 
 
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
         on_start: Callable[[RunStart], None] | None = None) -> Path:
+    """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout."""
+    errors = path_errors(cfg)  # the prompts and the output directory, before the directory is made
+    if errors:
+        raise InputError(errors[0])
+    with run_lock(cfg.output_dir):
+        return _run(cfg, resume, on_step, on_start)
+
+
+def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
+         on_start: Callable[[RunStart], None] | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``; returns the run directory.
 
     ``on_start`` gets where the run starts once the directory and settings are validated (before any
@@ -100,6 +112,8 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
     top = Path(cfg.output_dir)
     if not resume:
         open_run(cfg, resume=False)  # refuses a used directory, saves the config resume reads
+    else:
+        record_config(top, cfg, None)  # resume overrides: the stage that resumes records its step too
     writer_cfg, _ = sequential_stages(cfg)
     writer_dir = Path(writer_cfg.output_dir)
     done = complete_checkpoints(writer_dir)
@@ -261,13 +275,14 @@ class Loop:
     last_time: float = field(default_factory=time.time)
     _fixed: dict[str, Backend] = field(default_factory=dict)
     later: dict[int, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)  # step -> its rows, with rubrics
+    is_main: bool = True  # the process that writes files (set by ``begin`` from TRL's state)
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
 
     def begin(self, is_main: bool) -> None:
         """TRL has loaded the checkpoint: only now are the logs cut back to it (a failed load changes nothing)."""
-        self.heldout.is_main = is_main
+        self.heldout.is_main = self.is_main = is_main
         if self.resume_step and is_main:
             cut_logs_back(self.run_dir, self.resume_step)
 
@@ -277,8 +292,8 @@ class Loop:
         self.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer
-            answer = self.fixed_model("answerer").generate if self.cfg.contrast.answerer and self.plan.labelled is None \
-                else generate
+            answer = self.shared(generate, self.fixed_model("answerer").generate) \
+                if self.cfg.contrast.answerer and self.plan.labelled is None else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         alongside = getattr(generate, "alongside", None) if self.plan.regime == "coevolve" else None
@@ -297,14 +312,22 @@ class Loop:
         missing = [q for q in questions if q not in self.frozen]
         if missing:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
-                batch, gen = missing, lambda convs, p: self.fixed_model("writer").generate(
-                    convs, replace(p, chat_template_kwargs={}))
+                batch, gen = missing, self.shared(generate, lambda convs, p: self.fixed_model("writer").generate(
+                    convs, replace(p, chat_template_kwargs={})))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             texts = dict(zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True))
             self.frozen.update({q: read_written(t) for q, t in texts.items()})
-            append_frozen_rubrics(self.run_dir, texts)
+            if self.is_main:  # every process wrote the same rubrics (generation is gathered): one copy on disk
+                append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
+
+    @staticmethod
+    def shared(engine: Generate, fixed: Generate) -> Generate:
+        """A fixed model's ``generate`` spread over the training processes by the trainer's engine (its ``share``:
+        each process writes a share, all get the same texts), or as it is when the engine has no processes."""
+        share = getattr(engine, "share", None)
+        return share(fixed) if share is not None else fixed
 
     def fixed_model(self, role: str) -> Backend:
         """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""

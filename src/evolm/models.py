@@ -35,13 +35,20 @@ def cache_dir() -> Path:
 def resolve_device(device: str = "auto") -> str:
     """``auto`` becomes ``cuda`` when a GPU is visible, else ``cpu``; an unknown or absent device is a ``ModelError``.
 
+    Under a launcher (``LOCAL_RANK`` set: torchrun, accelerate, deepspeed) ``auto`` is this process's own GPU,
+    ``cuda:LOCAL_RANK``: a model loaded before the trainer exists would otherwise land on GPU 0 in every process.
+
     >>> resolve_device("cpu")
     'cpu'
     """
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        from evolm.dist import local_rank
+
+        if not torch.cuda.is_available():
+            return "cpu"
+        return f"cuda:{local_rank()}" if local_rank() is not None else "cuda"
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
@@ -49,6 +56,11 @@ def resolve_device(device: str = "auto") -> str:
     if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
         raise ModelError(f"device '{device}' is not available here (GPUs visible: {torch.cuda.device_count()})")
     if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelError(f"device '{device}' is not available here")
+    if dev.type == "meta":
+        raise ModelError("device 'meta' holds no weights, only their shapes: choose cpu or a GPU")
+    if dev.type not in ("cpu", "cuda", "mps") and not getattr(getattr(torch, dev.type, None), "is_available",
+                                                               lambda: False)():
         raise ModelError(f"device '{device}' is not available here")
     return device
 

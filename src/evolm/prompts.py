@@ -17,6 +17,8 @@ BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompt
 
 def load_prompt_set(spec: str, limit: int = 0) -> tuple[list[str], dict[str, str]]:
     """Training questions (deduplicated, blanks dropped, order kept) and their reference answers, one read."""
+    if spec.startswith("builtin:") and spec not in BUILTIN_PROMPTS:
+        raise InputError(f"{spec}: no such built-in prompt set (known: {', '.join(BUILTIN_PROMPTS)})")
     rows = read_jsonl(BUILTIN_PROMPTS.get(spec, Path(spec)), required=["prompt"])
     questions = list(dict.fromkeys(str(r["prompt"]) for r in rows if str(r["prompt"]).strip()))
     questions = questions[:limit] if limit else questions

@@ -211,8 +211,8 @@ def load_run(run_dir: str | Path) -> RunData:
     for path in sorted(eval_dir.glob("*.json")) if eval_dir.is_dir() else []:
         try:
             data.evals[path.name] = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            notes.append(f"eval/{path.name}: unreadable JSON ({e}).")
+        except (ValueError, RecursionError) as e:  # malformed or not UTF-8 (both ValueErrors), nested too deeply
+            notes.append(f"eval/{path.name}: unreadable JSON ({e.__class__.__name__}).")
     if not data.evals:
         notes.append("no evaluation results in eval/*.json.")
     return data
