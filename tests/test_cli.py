@@ -211,7 +211,7 @@ def test_readme_launch_command_passes_the_dry_run() -> None:
 def test_dry_run_refuses_a_process_count_that_does_not_divide_the_batch(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run", "--num-processes", "7"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "(8 x 7)" in err
+    assert err.count("\n") == 0 and "(1 x 7)" in err
 
 
 def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,186 @@
+"""The memory estimate per training GPU and the judge's time budget (evolm.memory), against sums done by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evolm.cli import main
+from evolm.config import load_config
+from evolm.memory import (
+    GIB,
+    KNOWN_MODELS,
+    Setup,
+    Sharding,
+    estimate,
+    judge_budget,
+    model_facts,
+    read_sharding,
+    refusal,
+    setup_for,
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+QWEN3_8B = KNOWN_MODELS["Qwen/Qwen3-8B"]
+PAPER = [str(CONFIGS / "paper-qwen3-8b.yaml"), "data.prompts=builtin:demo"]  # no Tulu prompts file needed here
+
+
+def test_parameter_counts_by_hand() -> None:
+    # Qwen3-8B: embeddings 151936 x 4096 = 622,329,856, and as many in the untied head.
+    # One layer: q 4096 x 4096 = 16,777,216; k, v 4096 x 1024 = 4,194,304 each; o 16,777,216;
+    # MLP 3 x 4096 x 12288 = 150,994,944; norms 2 x 4096 + q/k norms 2 x 128 = 8,448 -> 192,946,432.
+    # 36 layers = 6,946,071,552; + 2 x 622,329,856 + final norm 4096 = 8,190,735,360 (the model card's 8.19B).
+    assert QWEN3_8B.layer_parameters() == 192_946_432
+    assert QWEN3_8B.parameters() == 8_190_735_360
+    # SmolLM2-135M: 49152 x 576 = 28,311,552 tied; a layer 576*576*2 + 2*576*192 + 3*576*1536 + 2*576 = 3,540,096;
+    # 30 layers = 106,202,880; + 28,311,552 + 576 = 134,515,008.
+    assert KNOWN_MODELS["smollm2-135m-instruct"].parameters() == 134_515_008
+    # LoRA rank 16 on all seven linear layers: 16 x (8192 + 5120 + 5120 + 8192 + 16384 + 16384 + 16384) = 1,212,416
+    # per layer, x 36 = 43,646,976; only q_proj and v_proj: 16 x (8192 + 5120) x 36 = 7,667,712.
+    assert QWEN3_8B.lora_parameters(16, ["all-linear"]) == 43_646_976
+    assert QWEN3_8B.lora_parameters(16, ["q_proj", "v_proj"]) == 7_667_712
+
+
+def test_the_paper_launch_term_by_term() -> None:
+    """Qwen3-8B, 4 processes under ZeRO-3, micro-batch 1 of 1024 + 16384 tokens, checkpointing, reference model,
+    colocated vLLM at 0.35 of 80 GiB with sleep mode."""
+    e = estimate(QWEN3_8B, Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384, vllm_share=0.35, vllm_sleep=True))
+    got = {t.name: round(t.gib * GIB) for t in e.terms}
+    n = 8_190_735_360
+    assert got["weights"] == got["gradients"] == got["reference model"] == n * 2 // 4 == 4_095_367_680
+    assert got["optimizer (Adam)"] == n * 12 // 4 == 24_572_206_080  # fp32 master + 2 moments, sharded
+    assert got["CUDA context, NCCL, slack"] == 3 * GIB
+    assert got["ZeRO-3 gathered parameters"] == 622_329_856 * 2  # the head (151936 x 4096) beats 2 layers
+    # per token and layer: 16 x 4096 + 16 x 4096 + 14 x 1024 + 8 x 12288 = 243,712 bytes; 17,408 tokens;
+    # checkpointed: (36 layers x 4096 x 2 bytes + 2 x 243,712 + final norm 6 x 4096) x 17,408 = 806,912 x 17,408
+    assert got["activations"] == 806_912 * 17_408 == 14_046_724_096
+    # head: 16384 x 4096 x (4 + 2) + tile 4096 x 32768 x 2 + fp32 head gradient 151936 x 4096 x 4
+    assert got["output head (log-probs)"] == 402_653_184 + 268_435_456 + 2_489_319_424
+    resident = 3 * 4_095_367_680 + 24_572_206_080 + 3 * GIB  # 40,079,534,592
+    assert round(e.generation_gib * GIB) == resident + round(0.35 * 80 * GIB)  # 70,144,305,664 = 65.3 GiB
+    assert round(e.training_gib * GIB) == resident + 1_244_659_712 + 14_046_724_096 + 3_160_408_064 + GIB
+    assert round(e.peak_gib, 1) == 65.3 and round(e.training_gib, 1) == 55.5
+    # vLLM: 30,064,771,072 - weights 16,381,470,720 - 1.5 GiB = 12,072,687,616 for KV; a 40,960-token context
+    # costs 40,960 x 2 x 36 x 1024 x 2 = 6,039,797,760: room for 2.0 sequences
+    assert e.vllm_sequences == pytest.approx(12_072_687_616 / 6_039_797_760)
+    assert refusal(e, Setup(4, Sharding(True, 3), 79.6, 1, 1024, 16384), 79.6) is None
+
+
+def test_without_sleep_mode_vllm_stays_and_the_launch_does_not_fit() -> None:
+    s = Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384, vllm_share=0.35, vllm_sleep=False)
+    e = estimate(QWEN3_8B, s)
+    # training: the sleep mode's 1 GiB becomes the whole 28 GiB share: 59,605,068,288 - 1 GiB + 28 GiB = 82.5 GiB
+    assert round(e.training_gib * GIB) == 59_605_068_288 - GIB + round(0.35 * 80 * GIB)
+    line = refusal(e, s, 79.6)
+    assert line is not None and "\n" not in line and "82.5 GiB" in line and "(training)" in line
+    assert "vLLM (colocated) (28.0 GiB)" in line and "grpo.vllm_enable_sleep_mode=true" in line
+
+
+def test_no_deepspeed_bf16_adam_and_transformers_generation() -> None:
+    # SmolLM2-135M on 1 process, no DeepSpeed, no reference (beta 0), no vLLM: weights and gradients 2 bytes, torch
+    # AdamW's two bf16 moments 4 bytes per parameter; generation holds 8 rows x 1504 tokens of KV cache at
+    # 2 x 30 layers x 192 x 2 bytes = 23,040 bytes per token.
+    facts = KNOWN_MODELS["smollm2-135m-instruct"]
+    e = estimate(facts, Setup(1, Sharding(), 80.0, 1, 1024, 480, reference_model=False, vllm_mode=None,
+                              rows_per_process=8))
+    got = {t.name: round(t.gib * GIB) for t in e.terms}
+    assert got["weights"] == got["gradients"] == 134_515_008 * 2
+    assert got["optimizer (Adam)"] == 134_515_008 * 4
+    assert "reference model" not in got and "ZeRO-3 gathered parameters" not in got
+    assert got["generation KV cache (transformers)"] == 8 * 1504 * 23_040
+
+
+def test_zero_stages_shard_what_they_should_and_offload_moves_the_optimizer() -> None:
+    def terms(sh: Sharding) -> dict[str, int]:
+        e = estimate(QWEN3_8B, Setup(8, sh, 80.0, 1, 1024, 1024, vllm_mode="server"))
+        return {t.name: round(t.gib * GIB) for t in e.terms}
+
+    n = 8_190_735_360
+    z1, z2 = terms(Sharding(True, 1)), terms(Sharding(True, 2))
+    assert (z1["weights"], z1["gradients"], z1["optimizer (Adam)"], z1["reference model"]) == (2 * n, 2 * n,
+                                                                                               12 * n // 8, 2 * n)
+    assert z2["gradients"] == 2 * n // 8 and z2["weights"] == 2 * n
+    off = terms(Sharding(True, 3, offload_optimizer=True))
+    assert off["optimizer (Adam)"] == 0 and off["weights"] == 2 * n // 8
+
+
+def test_lora_trains_an_fp32_adapter_without_a_reference() -> None:
+    cfg = load_config(PAPER[0], [*PAPER[1:], "model.lora.r=16", "model.lora.alpha=32"])
+    s = setup_for(cfg, QWEN3_8B, 4, Sharding(True, 3), 80.0)
+    assert not s.reference_model and s.lora_rank == 16
+    got = {t.name: round(t.gib * GIB) for t in estimate(QWEN3_8B, s).terms}
+    assert got["gradients"] == 43_646_976 * 4 // 4 and got["optimizer (Adam)"] == 43_646_976 * 8 // 4
+    assert got["LoRA merge for vLLM"] == 8_190_735_360 * 2  # TRL gathers the whole model to merge the adapter
+
+
+def test_model_facts_from_a_local_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 400, "tie_word_embeddings": True}))
+    f = model_facts(str(tmp_path))
+    assert f is not None and (f.head_dim, f.kv_dim, f.tied_embeddings) == (8, 16, True)
+    # a layer: 32 x 32 + 2 x 32 x 16 + 32 x 32 + 3 x 32 x 64 + 2 x 32 = 9,280; x 2 + 400 x 32 + 32 = 31,392
+    assert f.parameters() == 31_392
+    assert model_facts("someone/unknown-model") is None
+
+
+def test_sharding_is_read_from_accelerate_and_deepspeed_configs(tmp_path: Path) -> None:
+    shipped = read_sharding(CONFIGS / "accelerate-zero3.yaml")
+    assert (shipped.deepspeed, shipped.zero_stage, shipped.offload_optimizer) == (True, 3, False)
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer":
+                                                                         {"device": "cpu"}}}))
+    (tmp_path / "acc.yaml").write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n")
+    s = read_sharding(tmp_path / "acc.yaml")
+    assert (s.deepspeed, s.zero_stage, s.offload_optimizer) == (True, 2, True)
+    (tmp_path / "ddp.yaml").write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    assert read_sharding(tmp_path / "ddp.yaml").deepspeed is False
+
+
+def test_judge_budget_by_hand() -> None:
+    cfg = load_config(PAPER[0], PAPER[1:])
+    b = judge_budget(cfg, 4, tokens_per_second=50)
+    # 16,384 tokens / 50 per s = 327.68 s; 512 rows / 4 processes = 128, a rubric step judges 2 answers per row:
+    # 256 requests in waves of judge.max_concurrency 32 = 8 waves x 327.68 = 2,621.44 s
+    assert b.seconds == pytest.approx(327.68) and b.step_seconds == pytest.approx(2621.44)
+    assert b.fits and b.timeout == cfg.judge.timeout and b.ddp_timeout > b.step_seconds  # the config is set for it
+    short = judge_budget(load_config(PAPER[0], [*PAPER[1:], "judge.timeout=120"]), 4, 50)
+    assert not short.fits
+    assert judge_budget(load_config(PAPER[0], [*PAPER[1:], "judge.mode=prob"]), 4, 50).reply_tokens == 1
+
+
+def test_the_paper_dry_run_prints_the_estimate_and_fits_80_gb(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", *PAPER[:1], "--dry-run", "--num-processes", "4", "--accelerate-config",
+                 str(CONFIGS / "accelerate-zero3.yaml"), "--gpu-memory", "79.6", *PAPER[1:]]) == 0
+    out = capsys.readouterr()
+    assert "memory per training GPU" in out.out and "peak while generating" in out.out
+    assert "warning" not in out.err  # judge.timeout and grpo.ddp_timeout fit the judge's budget
+
+
+def test_gpu_memory_40_refuses_the_paper_launch_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", *PAPER[:1], "--dry-run", "--num-processes", "4", "--accelerate-config",
+                 str(CONFIGS / "accelerate-zero3.yaml"), "--gpu-memory", "40", *PAPER[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "exceeds --gpu-memory 40" in err and "offload_optimizer_device: cpu" in err
+
+
+def test_dry_run_refuses_an_unknown_grpo_key_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "grpo.vllm_modee=server"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "grpo.vllm_modee is not a TRL GRPOConfig setting" in err and "grpo.vllm_mode?" in err
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "grpo.use_vllm=maybe"]) == 2
+    assert "grpo.use_vllm must be true or false" in capsys.readouterr().err
+
+
+def test_dry_run_plans_what_the_real_launch_computes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The real launch hands evolm_grpo_settings the launcher's WORLD_SIZE; the dry run uses the same function."""
+    from evolm.config import evolm_grpo_settings
+
+    cfg = load_config(CONFIGS / "demo-cpu.yaml", ["grpo.per_device_train_batch_size=2"])
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "--num-processes", "2",
+                 "grpo.per_device_train_batch_size=2"]) == 0
+    out = capsys.readouterr().out
+    accum = evolm_grpo_settings(cfg, 2)["gradient_accumulation_steps"]
+    assert accum == 2  # 2 questions x 4 samples = 8 rows = 2 processes x 2 rows x 2 micro-batches
+    assert f"4 per step: {accum} micro-batches of 2" in out
