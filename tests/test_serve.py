@@ -485,3 +485,16 @@ def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
     assert (defaults.max_body_mb, defaults.max_answers, defaults.max_answer_chars) == (16, 8192, 500_000)
     assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.max_connections) == (10, 60, 1024)
     assert "keep-alive connections close after 5 s" in text and f"{defaults.max_header_kb} KiB" in text
+
+
+def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
+    from evolm.serve import Batcher
+
+    batcher = Batcher(score=lambda answers: [], settings=ServeSettings(max_batch=64, max_batch_s=2.0))
+    assert batcher.room() == 64  # nothing measured yet
+    batcher.answer_s = 0.5
+    assert batcher.room() == 4
+    batcher.answer_s = 10.0
+    assert batcher.room() == 1
+    batcher.answer_s = 0.001
+    assert batcher.room() == 64

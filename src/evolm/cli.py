@@ -1131,6 +1131,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", type=_positive_int, default=64,
                    help="answers scored in one judge call (default 64); a larger request is scored over several "
                    "calls, each shared fairly with the requests waiting, so it cannot hold up small ones")
+    p.add_argument("--max-batch-s", type=positive, default=2.0,
+                   help="seconds a judge call should take, about: a batch holds at most what the judge scored in "
+                   "that time on recent batches, so a request behind a large one waits about two calls (default 2)")
     p.add_argument("--max-wait-ms", type=positive, default=5.0,
                    help="how long a batch waits for more requests once one arrives (default 5 ms)")
     p.add_argument("--max-queue", type=_positive_int, default=256,
@@ -1176,7 +1179,8 @@ def _run_serve(args: argparse.Namespace) -> None:
         writer = judge.backend if args.rubric_model == args.judge else _load(args, args.rubric_model, args.backend,
                                                                               args.base_url)
     rubrics = RubricSource(writer=writer, params=_rubric_params(args), table=table, cache_size=args.rubric_cache)
-    settings = ServeSettings(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+    settings = ServeSettings(max_batch=args.max_batch, max_batch_s=args.max_batch_s, max_wait_ms=args.max_wait_ms,
+                             max_queue=args.max_queue,
                              deadline_s=args.deadline_s, rubric_cache=args.rubric_cache, max_body_mb=args.max_body_mb,
                              max_answers=args.max_answers, max_answer_chars=args.max_answer_chars,
                              header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,

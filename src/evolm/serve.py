@@ -61,6 +61,9 @@ class ServeSettings:
 
     max_batch: int = 64
     """Answers per judge call. A larger request is scored over several calls, sharing each with the others."""
+    max_batch_s: float = 2.0
+    """Seconds a judge call should take, about: a batch holds at most the answers the judge scored in that time
+    on recent batches (at least one), so a request arriving behind a large one waits about two calls of this."""
     max_wait_ms: float = 5.0
     """How long the first request of a batch waits for others; a few ms cost little next to a forward pass."""
     max_queue: int = 256
@@ -384,9 +387,10 @@ def fair_shares(left: Sequence[int], room: int) -> list[int]:
 class Batcher:
     """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
 
-    Each batch holds up to ``max_batch`` answers shared fairly among the requests waiting
-    (``fair_shares``): a large request is scored over several batches and cannot hold the judge
-    from the small ones behind it. A request past its deadline, or whose client has gone, is
+    Each batch holds up to ``max_batch`` answers (fewer when the judge would take past
+    ``max_batch_s`` on them, ``room``) shared fairly among the requests waiting (``fair_shares``): a
+    large request is scored over several batches and cannot hold the judge from the small ones
+    behind it for more than about two batches. A request past its deadline, or whose client has gone, is
     dropped: its answers not yet sent are never scored and its place in the queue is free at once.
     """
 
@@ -398,6 +402,7 @@ class Batcher:
     busy_s: float = 0.0  # seconds spent in judge calls, all batches
     last_batch_s: float = 0.0
     last_batch_answers: int = 0
+    answer_s: float = 0.0  # seconds per answer of recent judge calls (a moving average; 0 before the first)
     jobs: list[_Job] = field(default_factory=list)  # admitted requests, in arrival order
     _wake: asyncio.Event | None = None
     _executor: ThreadPoolExecutor | None = None
@@ -465,12 +470,18 @@ class Batcher:
                 await asyncio.sleep(self.settings.max_wait_ms / 1000)  # room left: let others join
                 self.jobs = [j for j in self.jobs if j.waiting]
             jobs = list(self.jobs)
-            shares = fair_shares([len(j.answers) - j.sent for j in jobs], self.settings.max_batch)
+            shares = fair_shares([len(j.answers) - j.sent for j in jobs], self.room())
             parts = [(j, j.sent, j.sent + n) for j, n in zip(jobs, shares, strict=True) if n]
             for j, _, end in parts:
                 j.sent = end
             if parts:
                 await self._score(loop, parts)
+
+    def room(self) -> int:
+        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them."""
+        if self.answer_s <= 0:
+            return self.settings.max_batch
+        return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.answer_s)))
 
     async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
         """One judge call for all ``parts`` (a request's answers start:end); if it fails, each request's part
@@ -487,6 +498,8 @@ class Batcher:
             outs = [e] if len(parts) == 1 else [
                 None if j.future.done() else await self._alone(loop, j.answers[start:end]) for j, start, end in parts]
         self.last_batch_s, self.last_batch_answers = time.perf_counter() - t0, len(answers)
+        per = self.last_batch_s / len(answers)
+        self.answer_s = per if self.answer_s <= 0 else 0.5 * self.answer_s + 0.5 * per
         self.busy_s += self.last_batch_s
         self.batches += 1
         self.answers += len(answers)
