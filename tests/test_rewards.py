@@ -254,3 +254,21 @@ def test_multi_judge_margin_kappa_format() -> None:
     assert mean == pytest.approx(rubric_reward(0.5 + 0.4 / 3, 0.5, "margin_format", 1.0))
     with pytest.raises(ValueError, match="unknown multi-judge aggregation"):
         multi_judge_reward(pos, neg, "median")
+
+
+# (judges' s+, judges' s-, aggregate, format validity) and the rubric reward the authors' code gives with the main
+# run's format weight 0.3 (their aggregate_multi_judge_comparison, run, then 0.7 x reward + 0.3 x format).
+AUTHORS_MULTI_JUDGE = [
+    ([0.8, 0.4, 0.7], [0.5, 0.6, 0.4], "majority_vote", 1.0, 1.0),
+    ([0.8, 0.4, 0.7], [0.5, 0.6, 0.4], "average_vote", 0.0, 0.4666666666666666),
+    ([0.8, 0.9, 0.7], [0.3, 0.4, 0.2], "margin_kappa_format", 1.0, 0.825),
+    ([0.6, 0.2], [0.4, 0.5], "majority_vote", 1.0, 0.3),  # an even split goes to the higher mean: a- here
+]
+
+
+@pytest.mark.parametrize(("pos", "neg", "how", "valid", "expected"), AUTHORS_MULTI_JUDGE)
+def test_multi_judge_margin_format_blend_matches_the_authors(pos, neg, how, valid, expected) -> None:  # noqa: ANN001
+    from evolm.rewards import multi_judge_reward
+
+    assert multi_judge_reward(pos, neg, how, valid, "margin_format") == pytest.approx(expected)
+    assert multi_judge_reward(pos, neg, how, valid, "binary") == pytest.approx((expected - 0.3 * valid) / 0.7)

@@ -145,13 +145,6 @@ class RubricConfig:
                            "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
                            "scoring_levels): xgrammar on transformers, structured outputs on vLLM. Off in the paper "
                            "config; GRPO then takes log-probs under the unconstrained model (docs/FIDELITY.md)")
-    with_answers: bool = _f(False, "coevolve policy steps: write the step's rubrics in the same generate() call as "
-                            "TRL's answers (one pass; the rubric rows get their own temperature, budget and grammar) "
-                            "where the engine allows it: one process, transformers generation, rubric top_p equal to "
-                            "grpo.top_p, no grpo.min_p / repetition_penalty / generation_kwargs, rubric.max_new_tokens "
-                            "<= grpo.max_completion_length (equal when constrained); else a separate call first. Off: "
-                            "on CPU it is slower (finished answer rows keep being computed while the longer rubric "
-                            "decodes: bench/one_pass.py, docs/PERFORMANCE.md); meant for GPUs, not measured there")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
@@ -474,9 +467,9 @@ def importance_sampling_rule(grpo: dict[str, Any]) -> str:
     ratios leaves [0, 3.0]. ``use_bias_correction_kl`` (TRL's default true) also multiplies the KL term
     by the policy ratio, which changes its gradient; the reference's k3 term has no such factor.
 
-    >>> importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
-    ...                           "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False})
-    'per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only (the reference\'s rule); KL term: k3, no ratio'
+    >>> print(importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
+    ...                                 "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False}))
+    per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only (the reference's rule); KL term: k3, no ratio
     """
     if not grpo.get("use_vllm", False):
         return "none: generation in the trainer, no vLLM/trainer log-prob gap to correct"
@@ -687,9 +680,19 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+# settings that existed and were removed: a saved run's config.yaml holding their old default still loads
+RETIRED = {"rubric.with_answers": (False, "the one-pass generation path was removed (slower on CPU, unmeasured on "
+                                          "GPU: docs/PERFORMANCE.md)")}
+
+
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    for key in [k for k in data if f"{where}{k}" in RETIRED]:
+        default, why = RETIRED[f"{where}{key}"]
+        if data[key] != default:
+            raise InputError(f"'{where}{key}' is no longer a setting: {why}; remove it")
+        data = {k: v for k, v in data.items() if k != key}
     unknown = set(data) - names
     if unknown:
         raise InputError(f"unknown setting '{where}{sorted(unknown)[0]}' (known: {', '.join(sorted(names))})")

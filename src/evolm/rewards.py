@@ -122,11 +122,26 @@ def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None],
       being Fleiss' kappa of the judges' votes on this pair (1 when they all agree).
     - ``mean`` (evolm's): the judges' mean scores, then ``rubric_reward_kind`` as with one judge.
 
+    With ``rubric_reward_kind="margin_format"`` (the paper's main run) the first three get the
+    reference's format blend on top, as its code applies it to any rubric reward: 0.7 x the
+    aggregate + 0.3 format_validity.
+
     >>> multi_judge_reward([0.8, 0.4, 0.7], [0.5, 0.6, 0.4], "majority_vote")
     1.0
     >>> round(multi_judge_reward([0.8, 0.9, 0.7], [0.3, 0.4, 0.2], "margin_kappa_format", validity=1.0), 4)
     0.75
+    >>> round(multi_judge_reward([0.8, 0.4, 0.7], [0.5, 0.6, 0.4], "average_vote", 0.0, "margin_format"), 4)
+    0.4667
     """
+    reward = _multi_judge_aggregate(pos, neg, how, validity, rubric_reward_kind)
+    if reward is None or how == "mean" or rubric_reward_kind != "margin_format":
+        return reward
+    return 0.7 * reward + 0.3 * float(validity)
+
+
+def _multi_judge_aggregate(pos: Sequence[float | None], neg: Sequence[float | None], how: str, validity: float,
+                           rubric_reward_kind: str) -> float | None:
+    """``multi_judge_reward`` before the format blend."""
     both = [(float(p), float(n)) for p, n in zip(pos, neg, strict=True) if not is_missing(p) and not is_missing(n)]
     if not both:
         return None
