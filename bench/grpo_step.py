@@ -6,11 +6,9 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
    judge, 2 prompts x 4 samples, up to 480 tokens, constrained rubrics, 2 cycles x (2 policy + 2 rubric
    steps)), only the output directory changed. Each step is broken down into
 
-   - materialise: EvoLM's per-step work before TRL generates (policy: the step's rubrics when they do not
-     ride along with the answers, ``rubric.with_answers``; rubric: the fresh a+ answers of the pairs),
-     ``Loop.step_rows``;
-   - generation: TRL's ``transformers.generate`` block (TRL's own profiling; with ``rubric.with_answers`` it
-     writes the policy step's rubrics too);
+   - materialise: EvoLM's per-step work before TRL generates (policy: the step's rubrics; rubric: the fresh
+     a+ answers of the pairs), ``Loop.step_rows``;
+   - generation: TRL's ``transformers.generate`` block (TRL's own profiling);
    - judging: ``Judge.score`` inside the reward function;
    - ref log-probs: TRL's no-grad ``_get_per_token_logps_and_entropies`` (reference model, beta > 0);
    - other (prepare): the rest of TRL's ``_prepare_inputs`` (tokenising, padding, reward plumbing,

@@ -328,3 +328,13 @@ def test_extends_merges_onto_the_base_config(tmp_path: Path) -> None:
     (tmp_path / "loop.yaml").write_text("extends: loop.yaml\n")
     with pytest.raises(InputError, match="loops back"):
         load_config(tmp_path / "loop.yaml")
+
+
+def test_a_retired_setting_at_its_old_default_still_loads() -> None:
+    """A saved run's config.yaml from before rubric.with_answers was removed resumes; asking for it is an error."""
+    from evolm.config import load_config
+    from evolm.errors import InputError
+
+    assert not hasattr(load_config(None, ["rubric.with_answers=false"]).rubric, "with_answers")
+    with pytest.raises(InputError, match="'rubric.with_answers' is no longer a setting: the one-pass"):
+        load_config(None, ["rubric.with_answers=true"])

@@ -21,8 +21,7 @@ file gives it the body of a step; ``evolm.trl_adapter`` is the door between the 
 
 Departures from the reference, and why:
 - Rubrics for policy questions are written at every step (not once per phase), with the weights
-  of that step: same cost, always the current rubric writer (in TRL's generate call of the answers
-  where it can: ``rubric.with_answers``; the reward waits for them, not the generation).
+  of that step: same cost, always the current rubric writer.
 - Groups whose rewards all tie are kept (the reference drops them and samples replacements, which
   TRL's public API cannot do); GRPO gives them zero advantage, so they add no policy-gradient term,
   only the small KL term. Their share is logged per step (``tied_groups``).
@@ -62,8 +61,7 @@ from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, com
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
         on_start: Callable[[RunStart], None] | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout."""
-    errors = path_errors(cfg)  # the prompts and the output directory, before the directory is made
-    if errors:
+    if errors := path_errors(cfg):  # the prompts and the output directory, before the directory is made
         raise InputError(errors[0])
     with run_lock(cfg.output_dir):
         return _run(cfg, resume, on_step, on_start)
@@ -255,6 +253,12 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     return [_row(info, s, rubric_messages(pairs[s].question), pairs[s].question, pair=pairs[s]) for s in range(n)]
 
 
+def _shared(engine: Generate, fixed: Generate) -> Generate:
+    """A fixed model's ``generate`` spread over the processes by the engine's ``share`` (each writes a share, all get
+    the same texts: a server samples anew per request), or as it is."""
+    return engine.share(fixed) if hasattr(engine, "share") else fixed
+
+
 # ============================================================================= the step body, around TRL
 
 
@@ -274,7 +278,6 @@ class Loop:
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
     _fixed: dict[str, Backend] = field(default_factory=dict)
-    later: dict[int, Callable[[], list[dict[str, Any]]]] = field(default_factory=dict)  # step -> its rows, with rubrics
     is_main: bool = True  # the process that writes files (set by ``begin`` from TRL's state)
 
     def __post_init__(self) -> None:
@@ -292,16 +295,11 @@ class Loop:
         self.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer
-            answer = self.shared(generate, self.fixed_model("answerer").generate) \
+            answer = _shared(generate, self.fixed_model("answerer").generate) \
                 if self.cfg.contrast.answerer and self.plan.labelled is None else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
-        alongside = getattr(generate, "alongside", None) if self.plan.regime == "coevolve" else None
-        texts = alongside([rubric_messages(q) for q in questions], rubric_params(self.cfg, info)) if alongside else None
-        if texts is not None:  # the trainer's engine: the rubrics ride along in TRL's call; score fills them in
-            self.later[info.step + 1] = lambda: policy_rows(self.cfg, self.plan, info, list(map(read_written, texts())))
-        rubrics = None if texts is not None or self.plan.regime == "judge_only" \
-            else self.policy_rubrics(info, questions, generate)
+        rubrics = None if self.plan.regime == "judge_only" else self.policy_rubrics(info, questions, generate)
         return policy_rows(self.cfg, self.plan, info, rubrics or [None] * len(questions))
 
     def policy_rubrics(self, info: StepInfo, questions: list[str], generate: Generate) -> list[WrittenRubric]:
@@ -312,7 +310,7 @@ class Loop:
         missing = [q for q in questions if q not in self.frozen]
         if missing:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
-                batch, gen = missing, self.shared(generate, lambda convs, p: self.fixed_model("writer").generate(
+                batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
                     convs, replace(p, chat_template_kwargs={})))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
@@ -321,13 +319,6 @@ class Loop:
             if self.is_main:  # every process wrote the same rubrics (generation is gathered): one copy on disk
                 append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
-
-    @staticmethod
-    def shared(engine: Generate, fixed: Generate) -> Generate:
-        """A fixed model's ``generate`` spread over the training processes by the trainer's engine (its ``share``:
-        each process writes a share, all get the same texts), or as it is when the engine has no processes."""
-        share = getattr(engine, "share", None)
-        return share(fixed) if share is not None else fixed
 
     def fixed_model(self, role: str) -> Backend:
         """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
@@ -345,10 +336,6 @@ class Loop:
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[RowReward]:
-        if (later := self.later.pop(int(rows[0]["step"]), None)) is not None:  # rubrics that rode along (step_rows)
-            full = later()
-            for r in rows:  # in place: the reward function's rows are the ones logged and recorded
-                r.update(full[int(r["slot"])])
         return score_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
                           self.cfg.rubric.invalid)
 

@@ -27,6 +27,11 @@ def rank() -> int:
     return _env_int("RANK", 0)
 
 
+def local_rank() -> int | None:
+    """This process's rank on its machine (``LOCAL_RANK``), ``None`` when no launcher set it."""
+    return _env_int("LOCAL_RANK", -1) if "LOCAL_RANK" in os.environ and _env_int("LOCAL_RANK", -1) >= 0 else None
+
+
 def is_main() -> bool:
     """True on the process that writes files and prints (global rank 0)."""
     return rank() == 0

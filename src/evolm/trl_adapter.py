@@ -66,16 +66,6 @@ at every optimizer step:
    ``WandbCallback``); ``log_extra`` adds evolm's columns (role, rubric, pair, judge scores) to TRL's completions
    table, which TRL logs as a W&B table with ``grpo.log_completions``. The W&B run gets evolm's config, and
    ends with the run.
-8. One generation pass (``rubric.with_answers``): a coevolve policy step's rubrics ride along in TRL's own
-   ``generate`` call of the step's answers (``TrainerGenerate.alongside`` registers them at materialisation;
-   TRL's transformers path calls ``unwrapped_model.generate(input_ids=..., attention_mask=...,
-   generation_config=...)`` on ``accelerator.unwrap_model(trainer.model_wrapped)`` and slices completions at the
-   prompt width, ``_generate_single_turn``). The shadowed ``generate`` left-pads both sets of prompts together,
-   gives the riding rows their own temperature, budget and grammar through row-restricted logits processors
-   (transformers runs custom processors before its temperature and top-p warpers), and returns TRL's rows as a
-   call of their own would have. The reward waits for the rubrics, not the generation. ``one_pass_refusal``
-   lists what one call cannot carry (several processes, vLLM, continuous batching, different top-p...): then
-   the rubrics are written in a separate call first, as before.
 
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
 ``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
@@ -236,7 +226,6 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
-    trainer.evolm_with_answers = cfg.rubric.with_answers
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -315,7 +304,7 @@ def _trainer_class() -> type:
             if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
                 self._evolm_step = step
                 inputs = _materialise(self, inputs, step)
-                with _constrained_generation(self, inputs), _one_pass(self):
+                with _constrained_generation(self, inputs):
                     return super().training_step(model, inputs, num_items_in_batch)
             return super().training_step(model, inputs, num_items_in_batch)
 
@@ -555,35 +544,31 @@ class TrainerGenerate:
         self.trainer = trainer
 
     def __call__(self, conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
-        convs = list(conversations)
-        if not convs:
-            return []
+        return self.share(self._local)(conversations, params)
+
+    def share(self, generate: Callable[[list[Conversation], SamplingParams], list[str]]
+              ) -> Callable[[Sequence[Conversation], SamplingParams], list[str]]:
+        """``generate`` spread over the processes: each writes an equal share of the list (the last padded) and
+        the shares are gathered, so every process gets the same texts. Also for a fixed writer or answerer
+        (``rubric.writer``, ``contrast.answerer``): a server samples each request anew, and one copy of the
+        work per process would give each process different rubrics or pairs."""
         acc = self.trainer.accelerator
         world, rank = acc.num_processes, acc.process_index
-        if world == 1:
-            return self._local(convs, params)
-        from accelerate.utils import gather_object
 
-        share = -(-len(convs) // world)
-        padded = convs + [convs[-1]] * (share * world - len(convs))
-        mine = self._local(padded[rank * share : (rank + 1) * share], params)
-        return [t for part in gather_object([mine]) for t in part][: len(convs)]
+        def shared(conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
+            convs = list(conversations)
+            if not convs:
+                return []
+            if world == 1:
+                return generate(convs, params)
+            from accelerate.utils import gather_object
 
-    def alongside(self, conversations: Sequence[Conversation], params: SamplingParams
-                  ) -> Callable[[], list[str]] | None:
-        """Texts for ``conversations`` generated in TRL's own ``generate`` call of this step, beside its answers
-        (contract item 8): a function that gives them, for the reward to call after TRL generated. ``None`` when
-        ``one_pass_refusal`` refuses: the caller generates them itself."""
-        t, convs = self.trainer, list(conversations)
-        if not convs or one_pass_refusal(t, params) is not None:
-            return None
-        from evolm.backends.hf import HFBackend
+            n = -(-len(convs) // world)
+            padded = convs + [convs[-1]] * (n * world - len(convs))
+            mine = generate(padded[rank * n : (rank + 1) * n], params)
+            return [t for part in gather_object([mine]) for t in part][: len(convs)]
 
-        backend = HFBackend(t.accelerator.unwrap_model(t.model_wrapped), t.processing_class)
-        ids, opened, starts = backend.prompts(convs, params)
-        job = RideAlong(backend, ids, opened, starts, params)
-        t.evolm_ride_along = job
-        return job.result
+        return shared
 
     def _local(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
         t = self.trainer
@@ -618,160 +603,3 @@ class TrainerGenerate:
         finally:
             vg.temperature, vg.top_p, vg.max_completion_length = saved
         return tok.batch_decode(completion_ids, skip_special_tokens=True)
-
-
-
-# ============================================================================= one generation pass (contract item 8)
-
-
-@dataclass
-class RideAlong:
-    """Prompts that ride along in TRL's ``generate`` call of a policy step (the step's rubrics), and their texts."""
-
-    backend: Any  # an ``HFBackend`` over the trained model: it encoded the prompts and decodes the replies
-    ids: list[list[int]]
-    opened: list[str]  # the think block each prompt opened (put back in front of its reply)
-    starts: list[str] | None  # each row's grammar start (``params.json_schema`` set), else None
-    params: SamplingParams
-    texts: list[str] | None = None
-
-    def result(self) -> list[str]:
-        if self.texts is None:
-            raise RunError(f"TRL generated this step's answers without calling model.generate (trl {check_trl()}): "
-                           "the rubrics riding along were never written; the adapter's contract is broken")
-        return self.texts
-
-
-def one_pass_refusal(trainer: Any, params: SamplingParams) -> str | None:
-    """Why ``params``'s rows cannot ride along in TRL's ``generate`` call (``None``: they can).
-
-    One call samples every row with TRL's ``generation_config``; the riding rows get their own temperature (a
-    logits scale before TRL's temperature), budget (EOS forced after it) and grammar (xgrammar on their rows
-    only). What one call cannot give them per row is refused, and the rows are generated in a call of their own.
-    """
-    args = trainer.args
-    if not getattr(trainer, "evolm_with_answers", False):
-        return "rubric.with_answers is off"
-    if trainer.accelerator.num_processes > 1:
-        return "several processes (a question's answers can be generated on several)"
-    if getattr(args, "use_vllm", False):
-        return "vLLM generation (TRL's VLLMGeneration samples one call with one set of settings)"
-    if getattr(args, "use_transformers_continuous_batching", False):
-        return "transformers continuous batching (generate_batch takes no logits processors)"
-    gc = getattr(trainer, "generation_config", None)
-    if gc is None or not gc.do_sample or (gc.temperature is not None and gc.temperature <= 0) \
-            or params.temperature <= 0:
-        return "greedy decoding"
-    if args.generation_kwargs or (gc.top_k or 0) != 0 or gc.min_p is not None or (gc.repetition_penalty or 1.0) != 1.0:
-        return "grpo.top_k / min_p / repetition_penalty / generation_kwargs apply to every row of the call"
-    if (gc.top_p if gc.top_p is not None else 1.0) != params.top_p:
-        return f"top_p differs (answers {gc.top_p}, rubrics {params.top_p})"
-    if gc.max_new_tokens is None or params.max_new_tokens > gc.max_new_tokens:
-        return f"the rubric budget ({params.max_new_tokens}) exceeds the answers' ({gc.max_new_tokens})"
-    if params.json_schema is not None and params.max_new_tokens != gc.max_new_tokens:
-        return "a constrained rubric with a budget below the answers' (a grammar cannot be cut short)"
-    return None
-
-
-@contextmanager
-def _one_pass(trainer: Any) -> Iterator[None]:
-    """While TRL generates a policy step's answers, the step's rubrics ride along in the same call (if registered)."""
-    job = getattr(trainer, "evolm_ride_along", None)
-    trainer.evolm_ride_along = None
-    if job is None:
-        yield
-        return
-    with _shadowed_generate(trainer, lambda model, generate: _joint_generate(
-            model, generate, trainer.processing_class, job)):
-        yield
-
-
-def _joint_generate(model: Any, generate: Any, tokenizer: Any, job: RideAlong) -> Any:
-    """``generate`` that adds ``job``'s prompts to the first call's batch and hands back only the caller's rows.
-
-    TRL calls ``generate(input_ids=[B, L] left-padded, attention_mask, generation_config=...)`` and slices the
-    completions at ``L``: the joint batch is left-padded to ``W >= L``, and the caller's rows come back as
-    ``[B, L + n]``, cut after the last of them ended, exactly as a call of their own would return them (extra
-    left padding is masked and changes no position id).
-    """
-    import torch
-
-    from evolm.backends.hf import generation_stop_ids, model_vocab_size
-    from evolm.constrained import logits_processor
-
-    def joint_generate(*args: Any, **kwargs: Any) -> Any:
-        if job.texts is not None or args or "input_ids" not in kwargs or "generation_config" not in kwargs:
-            return generate(*args, **kwargs)  # not TRL's call shape, or the second call: untouched
-        ids, mask, config = kwargs.pop("input_ids"), kwargs.pop("attention_mask"), kwargs["generation_config"]
-        (n, width), m = ids.shape, len(job.ids)
-        full = max(width, *(len(x) for x in job.ids))
-        pad = tokenizer.pad_token_id
-        joint_ids = ids.new_full((n + m, full), pad)
-        joint_mask = mask.new_zeros((n + m, full))
-        joint_ids[:n, full - width :], joint_mask[:n, full - width :] = ids, mask
-        for j, x in enumerate(job.ids):
-            joint_ids[n + j, full - len(x) :] = torch.tensor(x, dtype=ids.dtype, device=ids.device)
-            joint_mask[n + j, full - len(x) :] = 1
-        rows = list(range(n, n + m))
-        stops = generation_stop_ids(model, tokenizer, config.eos_token_id)
-        extra: list[Any] = []
-        if job.starts is not None:
-            extra.append(RowsOnly(rows, logits_processor(tokenizer, model_vocab_size(model), job.params.json_schema,
-                                                         job.starts, stops)))
-        temperature = 1.0 if config.temperature is None else config.temperature  # transformers: None means 1
-        if config.do_sample and job.params.temperature != temperature:
-            extra.append(RowScale(rows, temperature / job.params.temperature))
-        if job.params.max_new_tokens < config.max_new_tokens:
-            extra.append(RowBudget(rows, full + job.params.max_new_tokens, stops[0]))
-        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), *extra]
-        out = generate(input_ids=joint_ids, attention_mask=joint_mask, **kwargs)
-        job.texts = [job.backend.reply(row, o) for row, o in zip(out[n:, full:].tolist(), job.opened, strict=True)]
-        mine = out[:n, full - width :]
-        return mine[:, : width + _used_width(mine[:, width:], stops)]
-
-    return joint_generate
-
-
-def _used_width(completions: Any, stops: Sequence[int]) -> int:
-    """Columns of ``completions`` up to the last row's first stop token (all of them if a row never stopped)."""
-    import torch
-
-    is_stop = torch.isin(completions, torch.tensor(list(stops), device=completions.device))
-    if completions.shape[1] == 0 or not bool(is_stop.any(dim=1).all()):
-        return int(completions.shape[1])
-    return int(is_stop.int().argmax(dim=1).max()) + 1
-
-
-class RowsOnly:
-    """A logits processor applied to some rows of the batch only (e.g. a grammar for the riding rows)."""
-
-    def __init__(self, rows: Sequence[int], processor: Any) -> None:
-        self.rows, self.processor = list(rows), processor
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        scores[self.rows] = self.processor(input_ids[self.rows], scores[self.rows])
-        return scores
-
-
-class RowScale:
-    """Multiplies some rows' logits by ``factor``: before TRL's temperature ``T``, ``T / t`` samples them at ``t``."""
-
-    def __init__(self, rows: Sequence[int], factor: float) -> None:
-        self.rows, self.factor = list(rows), float(factor)
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        scores[self.rows] = scores[self.rows] * self.factor
-        return scores
-
-
-class RowBudget:
-    """Forces ``eos`` on some rows once the sequence is ``length`` tokens long (their own ``max_new_tokens``)."""
-
-    def __init__(self, rows: Sequence[int], length: int, eos: int) -> None:
-        self.rows, self.length, self.eos = list(rows), int(length), int(eos)
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if input_ids.shape[1] >= self.length:
-            scores[self.rows] = float("-inf")
-            scores[self.rows, self.eos] = 0.0
-        return scores
