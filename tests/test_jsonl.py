@@ -205,7 +205,7 @@ def test_hostile_json_lines_are_one_line_errors(tmp_path: Path) -> None:
         assert "\n" not in str(e.value)
 
 
-# ----------------------------------------------------------------------------- one line discipline: \n ends a line, nothing else
+# ----------------------------------------------------------------------------- one line discipline: \n ends a line
 
 BREAKS = "a\u2028b\u2029c\x85d\re\r\nf\x0bg\x0ch\x1ci\x1dj\x1ek\nl"
 """Every character ``str.splitlines()`` breaks on, inside one string."""

@@ -283,7 +283,8 @@ def test_smollm2_yesno_server_matches_evolm_judge(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- one client cannot stall the server
 
 
-_OLD_END_MARKERS = r"(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\1>|</s>)(?:\s*(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\2>|</s>))*\s*$"
+_OLD_END_MARKERS = (r"(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\1>|</s>)"  # the regex strip_end_markers replaced
+                    r"(?:\s*(?:<([|\uff5c])[^\s<>|\uff5c]{1,64}\2>|</s>))*\s*$")
 
 
 def test_text_handling_is_linear_and_strips_what_the_regex_stripped() -> None:
@@ -305,7 +306,8 @@ def test_text_handling_is_linear_and_strips_what_the_regex_stripped() -> None:
         response_from_query("Q?" + hostile + "x", "Q?")
         response_from_query("Q?" + hostile, "Q?")
         assert time.process_time() - t0 < 0.5
-    for hostile in ("<|im_start|>user\n" * 12_000, "<|start_header_id|>user<|end_header_id|>\n\n" * 5_000 + "<|eot_id|>"):
+    llama = "<|start_header_id|>user<|end_header_id|>\n\n"
+    for hostile in ("<|im_start|>user\n" * 12_000, llama * 5_000 + "<|eot_id|>"):
         t0 = time.process_time()
         question_text(hostile)
         assert time.process_time() - t0 < 0.5
@@ -480,7 +482,8 @@ def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
     defaults = ServeSettings()
     for flag, default in (("--max-body-mb", "16"), ("--max-answers", "8192"), ("--max-answer-chars", "500000"),
                           ("--header-timeout-s", "10"), ("--body-timeout-s", "60"), ("--max-connections", "1024"),
-                          ("--max-queue", "256"), ("--deadline-s", "300"), ("--max-batch", "64")):
+                          ("--max-queue", "256"), ("--deadline-s", "300"), ("--max-batch", "64"),
+                          ("--max-batch-s", "2")):
         assert flag in text and f"(default {default})" in text, flag
     assert (defaults.max_body_mb, defaults.max_answers, defaults.max_answer_chars) == (16, 8192, 500_000)
     assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.max_connections) == (10, 60, 1024)

@@ -24,9 +24,16 @@ by its sha256) or a rubric file; else the judge scores alone. ``extra_logs`` say
 Requests are not scored one by one: an asyncio batcher collects what arrives within a few
 milliseconds (up to ``max_batch`` answers) and scores it in one ``Judge.score`` call in a worker
 thread, answers to one question next to each other, so they share the judge's prompt prefix as in
-training. A full queue answers 503 with ``Retry-After``; a request past its deadline 504; a
-malformed one a 4xx; every error body is ``{"error": ...}`` and the server keeps serving. All
-model calls run in that one thread: the judge and a rubric writer may share one model.
+training. A request larger than a batch is scored over several, each shared fairly with the
+requests waiting (``fair_shares``), and a batch is cut to about ``max_batch_s`` seconds of judging,
+so one client cannot hold the judge from the others. A full queue answers 503 with
+``Retry-After``; a request past its deadline 504, and one whose client has gone is dropped: their
+answers not yet scored never are. A malformed request is a 4xx, one over a size limit (body,
+answers, characters per text) 413; every error body is ``{"error": ...}`` and the server keeps
+serving. Bodies are decoded and their text handled off the event loop, in linear time (``/health``
+answers while a 200k-character request is read or a batch is judged); a connection that does not
+send its headers or body in time is closed (``guarded_h11``). All model calls run in that one
+thread: the judge and a rubric writer may share one model.
 (No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time.)
 """
 
@@ -79,7 +86,7 @@ class ServeSettings:
     max_answer_chars: int = 500_000
     """Characters in one query, prompt or response (about a 128k-token context); more is answered 413."""
     header_timeout_s: float = 10.0
-    """Seconds a connection has to send a request's headers (from its start or its previous reply); then it is closed."""
+    """Seconds a connection has to send a request's headers (from its start or its last reply); then it is closed."""
     body_timeout_s: float = 60.0
     """Seconds a request's body may take to arrive once its headers have; then the connection is closed."""
     keep_alive_s: int = 5
@@ -133,7 +140,7 @@ def _last_turn(text: str, start: str, end: str) -> str | None:
 
 
 def _marker_start(text: str, end: int) -> int | None:
-    """Where an end marker (``</s>``, ``<|name|>``, ``<｜name｜>``) ending at ``end`` starts, else None (constant time)."""
+    """Where an end marker (``</s>``, ``<|name|>``, ``<｜name｜>``) ending at ``end`` starts, else None (O(1))."""
     if text.endswith("</s>", 0, end):
         return end - 4
     if end < 4 or text[end - 1] != ">" or text[end - 2] not in "|\uff5c":
@@ -634,7 +641,8 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
         """Liveness, and what the server has done: batches, answers, rubrics written and cached."""
         return {"status": "ok", "mode": getattr(judge, "mode", None), "rubrics": rubrics.kind,
                 "queued": batcher.queued(), "dropped": batcher.dropped, "batches": batcher.batches,
-                "answers": batcher.answers, "busy_s": round(batcher.busy_s, 3), "rubrics_written": rubrics.written, "rubric_cache": len(rubrics.cache)}
+                "answers": batcher.answers, "busy_s": round(batcher.busy_s, 3), "rubrics_written": rubrics.written,
+                "rubric_cache": len(rubrics.cache)}
 
     return app
 
@@ -698,7 +706,7 @@ def guarded_h11(header_timeout_s: float, body_timeout_s: float) -> type:
 
 
 def uvicorn_options(settings: ServeSettings) -> dict[str, Any]:
-    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, header size, connections."""
+    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, headers, connections."""
     return {"http": guarded_h11(settings.header_timeout_s, settings.body_timeout_s),
             "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": settings.max_connections,
             "h11_max_incomplete_event_size": settings.max_header_kb * 1024}

@@ -467,7 +467,7 @@ def test_neutralising_can_be_turned_off(openai_server: RunningServer) -> None:
 
 
 def test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line(openai_server: RunningServer) -> None:
-    """64 MiB of padding in 65 KB of gzip: read past 1 MiB it is an error, not 64 MiB in memory (5 GB at 2 MB of gzip)."""
+    """64 MiB of padding in 65 KB of gzip: past 1 MiB it is an error, not 64 MiB in memory (5 GB at 2 MB of gzip)."""
     import tracemalloc
 
     openai_server.state.gzip_bomb_mb = 64
