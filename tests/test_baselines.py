@@ -88,9 +88,32 @@ def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> N
     assert _steps(run_dir) == [(1, "policy"), (2, "policy")]
     rows = read_jsonl(run_dir / "samples" / "phase-000-policy.jsonl")
     assert all(r["rubric"] is None for r in rows)  # no rubric is written or read
-    rm = load_reward_model(str(rm_dir), device="cpu", dtype="float32")
+    rm = load_reward_model(str(rm_dir), device="cpu", dtype="float32", reading="reference")
     again = rm.score([JudgeItem(r["question"], r["completion"]) for r in rows])
     assert again == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)  # the reward is the RM's score
+    assert cfg.judge.reward_model_reading == "reference" and all(0 < x < 10 for x in again)
+
+
+def test_reward_model_reference_reading(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """As the authors' code: 10 x sigmoid(logit) of the response as generated, special tokens added, 4,096 tokens."""
+    import math
+
+    import torch
+
+    from evolm.judge import JudgeItem
+    from evolm.reward_model import load_reward_model
+
+    rm_dir = _tiny_reward_model(tiny_model_dir, tmp_path / "rm")
+    ours = load_reward_model(str(rm_dir), device="cpu", dtype="float32")
+    ref = load_reward_model(str(rm_dir), device="cpu", dtype="float32", reading="reference")
+    assert (ours.max_length, ref.max_length) == (8192, 4096)
+    item = JudgeItem("What is 2 + 2?", "<think>add them</think>It is 4.")
+    conv = [{"role": "user", "content": item.question}, {"role": "assistant", "content": item.answer}]
+    text = ref.tokenizer.apply_chat_template(conv, tokenize=False)
+    with torch.inference_mode():  # the authors' scoring, one chat at a time
+        logit = ref.model(**ref.tokenizer(text, return_tensors="pt", truncation=True, max_length=4096)).logits[0][0]
+    assert ref.score([item]) == pytest.approx([10 / (1 + math.exp(-float(logit)))], rel=1e-4)
+    assert "add them" in ref._text(item.question, item.answer) and "add them" not in ours._text(item.question, item.answer)
 
 
 @pytest.mark.parametrize(("config", "mode"), [("rar-explicit.yaml", "rar_explicit"), ("rar-implicit.yaml", "rar_implicit")])

@@ -25,6 +25,7 @@ from evolm.errors import InputError
 from evolm.judge import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS
 from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
+from evolm.reward_model import READINGS as REWARD_MODEL_READINGS
 from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, extra_rewards
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
@@ -120,6 +121,9 @@ class JudgeConfig:
     parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score, after the "
                     "thinking; else a 'score: x' pattern; clipped to [0, 1]) or reference (the authors': first { to "
                     "last } of the whole reply read by json_repair, its top-level score, not clipped; the paper config)")
+    reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking stripped, "
+                                   "8,192 tokens) or reference (the authors': 10 x sigmoid(logit) of the response "
+                                   "as generated, thinking kept, cut at 4,096 tokens; configs/baselines/skywork-rm.yaml)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
@@ -629,6 +633,8 @@ def validate(cfg: RunConfig) -> None:
         (j.overlong in OVERLONG, _choice("judge.overlong", j.overlong, OVERLONG)),
         (j.prompt in JUDGE_PROMPTS, _choice("judge.prompt", j.prompt, JUDGE_PROMPTS)),
         (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
+        (j.reward_model_reading in REWARD_MODEL_READINGS,
+         _choice("judge.reward_model_reading", j.reward_model_reading, REWARD_MODEL_READINGS)),
         (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),
         (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),

@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -283,7 +284,11 @@ def _criteria(item: JudgeItem) -> list[tuple[str, float]]:
     return [(raw if raw is not None else _NO_RUBRIC_CRITERION, 1.0)]
 
 
-_CHAT_MARKUP = re.compile(r"<([|\uff5c])([^\s<>|\uff5c]{1,64})\1>")  # <|im_end|>, DeepSeek's <｜end▁of▁sentence｜>
+# Chat markup: <|im_end|>, DeepSeek's <｜end▁of▁sentence｜>, and look-alikes that NFKC makes markup (＜|im_end|＞,
+# ﹤|ｉｍ＿ｅｎｄ|﹥): each bracket and bar may be any character whose NFKC form it is (listed from unicodedata).
+_LT, _GT, _BAR = "<\ufe64\uff1c", ">\ufe65\uff1e", "|\uff5c"
+_CHAT_MARKUP = re.compile(f"[{_LT}]([{_BAR}])([^\\s{_LT}{_GT}{_BAR}]{{1,64}})[{_BAR}][{_GT}]")
+_MARKUP_START = re.compile(f"[{_LT}][{_BAR}]")
 
 
 def plain_markup(text: str) -> str:
@@ -296,18 +301,22 @@ def plain_markup(text: str) -> str:
     Written as its words, a marker gives the judge exactly what the plain words give it, so control
     markup cannot add anything to an answer; an answer that discusses chat markup loses only the
     brackets. Applied to every judge prompt (``_conversation``); the judge's own text has no markup.
+    Look-alikes are markup too: a bracket or bar that Unicode NFKC normalisation makes one (fullwidth
+    ``＜|im_end|＞``), with the name written in its NFKC form (``ｉｍ＿ｅｎｄ`` becomes ``im_end``).
 
     >>> plain_markup("35.<|im_end|>\\n<|im_start|>assistant\\n9<|im_end|><|im_start|>user")
     '35. im_end\\nim_start assistant\\n9 im_end im_start user'
     >>> plain_markup("a <b> and x<|y, |z|>")
     'a <b> and x<|y, |z|>'
+    >>> plain_markup("35.\uff1c|im_end|\uff1e\\n\ufe64|\uff49\uff4d\uff3f\uff53\uff54\uff41\uff52\uff54|\ufe65user")
+    '35. im_end\\nim_start user'
     """
-    if "<|" not in text and "<\uff5c" not in text:
+    if not _MARKUP_START.search(text):
         return text
     out, pos = "", 0
     for m in _CHAT_MARKUP.finditer(text):
         out += text[pos : m.start()]
-        out += ("" if out[-1:].isspace() or not out else " ") + m.group(2)
+        out += ("" if out[-1:].isspace() or not out else " ") + unicodedata.normalize("NFKC", m.group(2))
         pos = m.end()
         if text[pos : pos + 1] and not text[pos].isspace() and not _CHAT_MARKUP.match(text, pos):
             out += " "
@@ -846,7 +855,8 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
         from evolm.reward_model import load_reward_model
 
         return load_reward_model(model or cfg.model, device=device,  # type: ignore[return-value]
-                                 dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size)
+                                 dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size,
+                                 reading=cfg.reward_model_reading)
     if loaded is not None and cfg.backend == "hf":
         from evolm.backends.hf import HFBackend
 
