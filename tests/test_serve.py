@@ -501,3 +501,17 @@ def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
     assert batcher.room() == 1
     batcher.answer_s = 0.001
     assert batcher.room() == 64
+
+
+def test_headers_over_the_size_limit_are_refused() -> None:
+    """h11 keeps at most ``max_header_kb`` of an unfinished request head in memory (a head that arrives whole
+    in one read is parsed: the limit bounds what a client can make the server hold, not the head's size)."""
+    import socket
+
+    with running(create_app(FakeJudge(), settings=ServeSettings(max_header_kb=8))) as url:
+        sock = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 20_000)  # headers still unfinished
+        sock.settimeout(5)
+        reply = sock.recv(65536)
+        sock.close()
+    assert reply.startswith(b"HTTP/1.1 400")

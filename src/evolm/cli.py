@@ -1157,7 +1157,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                         "(default 60)")
     limits.add_argument("--max-connections", type=_positive_int, default=1024,
                         help="connections open at once; beyond it requests get 503 (default 1024). Idle keep-alive "
-                        "connections close after 5 s, headers are limited to 64 KiB")
+                        "connections close after 5 s; at most 64 KiB of unfinished headers are buffered")
     _add_judge_mode_arg(p)
     p.add_argument("--judge-constrained", action="store_true", help=_JUDGE_CONSTRAINED)
     _add_context_args(p, "judge")

@@ -94,7 +94,7 @@ class ServeSettings:
     max_connections: int = 1024
     """Open connections (or requests in progress) at once; beyond it uvicorn answers 503 (``limit_concurrency``)."""
     max_header_kb: int = 64
-    """Size limit of a request's headers in KiB (h11's incomplete-event limit); beyond it the request gets 400."""
+    """KiB of an unfinished request head buffered at most (h11's incomplete-event limit); more is answered 400."""
 
 
 # ----------------------------------------------------------------------------- the two protocols
