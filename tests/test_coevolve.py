@@ -689,3 +689,15 @@ def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
                                                                  "margin_format"), abs=1e-6)
         policy = [j.score([JudgeItem(q, "It is 4.", None, rubric_text=VALID_RUBRIC)])[0] for j in judges]
         assert out[1].reward == pytest.approx(sum(policy) / 2, abs=1e-6)
+
+
+def test_rubric_prompt_setting_reaches_both_roles(tmp_path: Path, tiny_model_dir: Path, tiny_judge: Judge) -> None:
+    """``rubric.prompt=older``: rubric-step prompts and policy-step rubrics both use it (the reference used one per role)."""
+    loop = loop_for(tmp_path, tiny_model_dir, tiny_judge, "schedule.regime=rubric_only", "rubric.prompt=older")
+    for row in rubric_rows(loop.cfg, loop.plan, loop.plan.info(0), loop.buffer, FakeEngine().generate):
+        assert row["prompt"] == rubric_messages(row["question"], "older")
+    (tmp_path / "p").mkdir()
+    loop = loop_for(tmp_path / "p", tiny_model_dir, tiny_judge, "rubric.prompt=older")
+    engine = FakeEngine()
+    loop.step_rows(0, engine.generate)
+    assert all(c[:-1] == rubric_messages("x", "older")[:-1] for c in engine.calls[0])

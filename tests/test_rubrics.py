@@ -435,3 +435,17 @@ def test_remove_reasoning_matches_the_authors() -> None:
     assert remove(text) == '{"criteria": [1]}'  # a rubric object deep in untagged reasoning is kept alone
     assert remove("a" * 16001) == "a" * 8000 and remove("a" * 16000) == "a" * 16000
     assert format_validity('{"criteria": [{"criterion": "a", "weight": "nan"}, {"criterion": "b", "weight": 1}]}') == 0.0
+
+
+def test_rubric_prompt_setting_v3_and_older() -> None:
+    """``rubric.prompt``: v3 (2-5 criteria, a dealbreaker allowed; the default) or older (5-10, none), same layout."""
+    v3, older = rubric_messages("Q?"), rubric_messages("Q?", "older")
+    assert v3 == rubric_messages("Q?", "v3") and [m["role"] for m in older] == [m["role"] for m in v3]
+    assert "2 to 5 criteria" in v3[0]["content"] and "dealbreaker" in v3[0]["content"]
+    assert "5 to 10 criteria" in older[0]["content"] and "dealbreaker" not in older[0]["content"]
+    example = json.loads(older[2]["content"])
+    assert len(example["criteria"]) == 5 and format_validity(older[2]["content"]) == 1.0
+    assert max(c["weight"] for c in example["criteria"]) <= 0.3  # balanced: no dealbreaker taught
+    assert older[-1]["content"] == "Question:\nQ?"
+    with pytest.raises(ValueError, match="unknown rubric prompt"):
+        rubric_messages("Q?", "v4")

@@ -171,10 +171,14 @@ def _add_seed_arg(p: argparse._ActionsContainer) -> None:
                    "judge), in [0, 2**32)")
 
 
-def _add_rubric_writing_args(p: argparse._ActionsContainer) -> None:
-    """How rubrics are written: the sampling flags and --max-new-tokens."""
+def _add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = True) -> None:
+    """How rubrics are written: the sampling flags, --max-new-tokens and (unless not read) --rubric-prompt."""
     _add_sampling_args(p)
     p.add_argument("--max-new-tokens", type=_positive_int, default=1024, help="rubric length limit in tokens")
+    if prompt_flag:
+        p.add_argument("--rubric-prompt", choices=("v3", "older"), default="v3",
+                       help="the rubric prompt (as rubric.prompt in training): v3 (default, the paper's: 2-5 criteria) "
+                       "or older (the authors' older prompt: 5-10 criteria)")
     p.add_argument("--constrained", action="store_true",
                    help="decode each rubric under the rubric JSON schema (2-5 criteria with criterion, weight, "
                    "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses, though "
@@ -330,13 +334,15 @@ def _run_rubric(args: argparse.Namespace) -> None:
     def compute(start: int, end: int) -> list[dict]:
         questions = [str(r["prompt"]) for r in rows[start:end]]
         # a question that leaves the writer no room for its rubric: no rubric and why (or, refused, an error)
-        over = over_context(backend, [rubric_messages(q) for q in questions], max_context=args.max_context,
+        over = over_context(backend, [rubric_messages(q, args.rubric_prompt) for q in questions],
+                            max_context=args.max_context,
                             reply_tokens=params.max_new_tokens, what="rubric prompt")
         if over and args.overlong == "refuse":
             first = min(over)
             raise InputError(f"{args.input}: row {start + first + 1}: {over[first]} (--overlong refuse)")
         todo = [i for i in range(len(questions)) if i not in over]
-        written = dict(zip(todo, write_rubrics(backend, [questions[i] for i in todo], params), strict=True))
+        written = dict(zip(todo, write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt),
+                           strict=True))
         return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]} if i in over
                 else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
                       "rubric_valid": written[i].valid, "rubric_text": written[i].text}
@@ -808,7 +814,8 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
         rubric_backend, judge = _rubric_and_judge(args, need_rubric_model=table is None)
         scored, coverage = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
                                        rubric_table=table, progress=True,
-                                       rubric_as_written=getattr(args, "rubric_as_written", False))
+                                       rubric_as_written=getattr(args, "rubric_as_written", False),
+                                       rubric_prompt=args.rubric_prompt)
         if args.save_scores:
             rb2.write_scores(args.save_scores, scored)
         settings.update(_rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets,
@@ -876,6 +883,7 @@ def _rubric_judge_settings(args: argparse.Namespace) -> dict:
         "judge": args.judge, "judge_backend": args.judge_backend or args.backend, "mode": args.mode,
         "rubric_model": None if args.no_rubric else args.rubric_model, "backend": args.backend,
         "no_rubric": args.no_rubric, "temperature": args.temperature, "top_p": args.top_p,
+        "rubric_prompt": args.rubric_prompt,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed, "constrained": args.constrained,
         "judge_constrained": args.judge_constrained, "max_context": args.max_context, "overlong": args.overlong,
     }
@@ -909,7 +917,7 @@ def _run_eval_pairs(args: argparse.Namespace) -> None:
     files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
     rubric_backend, judge = _rubric_and_judge(args)
     result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=_rubric_params(args),
-                                  progress=True)
+                                  progress=True, rubric_prompt=args.rubric_prompt)
     out = {**result.to_dict(), "settings": {**_rubric_judge_settings(args), "limit": args.limit}}
     _write_result(args.output, out, pairs_eval.format_table(result))
     _done(f"pairwise accuracy {100 * result.total.accuracy:.1f} over {result.total.pairs} pairs"
@@ -1163,7 +1171,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     _add_context_args(p, "judge")
     _add_backend_args(p)
     _add_runtime_args(p)
-    _add_rubric_writing_args(p.add_argument_group("rubric writing", "sampling of --rubric-model"))
+    _add_rubric_writing_args(p.add_argument_group("rubric writing", "sampling of --rubric-model"), prompt_flag=False)
     p.set_defaults(run=_run_serve)
 
 

@@ -247,10 +247,12 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     conditioned = [s for s in range(n) if s not in pairs]  # rubric_conditioned, and temporal with an empty buffer
     if conditioned:
         qs = [question(s) for s in conditioned]
-        written = [read_written(t) for t in generate([rubric_messages(q) for q in qs], rubric_params(cfg, info))]
+        written = [read_written(t) for t in generate([rubric_messages(q, cfg.rubric.prompt) for q in qs],
+                                                     rubric_params(cfg, info))]
         texts = [render_rubric(w.rubric) if w.rubric else strip_thinking(w.text) for w in written]
         pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, answer, params, sys_prompt)))
-    return [_row(info, s, rubric_messages(pairs[s].question), pairs[s].question, pair=pairs[s]) for s in range(n)]
+    return [_row(info, s, rubric_messages(pairs[s].question, cfg.rubric.prompt), pairs[s].question, pair=pairs[s])
+            for s in range(n)]
 
 
 def _shared(engine: Generate, fixed: Generate) -> Generate:
@@ -306,7 +308,8 @@ class Loop:
         """coevolve: written now, by the current weights. Otherwise by a fixed writer, once, and kept."""
         params = rubric_params(self.cfg, info)
         if self.plan.regime == "coevolve":
-            return [read_written(t) for t in generate([rubric_messages(q) for q in questions], params)]
+            return [read_written(t) for t in generate([rubric_messages(q, self.cfg.rubric.prompt) for q in questions],
+                                                      params)]
         missing = [q for q in questions if q not in self.frozen]
         if missing:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
@@ -314,7 +317,7 @@ class Loop:
                     convs, replace(p, chat_template_kwargs={})))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
-            texts = dict(zip(batch, gen([rubric_messages(q) for q in batch], params), strict=True))
+            texts = dict(zip(batch, gen([rubric_messages(q, self.cfg.rubric.prompt) for q in batch], params), strict=True))
             self.frozen.update({q: read_written(t) for q, t in texts.items()})
             if self.is_main:  # every process wrote the same rubrics (generation is gathered): one copy on disk
                 append_frozen_rubrics(self.run_dir, texts)

@@ -26,6 +26,7 @@ from evolm.judge import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS
 from evolm.models import BACKENDS, DTYPES
 from evolm.reward_model import MODE as REWARD_MODEL_MODE
 from evolm.reward_model import READINGS as REWARD_MODEL_READINGS
+from evolm.rubrics import RUBRIC_PROMPTS
 from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, extra_rewards
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
@@ -139,6 +140,10 @@ class RubricConfig:
 
     reward: str = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 margin + 0.3 "
                      "format), separation")
+    prompt: str = _f("v3", "the rubric prompt, in both roles and in held-out evaluation: v3 (the paper's: the most "
+                     "important aspect first, 2-5 criteria, a ~0.8 dealbreaker allowed for short verifiable answers) "
+                     "or older (the authors' older prompt, which their rubric steps hard-code: 5-10 criteria, no "
+                     "dealbreaker); both in evolm's words (docs/FIDELITY.md)")
     temperature: float = _f(0.6, "temperature when writing the rubric shared by a policy question's samples")
     top_p: float = _f(0.95, "top-p when writing that rubric (paper: 0.95)")
     invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw text in "
@@ -632,6 +637,9 @@ def validate(cfg: RunConfig) -> None:
          "{prompt, chosen, rejected} pairs"),
         (j.overlong in OVERLONG, _choice("judge.overlong", j.overlong, OVERLONG)),
         (j.prompt in JUDGE_PROMPTS, _choice("judge.prompt", j.prompt, JUDGE_PROMPTS)),
+        (cfg.rubric.prompt in RUBRIC_PROMPTS, _choice("rubric.prompt", cfg.rubric.prompt, RUBRIC_PROMPTS)),
+        (not (cfg.rubric.constrained and cfg.rubric.prompt == "older"), "rubric.prompt=older asks for 5-10 criteria, "
+         "which the rubric grammar (rubric.constrained: 2-5 criteria) cannot write: use rubric.prompt=v3"),
         (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
         (j.reward_model_reading in REWARD_MODEL_READINGS,
          _choice("judge.reward_model_reading", j.reward_model_reading, REWARD_MODEL_READINGS)),

@@ -131,7 +131,7 @@ class HeldOut:
         self.done.add(step)
         start = time.time()
         written, answers = generate_heldout(self.generate, self.pairs, self.questions, self.cfg.model.system_prompt,
-                                            self.rubric_params, self.answer_params)
+                                            self.rubric_params, self.answer_params, self.cfg.rubric.prompt)
         if self.fixed is None and step == 0:  # the initial writer's rubrics for the questions: the fixed set
             self.fixed = {q: written[q].text for q in self.questions}
             if self.is_main and self.questions:
@@ -156,14 +156,14 @@ class HeldOut:
 
 
 def generate_heldout(generate: Generate, pairs: Sequence[PreferencePair], questions: Sequence[str], system_prompt: str,
-                     rubric_params: SamplingParams, answer_params: SamplingParams
+                     rubric_params: SamplingParams, answer_params: SamplingParams, rubric_prompt: str = "v3"
                      ) -> tuple[dict[str, WrittenRubric], dict[str, str]]:
     """The current model's rubric for every distinct held-out text, and its answer to every question.
 
     Called identically on every process (``generate`` is collective): one rubric call, one answer call.
     """
     texts = list(dict.fromkeys([*(p.prompt for p in pairs), *questions]))
-    written = [read_written(t) for t in generate([rubric_messages(q) for q in texts], rubric_params)]
+    written = [read_written(t) for t in generate([rubric_messages(q, rubric_prompt) for q in texts], rubric_params)]
     answers = generate([policy_messages(q, system_prompt) for q in questions], answer_params) if questions else []
     return dict(zip(texts, written, strict=True)), dict(zip(questions, answers, strict=True))
 

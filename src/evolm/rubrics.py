@@ -107,17 +107,53 @@ _EXAMPLE = {
 }
 
 
-def rubric_messages(question: str) -> Conversation:
+# ``rubric.prompt: older``: the instructions of the authors' older rubric prompt (the one their rubric-training
+# steps hard-code), in our own words: explicit and implicit requirements, then 5 to 10 criteria, no dealbreaker.
+_OLDER_INSTRUCTIONS = """\
+For each question you receive, first think about it:
+- Which explicit requirements does it state (format, length, content, style, language)?
+- Which implicit requirements follow from its context, though it does not state them?
+
+Then write 5 to 10 criteria:
+- Each criterion checks exactly one aspect, is objective, and does not assume one particular wording of the answer.
+- Give each criterion a weight for its importance; the weights sum to 1.0.
+- Every criterion has scoring levels from "1.0" (fully met) to "0.0" (not met); add levels in between wherever \
+they help tell better answers from worse. A grader rates each criterion and multiplies by its weight.
+
+Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ..., "scoring_levels": {...}}, ...]}"""
+_OLDER_EXAMPLE = {
+    "criteria": [
+        {"criterion": "Makes the request clear: water the plants while the writer is away.", "weight": 0.3,
+         "scoring_levels": {"1.0": "Request is clear.", "0.5": "Request implied.", "0.0": "No request."}},
+        {"criterion": "Gives the dates of the absence (next week).", "weight": 0.2,
+         "scoring_levels": {"1.0": "Dates given.", "0.5": "Timing vague.", "0.0": "No timing."}},
+        {"criterion": "Says which plants need water and how often.", "weight": 0.2,
+         "scoring_levels": {"1.0": "Both given.", "0.5": "One given.", "0.0": "Neither."}},
+        {"criterion": "Explains how the neighbour gets in (key, access).", "weight": 0.15,
+         "scoring_levels": {"1.0": "Access explained.", "0.0": "Not mentioned."}},
+        {"criterion": "Is polite and short, as a note to a neighbour should be.", "weight": 0.15,
+         "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or curt.", "0.0": "Rude or rambling."}},
+    ]
+}
+RUBRIC_PROMPTS = ("v3", "older")
+"""``rubric.prompt``: ``v3`` (2-5 criteria, a dealbreaker allowed; the paper's) or ``older`` (5-10 criteria)."""
+
+
+def rubric_messages(question: str, prompt: str = "v3") -> Conversation:
     """The chat conversation that asks the model (in its rubric role) for a rubric of ``question``.
 
     The instructions sit in the system prompt and one worked example is given as a previous turn
     of the conversation: small models copy the format of a turn far more reliably than that of an
-    example quoted inside the instructions.
+    example quoted inside the instructions. ``prompt``: ``v3`` (the paper's instructions, in our
+    words) or ``older`` (the authors' older prompt's, in our words: 5-10 criteria, no dealbreaker).
     """
+    if prompt not in RUBRIC_PROMPTS:
+        raise ValueError(f"unknown rubric prompt '{prompt}' (choose from {', '.join(RUBRIC_PROMPTS)})")
+    instructions, example = (_RUBRIC_INSTRUCTIONS, _EXAMPLE) if prompt == "v3" else (_OLDER_INSTRUCTIONS, _OLDER_EXAMPLE)
     return [
-        {"role": "system", "content": f"{RUBRIC_SYSTEM_PROMPT}\n\n{_RUBRIC_INSTRUCTIONS}"},
+        {"role": "system", "content": f"{RUBRIC_SYSTEM_PROMPT}\n\n{instructions}"},
         {"role": "user", "content": f"Question:\n{_EXAMPLE_QUESTION}"},
-        {"role": "assistant", "content": json.dumps(_EXAMPLE)},
+        {"role": "assistant", "content": json.dumps(example)},
         {"role": "user", "content": f"Question:\n{question}"},
     ]
 
@@ -493,8 +529,8 @@ def read_written(text: str) -> WrittenRubric:
 
 
 def write_rubrics(
-    backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False
+    backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False, prompt: str = "v3"
 ) -> list[WrittenRubric]:
-    """One rubric per question, written by ``backend`` in the rubric role, batched."""
-    texts = backend.generate([rubric_messages(q) for q in questions], params, progress=progress)
+    """One rubric per question, written by ``backend`` in the rubric role (``rubric_messages(q, prompt)``), batched."""
+    texts = backend.generate([rubric_messages(q, prompt) for q in questions], params, progress=progress)
     return [read_written(t) for t in texts]

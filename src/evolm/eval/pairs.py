@@ -196,6 +196,7 @@ def run_pairs(
     rubric_backend: Backend | None = None,
     rubric_params: SamplingParams | None = None,
     progress: bool = False,
+    rubric_prompt: str = "v3",
 ) -> PairsResult:
     """Accuracy of the judge (with one rubric per distinct prompt, if ``rubric_backend``) on every file.
 
@@ -207,7 +208,8 @@ def run_pairs(
     flat = [p for pairs in files.values() for p in pairs]
     prompts = [p.prompt for p in flat]
     rubrics, coverage = prompt_rubrics(
-        [None] * len(flat), prompts, rubric_backend=rubric_backend, rubric_params=rubric_params, progress=progress
+        [None] * len(flat), prompts, rubric_backend=rubric_backend, rubric_params=rubric_params, progress=progress,
+        prompt=rubric_prompt,
     )
     items = [JudgeItem(p.prompt, a, r) for p, r in zip(flat, rubrics, strict=True) for a in (p.better, p.worse)]
     scores = judge.score(items, progress=progress) if items else []

@@ -544,6 +544,7 @@ def run_rb2(
     rubric_table: RubricTable | None = None,
     progress: bool = False,
     rubric_as_written: bool = False,
+    rubric_prompt: str = "v3",
 ) -> tuple[list[ScoredRow], RubricCoverage]:
     """Write (or look up) one rubric per prompt, then judge every completion in one batched call.
 
@@ -560,7 +561,7 @@ def run_rb2(
     texts: list[str | None] = []
     rubrics, coverage = prompt_rubrics(
         [r.id for r in rows], [r.prompt for r in rows], rubric_backend=rubric_backend,
-        rubric_params=rubric_params, rubric_table=rubric_table, progress=progress, texts=texts,
+        rubric_params=rubric_params, rubric_table=rubric_table, progress=progress, texts=texts, prompt=rubric_prompt,
     )
     shown = texts if rubric_as_written else [None] * len(rows)
     items = [JudgeItem(row.prompt, c, rubric, rubric_text=text)

@@ -46,7 +46,7 @@ class RubricCoverage:
 
 def write_prompt_rubrics(
     backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False,
-    texts: list[str | None] | None = None,
+    texts: list[str | None] | None = None, prompt: str = "v3",
 ) -> tuple[list[Rubric | None], RubricCoverage]:
     """One rubric per distinct prompt, aligned back to ``prompts``.
 
@@ -56,14 +56,14 @@ def write_prompt_rubrics(
     given, receives each prompt's rubric as the model wrote it (what a judge reading the raw text sees).
     """
     distinct = list(dict.fromkeys(prompts))
-    written: list[WrittenRubric] = write_rubrics(backend, distinct, params, progress=progress) if distinct else []
+    written: list[WrittenRubric] = write_rubrics(backend, distinct, params, progress, prompt) if distinct else []
     retry = [i for i, w in enumerate(written) if w.rubric is None]
     retried = len(retry)
     for temperature in RETRY_TEMPERATURES:
         if not retry:
             break
         cooler = replace(params, temperature=temperature)
-        again = write_rubrics(backend, [distinct[i] for i in retry], cooler, progress=progress)
+        again = write_rubrics(backend, [distinct[i] for i in retry], cooler, progress, prompt)
         for i, w in zip(retry, again, strict=True):
             written[i] = w
         retry = [i for i in retry if written[i].rubric is None]
@@ -126,8 +126,10 @@ def prompt_rubrics(
     rubric_table: RubricTable | None = None,
     progress: bool = False,
     texts: list[str | None] | None = None,
+    prompt: str = "v3",
 ) -> tuple[list[Rubric | None], RubricCoverage]:
-    """The rubric of each prompt: written by ``rubric_backend``, read from ``rubric_table``, or none.
+    """The rubric of each prompt: written by ``rubric_backend`` (with the rubric prompt ``prompt``), read from
+    ``rubric_table``, or none.
 
     ``texts``, when given, receives the written rubrics as the model wrote them (``None`` each for a
     file's rubrics or none)."""
@@ -137,7 +139,7 @@ def prompt_rubrics(
         raise InputError("give either a rubric model or a rubric file, not both")
     if rubric_backend is not None:
         return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress,
-                                    texts)
+                                    texts, prompt)
     if rubric_table is not None:
         return table_rubrics(rubric_table, ids, prompts)
     return [None] * len(prompts), RubricCoverage("none", len(set(prompts)), 0)
