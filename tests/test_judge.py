@@ -710,3 +710,46 @@ def test_judge_uses_its_prompt_defences_and_parse() -> None:
     assert convs[0][0]["content"] == "You are an expert evaluator judging answers based on a rubric."
     assert Judge(FakeBackend(reply=lambda conv: '{"score": 1.3}'), mode="generative").score(
         [JudgeItem("Q", "A", rubric_text="R")]) == [1.0]  # evolm's reading clips
+
+
+@pytest.mark.parametrize(("make", "item", "digest"), [
+    (likert_messages, JudgeItem("What is 2+2?", "<think>hmm</think>4."),
+     "9319f8d4d9f6258d6490e19d9ac75cc8053b3f198ed3ac8c4bd8bfaabdc2273b"),  # their direct_likert
+    (likert_messages, JudgeItem("What is 2+2?", "<think>hmm</think>4.", reference="Four."),
+     "add3967b4bd1b3ebbdb18ce99276193e0b2c6ef85f5f821eacaadfb6a4ac1ec6"),  # their reference_likert
+    (rar_implicit_messages, JudgeItem("What is 2+2?", "<think>hmm</think>4.", rubric_text='{"criteria": []}'),
+     "3bfb530b0b938bf408f5dbde4a52f770bb2fda80d75106d76998b7a836c1259a"),  # their rar_implicit
+])
+def test_reference_rating_prompts_are_the_authors(make, item, digest) -> None:  # noqa: ANN001
+    """``prompt="reference"`` in the 1-10 modes: byte-identical to the messages their templates give (hashes of
+    ``json.dumps``, from running their templates on these inputs after their reasoning removal)."""
+    import hashlib
+
+    conv = make(item, prompt="reference", defences=False)
+    assert hashlib.sha256(json.dumps(conv).encode()).hexdigest() == digest
+    assert ANSWER_START in user_text(make(item, prompt="reference"))
+
+
+# Replies and what the authors' _extract_likert_rating returns for each (run on their code).
+AUTHORS_RATINGS = [
+    ('```json\n{\n  "rating": 8\n}\n```', 0.7777777777777778), ('{"rating": "7"}', 0.6666666666666666),
+    ('{"rating": 12}', 1.0), ("I would give it a 6 out of 10", 0.5555555555555556),
+    ('<think>between 3 and 9</think>{"rating": 5}', 0.4444444444444444), ("no idea", 0.0), ("", 0.0),
+    ('{"score": 4}', 0.3333333333333333), ("{'rating': 0}", 0.0), ('{"rating": "high"} but 9', 0.8888888888888888),
+]
+
+
+@pytest.mark.parametrize(("reply", "expected"), AUTHORS_RATINGS)
+def test_reference_rating_reading_matches_the_authors(reply: str, expected: float) -> None:
+    from evolm.judge import parse_rating_reference
+
+    assert parse_rating_reference(reply) == pytest.approx(expected)
+
+
+def test_likert_judge_with_the_reference_prompt_and_reading() -> None:
+    backend = FakeBackend(reply=lambda conv: "no rating here")
+    judge = Judge(backend, mode="likert", prompt="reference", defences=False, parse="reference")
+    assert judge.score([JudgeItem("Q", "A")]) == [0.0]  # a failure scores 0, as theirs; evolm's reading: missing
+    assert Judge(FakeBackend(reply=lambda conv: "no rating here"), mode="likert").score([JudgeItem("Q", "A")]) == [None]
+    (convs, _), = backend.generate_calls
+    assert convs[0][0]["content"].startswith("You are an expert evaluator. Given a user prompt and a generated response")

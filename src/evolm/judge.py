@@ -172,6 +172,46 @@ Example 2 (rubric: Correctness of Solution 0.5, Use of Examples 0.3, Appropriate
 gives a brief answer without elaboration, 0.2 * 0.2 = 0.04. Total = 0.44", "score": 0.44}
 
 Your evaluation:"""
+# The 1-10 rating prompts the authors' baselines use (from the RaR paper: direct Likert, Likert against a reference
+# answer, RaR implicit), reproduced as written for the same reason: ``judge.prompt: reference`` in those modes.
+_REF_JSON_RATING = (
+    'Start your response with a valid JSON object that starts with "```json" and ends with "```". The JSON object '
+    'should contain a single key "rating" and the value should be an integer between 1 and 10.\n'
+    "Example response:\n```json\n{{\n  \"rating\": {example}\n}}\n```"
+)
+_REF_LIKERT_SYSTEM = (
+    "You are an expert evaluator. Given a user prompt and a generated response, please rate the overall quality of "
+    "the response on a scale of 1 to 10, where 1 is very poor and 10 is excellent.\n" + _REF_JSON_RATING.format(example=8)
+)
+_REF_LIKERT_USER = (
+    "Given the following prompt, and response, please rate the overall quality of the response on a scale of 1 to 10."
+    "\n\n<prompt>\n{question}\n</prompt>\n<response>\n{answer}\n</response>\n\nYour JSON Evaluation:"
+)
+_REF_REFERENCE_LIKERT_SYSTEM = (
+    "You are an expert evaluator. Given a user prompt, a reference response, and a generated response, please rate "
+    "the overall quality of the generated response on a scale of 1 to 10 based on how well it compares to the "
+    "reference response.\nConsider factors such as accuracy, completeness, coherence, and helpfulness when comparing "
+    "to the reference. The reference response represents a high-quality answer that you should use as a benchmark.\n"
+    + _REF_JSON_RATING.format(example=8)
+)
+_REF_REFERENCE_LIKERT_USER = (
+    "Given the following prompt, reference response, and generated response, please rate the overall quality of the "
+    "generated response on a scale of 1 to 10 based on how well it compares to the reference.\n\n"
+    "<prompt>\n{question}\n</prompt>\n<reference_response>\n{reference}\n</reference_response>\n"
+    "<generated_response>\n{answer}\n</generated_response>\n\nYour JSON Evaluation:"
+)
+_REF_RAR_IMPLICIT_SYSTEM = (
+    "You are an expert evaluator. Given a user prompt, a generated response, and a list of quality rubrics, please "
+    "rate the overall quality of the response on a scale of 1 to 10 based on how well it satisfies the rubrics.\n"
+    "Consider all rubrics holistically when determining your score. A response that violates multiple rubrics should "
+    "receive a lower score, while a response that satisfies all rubrics should receive a higher score.\n"
+    + _REF_JSON_RATING.format(example=7)
+)
+_REF_RAR_IMPLICIT_USER = (
+    "Given the following prompt, response, and rubrics, please rate the overall quality of the response on a scale "
+    "of 1 to 10 based on how well it satisfies the rubrics.\n\n<prompt>\n{question}\n</prompt>\n<response>\n"
+    "{answer}\n</response>\n<rubrics>\n{rubric}\n</rubrics>\n\nYour JSON Evaluation:"
+)
 JUDGE_PROMPTS = ("evolm", "reference")
 """``judge.prompt``: evolm's wording (its own two worked examples) or the authors' (the paper config)."""
 JUDGE_PARSERS = ("evolm", "reference")
@@ -375,9 +415,25 @@ def _reference_messages(item: JudgeItem, defences: bool) -> Conversation:
     return _conversation(user, _REF_SYSTEM)
 
 
-def likert_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
-    """Direct-Likert: a holistic 1-10 rating without rubric, with the reference answer when there is one."""
+def _reference_scale_messages(system: str, user: str, item: JudgeItem, defences: bool, **fields: str) -> Conversation:
+    """One of the authors' 1-10 rating prompts; with ``defences``, the data note first and the answer fenced."""
+    answer = remove_reasoning(item.answer) if isinstance(item.answer, str) else ""
+    text = user.format(question=item.question, answer=fence_answer(answer) if defences else answer, **fields)
+    return _conversation("\n\n".join([*_note(defences), text]), system)
+
+
+def likert_messages(item: JudgeItem, *, defences: bool = True, prompt: str = "evolm") -> Conversation:
+    """Direct-Likert: a holistic 1-10 rating without rubric, with the reference answer when there is one.
+
+    ``prompt="reference"``: the authors' prompts (``direct_likert``, or ``reference_likert`` with a reference answer),
+    the answer read as their code reads it (``remove_reasoning``).
+    """
     reference = item.reference.strip() if isinstance(item.reference, str) and item.reference.strip() else None
+    if prompt == "reference":
+        if reference:
+            return _reference_scale_messages(_REF_REFERENCE_LIKERT_SYSTEM, _REF_REFERENCE_LIKERT_USER, item, defences,
+                                             reference=reference)
+        return _reference_scale_messages(_REF_LIKERT_SYSTEM, _REF_LIKERT_USER, item, defences)
     parts = [_LIKERT_TASK.format(reference=_LIKERT_REFERENCE if reference else ""), *_note(defences),
              f"Question:\n{item.question}"]
     if reference:
@@ -386,11 +442,15 @@ def likert_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
     return _conversation("\n\n".join(parts))
 
 
-def rar_implicit_messages(item: JudgeItem, *, defences: bool = True) -> Conversation:
-    """RaR implicit: a holistic 1-10 rating guided by the rubric (as written); without one, as ``likert``."""
+def rar_implicit_messages(item: JudgeItem, *, defences: bool = True, prompt: str = "evolm") -> Conversation:
+    """RaR implicit: a holistic 1-10 rating guided by the rubric (as written); without one, as ``likert``.
+
+    ``prompt="reference"``: the authors' (RaR's) prompt, with the rubric as written."""
     rubric = _rubric_as_written(item)
     if rubric is None:
-        return likert_messages(JudgeItem(item.question, item.answer), defences=defences)
+        return likert_messages(JudgeItem(item.question, item.answer), defences=defences, prompt=prompt)
+    if prompt == "reference":
+        return _reference_scale_messages(_REF_RAR_IMPLICIT_SYSTEM, _REF_RAR_IMPLICIT_USER, item, defences, rubric=rubric)
     parts = [_RAR_IMPLICIT_TASK, *_note(defences), f"Question:\n{item.question}", f"Rubric:\n{rubric}",
              f"Answer:\n{_answer(item.answer, defences)}", _SCALE_END]
     return _conversation("\n\n".join(parts))
@@ -459,6 +519,34 @@ def parse_judge_score_reference(text: str) -> float | None:
         return score if math.isfinite(score) else None
     except Exception:  # noqa: BLE001 - model output must never crash the caller
         return None
+
+
+_FIRST_RATING = re.compile(r"\b(10|[1-9])\b")
+
+
+def parse_rating_reference(text: str) -> float:
+    """A 1-10 rating as the authors' code reads it (``judge.parse: reference`` in ``likert``, ``rar_implicit``).
+
+    The ``rating`` of the object ``repaired_json`` reads from the whole reply, else the first integer 1-10 anywhere
+    in it (thinking included); mapped by (r - 1) / 9 and clipped to [0, 1]; a reply without either scores 0, not
+    missing. Never raises.
+
+    >>> parse_rating_reference('```json\n{"rating": 8}\n```'), parse_rating_reference("about 6 of 10")
+    (0.7777777777777778, 0.5555555555555556)
+    >>> parse_rating_reference("no idea")
+    0.0
+    """
+    try:
+        value = repaired_json(text)
+        if isinstance(value, dict) and "rating" in value:
+            try:
+                return max(0.0, min(1.0, (float(value["rating"]) - 1.0) / 9.0))
+            except (TypeError, ValueError):
+                pass
+        m = _FIRST_RATING.search(text) if isinstance(text, str) else None
+        return max(0.0, min(1.0, (float(m.group(1)) - 1.0) / 9.0)) if m else 0.0
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return 0.0
 
 
 def parse_scale_score(text: str, low: float = 1.0, high: float = 10.0) -> float | None:
@@ -596,8 +684,8 @@ class OverlongPrompt(InputError):
 
 def judge_conversations(judge: Judge, item: JudgeItem) -> list[Conversation]:
     """The prompts ``judge`` sends for ``item`` (one per criterion in the per-criterion modes)."""
-    if judge.mode == "generative":
-        return [generative_messages(item, prompt=judge.prompt, defences=judge.defences)]
+    if judge.mode in ("generative", "likert", "rar_implicit"):
+        return [_ONE_PROMPT[judge.mode](item, prompt=judge.prompt, defences=judge.defences)]
     if judge.mode in _ONE_PROMPT:
         return [_ONE_PROMPT[judge.mode](item, defences=judge.defences)]
     return [yesno_messages(item.question, text, item.answer, defences=judge.defences) for text, _ in _criteria(item)]
@@ -761,14 +849,16 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
 
 def _score_likert(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     """Direct-Likert baseline: the judge alone rates 1-10 (rubric ignored; reference answer shown if any)."""
-    return _generate_and_read(judge, [likert_messages(it, defences=judge.defences) for it in items], parse_scale_score,
-                              progress)
+    return _generate_and_read(judge, [judge_conversations(judge, it)[0] for it in items], _scale_reader(judge), progress)
 
 
 def _score_rar_implicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
     """RaR implicit baseline: one holistic 1-10 rating given the rubric."""
-    return _generate_and_read(judge, [rar_implicit_messages(it, defences=judge.defences) for it in items],
-                              parse_scale_score, progress)
+    return _generate_and_read(judge, [judge_conversations(judge, it)[0] for it in items], _scale_reader(judge), progress)
+
+
+def _scale_reader(judge: Judge) -> Callable[[str], float | None]:
+    return parse_rating_reference if judge.parse == "reference" else parse_scale_score
 
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
