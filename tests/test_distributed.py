@@ -235,3 +235,34 @@ def test_processes_that_plan_different_rows_are_refused(monkeypatch: pytest.Monk
         trl_adapter._check_same_rows(Two(), 2, rows)
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda objs: [*objs, *objs])
     trl_adapter._check_same_rows(Two(), 2, rows)  # equal digests: no error
+
+
+def test_launch_checks_create_no_process_state(tiny_model_dir: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks before any model loads must not set up accelerate's state: transformers' TrainingArguments does,
+    with grpo.ddp_timeout (a state made earlier keeps the library's default timeout, and on CPU says 1 process)."""
+    from accelerate.state import PartialState
+
+    from evolm import trl_adapter
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; nothing may try to join a group
+    monkeypatch.setenv("RANK", "0")
+    PartialState._reset_state()
+    cfg = load_config(DEMO, overrides(tiny_model_dir, tmp_path / "r"))
+    trl_adapter.check_launch(cfg)
+    assert PartialState._shared_state == {}
+
+
+def test_auto_device_is_this_process_gpu_under_a_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model loaded before the trainer exists lands on the process's own GPU, not GPU 0 in every process."""
+    import torch
+
+    from evolm.models import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert resolve_device("auto") == "cuda"
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("auto") == "cuda:1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
