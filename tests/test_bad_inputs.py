@@ -728,7 +728,7 @@ def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Pa
 
 
 
-# ============================================================================= hardening 3 (issue #23), items 1-4 and 11
+# ============================================================================ hardening 3 (issue #23), items 1-4, 11
 # Item 1: evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);
 # item 11: an input that is the output's partial file is refused, never moved. Items 2-4 (serve, the
 # OpenAI backend's reply cap) are in tests/test_serve.py and tests/backends/test_openai.py (header table).
