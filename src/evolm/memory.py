@@ -381,7 +381,11 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
     per_device = int(g.get("per_device_train_batch_size", 8))
     rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
     judge_params = 0
-    if cfg.judge.backend == "hf" and cfg.judge.model != cfg.model.name:  # the initial model's judge reads the ref
+    reference = float(g.get("beta", 0.0)) != 0 and cfg.model.lora.r == 0
+    # a judge of the initial model reads TRL's reference instead of a copy, on one process without DeepSpeed only
+    # (trl_adapter.reference_model); a judge served elsewhere (openai) costs nothing here; backend vllm is not counted
+    shares_reference = cfg.judge.model == cfg.model.name and reference and processes == 1 and not sharding.deepspeed
+    if cfg.judge.backend == "hf" and not shares_reference:
         judge = model_facts(cfg.judge.model)
         judge_params = judge.parameters() if judge else 0
     return Setup(
@@ -389,7 +393,7 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
         completion_tokens=int(g.get("max_completion_length") or 512),
         gradient_checkpointing=bool(g.get("gradient_checkpointing", True)),
         dtype_bytes=4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2,
-        reference_model=float(g.get("beta", 0.0)) != 0 and cfg.model.lora.r == 0,
+        reference_model=reference,
         lora_rank=cfg.model.lora.r, lora_targets=tuple(cfg.model.lora.target_modules),
         vllm_mode=g.get("vllm_mode", "colocate") if g.get("use_vllm") else None,
         vllm_share=float(g.get("vllm_gpu_memory_utilization", 0.3)),

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# GPU check: a 2-process co-evolution (2 policy + 2 rubric steps) of a tiny Qwen3-architecture model built here,
+# in bfloat16, under DeepSpeed ZeRO-3 when deepspeed is installed and with TRL's colocated vLLM (sleep mode on, as in
+# the paper config) when vllm is installed. Nothing is downloaded. Prints a pass/fail table and the peak GPU memory
+# of each process (nvidia-smi, sampled every 0.5 s). Under 10 minutes; the launch is stopped at 9.
+#
+#   bash scripts/gpu_check.sh            # uses ./.venv/bin/python if present, else python3
+#   NPROC=1 bash scripts/gpu_check.sh    # processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU
+#                                        # per process)
+#   KEEP=1 bash scripts/gpu_check.sh     # keep the work directory (model, run, log)
+#
+# On a machine without a CUDA GPU it says so and exits 0 without running anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+
+NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
+if [ "$NGPU" = "0" ]; then
+    echo "gpu_check: needs a CUDA GPU (torch sees none here); nothing was run"
+    exit 0
+fi
+
+exec "$PY" - "$NGPU" <<'PYEOF'
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path.cwd()
+sys.path.insert(0, str(REPO))  # tests/conftest.py: the tiny tokenizer the test suite uses
+NGPU = int(sys.argv[1])
+NPROC = int(os.environ.get("NPROC", "2" if NGPU >= 2 else "1"))
+LIMIT_S = 540
+HAS_DS = importlib.util.find_spec("deepspeed") is not None
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+work = Path(tempfile.mkdtemp(prefix="evolm-gpu-check-"))
+model_dir, run_dir, log = work / "tiny-qwen3", work / "run", work / "train.log"
+
+
+def build_model() -> None:
+    """A 2-layer Qwen3 (head_dim 64: every vLLM attention backend takes it) for the tests' trained-here tokenizer."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from tests.conftest import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         tie_word_embeddings=True)
+    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+
+
+def launch_command() -> list[str]:
+    if HAS_DS:
+        acc = work / "accelerate-zero3.yaml"
+        acc.write_text(
+            "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+            "  offload_optimizer_device: none\n  offload_param_device: none\n  zero3_init_flag: true\n"
+            "  zero3_save_16bit_model: true\n  zero_stage: 3\nmixed_precision: bf16\nnum_machines: 1\n"
+            f"num_processes: {NPROC}\nmachine_rank: 0\nmain_training_function: main\nrdzv_backend: static\n"
+            "same_network: true\nuse_cpu: false\n")
+        return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(acc),
+                "--num_processes", str(NPROC), "-m", "evolm.cli", "train"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(NPROC),
+            "-m", "evolm.cli", "train"]
+
+
+def overrides() -> list[str]:
+    o = [f"model.name={model_dir}", "model.dtype=bfloat16", f"judge.model={model_dir}", "judge.backend=hf",
+         "judge.mode=yesno", "judge.dtype=bfloat16", f"output_dir={run_dir}",
+         "schedule.cycles=1", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2",
+         "schedule.samples_per_prompt=4", "schedule.save_every=2", "schedule.samples_logged_per_step=0",
+         "contrast.min_age=0", "contrast.max_new_tokens=32", "rubric.max_new_tokens=32", "rubric.constrained=false",
+         "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=32", "grpo.use_cpu=false",
+         "grpo.bf16=true", "grpo.gradient_checkpointing=true", "grpo.report_to=[]", "grpo.save_total_limit=null"]
+    if HAS_VLLM:
+        o += ["grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.vllm_gpu_memory_utilization=0.15",
+              "grpo.vllm_enable_sleep_mode=true", "grpo.vllm_max_model_length=1024"]
+    else:
+        o += ["grpo.use_vllm=false"]
+    return o
+
+
+def physical_gpus() -> list[int]:
+    """nvidia-smi's indices of the GPUs local ranks 0..NPROC-1 use (CUDA_VISIBLE_DEVICES renumbers them)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = [int(x) for x in visible.split(",") if x.strip().isdigit()] if visible else list(range(NGPU))
+    return (ids or list(range(NGPU)))[:NPROC]
+
+
+def sample_memory(peaks: dict[int, int], stop: threading.Event) -> None:
+    """Peak memory.used per GPU (MiB) while the run lasts; one process per GPU, so per process."""
+    while not stop.is_set():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            for line in out.strip().splitlines():
+                i, used = (int(x) for x in line.split(","))
+                peaks[i] = max(peaks.get(i, 0), used)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+        stop.wait(0.5)
+
+
+def main() -> int:
+    if NPROC > NGPU:
+        print(f"gpu_check: NPROC={NPROC} needs {NPROC} GPUs, {NGPU} here (NCCL takes one GPU per process)")
+        return 1
+    start = time.time()
+    build_model()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    baseline: dict[int, int] = {}
+    sample_memory(baseline, threading.Event())  # one sample before: memory other work holds
+    peaks: dict[int, int] = {}
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_memory, args=(peaks, stop), daemon=True)
+    sampler.start()
+    cmd = [*launch_command(), "--config", str(REPO / "configs" / "demo-cpu.yaml"), *overrides()]
+    with open(log, "w") as out:
+        try:
+            rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=LIMIT_S).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    stop.set()
+    sampler.join()
+    seconds = time.time() - start
+    text = log.read_text(errors="replace")
+
+    metrics = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    roles = [r["role"] for r in rows if r.get("role") != "eval"]
+    ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*")) if (run_dir / "checkpoints").is_dir() else []
+    last = ckpts[-1] if ckpts else None
+    zero3 = last is not None and any(last.glob("global_step*"))  # DeepSpeed's own checkpoint layout
+    rewards = [r.get("reward_mean") for r in rows if r.get("role") in ("policy", "rubric")]
+    checks = [
+        ("launch exits 0", rc == 0, f"exit {rc}" + (" (stopped at 9 minutes)" if rc == 124 else "")),
+        ("2 policy + 2 rubric steps, one metrics line each", roles == ["policy", "policy", "rubric", "rubric"],
+         f"roles {roles}"),
+        ("rewards computed", len(rewards) == 4 and all(x is not None for x in rewards),
+         " ".join("-" if x is None else f"{x:.3f}" for x in rewards)),
+        ("one start line (rank 0 prints)", sum(" run in " in ln for ln in text.splitlines()
+                                                  if ln.startswith("evolm: ")) == 1, ""),
+        ("checkpoint at the phase end", last is not None and last.name == "checkpoint-4",
+         last.name if last else "none"),
+        ("DeepSpeed ZeRO-3 checkpoint" if HAS_DS else "DeepSpeed (not installed: plain DDP)",
+         zero3 if HAS_DS else True, "global_step* in the checkpoint" if HAS_DS else "skipped"),
+        ("vLLM colocate, sleep mode" if HAS_VLLM else "vLLM (not installed: transformers generation)",
+         rc == 0, "grpo.use_vllm=true" if HAS_VLLM else "skipped"),
+        ("under 10 minutes", seconds < 600, f"{seconds:.0f} s"),
+    ]
+    print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, "
+          f"{'ZeRO-3' if HAS_DS else 'DDP'}, {'vLLM colocate' if HAS_VLLM else 'transformers generation'}")
+    width = max(len(c[0]) for c in checks)
+    for name, ok, detail in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
+    print("  peak GPU memory per process (nvidia-smi memory.used of its GPU, MiB):")
+    for rank, gpu in enumerate(physical_gpus()):
+        print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB (held before the run: {baseline.get(gpu, 0):,})")
+    passed = all(ok for _, ok, _ in checks)
+    if not passed:
+        print(f"\n--- last lines of {log} ---\n" + "\n".join(text.splitlines()[-40:]))
+    if os.environ.get("KEEP") or not passed:
+        print(f"gpu_check: work directory kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if passed else 1
+
+
+sys.exit(main())
+PYEOF
