@@ -29,7 +29,12 @@ the judge you train with). The per-criterion modes (``yesno``, ``rar_explicit``)
 criteria. A rubric that does not parse is judged as its raw text (per criterion: one of weight 1).
 
 Generative replies that cannot be read give ``None``; a readable score outside its scale is
-clipped to it (the reference keeps the raw number, which the rewards, built on [0, 1], cannot use).
+clipped to it. ``parse="reference"`` (the paper config) reads replies as the authors' code does
+instead: ``json_repair`` over the whole reply, the raw number kept (``parse_judge_score_reference``,
+``parse_rating_reference``).
+
+Wording: ``prompt="evolm"`` (default) is evolm's own; ``prompt="reference"`` (the paper config)
+sends the authors' prompts as they wrote them in ``generative``, ``likert`` and ``rar_implicit``.
 
 Thinking: answers and rubric texts are stripped of ``<think>`` blocks before judging. A thinking
 judge (Qwen3 with thinking on, as in the paper) thinks in the generative modes, within
@@ -37,8 +42,9 @@ judge (Qwen3 with thinking on, as in the paper) thinks in the generative modes, 
 In the probability modes the backend reads the score token after an empty think block, never
 where the model would open one (see ``evolm.backends.base.close_thinking``).
 
-Untrusted text: every prompt fences the answer between ``[ANSWER START]`` and ``[ANSWER END]``
-after a note that it is data to grade, not instructions (``fence_answer``); the backends keep any
+Untrusted text: with ``defences`` on (the default; off in the paper config, whose authors' prompt has
+none) every prompt fences the answer between ``[ANSWER START]`` and ``[ANSWER END]`` after a note
+that it is data to grade, not instructions (``fence_answer``); in every config the backends keep any
 control token written in a question, answer or rubric from becoming one (docs/SECURITY.md).
 
 Context guard: a prompt that leaves the judge no room to reply within its context has its answer
@@ -935,7 +941,7 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     """The one way a judge is built, for training (``RunConfig.judge``) and the CLI alike.
 
     ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model). ``cfg.dtype == "auto"``:
-    bfloat16 where the device computes it natively, else float32 (``models.judge_dtype``; a reward model takes
+    float32 on every device, so that a score does not depend on its batch (``models.judge_dtype``; a reward model takes
     ``fallback_dtype``, training: the policy's). ``loaded``: that model, already loaded and frozen (training: TRL's
     reference model, ``trl_adapter.reference_model``), read instead of loading another copy.
     """
