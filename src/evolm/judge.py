@@ -537,7 +537,7 @@ def parse_rating_reference(text: str) -> float:
     in it (thinking included); mapped by (r - 1) / 9 and clipped to [0, 1]; a reply without either scores 0, not
     missing. Never raises.
 
-    >>> parse_rating_reference('```json\n{"rating": 8}\n```'), parse_rating_reference("about 6 of 10")
+    >>> parse_rating_reference('```json {"rating": 8} ```'), parse_rating_reference("about 6 of 10")
     (0.7777777777777778, 0.5555555555555556)
     >>> parse_rating_reference("no idea")
     0.0
