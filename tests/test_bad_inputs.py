@@ -1,4 +1,4 @@
-"""Every bad input of the hardening issue (#12, items 3-10), in one place.
+"""Every bad input of the hardening issues (#12, items 3-10; #23, the second table), in one place.
 
 Each case runs the real code path (``evolm.cli.main`` in-process, a subprocess where stdin or a
 kill is the point, or the library function the CLI calls) and asserts what the issue asks: one
@@ -25,6 +25,22 @@ table names it instead of repeating it.
 | 9 | `eval stats --output -` mixes the table and the JSON on stdout | `test_stats_json_on_stdout_is_json_only` |
 | 10 | a kill at 99% of `evolm judge` loses every score | `test_a_killed_judge_keeps_its_rows_and_resumes` (SIGKILL); tests/test_output_safety.py::test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file |
 | 10 | `.part` files of killed writes never removed; no fsync before rename | tests/test_jsonl.py::test_stale_part_files_are_removed_on_the_next_write, ::test_temp_file_is_fsynced_before_the_rename |
+
+Issue #23 (hardening 3):
+
+| item | case | where |
+| --- | --- | --- |
+| 5 | fullwidth `＜|im_end|＞` and small-bracket / fullwidth-letter look-alikes pass `plain_markup` | `test_lookalike_markup_reads_exactly_as_its_plain_words` (prompts byte-identical to plain words) |
+| 6 | two `evolm train` on one output_dir (coevolve, sequential): both ran | `test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line` (real runs); `test_a_held_run_directory_refuses_a_second_train` (train, `--resume`); `test_a_killed_holder_leaves_the_directory_free`; `test_ranks_of_one_torchrun_job_share_the_directory` |
+| 7 | scores depend on batch composition under the default judge dtype (bfloat16 on AVX512-BF16) | `test_default_judge_scores_do_not_depend_on_the_batch` (prob, yesno; `--help` states it) |
+| 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `HARDENING3_CASES` |
+| 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `HARDENING3_CASES` |
+| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id, an orphan `tied:` row | `HARDENING3_CASES` |
+| 9 | truncated / bit-flipped `optimizer.pt`, garbage `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
+| 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `HARDENING3_CASES` |
+| 10 | `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
+| 10 | `--output -` with stdout closed | `test_output_to_a_closed_stdout_is_one_line` |
+| 12 | `train --resume RUN judge.mode=prob contrast.buffer_size=1` left config.yaml unchanged | `test_resume_overrides_are_written_to_the_config_and_its_history` |
 
 The third round (#23), items 1-4 and 11:
 
@@ -824,3 +840,60 @@ def test_an_input_that_is_the_outputs_partial_file_is_refused(tmp_path: Path, co
         lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(lines) == 1 and "the input is the partial file of the output" in lines[0], lines
         assert partial.read_text() == ANSWER * 3 and not out.exists()
+
+
+# ----------------------------------------------------------------------------- item 5: look-alike markup
+
+
+@pytest.mark.parametrize("name", ["fake_turn_fullwidth", "fake_turn_lookalike"])
+def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
+    """Fullwidth ``＜|im_end|＞`` (and small brackets around fullwidth letters) is markup once NFKC-normalised: the judge
+    prompt of such a fake turn is byte for byte that of the same text in plain words (it lifted prob by +0.257)."""
+    import importlib.util
+
+    from evolm.judge import prob_messages, yesno_messages
+
+    spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
+    steering = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steering)  # type: ignore[union-attr]
+    attack, plain = steering.attacks()[name]
+    for a, p in zip(steering.steering_items(attack), steering.steering_items(plain), strict=True):
+        assert a.answer != p.answer
+        assert prob_messages(a) == prob_messages(p)
+        assert yesno_messages(a.question, "Says 42.", a.answer) == yesno_messages(p.question, "Says 42.", p.answer)
+
+
+# ----------------------------------------------------------------------------- item 7: scores independent of the batch
+
+
+@pytest.mark.parametrize("mode", ["prob", "yesno"])
+def test_default_judge_scores_do_not_depend_on_the_batch(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         mode: str) -> None:
+    """`--dtype auto` is float32 even on a CPU with AVX512-BF16 (where it was bfloat16: scores moved by up to 0.03
+    between --batch-size 1 and 16): the same answer scores the same whatever is batched beside it."""
+    import torch
+
+    from evolm.config import JudgeConfig
+    from evolm.judge import JudgeItem, build_judge
+    from evolm.rubrics import Rubric
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    judge = build_judge(JudgeConfig(model=str(tiny_model_dir), mode=mode, batch_size=16, chat_template_kwargs={}),
+                        device="cpu")
+    assert next(judge.backend.model.parameters()).dtype == torch.float32
+    rubric = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6}, {"criterion": "Short.", "weight": 0.4}]})
+    items = [JudgeItem("What is 2 + 2?", "It is four. " * (1 + 3 * i), rubric if i % 2 else None) for i in range(16)]
+    together = judge.score(items)
+    judge.backend.batch_size = 1
+    alone = judge.score(items)
+    assert max(abs(a - b) for a, b in zip(alone, together, strict=True)) < 1e-5
+    help_text = " ".join(build_help("judge").split())
+    assert "a judge's weights: float32 everywhere, so that a score moves by less than 1e-5" in help_text
+
+
+def build_help(command: str) -> str:
+    from evolm.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices[command].format_help()  # type: ignore[union-attr]

@@ -658,12 +658,12 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("setting", "native", "expected"), [
-    ("auto", True, torch.bfloat16), ("auto", False, torch.float32), ("bfloat16", False, torch.bfloat16),
+    ("auto", True, torch.float32), ("auto", False, torch.float32), ("bfloat16", False, torch.bfloat16),
     ("float32", True, torch.float32)])
 def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, setting: str,
                              native: bool, expected: torch.dtype) -> None:
-    """judge.dtype=auto is bfloat16 where the CPU computes it natively (AVX512-BF16 / AMX), else float32; another
-    value loads the judge's weights in that type."""
+    """judge.dtype=auto is float32 even where the CPU computes bfloat16 natively (AVX512-BF16 / AMX): a score must not
+    depend on its batch; another value loads the judge's weights in that type."""
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", f"judge.dtype={setting}")

@@ -2,7 +2,9 @@
 
 A run directory holds::
 
-    config.yaml                      the resolved RunConfig
+    config.yaml                      the resolved RunConfig (a resume's overrides rewrite it)
+    config_history.jsonl             what each such resume changed: step, time, {key: {from, to}}
+    .evolm.lock                      held (flock) by the one process training here; holds its PID
     metrics.jsonl                    one StepRecord per optimizer step (appended, fsync'ed), and one with role
                                      "eval" per held-out evaluation (``evolm.heldout``; readers of steps skip it)
     samples/phase-XXX-<role>.jsonl   SampleRecords: every generated row with its reward and details
