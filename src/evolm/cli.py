@@ -551,12 +551,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
     mem = p.add_argument_group(
         "memory estimate (--dry-run)",
-        "GiB per training GPU from the model's shape (a local config.json, or a few known hub ids) and the settings: "
-        "bf16 weights; Adam with an fp32 master copy and two moments under DeepSpeed, sharded by the ZeRO stage; "
-        "TRL's reference model when grpo.beta != 0 without LoRA; colocated vLLM's share while it generates (all the "
-        "time without sleep mode); activations of one micro-batch of prompt + max_completion_length tokens (flash "
-        "attention; checkpointed: each layer's input plus one layer); TRL's chunked output head (no full logits); "
-        "3 GiB of CUDA context and slack. Assumptions and derivation: docs/PERFORMANCE.md")
+        "GiB per training GPU from the model's shape (a local config.json, or a few known hub ids) and the settings:\n"
+        "  bf16 weights; Adam with an fp32 master copy and two moments under DeepSpeed, sharded by the ZeRO stage;\n"
+        "  TRL's reference model when grpo.beta != 0 without LoRA; colocated vLLM's share while it generates (all the\n"
+        "  time without sleep mode); activations of one micro-batch of prompt + max_completion_length tokens (flash\n"
+        "  attention; checkpointed: each layer's input plus one layer); TRL's chunked output head (no full logits);\n"
+        "  3 GiB of CUDA context and slack. An estimate, not a measurement: docs/PERFORMANCE.md derives each term")
     mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
                      help="memory of one training GPU in GiB (an 80 GB H100: 79.6); refuse a launch whose estimate "
                      "exceeds it, naming the setting to turn (default: estimate for 80, refuse nothing)")
@@ -661,7 +661,8 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     from evolm import memory
 
     budget = memory.judge_budget(cfg, n, args.judge_tokens_per_second)
-    reply = f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): {budget.seconds:,.0f} s"
+    reply = (f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): "
+             f"{budget.seconds:,.0f} s")
     if budget.timeout is not None and not budget.fits:
         _done(f"evolm: warning: the judge's longest reply ({reply}) outlasts judge.timeout ({budget.timeout:g} s): "
               "long replies would time out, be retried and count as missing; raise judge.timeout")
@@ -671,7 +672,9 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
               "collective: raise grpo.ddp_timeout")
     facts = memory.model_facts(cfg.model.name)
     if cfg.grpo.get("use_cpu") or facts is None:
-        _done(f"memory estimate skipped: {'a CPU run (grpo.use_cpu)' if facts else f'the shape of {cfg.model.name} is not known (neither a local directory with config.json nor one of evolm.memory.KNOWN_MODELS)'}")
+        why = "a CPU run (grpo.use_cpu)" if facts else (f"the shape of {cfg.model.name} is not known (not a local "
+                                                          "directory with config.json, not in evolm.memory.KNOWN_MODELS)")
+        _done(f"memory estimate skipped: {why}")
         return None
     gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
     sharding = memory.sharding_for(cfg, args.accelerate_config, args.zero_stage)

@@ -134,7 +134,7 @@ KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M
 
 
 def model_facts(name: str) -> ModelFacts | None:
-    """The shape of ``name``: its ``config.json`` when it is a local directory, else ``KNOWN_MODELS``; None if neither."""
+    """The shape of ``name``: its ``config.json`` if it is a local directory, else ``KNOWN_MODELS``; None if neither."""
     config = Path(name) / "config.json"
     if config.is_file():
         c = json.loads(config.read_text(encoding="utf-8"))
