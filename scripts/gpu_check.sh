@@ -54,7 +54,7 @@ def build_model() -> None:
     tok = build_tiny_tokenizer()
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=2048,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=4096,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          tie_word_embeddings=True)
     model = Qwen3ForCausalLM(config).to(torch.bfloat16)
@@ -89,7 +89,7 @@ def overrides() -> list[str]:
          "grpo.bf16=true", "grpo.gradient_checkpointing=true", "grpo.report_to=[]", "grpo.save_total_limit=null"]
     if HAS_VLLM:
         o += ["grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.vllm_gpu_memory_utilization=0.15",
-              "grpo.vllm_enable_sleep_mode=true", "grpo.vllm_max_model_length=1024"]
+              "grpo.vllm_enable_sleep_mode=true", "grpo.vllm_max_model_length=4096"]  # rubric prompts: ~1.4k tokens
     else:
         o += ["grpo.use_vllm=false"]
     return o
