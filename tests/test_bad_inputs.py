@@ -648,6 +648,7 @@ def _two_checkpoints(run: Path) -> Path:
     from evolm.config import load_config, save_config
     from evolm.records import BUFFER_FILE, STATE_FILE
 
+    run.mkdir()
     save_config(load_config(None, [f"output_dir={run}", f"model.name={NO_MODEL}"]), run / "config.yaml")
     for step in (2, 4):
         ckpt = run / "checkpoints" / f"checkpoint-{step}"
