@@ -36,7 +36,7 @@ Issue #23 (hardening 3):
 | 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `HARDENING3_CASES` |
 | 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `HARDENING3_CASES` |
 | 8 | `rb2 --from-scores` with `Infinity`, a duplicate id, an orphan `tied:` row | `HARDENING3_CASES` |
-| 9 | truncated / bit-flipped `optimizer.pt`, garbage `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
+| 9 | truncated / empty `optimizer.pt`, garbage or bit-flipped `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
 | 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `HARDENING3_CASES` |
 | 10 | `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
 | 10 | `--output -` with stdout closed | `test_output_to_a_closed_stdout_is_one_line` |
@@ -675,15 +675,23 @@ def _nan_weights(path: Path) -> None:
     save_file({"w": torch.full((64,), float("nan"))}, str(path))
 
 
-def _flip_a_byte(path: Path) -> None:
+def _flip_a_byte_of_the_pickle(path: Path) -> None:
+    """Flip one byte of the pickled structure inside a torch.save archive (a corrupt save, same size)."""
+    import struct
+    import zipfile
+
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data.pkl"))
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0xFF
     path.write_bytes(bytes(data))
 
 
 CORRUPTIONS = {
     "truncated-optimizer": ("optimizer.pt", _truncate, "optimizer.pt: unreadable (BadZipFile"),
-    "bit-flipped-optimizer": ("optimizer.pt", _flip_a_byte, "optimizer.pt: unreadable (BadZipFile"),
+    "empty-optimizer": ("optimizer.pt", lambda p: p.write_bytes(b""), "optimizer.pt: unreadable (BadZipFile"),
+    "flipped-byte-in-the-pickle": ("scheduler.pt", _flip_a_byte_of_the_pickle, "scheduler.pt: unreadable (BadZipFile"),
     "garbage-scheduler": ("scheduler.pt", lambda p: p.write_bytes(b"\x80\x04garbage"), "scheduler.pt: unreadable"),
     "garbage-trainer-state": ("trainer_state.json", lambda p: p.write_text("{not json"), "trainer_state.json: unreadable"),
     "list-trainer-state": ("trainer_state.json", lambda p: p.write_text("[]"), "not TRL's trainer state"),

@@ -3,7 +3,7 @@
 The layout and the record types are in ``evolm.records``. A checkpoint is complete when it holds
 TRL's ``trainer_state.json`` and evolm's ``CheckpointState`` (written last, atomically). Resuming
 validates the newest complete checkpoint (its state, its replay buffer, every file: weights finite,
-TRL's optimizer / scheduler / RNG files whole, its JSON readable), falls back to an older one when it
+TRL's optimizer / scheduler / RNG files whole archives, its JSON readable), falls back to an older one when it
 does not validate, and cuts the logs back only once the trainer has loaded the checkpoint, so a
 corrupt checkpoint costs no log lines. One process at a time trains in a run directory (``run_lock``).
 """
@@ -223,8 +223,8 @@ def _check_files(ckpt: Path) -> None:
 
     Model weights (``*.safetensors``; a LoRA run's checkpoint holds the adapter alone, which counts):
     every tensor readable and every float finite. TRL's torch files (``optimizer.pt``, ``scheduler.pt``,
-    ``rng_state*.pth``, ``training_args.bin``, DeepSpeed's shards): whole zip archives whose members
-    match their checksums (a torn or truncated save fails here, not after the logs are cut).
+    ``rng_state*.pth``, ``training_args.bin``, DeepSpeed's shards): whole zip archives (a torn, truncated
+    or overwritten save fails here, not after the logs are cut).
     ``trainer_state.json`` and every other JSON file: parses, ``trainer_state.json`` as an object.
     """
     weights = sorted(ckpt.glob("*.safetensors"))
@@ -264,18 +264,18 @@ def _check_safetensors(f: Path) -> None:
 
 
 def _check_torch_file(f: Path) -> None:
-    """A ``torch.save`` file is a zip archive: it must open and each member must match its CRC-32."""
+    """A ``torch.save`` file is a zip archive: its directory must read, every member must lie inside the file, and
+    the small members (the pickled structure, versions) must match their CRC-32. Tensor data is not read (a
+    resume loads it next; reading it twice would double the cost of resuming a large run)."""
     try:
         size = f.stat().st_size
         with zipfile.ZipFile(f) as z:
             for info in z.infolist():
-                if info.CRC == 0 and info.file_size:  # saved without checksums: the member must at least be there
-                    if info.header_offset + info.file_size > size:
-                        raise zipfile.BadZipFile("member past the end")
-                    continue
-                with z.open(info) as member:  # reading to the end checks the CRC
-                    while member.read(1 << 24):
-                        pass
+                if info.header_offset + info.compress_size > size:
+                    raise zipfile.BadZipFile("a member runs past the end")
+                with z.open(info) as member:  # reads the member's local header
+                    if info.file_size <= 1 << 20 and info.CRC:
+                        member.read()  # to the end: checks the CRC
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, zlib.error) as e:
         raise RunError(f"{f}: unreadable ({e.__class__.__name__}: a torn or corrupt save); delete this checkpoint "
                        "to resume from an earlier one") from None
