@@ -197,3 +197,11 @@ def test_the_accelerate_config_agrees_with_the_readme_launch() -> None:
     shipped = yaml.safe_load((CONFIGS / "accelerate-zero3.yaml").read_text(encoding="utf-8"))
     assert launch is not None and shipped["num_processes"] == int(launch.group(1)) == 4
     assert "CUDA_VISIBLE_DEVICES=4,5,6,7 vllm serve" in readme
+
+
+def test_without_deepspeed_the_refusal_points_at_zero3(capsys: pytest.CaptureFixture[str]) -> None:
+    # plain data parallel: 15.3 GiB each of weights, gradients and reference, 30.5 GiB of bf16 Adam moments
+    assert main(["train", "--config", *PAPER[:1], "--dry-run", "--num-processes", "4", "--gpu-memory", "79.6",
+                 *PAPER[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "optimizer (Adam) (30.5 GiB)" in err and "DeepSpeed ZeRO-3 (configs/accelerate-zero3.yaml" in err

@@ -299,7 +299,8 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         terms.append(Term(name, nbytes / GIB, note, phase, knob))
 
     shard_note = lambda stage: f"/ {n} (ZeRO-{z})" if z >= stage and n > 1 else "not sharded"  # noqa: E731
-    more = "more training processes under ZeRO-3, or model.lora.r"
+    zero3 = "DeepSpeed ZeRO-3 (configs/accelerate-zero3.yaml; --accelerate-config here), or model.lora.r"
+    more = "more training processes under ZeRO-3, or model.lora.r" if z == 3 else zero3
     weights_gpu = 0 if z == 3 and sh.offload_params else params * wb / (n if z == 3 else 1)
     add("weights", weights_gpu, f"{params / 1e9:.2f}B x {wb} B {shard_note(3)}"
         + (", offloaded to CPU" if z == 3 and sh.offload_params else ""), knob=more)
@@ -311,7 +312,8 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     add("optimizer (Adam)", optimizer, f"{trainable / 1e6:,.0f}M x {opt_bytes} B ("
         + ("fp32 master + 2 moments" if opt_bytes == 12 else "2 moments") + f") {shard_note(1)}"
         + (", offloaded to CPU" if optimizer == 0 else ""),
-        knob="offload_optimizer_device: cpu in the accelerate config, more training processes, or model.lora.r")
+        knob="offload_optimizer_device: cpu in the accelerate config, more training processes, or model.lora.r"
+        if z >= 1 else zero3)
     if s.reference_model:
         add("reference model", params * wb / (n if z == 3 else 1), f"grpo.beta != 0: {shard_note(3)}",
             knob="ZeRO-3, grpo.beta=0 (no KL term, TRL loads no reference) or model.lora.r (the adapter off is the "
