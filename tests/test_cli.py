@@ -195,7 +195,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
                                                    ("demo-cpu.yaml", 1)])
 def test_dry_run_passes_for_the_documented_launch(config: str, processes: int,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["train", "--config", str(CONFIGS / config), "--dry-run", "--num-processes", str(processes)]) == 0
+    assert main(["train", "--config", str(CONFIGS / config), "--dry-run", "--num-processes", str(processes),
+                 "data.prompts=builtin:demo"]) == 0  # the paper's prompts file is the user's; a missing one is refused
     out = capsys.readouterr()
     assert "gradient accumulation" in out.out and "nothing was loaded" in out.err
 
@@ -205,7 +206,7 @@ def test_readme_launch_command_passes_the_dry_run() -> None:
     launch = re.search(r"accelerate launch .*--num_processes (\d+)", readme)
     assert launch is not None
     assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run",
-                 "--num-processes", launch.group(1)]) == 0
+                 "--num-processes", launch.group(1), "data.prompts=builtin:demo"]) == 0  # the user's prompts, in place
 
 
 def test_dry_run_refuses_a_process_count_that_does_not_divide_the_batch(capsys: pytest.CaptureFixture[str]) -> None:
