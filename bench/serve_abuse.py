@@ -3,14 +3,14 @@
 Starts the real `evolm serve` (the CLI, its defaults unless given) on a free port of 127.0.0.1, waits
 for it, then, each case with a fixed number of requests and a time bound:
 
-- ``200k``:       one /get_reward request whose answer is ``"</s> " * 40000 + "x"`` (200,001 characters:
-                  the end-marker regex was quadratic on it, 37 s on the event loop) while ``/health`` is
-                  polled every 0.1 s: the slowest ``/health`` must answer in under 1 s
 - ``5000``:       one request of 5,000 short answers; once the judge is on it, three 1-answer requests
                   one after another: each must complete in under 5 s (fair batching); then the big
                   request's client leaves, and the server must drop what it had not scored
 - ``413``:        a 17 MiB body (declared), 8,193 answers, a 500,001-character answer: each 413 at once
 - ``slow``:       50 connections that send half a request line and stop: closed by the header timeout
+- ``200k``:       one /get_reward request whose answer is ``"</s> " * 40000 + "x"`` (200,001 characters:
+                  the end-marker regex was quadratic on it, 37 s on the event loop) while ``/health`` is
+                  polled every 0.1 s until it is answered: the slowest ``/health`` must answer in under 1 s
 - ``memory``:     the server's resident memory before and after (a 100 MB answer took it 1.3 -> 9.4 GB)
 
 Loopback only; nothing is sent anywhere else. Prints the machine and one table.
@@ -69,7 +69,7 @@ def case_200k(url: str) -> list:
     def big() -> None:
         t0 = time.perf_counter()
         try:
-            r = httpx.post(url + "/get_reward", json=_body("Summarise this text.", [answer]), timeout=600)
+            r = httpx.post(url + "/get_reward", json=_body("Summarise this text.", [answer]), timeout=1200)
             result["status"], result["s"] = r.status_code, time.perf_counter() - t0
         except httpx.HTTPError as e:
             result["status"], result["s"] = type(e).__name__, time.perf_counter() - t0
@@ -82,7 +82,7 @@ def case_200k(url: str) -> list:
             client.get(url + "/health")
             waits.append(time.perf_counter() - t0)
             time.sleep(0.1)
-    done.wait(600)
+    done.wait(1200)
     return [["200k", f"1 request, answer of {len(answer):,} chars ('</s> ' x 40000 + 'x')",
              f"HTTP {result['status']} in {result['s']:.1f} s", f"/health x{len(waits)}: max {max(waits):.3f} s, "
              f"median {statistics.median(waits):.3f} s", "/health < 1 s", "MET" if max(waits) < 1 else "NOT MET"]]
@@ -101,25 +101,30 @@ def case_5000(url: str, probes: int) -> list:
     latencies, codes = [], []
     for k in range(probes):
         t0 = time.perf_counter()
-        r = httpx.post(url + "/reward", json={"prompt": "What is 3 + 3?", "response": f"It is {6 + k}."}, timeout=120)
+        try:
+            r = httpx.post(url + "/reward", json={"prompt": "What is 3 + 3?", "response": f"It is {6 + k}."},
+                           timeout=60)
+            codes.append(r.status_code)
+        except httpx.HTTPError as e:
+            codes.append(type(e).__name__)
         latencies.append(time.perf_counter() - t0)
-        codes.append(r.status_code)
     during = httpx.get(url + "/health").json()
     big.close()  # the big request's client leaves: what it had not had scored is dropped
-    time.sleep(3)
+    time.sleep(1)
     after = httpx.get(url + "/health").json()
-    time.sleep(3)
+    batch_s = max(1.0, during["busy_s"] / max(1, during["batches"]))
+    time.sleep(min(60.0, 3 * batch_s))  # long enough for the batch in flight to end, and two more to start
     later = httpx.get(url + "/health").json()
-    scored = during["answers"] - probes  # answers scored (all requests) while the probes ran
+    scored = later["answers"] - during["answers"]  # after the probes: the big request's batch in flight, then none
     return [
         ["5000", f"1 request of 5,000 answers, then {probes} x 1-answer requests",
          f"probes HTTP {sorted(set(codes))}: {', '.join(f'{x:.2f}' for x in latencies)} s",
-         f"{scored} of the 5,000 scored meanwhile", "each probe < 5 s", "MET" if max(latencies) < 5 else "NOT MET"],
-        ["5000-left", "the 5,000-answer client disconnects",
-         f"dropped {after['dropped']}, queued {after['queued']}",
-         f"answers scored 3 s / 6 s later: {after['answers']} / {later['answers']} (of {5000 + probes})",
-         "dropped, no more scored after the batch in flight",
-         "MET" if after["dropped"] >= 1 and later["answers"] == after["answers"] < 5000 + probes else "NOT MET"],
+         f"{during['answers']} answers scored by then, in {during['batches']} judge calls", "each probe < 5 s",
+         "MET" if max(latencies) < 5 else "NOT MET"],
+        ["5000-left", "the 5,000-answer client disconnects", f"dropped {after['dropped']}, queued {after['queued']}",
+         f"{scored} answers scored in the {min(60.0, 3 * batch_s) + 1:.0f} s after (the call in flight)",
+         "dropped; at most the call in flight scored",
+         "MET" if after["dropped"] >= 1 and after["queued"] == 0 and scored <= 64 else "NOT MET"],
     ]
 
 
@@ -176,6 +181,7 @@ def main() -> None:
     ap.add_argument("--serve-args", default="", help="more `evolm serve` flags, e.g. '--max-batch 16'")
     ap.add_argument("--probes", type=int, default=3, help="1-answer requests during the 5,000-answer one")
     ap.add_argument("--slow-connections", type=int, default=50, help="connections that never finish their headers")
+    ap.add_argument("--cases", default="5000,413,slow,200k", help="which cases, comma-separated, in this order")
     args = ap.parse_args()
 
     port = _free_port()
@@ -200,11 +206,17 @@ def main() -> None:
         load_s = time.perf_counter() - t_start
         httpx.post(url + "/reward", json={"prompt": "Warm up?", "response": "Yes."}, timeout=120)
         rss0 = _rss_mb(proc.pid)
-        rows += case_200k(url)
-        rows += case_5000(url, args.probes)
-        rows += case_413(url)
-        rows += case_slow(url, args.slow_connections, header_timeout)
-        rss1 = _rss_mb(proc.pid)
+        # the 200k case last: on a slow CPU its one judge call (an 8192-token prompt for SmolLM2) runs for minutes,
+        # past the request's deadline, and a request behind it waits for that call (a forward pass is not interrupted)
+        cases = {"5000": lambda: case_5000(url, args.probes), "413": lambda: case_413(url),
+                 "slow": lambda: case_slow(url, args.slow_connections, header_timeout), "200k": lambda: case_200k(url)}
+        for name in args.cases.split(","):
+            case = cases[name]
+            try:
+                rows += case()
+            except Exception as e:  # noqa: BLE001 - a case that broke is a row of the table, the others still run
+                rows.append([name, "", f"{type(e).__name__}: {e}", "", "", "NOT MET"])
+        rss1 = _rss_mb(proc.pid)  # the 200k answer may still be in the judge: the server is stopped with it
         rows.append(["memory", "server resident memory, before the cases / after", f"{rss0:.0f} MB / {rss1:.0f} MB",
                      "", "", ""])
     finally:

@@ -515,3 +515,19 @@ def test_headers_over_the_size_limit_are_refused() -> None:
         reply = sock.recv(65536)
         sock.close()
     assert reply.startswith(b"HTTP/1.1 400")
+
+
+def test_a_newcomer_goes_first_when_a_batch_has_room_for_one_answer() -> None:
+    """With batches of one answer (a slow judge: --max-batch-s), the 1-answer request is the next call, not the
+    5,000-answer request that got there first."""
+    judge = SlowJudge(seconds_per_call=0.05)
+    with running(create_app(judge, settings=ServeSettings(max_batch=1, max_wait_ms=1))) as url, \
+            ThreadPoolExecutor(1) as pool:
+        big = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["a"] * 200), timeout=120)
+        deadline = time.monotonic() + 30
+        while len(judge.calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        small = httpx.post(url + "/reward", json={"prompt": "Small?", "response": "x"}, timeout=60)
+        calls_then = len(judge.calls)
+        assert big.result().status_code == 200
+    assert small.status_code == 200 and calls_then < 10  # within a call or two, not after the 200

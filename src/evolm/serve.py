@@ -367,7 +367,8 @@ class _Job:
 
 
 def fair_shares(left: Sequence[int], room: int) -> list[int]:
-    """Answers each request puts in the next batch: ``room`` shared equally (water-filling), in arrival order.
+    """Answers each request puts in the next batch: ``room`` shared equally (water-filling); when there is less
+    room than requests, the first ones in ``left``'s order get one each.
 
     A request gets at most what it has ``left``; what a small one does not need goes to the others.
     So a 1-answer request arriving behind a 5,000-answer one is in the next batch, not 5,000 answers later.
@@ -476,7 +477,9 @@ class Batcher:
             if sum(len(j.answers) - j.sent for j in self.jobs) < self.settings.max_batch:
                 await asyncio.sleep(self.settings.max_wait_ms / 1000)  # room left: let others join
                 self.jobs = [j for j in self.jobs if j.waiting]
-            jobs = list(self.jobs)
+            # least served first: when the batch has less room than there are requests, a newcomer goes before a
+            # large request that has had batches already (and large ones take turns)
+            jobs = sorted(self.jobs, key=lambda j: j.sent)
             shares = fair_shares([len(j.answers) - j.sent for j in jobs], self.room())
             parts = [(j, j.sent, j.sent + n) for j, n in zip(jobs, shares, strict=True) if n]
             for j, _, end in parts:
