@@ -22,8 +22,9 @@ from evolm.judge import JudgeItem
 def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
     from evolm.serve import uvicorn_options
 
+    settings = getattr(app.state, "settings", None)  # an evolm serve app's limits; any other app runs plain
     with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server",
-                 **uvicorn_options(app.state.settings)) as port:
+                 **(uvicorn_options(settings) if settings is not None else {})) as port:
         yield f"http://127.0.0.1:{port}"
 
 
