@@ -173,7 +173,7 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     assert loaded[0][1] == {"backend": "hf", "base_url": None, "api_key_env": "OPENAI_API_KEY", "device": "auto",
                             "dtype": "float32", "batch_size": 2, "timeout": 120.0, "max_retries": 2,
                             "deadline": 0.0, "max_concurrency": 32, "requests_per_minute": 0.0,
-                            "tokens_per_minute": 0.0}
+                            "tokens_per_minute": 0.0, "max_reply_mb": 8.0}
     assert (judge.mode, judge.seed, judge.max_new_tokens, judge.chat_template_kwargs) == ("yesno", 3, 512, {})
     assert (judge.temperature, judge.top_p) == (0.6, 0.95)  # the judge's own sampling; --top-p is the rubric writer's
     params = _rubric_params(args)
