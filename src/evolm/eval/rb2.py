@@ -412,17 +412,20 @@ def read_scores(path: str | Path) -> list[ScoredRow]:
 
 
 def _check_ids(rows: Sequence[ScoredRow], path: str | Path) -> None:
-    """A score file names each row once, and each Ties ``tied:<pid>`` row has its ``ref:<pid>`` row."""
+    """A score file names each row once."""
     seen: set[str] = set()
     for row in rows:
         if row.id in seen:
             raise InputError(f"{path}: id {row.id!r} appears twice (one row per id)")
         seen.add(row.id)
+
+
+def unpaired_tied(rows: Sequence[ScoredRow]) -> list[str]:
+    """Prompt ids of Ties ``tied:`` rows without their ``ref:`` row. The official release scores them (in the tied
+    accuracy only, out of P, H and M), so they are scored, and the CLI says how many there were."""
     ties = [_ties_key(r.id) for r in rows if is_ties(r.subset)]
     refs = {pid for kind, pid in ties if kind == "ref"}
-    orphan = next((pid for kind, pid in ties if kind == "tied" and pid not in refs), None)
-    if orphan is not None:
-        raise InputError(f"{path}: Ties row 'tied:{orphan}' has no 'ref:{orphan}' row (a score file holds both)")
+    return [pid for kind, pid in ties if kind == "tied" and pid not in refs]
 
 
 # ----------------------------------------------------------------------------- data
