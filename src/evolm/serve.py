@@ -538,6 +538,8 @@ def _json_body(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError as e:
         raise RequestRejected(400, f"the body is not JSON: {e}") from None
+    except RecursionError:
+        raise RequestRejected(400, "the body is JSON nested too deeply") from None
 
 
 async def _client_gone(request: Any) -> None:
