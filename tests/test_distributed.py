@@ -168,9 +168,10 @@ def test_coevolve_two_processes_kill_and_resume(tiny_model_dir: Path, tmp_path: 
     cfg = load_config(run_dir / "config.yaml")
     judge = build_judge(cfg.judge, seed=cfg.seed, device="cpu", fallback_dtype="float32")
     policy = [r for r in rows if r["role"] == "policy"]
-    again = score_rows([{"role": "policy", "question": r["question"], "rubric": json.dumps(r["rubric"]) if r["rubric"]
-                         else "", "rubric_text": r["rubric_text"] or "", "a_pos": "", "a_neg": "",
-                         "reference": r["reference"] or ""} for r in policy],
+    again = score_rows([{"role": "policy", "question": r["question"],
+                         "rubric": json.dumps(r["rubric"]) if r.get("rubric") else "",
+                         "rubric_text": r.get("rubric_text") or "", "a_pos": "", "a_neg": "",
+                         "reference": r.get("reference") or ""} for r in policy],
                        [r["completion"] for r in policy], [judge], cfg.rubric.reward, cfg.judge.aggregate,
                        cfg.rubric.invalid)
     assert [s.score for s in again] == pytest.approx([r["score"] for r in policy], abs=1e-5)

@@ -1,4 +1,4 @@
-"""The EvoLM loop: one model, two roles, trained in alternation with TRL's GRPO (SPEC §2.4-2.5).
+"""The EvoLM loop: one model, two roles, trained in alternation with TRL's GRPO (docs/FIDELITY.md).
 
 Algorithm (co-evolving regime)::
 
@@ -19,14 +19,8 @@ One ``GRPOTrainer`` serves the whole run (at 8B scale a trainer with DeepSpeed, 
 and a vLLM engine costs minutes to build), so TRL owns ``for step in range(total_steps)`` and this
 file gives it the body of a step; ``evolm.trl_adapter`` is the door between the two.
 
-Departures from the reference, and why:
-- Rubrics for policy questions are written at every step (not once per phase), with the weights
-  of that step: same cost, always the current rubric writer.
-- Groups whose rewards all tie are kept (the reference drops them and samples replacements, which
-  TRL's public API cannot do); GRPO gives them zero advantage, so they add no policy-gradient term,
-  only the small KL term. Their share is logged per step (``tied_groups``).
-- When the buffer is empty (the start of ``sequential``), temporal pairs fall back to
-  rubric-conditioned pairs; the pair's ``source`` records it.
+Departures from the reference (rubrics written at every policy step; tied groups kept with zero advantage;
+rubric-conditioned pairs while the buffer is empty), each with its reason: docs/FIDELITY.md.
 """
 
 from __future__ import annotations
@@ -247,12 +241,15 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     conditioned = [s for s in range(n) if s not in pairs]  # rubric_conditioned, and temporal with an empty buffer
     if conditioned:
         qs = [question(s) for s in conditioned]
-        written = [read_written(t) for t in generate([rubric_messages(q, cfg.rubric.prompt) for q in qs],
-                                                     rubric_params(cfg, info))]
+        written = [read_written(t) for t in generate([ask(cfg, q) for q in qs], rubric_params(cfg, info))]
         texts = [render_rubric(w.rubric) if w.rubric else strip_thinking(w.text) for w in written]
         pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, answer, params, sys_prompt)))
-    return [_row(info, s, rubric_messages(pairs[s].question, cfg.rubric.prompt), pairs[s].question, pair=pairs[s])
-            for s in range(n)]
+    return [_row(info, s, ask(cfg, pairs[s].question), pairs[s].question, pair=pairs[s]) for s in range(n)]
+
+
+def ask(cfg: RunConfig, question: str) -> Any:
+    """The rubric role's conversation for ``question`` under the run's rubric prompt (``rubric.prompt``)."""
+    return rubric_messages(question, cfg.rubric.prompt)
 
 
 def _shared(engine: Generate, fixed: Generate) -> Generate:
@@ -308,8 +305,7 @@ class Loop:
         """coevolve: written now, by the current weights. Otherwise by a fixed writer, once, and kept."""
         params = rubric_params(self.cfg, info)
         if self.plan.regime == "coevolve":
-            return [read_written(t) for t in generate([rubric_messages(q, self.cfg.rubric.prompt) for q in questions],
-                                                      params)]
+            return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
         missing = [q for q in questions if q not in self.frozen]
         if missing:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
@@ -317,7 +313,7 @@ class Loop:
                     convs, replace(p, chat_template_kwargs={})))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
-            texts = dict(zip(batch, gen([rubric_messages(q, self.cfg.rubric.prompt) for q in batch], params), strict=True))
+            texts = dict(zip(batch, gen([ask(self.cfg, q) for q in batch], params), strict=True))
             self.frozen.update({q: read_written(t) for q, t in texts.items()})
             if self.is_main:  # every process wrote the same rubrics (generation is gathered): one copy on disk
                 append_frozen_rubrics(self.run_dir, texts)
