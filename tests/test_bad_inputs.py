@@ -35,7 +35,7 @@ Issue #23 (hardening 3):
 | 7 | scores depend on batch composition under the default judge dtype (bfloat16 on AVX512-BF16) | `test_default_judge_scores_do_not_depend_on_the_batch` (prob, yesno; `--help` states it) |
 | 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `HARDENING3_CASES` |
 | 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `HARDENING3_CASES` |
-| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (scored as the official code does, and counted in the summary) | `HARDENING3_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
+| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (refused; `--allow-unpaired-ties` scores it as the official code does, counted in the summary) | `HARDENING3_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
 | 9 | truncated / empty `optimizer.pt`, garbage or bit-flipped `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
 | 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `HARDENING3_CASES` |
 | 10 | `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
@@ -519,12 +519,15 @@ def test_hardening3_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case
 
 def test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """An orphan ``tied:`` row is scored as the official release scores it (tests/eval/test_rb2_official.py pins
-    that), not silently: the summary line counts them."""
+    """An orphan ``tied:`` row is refused in one line; with --allow-unpaired-ties it is scored as the official release
+    scores it (tests/eval/test_rb2_official.py pins that), not silently: the summary line counts them."""
     scores = tmp_path / "s.jsonl"
     scores.write_text('{"id": "tied:7", "subset": "Ties", "num_correct": 2, "scores": [0.9, 0.8, 0.1]}\n'
                       '{"id": "ref:8", "subset": "Ties", "num_correct": 1, "scores": [0.9, 0.1]}\n')
-    assert main(["eval", "rb2", "--from-scores", str(scores)]) == 0
+    assert main(["eval", "rb2", "--from-scores", str(scores)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "1 Ties 'tied:' row(s) without their 'ref:' row (tied:7)" in err
+    assert main(["eval", "rb2", "--from-scores", str(scores), "--allow-unpaired-ties"]) == 0
     assert "; 1 Ties tied: rows without their ref: row (in the tied accuracy only" in capsys.readouterr().err
 
 

@@ -769,6 +769,9 @@ def _add_eval_rb2(esub: argparse._SubParsersAction) -> None:
                    help="also write one JSON line per row: id, subset, num_correct, scores (chosen first)")
     p.add_argument("--from-scores", default=None, metavar="PATH",
                    help="recompute the table from a --save-scores file, without any model")
+    p.add_argument("--allow-unpaired-ties", action="store_true",
+                   help="score Ties 'tied:' rows that have no 'ref:' row (in the tied accuracy only, as the official "
+                   "code does); by default such a file is refused: a whole Ties subset has both rows of every prompt")
     p.add_argument("--protocol", choices=("fast", "paper"), default="fast",
                    help="fast (default): the flags as given (defaults: prob judge, 512 judge and 1024 rubric tokens, "
                    "no thinking, the parsed rubric re-rendered): quick everyday numbers. paper: the authors' "
@@ -825,6 +828,9 @@ def _run_eval_rb2(args: argparse.Namespace) -> None:
         settings.update(_rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets,
                         protocol=args.protocol, **({k: v for k, v in RB2_PAPER.items() if k not in
                                                      _rubric_judge_settings(args)} if args.protocol == "paper" else {}))
+    if (orphans := rb2.unpaired_tied(scored)) and not args.allow_unpaired_ties:
+        raise InputError(f"{len(orphans)} Ties 'tied:' row(s) without their 'ref:' row (tied:{orphans[0]}): not a "
+                         "whole Ties subset; --allow-unpaired-ties scores them as the official code does")
     result = rb2.score_rows(scored)
     result.extra["settings"] = settings
     if coverage is not None:

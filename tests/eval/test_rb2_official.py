@@ -85,7 +85,7 @@ def official_rb2(rows: list[dict]) -> dict[str, float]:
 def evolm_rb2(rows: list[dict], tmp_path: Path) -> dict:
     scores, result = tmp_path / "scores.jsonl", tmp_path / "result.json"
     scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main(["eval", "rb2", "--from-scores", str(scores), "--output", str(result)]) == 0
+    assert main(["eval", "rb2", "--from-scores", str(scores), "--output", str(result), "--allow-unpaired-ties"]) == 0
     return json.loads(result.read_text())
 
 
