@@ -96,10 +96,12 @@ def test_malformed_requests_get_a_json_4xx_and_the_server_keeps_serving() -> Non
             httpx.post(url + "/reward", json={"prompt": "Q?"}),
             httpx.post(url + "/reward", json={"prompt": 3, "response": "A"}),
             httpx.post(url + "/reward", content=b"[" * 100_000 + b"]" * 100_000),  # nested past the recursion limit
+            httpx.post(url + "/reward", content=b'{"prompt": "Q?", "response": "A \\ud800"}'),  # a lone surrogate
         ]
         good = httpx.post(url + "/get_reward", json=_body("Q?", ["A"]))
         empty = httpx.post(url + "/get_reward", json={"query": [], "prompts": []})
-    assert [r.status_code for r in bad] == [400, 422, 422, 422, 422, 422, 422, 400]
+    assert [r.status_code for r in bad] == [400, 422, 422, 422, 422, 422, 422, 400, 400]
+    assert "lone surrogate" in bad[-1].json()["error"]
     assert all(set(r.json()) == {"error"} and r.json()["error"] for r in bad)
     assert good.status_code == 200 and good.json()["rewards"] == [0.01]
     assert empty.json() == {"rewards": [], "scores": [], "extra_logs": {k: [] for k in empty.json()["extra_logs"]}}

@@ -534,12 +534,20 @@ class Batcher:
 
 
 def _json_body(raw: bytes) -> Any:
+    """The request's JSON; 400 for what is not JSON, nests too deeply, or holds a lone surrogate escape."""
+    from evolm.errors import InputError
+    from evolm.jsonl import check_text
+
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
+        check_text(body, "the body")
+        return body
     except ValueError as e:
         raise RequestRejected(400, f"the body is not JSON: {e}") from None
     except RecursionError:
         raise RequestRejected(400, "the body is JSON nested too deeply") from None
+    except InputError as e:
+        raise RequestRejected(400, str(e)) from None
 
 
 async def _client_gone(request: Any) -> None:
