@@ -154,7 +154,14 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--attacks", nargs="+", default=None, help="a subset of the attacks (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=96, help="generative mode only")
+    ap.add_argument("--no-copy-check", action="store_true",
+                    help="generative mode: read a score the answer wrote for the judge as a verdict (the judge "
+                    "before evolm.judge.copied_score), to measure what the check takes away")
     args = ap.parse_args()
+    if args.no_copy_check:
+        import evolm.judge as jm
+
+        jm.copied_score = lambda reply, answer: False
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from common import print_header, table
