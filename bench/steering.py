@@ -154,6 +154,9 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--attacks", nargs="+", default=None, help="a subset of the attacks (default: all)")
     ap.add_argument("--max-new-tokens", type=int, default=96, help="generative mode only")
+    ap.add_argument("--constrained", action="store_true",
+                    help="generative mode: decode the judge's reply under its JSON grammar (judge.constrained), so "
+                    "a small judge's reply always holds a score")
     ap.add_argument("--no-copy-check", action="store_true",
                     help="generative mode: read a score the answer wrote for the judge as a verdict (the judge "
                     "before evolm.judge.copied_score), to measure what the check takes away")
@@ -175,7 +178,7 @@ def main() -> None:
     rows = []
     for config in args.configs:
         for mode in args.modes:
-            judge = Judge(backend, mode=mode, max_new_tokens=args.max_new_tokens)
+            judge = Judge(backend, mode=mode, max_new_tokens=args.max_new_tokens, constrained=args.constrained)
             with defence(backend, config):
                 result = lifts(judge, backend.tokenizer, args.attacks)
             for name, (lift, vs_plain) in result.items():
