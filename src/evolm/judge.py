@@ -598,7 +598,7 @@ def copied_score(reply: str, answer: str) -> bool:
 
 
 def _scored_objects(text: str, limit: int = 64) -> list[dict]:
-    """The scored JSON objects in ``text`` (at most ``limit``; the scan ``_score_source`` makes, not stopping at one)."""
+    """The scored JSON objects in ``text``, in order, at most ``limit`` (the linear scan ``_score_source`` describes)."""
     found: list[dict] = []
     decoder, covered, failures = json.JSONDecoder(), 0, 0
     for m in _OPEN_BRACE.finditer(text):
@@ -628,22 +628,8 @@ def _score_source(text: str) -> tuple[float | None, dict | str | None]:
     """
     try:
         body = strip_thinking(text)
-        decoder = json.JSONDecoder()
-        covered = failures = 0
-        for m in _OPEN_BRACE.finditer(body):
-            if m.start() < covered:
-                continue  # inside an object already decoded and searched
-            try:
-                obj, end = decoder.raw_decode(body, m.start())
-            except (json.JSONDecodeError, RecursionError, ValueError):
-                failures += 1
-                if failures > _MAX_SCORE_STARTS:
-                    break
-                continue
-            covered = end
-            found = _scored_dict(obj)
-            if found is not None:
-                return _number(found[next(k for k in _SCORE_KEYS if k in found)]), found
+        if found := _scored_objects(body, limit=1):
+            return _number(found[0][next(k for k in _SCORE_KEYS if k in found[0])]), found[0]
         m = _SCORE_FIELD.search(body)
         return (_number(m.group(1)), m.group(0)) if m else (None, None)
     except Exception:  # noqa: BLE001 - model output must never crash the caller
