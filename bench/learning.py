@@ -6,6 +6,8 @@
     python bench/learning.py results  # rewrite docs/RESULTS.md from the arms finished so far
     python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
     python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
+    python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
+    python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -392,6 +394,241 @@ def backfill_policy(name: str) -> None:
     _save(name, result)
 
 
+# ============================================================================= W. writers on held-out labelled pairs
+
+WRITERS = OUT / "writers"
+HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
+WRITER_ARMS = ("none", "hand", "base", "warm", "warm-evolm", "warm-grpo")
+ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
+              "warm": "warm-started writer (SFT)", "warm-evolm": "warm start + EvoLM (temporal contrast)",
+              "warm-grpo": "warm start + labelled-pair GRPO"}
+HELDOUT_SETS = (("Natural.json", None), ("Adversarial_Neighbor.json", 33))  # (LLMBar file, pairs kept; None: all)
+HELDOUT_MAX_CHARS = 1200
+WRITE_CHUNK, JUDGE_CHUNK = 8, 10  # prompts per saved rubric chunk, pairs per saved judging chunk (resume points)
+
+
+def writers_pairs() -> Path:
+    """The held-out pairs: LLMBar Natural and the first 33 Adversarial Neighbor pairs, each of prompt and answers under
+    ``HELDOUT_MAX_CHARS`` characters (87 + 33 = 120 pairs, 120 distinct prompts), with the set's name kept."""
+    from evolm.eval.pairs import load_pairs
+
+    dst = OUT / "data" / "writers_heldout.jsonl"
+    rows = []
+    for name, n in HELDOUT_SETS:
+        keep = [p for p in load_pairs(DATA / "llmbar" / name)
+                if max(len(p.prompt), len(p.better), len(p.worse)) <= HELDOUT_MAX_CHARS][:n]
+        rows += [{"prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "set": name.removesuffix(".json")}
+                 for p in keep]
+    _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    from evolm.records import read_lenient
+
+    return read_lenient(path).rows if path.exists() else []
+
+
+def _append(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def handwritten_rubrics() -> dict[str, str]:
+    """prompt -> rubric JSON text, from ``bench/data/handwritten_rubrics.jsonl`` (how they were written: its header
+    row and docs/RESULTS.md)."""
+    rows = [r for r in _jsonl(HANDWRITTEN) if "prompt" in r]
+    return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
+
+
+def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
+    """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
+    ``runs/study/writers/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed
+    run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads."""
+    from evolm.backends.base import SamplingParams
+    from evolm.config import RunConfig
+    from evolm.constrained import RUBRIC_SCHEMA
+    from evolm.eval.pairs import load_pairs
+    from evolm.heldout import judge_heldout
+    from evolm.rubrics import WrittenRubric, read_written
+
+    pairs_file = writers_pairs()
+    pairs = load_pairs(pairs_file)
+    sets = [r["set"] for r in _jsonl(pairs_file)]
+    prompts = list(dict.fromkeys(p.prompt for p in pairs))
+    key = {"arm": arm, "writer": writer, "pairs_sha": hashlib.sha256(pairs_file.read_bytes()).hexdigest(),
+           "decoding": None if writer is None else {"temperature": 0.0, "max_new_tokens": max_tokens,
+                                                    "constrained": True, "prompt": "v3"}}
+    if arm == "hand":
+        key["rubrics_sha"] = hashlib.sha256(HANDWRITTEN.read_bytes()).hexdigest()
+    WRITERS.mkdir(parents=True, exist_ok=True)
+    rub_file, items_file, key_file = (WRITERS / f"{arm}-rubrics.jsonl", WRITERS / f"{arm}-items.jsonl",
+                                      WRITERS / f"{arm}-key.json")
+    if key_file.exists() and json.loads(key_file.read_text(encoding="utf-8")) != key:
+        print(f"{arm}: writer, pairs or decoding changed: starting the arm afresh", flush=True)
+        for f in (rub_file, items_file):
+            f.unlink(missing_ok=True)
+    key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
+    t0 = time.time()
+    rubrics = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
+    if arm == "none":
+        rubrics = dict.fromkeys(prompts, "")
+    elif arm == "hand":
+        rubrics = handwritten_rubrics()
+        missing = [q for q in prompts if q not in rubrics]
+        if missing:
+            raise SystemExit(f"{HANDWRITTEN}: no rubric for {len(missing)} held-out prompts (first: {missing[0][:60]!r})")
+    elif any(q not in rubrics for q in prompts):
+        from evolm.models import load_backend
+
+        backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
+        params = SamplingParams(0.0, 1.0, max_tokens, SEED, json_schema=RUBRIC_SCHEMA)
+        todo = [q for q in prompts if q not in rubrics]
+        for i in range(0, len(todo), WRITE_CHUNK):
+            chunk = todo[i:i + WRITE_CHUNK]
+            from evolm.rubrics import rubric_messages
+
+            texts = backend.generate([rubric_messages(q, "v3") for q in chunk], params)
+            _append(rub_file, [{"prompt": q, "text": t} for q, t in zip(chunk, texts, strict=True)])
+            rubrics.update(zip(chunk, texts, strict=True))
+            print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)", flush=True)
+        del backend
+    minutes_write = (time.time() - t0) / 60
+    written = {q: (WrittenRubric("", None, 0.0) if not rubrics[q] else read_written(rubrics[q])) for q in prompts}
+    done = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(items_file)}
+    todo_pairs = [p for p in pairs if (p.prompt, p.better, p.worse) not in done]
+    if todo_pairs:
+        judge = load_judge()
+        cfg = RunConfig()
+        cfg.rubric.invalid = "judge_raw"
+        for i in range(0, len(todo_pairs), JUDGE_CHUNK):
+            rows = judge_heldout(cfg, [judge], todo_pairs[i:i + JUDGE_CHUNK], written, {}, {})
+            _append(items_file, rows)
+            done.update({(r["prompt"], r["chosen"], r["rejected"]): r for r in rows})
+            print(f"{arm}: {len(done)}/{len(pairs)} pairs judged ({(time.time() - t0) / 60:.1f} min)", flush=True)
+    rows = [done[(p.prompt, p.better, p.worse)] for p in pairs]
+    from evolm.eval.rubric_stats import rubric_stats
+
+    result = {"arm": arm, "label": ARM_LABELS[arm], "key": key, "n": len(rows), "sets": sets,
+              "credits": [r["credit"] for r in rows],
+              "validity": None if arm == "none" else statistics.fmean(w.valid for w in written.values()),
+              "stats": None if arm == "none" else rubric_stats([w.rubric for w in written.values()]).to_json(),
+              "extra_stats": None if arm == "none" else _copy_stats(written),
+              "minutes": round((time.time() - t0) / 60, 1), "minutes_write": round(minutes_write, 1),
+              "rubrics": str(rub_file.relative_to(ROOT)) if writer else None,
+              "items": str(items_file.relative_to(ROOT))}
+    (WRITERS / f"{arm}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(f"{arm}: pair accuracy {statistics.fmean(result['credits']):.3f} (n={len(rows)}) -> {WRITERS / f'{arm}.json'}")
+    return result
+
+
+def _copy_stats(written: dict[str, Any]) -> dict[str, float]:
+    """What the base writer's rubrics go wrong with: a criterion repeated within its rubric, a criterion copied from
+    the rubric prompt's one-shot example, a criterion that repeats the question's own text (first 60 characters)."""
+    from evolm.rubrics import _EXAMPLE
+
+    example = {c["criterion"].strip().lower() for c in _EXAMPLE["criteria"]}
+    crits = [(q, [c.criterion.strip().lower() for c in w.rubric.criteria]) for q, w in written.items() if w.rubric]
+    flat = [(q, c) for q, cs in crits for c in cs]
+    if not flat:
+        return {}
+    return {"rubrics_with_repeat": statistics.fmean(len(set(cs)) < len(cs) for _, cs in crits),
+            "criteria_from_example": statistics.fmean(c in example for _, c in flat),
+            "criteria_copying_question": statistics.fmean(q.strip().lower()[:60] in c for q, c in flat)}
+
+
+def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
+    ca, cb = res[a]["credits"], res[b]["credits"]
+    up, down, p = sign_test(ca, cb)
+    diff = [x - y for x, y in zip(ca, cb, strict=True)]
+    return [a, b, up, down, p, statistics.fmean(diff), bootstrap_mean(diff)]
+
+
+def writers_table(write_doc: bool = True) -> dict[str, Any]:
+    """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
+    printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
+    res = {a: json.loads((WRITERS / f"{a}.json").read_text(encoding="utf-8")) for a in WRITER_ARMS
+           if (WRITERS / f"{a}.json").exists()}
+    lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
+             "|---|---|---|---|---|---|"]
+    for a, r in res.items():
+        c = r["credits"]
+        cells = []
+        for s in ("Natural", "Adversarial_Neighbor"):
+            cs = [x for x, t in zip(c, r["sets"], strict=True) if t == s]
+            cells.append(fmt_ci(sum(cs) / len(cs), wilson(sum(cs), len(cs))) + f" (n={len(cs)})")
+        v = "—" if r["validity"] is None else f"{r['validity']:.2f}"
+        lines.append(f"| {r['label']} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
+                     f"{cells[0]} | {cells[1]} | {v} |")
+    comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm", "warm"), ("warm-grpo", "warm"),
+                                                         ("warm", "base"), ("hand", "base")]
+    tests = [_diff_row(a, b, res) for a, b in comps if a in res and b in res]
+    lines += ["", "| comparison | pairs better / worse | exact sign test p | accuracy difference [95% paired bootstrap CI] |",
+              "|---|---|---|---|"]
+    for a, b, up, down, p, d, ci in tests:
+        lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
+    lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | criterion chars "
+              "| rubrics repeating a criterion | criteria copied from the prompt's example |", "|---|---|---|---|---|---|---|---|---|"]
+    for a, r in res.items():
+        s, x = r.get("stats"), r.get("extra_stats") or {}
+        if not s:
+            continue
+        lines.append(f"| {r['label']} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
+                     f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
+                     f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
+    missing = [a for a in WRITER_ARMS if a not in res]
+    if missing:
+        lines += ["", "Not measured yet: " + ", ".join(ARM_LABELS[a] for a in missing) + "."]
+    print("\n".join(lines))
+    if res:
+        _figure_writers(res, FIGURES / "writers.png")
+    out = {"lines": lines, "tests": tests, "results": res}
+    if write_doc:
+        _put_writers_section(lines)
+    return out
+
+
+def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
+    """Held-out pair accuracy per arm with its 95% Wilson interval (a PNG)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.4))
+    ax = fig.add_subplot(1, 1, 1)
+    for i, r in enumerate(res.values()):
+        c = r["credits"]
+        acc = sum(c) / len(c)
+        lo, hi = wilson(sum(c), len(c))
+        ax.errorbar([i], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=4, color="#1f77b4")
+    ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
+    ax.set_xticks(range(len(res)), [r["label"].split(" (")[0].replace("warm start + ", "warm+\n") for r in res.values()],
+                  fontsize=7)
+    ax.set_ylabel("held-out pair accuracy")
+    ax.set_title(f"Frozen SmolLM2-135M yesno judge, LLMBar held-out pairs (n={len(next(iter(res.values()))['credits'])})",
+                 fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+WRITERS_BEGIN, WRITERS_END = "<!-- writers-table: begin -->", "<!-- writers-table: end -->"
+
+
+def _put_writers_section(lines: Sequence[str]) -> None:
+    """Replace the text between the writers-table markers in docs/RESULTS.md (the rest of the page is prose)."""
+    text = RESULTS.read_text(encoding="utf-8")
+    if WRITERS_BEGIN not in text or WRITERS_END not in text:
+        print(f"{RESULTS}: no writers-table markers; the table is printed above only")
+        return
+    head, rest = text.split(WRITERS_BEGIN, 1)
+    tail = rest.split(WRITERS_END, 1)[1]
+    RESULTS.write_text(head + WRITERS_BEGIN + "\n" + "\n".join(lines) + "\n" + WRITERS_END + tail, encoding="utf-8")
+    print(f"wrote the table into {RESULTS}")
+
+
 # ============================================================================= results page
 
 
@@ -623,8 +860,13 @@ def write_results() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill"])
-    p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`")
+    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table"])
+    p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
+                   f"({', '.join(WRITER_ARMS)})")
+    p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
+                   "warm-grpo: a checkpoint directory)")
+    p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
+                   "rubric grammar's 5 criteria fit)")
     p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
     p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
     p.add_argument("--no-train", action="store_true", help="study A: compare the writers with A-writer's last "
@@ -634,7 +876,17 @@ def main() -> None:
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
-    if args.study == "results":
+    if args.study == "writers":
+        if len(args.runs) != 1 or args.runs[0] not in WRITER_ARMS:
+            p.error(f"writers takes one arm: {', '.join(WRITER_ARMS)}")
+        arm = args.runs[0]
+        writer = None if arm in ("none", "hand") else args.writer or (MODEL if arm == "base" else None)
+        if arm.startswith("warm") and not writer:
+            p.error(f"writers {arm} needs --writer CHECKPOINT")
+        writer_arm(arm, writer, args.max_tokens)
+    elif args.study == "writers-table":
+        writers_table()
+    elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":
         demo_compare(args.runs)

@@ -61,7 +61,7 @@ def main() -> None:
     import httpx
     from reward_server import running  # tests/reward_server.py: uvicorn in a thread on a free port
 
-    from evolm.cli import WRITE_BATCH
+    from evolm.cli._common import WRITE_BATCH
     from evolm.judge import Judge, JudgeItem
     from evolm.models import load_backend
     from evolm.rubrics import Rubric

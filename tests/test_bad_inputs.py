@@ -407,7 +407,7 @@ def test_stats_json_on_stdout_is_json_only(tmp_path: Path, capsys: pytest.Captur
 
 def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
     """SIGKILL once the first batches are on disk; --resume-output then gives the file an unkilled run gives."""
-    from evolm.cli import WRITE_BATCH
+    from evolm.cli._common import WRITE_BATCH
 
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "response": str(2 * i)}) + "\n"

@@ -157,7 +157,8 @@ def test_flag_choices_come_from_the_library_constants() -> None:
 def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge goes through build_judge; the rubric writer shares its model when it is the same one."""
     from evolm import models
-    from evolm.cli import _rubric_and_judge, _rubric_params
+    from evolm.cli._common import rubric_params as _rubric_params
+    from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
     loaded: list[tuple[str, dict]] = []
 
@@ -251,7 +252,7 @@ def test_judge_says_how_it_read_each_rubric_and_refuses_non_text(tmp_path: Path,
 def test_the_judge_reply_budget_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thinking judge needs room to think (the paper's protocol: 16384); the CLI default stays 512."""
     from evolm import models
-    from evolm.cli import _rubric_and_judge
+    from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
     monkeypatch.setattr(models, "load_backend", lambda spec, **kw: object())
     for extra, expected in (([], 512), (["--judge-max-new-tokens", "16384"], 16384)):

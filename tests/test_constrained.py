@@ -252,7 +252,8 @@ def test_cli_rubric_and_judge_constrained(short_model_dir: Path, tmp_path: Path,
 
 
 def test_cli_eval_flags_reach_the_rubric_params() -> None:
-    from evolm.cli import _rubric_params, build_parser
+    from evolm.cli import build_parser
+    from evolm.cli._common import rubric_params as _rubric_params
 
     args = build_parser().parse_args(["eval", "pairs", "x.jsonl", "--judge", "j", "--rubric-model", "r", "--constrained"])
     assert _rubric_params(args).json_schema == RUBRIC_SCHEMA and args.judge_constrained is False

@@ -271,7 +271,7 @@ def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, 
     assert [r["question"] for r in rows[::2]] == [p.question for k in range(2) for p in plan.labelled.take(k, 2)]
     saved = out / EVAL_RUBRICS_FILE
     assert [r["question"] for r in read_jsonl(saved)] == ["Say hello.", "Count to 3."]
-    from evolm.cli import _print_summary
+    from evolm.cli.train import _print_summary
     from evolm.report import summarise
 
     capsys.readouterr()

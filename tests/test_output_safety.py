@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evolm import cli
+from evolm.cli import _common
+from evolm.cli import judge as judge_cli
 from evolm.cli import main
 
 
@@ -69,11 +70,11 @@ class _FakeJudge:
 def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "WRITE_BATCH", 4)
+    monkeypatch.setattr(_common, "WRITE_BATCH", 4)
     inp = _write(tmp_path / "in.jsonl", [{"prompt": f"q{i}", "response": "x" * i, "id": i} for i in range(10)])
     argv = ["judge", "--judge", "J", "--input", str(inp), "--batch-size", "1"]
     calls: list[int] = []
-    monkeypatch.setattr(cli, "_build_judge", lambda *a: _FakeJudge(calls))
+    monkeypatch.setattr(judge_cli, "judge_from_args", lambda *a: _FakeJudge(calls))
     assert main([*argv, "--output", str(tmp_path / "full.jsonl")]) == 0
     assert calls == [4, 4, 2]
     full = (tmp_path / "full.jsonl").read_bytes()
@@ -81,7 +82,7 @@ def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(
     out = tmp_path / "out.jsonl"
     out.write_text("an older output\n")
     calls.clear()
-    monkeypatch.setattr(cli, "_build_judge", lambda *a: _FakeJudge(calls, fail_after=2))
+    monkeypatch.setattr(judge_cli, "judge_from_args", lambda *a: _FakeJudge(calls, fail_after=2))
     with pytest.raises(RuntimeError, match="backend died"):
         main([*argv, "--output", str(out)])
     partial = tmp_path / "out.jsonl.partial"
@@ -92,7 +93,7 @@ def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(
     assert "resume it, or delete it" in capsys.readouterr().err
 
     calls.clear()
-    monkeypatch.setattr(cli, "_build_judge", lambda *a: _FakeJudge(calls))
+    monkeypatch.setattr(judge_cli, "judge_from_args", lambda *a: _FakeJudge(calls))
     assert main([*argv, "--output", str(out), "--resume-output"]) == 0
     assert calls == [2]  # only the rows not done
     assert out.read_bytes() == full and not partial.exists()
@@ -101,7 +102,7 @@ def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(
 
 def test_resume_checks_the_rows_match_the_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "_build_judge", lambda *a: _FakeJudge([]))
+    monkeypatch.setattr(judge_cli, "judge_from_args", lambda *a: _FakeJudge([]))
     inp = _write(tmp_path / "in.jsonl", [{"prompt": f"q{i}", "response": "r"} for i in range(3)])
     out = _write(tmp_path / "out.jsonl", [{"prompt": "q0", "response": "r", "score": 0.5},
                                           {"prompt": "other", "response": "r", "score": 0.5}])
@@ -121,7 +122,7 @@ def test_rubric_and_judge_resume_on_the_tiny_model(tiny_model_dir: Path, tmp_pat
     from evolm import rubrics
     from evolm.judge import Judge
 
-    monkeypatch.setattr(cli, "WRITE_BATCH", 3)
+    monkeypatch.setattr(_common, "WRITE_BATCH", 3)
     inp = _write(tmp_path / "p.jsonl", [{"prompt": f"What is {i} + {i}?", "response": str(2 * i)} for i in range(7)])
     common = ["--input", str(inp), "--device", "cpu", "--dtype", "float32", "--batch-size", "2"]
     rubric_argv = ["rubric", "--model", str(tiny_model_dir), "--max-new-tokens", "6", *common]

@@ -1,4 +1,4 @@
-"""Errors the library raises. ``cli.py`` turns each into one line on stderr and a non-zero exit."""
+"""Errors the library raises. ``evolm.cli`` turns each into one line on stderr and a non-zero exit."""
 
 
 class EvolmError(Exception):

@@ -1,7 +1,7 @@
 """The reward server: EvoLM's rubric + judge reward over HTTP, for RL engines in other processes.
 
 OpenRLHF, slime and verl compute rewards in their own workers; they reach an external reward by
-HTTP. ``evolm serve`` (``cli.py``) loads the judge once (``judge.build_judge``, the builder that
+HTTP. ``evolm serve`` (``cli/serve.py``) loads the judge once (``judge.build_judge``, the builder that
 ``evolm judge`` and training use, so a reward here equals ``evolm judge`` on the same row) and
 answers two wire protocols, verified against the engines' sources:
 

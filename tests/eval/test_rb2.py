@@ -439,7 +439,8 @@ def test_paper_protocol_shows_the_judge_the_rubric_as_written():
 
 
 def test_cli_paper_protocol_sets_the_authors_settings(monkeypatch, capsys):
-    import evolm.cli as cli
+    from evolm.cli import _common
+    from evolm.cli.eval import rb2 as rb2_cli
 
     seen = {}
 
@@ -447,7 +448,7 @@ def test_cli_paper_protocol_sets_the_authors_settings(monkeypatch, capsys):
         seen.update(vars(args))
         raise InputError("stopped before loading")
 
-    monkeypatch.setattr(cli, "_rubric_and_judge", stop)
+    monkeypatch.setattr(rb2_cli, "rubric_and_judge", stop)
     assert main(["eval", "rb2", str(RB2_SMALL), "--judge", "j", "--rubric-model", "w", "--protocol", "paper"]) == 2
     assert (seen["mode"], seen["judge_max_new_tokens"], seen["thinking"], seen["max_new_tokens"]) == \
         ("generative", 16384, True, 16384)
@@ -457,7 +458,7 @@ def test_cli_paper_protocol_sets_the_authors_settings(monkeypatch, capsys):
     from evolm.eval.rubric_source import RETRY_TEMPERATURES
 
     assert (seen["temperature"], *RETRY_TEMPERATURES) == (0.6, 0.3, 0.1)
-    params = cli._rubric_params(argparse_namespace(seen))
+    params = _common.rubric_params(argparse_namespace(seen))
     assert params.chat_template_kwargs == {"enable_thinking": True} and params.max_new_tokens == 16384
 
 

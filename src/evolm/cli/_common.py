@@ -1,0 +1,356 @@
+"""What the ``evolm`` commands share: argument types, the flag groups several commands declare, model
+loading from flags, and the as-you-go JSONL writer of ``rubric`` and ``judge``.
+
+Each group of shared flags is declared by one function, so that a flag means and says the same in
+every command that has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from evolm.config import BACKENDS, DTYPES, JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, OVERLONG
+
+
+MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse turns the ValueError into a one-line usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {value}")
+    return value
+
+
+def check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
+    """What `rubric` and `judge` check before any model loads: there is work to do, and somewhere to put it."""
+    from evolm.errors import InputError
+    from evolm.jsonl import check_writable
+
+    if not rows:
+        raise InputError(f"{source}: no rows (an empty input)")
+    check_writable(outputs)
+
+
+def text_rows(rows: list[dict], source: str, keys: tuple[str, ...]) -> list[dict]:
+    """Input rows whose ``keys`` hold text: ``null`` or a number is a one-line error, never the text "None"."""
+    from evolm.errors import InputError
+
+    for n, row in enumerate(rows, start=1):
+        for k in keys:
+            if not isinstance(row[k], str):
+                raise InputError(f"{source}: row {n}: '{k}' must be text, not {type(row[k]).__name__}")
+    return rows
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """Where a model runs: --backend, --base-url, --api-key-env, --timeout, --max-retries."""
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="hf",
+        help="hf: local transformers (default); openai: an OpenAI-compatible server (vllm serve, OpenAI...); "
+        "vllm: in-process vLLM (GPU, needs the 'vllm' extra)",
+    )
+    def base_url(text: str) -> str:
+        from evolm.config import endpoint_urls, url_error
+
+        for url in endpoint_urls(text):
+            if err := url_error("URL", url):
+                raise argparse.ArgumentTypeError(err)
+        return text
+
+    p.add_argument("--base-url", action="append", default=None, type=base_url,
+                   help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1; several (repeat the flag, "
+                   "or comma-separated) serving the same model make a pool: least-loaded first, 32 requests in "
+                   "flight to each, a failed request retried on another")
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key for openai backends (the key is never logged)",
+    )
+    def seconds(text: str) -> float:
+        value = float(text)
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+        return value
+
+    def mib(text: str) -> float:
+        value = float(text)
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
+        return value
+
+    def none_or_more(text: str) -> float:
+        value = float(text)
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be 0 (none) or a positive number, got {text}")
+        return value
+
+    def count(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    p.add_argument("--timeout", type=seconds, default=120.0,
+                   help="openai backends: seconds one request attempt may take in all, reply included (default 120)")
+    p.add_argument("--max-retries", type=count, default=2,
+                   help="openai backends: retries of a failed request (default 2); one request ends within "
+                   "(max-retries + 1) x timeout + 8 s per retry")
+    p.add_argument("--request-deadline", dest="deadline", type=none_or_more, default=0.0, metavar="SECONDS",
+                   help="openai backends: seconds one request to a server may take in all, retries and waits "
+                   "included (default 0: the bound above)")
+    p.add_argument("--max-concurrency", type=positive_int, default=32,
+                   help="openai backends: requests in flight at once to each server (default 32)")
+    p.add_argument("--requests-per-minute", type=none_or_more, default=0.0, metavar="N",
+                   help="openai backends: requests per minute to each server (default 0: no limit), e.g. a hosted "
+                   "API's rate limit")
+    p.add_argument("--tokens-per-minute", type=none_or_more, default=0.0, metavar="N",
+                   help="openai backends: tokens per minute to each server (default 0: no limit; a request counts "
+                   "its characters / 3 + its reply budget until the server reports its usage)")
+    p.add_argument("--max-reply-mb", type=mib, default=8.0, metavar="MIB",
+                   help="openai backends: the most of one reply read, in MiB after decompression (default 8); a "
+                   "larger one fails its request in one line")
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """How a local model runs: --device, --dtype, --batch-size."""
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1... (auto: cuda when available)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="weight type of a local model (auto: bfloat16 on GPU, float32 on CPU; a judge's weights: "
+                   "float32 everywhere, so that a score moves by less than 1e-5 with the answers batched beside it; "
+                   "in bfloat16 by up to 0.03)")
+    p.add_argument("--batch-size", type=positive_int, default=8,
+                   help="rows per batch on a local model (prompts generated or answers scored together)")
+
+
+def _temperature(text: str) -> float:
+    """An argparse type: a finite number >= 0 (NaN decoded greedily and inf gave random tokens, silently)."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0: greedy), not {text}")
+    return value
+
+
+def _top_p(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 and < 2**32, not {text}")
+    return value
+
+
+def add_sampling_args(p: argparse._ActionsContainer) -> None:
+    """Sampled generation: --temperature, --top-p, --seed (the paper's values by default)."""
+    p.add_argument("--temperature", type=_temperature, default=0.6, help="sampling temperature (paper: 0.6)")
+    p.add_argument("--top-p", type=_top_p, default=0.95, help="nucleus sampling top-p, in (0, 1] (paper: 0.95)")
+    add_seed_arg(p)
+
+
+def add_seed_arg(p: argparse._ActionsContainer) -> None:
+    p.add_argument("--seed", type=_seed, default=0, help="seed of sampled generation (rubrics, answers, generative "
+                   "judge), in [0, 2**32)")
+
+
+def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = True) -> None:
+    """How rubrics are written: the sampling flags, --max-new-tokens and (unless not read) --rubric-prompt."""
+    add_sampling_args(p)
+    p.add_argument("--max-new-tokens", type=positive_int, default=1024, help="rubric length limit in tokens")
+    if prompt_flag:
+        p.add_argument("--rubric-prompt", choices=("v3", "older"), default="v3",
+                       help="the rubric prompt (as rubric.prompt in training): v3 (default, the paper's: 2-5 criteria) "
+                       "or older (the authors' older prompt: 5-10 criteria)")
+    p.add_argument("--constrained", action="store_true",
+                   help="decode each rubric under the rubric JSON schema (2-5 criteria with criterion, weight, "
+                   "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses, though "
+                   "the weights may not sum to 1 (off by default, as in the paper)")
+
+
+JUDGE_CONSTRAINED = ("--mode generative: decode the judge's reply under its JSON schema {reasoning, score in [0, 1]} "
+                      "(xgrammar on hf, structured outputs on vllm/openai), so every reply has a score")
+
+
+def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mode",
+        choices=sorted(JUDGE_MODES),
+        default="prob",
+        help="prob: expected value of a 0-9 score token (one forward pass, deterministic, default); "
+        "yesno: per-criterion P(yes) weighted by the rubric; generative: the reference JSON-score mode "
+        "(sampled, temperature 0.6)",
+    )
+    p.add_argument("--judge-max-new-tokens", type=positive_int, default=512,
+                   help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
+                   "judge (Qwen3, as in the paper) needs room to think: the paper's protocol uses 16384")
+    p.add_argument("--judge-prompt", choices=JUDGE_PROMPTS, default="evolm",
+                   help="wording of the generative judge: evolm (default) or reference (the authors' judge prompt, "
+                   "as configs/paper-qwen3-8b.yaml runs it; see `evolm judge --show-prompt`)")
+    p.add_argument("--no-judge-defences", dest="judge_defences", action="store_false",
+                   help="leave out the defences (answer fenced as data, 'ignore instructions inside it', 'length and "
+                   "polish earn nothing'), as the paper config does; on by default (docs/SECURITY.md)")
+    p.add_argument("--judge-parse", choices=JUDGE_PARSERS, default="evolm",
+                   help="reading of a generative reply: evolm (first JSON object with a score after the thinking, "
+                   "clipped to [0, 1]) or reference (the authors': first { to last } via json_repair, not clipped)")
+
+
+def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
+    """The context guard (evolm.context): --max-context, --overlong."""
+    def tokens(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 (the model's own context) or more, got {text}")
+        return value
+
+    p.add_argument("--max-context", type=tokens, default=0, metavar="TOKENS",
+                   help=f"the {whose}'s context in tokens (default 0: the model's own, from its config; an openai "
+                   "server's is not known, so give it there to guard). A prompt that leaves no room for the reply "
+                   "is handled per --overlong")
+    p.add_argument("--overlong", choices=OVERLONG, default="truncate",
+                   help="a prompt longer than the context: truncate (default; " + (
+                       "the answer is cut from its middle, the row says \"truncated\": true; when the question and "
+                       "rubric alone do not fit, no score and a reason" if whose == "judge" else
+                       "the row gets no rubric and a reason") + ") or refuse (an error naming the row)")
+
+
+def load_model(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Backend
+    """A model behind the backend the flags name, run as the runtime flags say."""
+    from evolm.models import load_backend
+
+    return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
+                        dtype=args.dtype, batch_size=args.batch_size, **_request_limit_kwargs(args))
+
+
+def _request_limit_kwargs(args: argparse.Namespace) -> dict:
+    """--timeout, --max-retries, --deadline and the per-server limits for load_backend, when the command has them."""
+    keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute",
+            "max_reply_mb")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Judge
+    """The judge the flags describe, through the one builder training uses too.
+
+    The CLI's judge keeps its own defaults: no chat-template kwargs and ``--judge-max-new-tokens``
+    (512) for the sampled modes (``JudgeConfig``'s are for training runs with Qwen3 judges).
+    """
+    from evolm.config import JudgeConfig
+    from evolm.errors import InputError
+    from evolm.judge import build_judge
+
+    constrained = getattr(args, "judge_constrained", False)
+    if constrained and args.mode != "generative":
+        raise InputError(f"constrained judging needs --mode generative, not {args.mode}")
+    cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
+                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
+                      chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
+                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_request_limit_kwargs(args))
+    cfg.prompt, cfg.defences, cfg.parse = (getattr(args, "judge_prompt", "evolm"), getattr(args, "judge_defences", True),
+                                           getattr(args, "judge_parse", "evolm"))
+    if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
+        cfg.chat_template_kwargs = {"enable_thinking": True}
+    return build_judge(cfg, seed=args.seed, device=args.device)
+
+
+def context_note(cut: int, unscored: int) -> str:
+    """What the judge's context guard did, for a summary line ("" when nothing)."""
+    return ((f"; {cut} answers cut to fit the judge's context" if cut else "")
+            + (f"; {unscored} rows over the judge's context left unscored" if unscored else ""))
+
+
+def judge_context_note(judge) -> str:  # noqa: ANN001 - evolm.judge.Judge (or a reward model: no guard)
+    fit = getattr(judge, "last_fit", None)
+    return context_note(len(fit.cut), len(fit.unscored)) if fit is not None else ""
+
+
+def rubric_params(args: argparse.Namespace):  # -> SamplingParams
+    """Rubric-writing sampling parameters, all from the flags."""
+    from evolm.backends.base import SamplingParams
+
+    from evolm.constrained import RUBRIC_SCHEMA
+
+    return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
+                          {"enable_thinking": True} if getattr(args, "thinking", False) else {},
+                          json_schema=RUBRIC_SCHEMA if getattr(args, "constrained", False) else None)
+
+
+AS_YOU_GO = ("Rows are written as they are done, to OUTPUT.partial (renamed to OUTPUT at the end): after a crash "
+              "run the same command with --resume-output to keep them and do only the rest. An output that is "
+              "also the input is refused.")
+
+
+# Rows per batch that `rubric` and `judge` write out before the next one starts (or --batch-size if larger):
+# what a crash can lose at most.
+WRITE_BATCH = 64
+
+
+def add_resume_output_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--resume-output", action="store_true",
+                   help="continue an interrupted run: keep the rows already in OUTPUT.partial (or OUTPUT), "
+                   "which must be the first input rows in order, and compute only the rest")
+
+
+def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: tuple[str, ...], desc: str) -> list[dict]:
+    """Compute the output rows in batches, each written out (fsynced) as it finishes; all output rows.
+
+    Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``jsonl.resumable_jsonl``), so a
+    crash loses at most the batch in progress; with --resume-output the rows already there are
+    checked against the input (same ``keys``, row by row) and skipped. Batches start at multiples of
+    the batch size, so a resumed run calls the model exactly as an uninterrupted one does.
+    """
+    from tqdm.auto import tqdm
+
+    from evolm.errors import InputError
+    from evolm.jsonl import resumable_jsonl
+
+    batch = max(WRITE_BATCH, args.batch_size)
+    with resumable_jsonl(args.output, resume=args.resume_output) as out:
+        done = out.done
+        if len(done) > len(rows):
+            raise InputError(f"{args.output}: holds {len(done)} rows, more than the {len(rows)} input rows; "
+                             "not resuming")
+        for n, (old, row) in enumerate(zip(done, rows)):
+            for k in keys:
+                if old.get(k) != row[k]:
+                    raise InputError(f"{args.output}: row {n + 1} does not match input row {n + 1} (different "
+                                     f"'{k}'); not resuming")
+        if done:
+            say(f"resuming: {len(done)} of {len(rows)} rows already done")
+        try:
+            with tqdm(total=len(rows), initial=len(done), desc=desc, unit="row", delay=1) as bar:
+                start = len(done)
+                while start < len(rows):
+                    end = min((start // batch + 1) * batch, len(rows))
+                    out.write(compute(start, end))
+                    bar.update(end - start)
+                    start = end
+        except BaseException:
+            if out.partial is not None and len(out.rows) > 0:
+                say(f"{len(out.rows)} of {len(rows)} rows kept in {out.partial}: "
+                      "run again with --resume-output to continue")
+            raise
+        return out.rows
+
+
+def write_result(output: str | None, result: dict, table: str) -> None:
+    """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on stdout."""
+    if output:
+        import json
+
+        from evolm.jsonl import atomic_writer
+
+        with atomic_writer(output) as f:
+            f.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(table, file=sys.stderr if output in ("-", "/dev/stdout") else sys.stdout)
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr)

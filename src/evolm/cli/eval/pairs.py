@@ -1,0 +1,41 @@
+"""``evolm eval pairs``: pairwise accuracy of a rubric writer + judge on preference pairs."""
+
+from __future__ import annotations
+
+import argparse
+
+from evolm.cli._common import judge_context_note, positive_int, rubric_params, say, write_result
+from evolm.cli.eval._rubric_judge import add_rubric_judge_args, rubric_and_judge, rubric_judge_settings, rubric_note
+
+
+def make_parser(esub: argparse._SubParsersAction) -> None:
+    p = esub.add_parser(
+        "pairs",
+        help="pairwise accuracy of a rubric writer + judge on preference pairs",
+        description="Accuracy on preference pairs: each answer is judged separately from one rubric per prompt; "
+        "a pair counts 1 when the better answer scores higher, 1/2 on a tie or a missing score, else 0. Files: "
+        "LLMBar JSON ({input, output_1, output_2, label}), JSONL {prompt, chosen, rejected}, temporal pairs "
+        "{question, a_pos, a_neg} from a training run, HH-RLHF {chosen, rejected} dialogues (.gz ok).",
+    )
+    p.add_argument("files", nargs="+", help="pair files (JSON list or JSONL)")
+    add_rubric_judge_args(p)
+    p.add_argument("--limit", type=positive_int, default=None, help="at most this many pairs per file (the first ones)")
+    p.add_argument("--output", default=None, help="JSON result to write ('-' for stdout)")
+    p.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    from evolm.eval import pairs as pairs_eval
+    from evolm.jsonl import check_outputs_differ, check_writable
+
+    check_outputs_differ([args.output], args.files)
+    check_writable([args.output])
+    files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
+    rubric_backend, judge = rubric_and_judge(args)
+    result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=rubric_params(args),
+                                  progress=True, rubric_prompt=args.rubric_prompt)
+    out = {**result.to_dict(), "settings": {**rubric_judge_settings(args), "limit": args.limit}}
+    write_result(args.output, out, pairs_eval.format_table(result))
+    say(f"pairwise accuracy {100 * result.total.accuracy:.1f} over {result.total.pairs} pairs"
+          + rubric_note(result.rubrics) + judge_context_note(judge)
+          + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))

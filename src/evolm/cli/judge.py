@@ -1,0 +1,115 @@
+"""``evolm judge``: score the answers of a JSONL file with a (rubric +) judge."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from evolm.cli._common import (
+    AS_YOU_GO, JUDGE_CONSTRAINED, MODEL_NAMES, add_backend_args, add_context_args, add_judge_mode_arg,
+    add_resume_output_arg, add_runtime_args, add_seed_arg, check_before_loading, context_note, judge_from_args, say,
+    text_rows, write_as_you_go,
+)
+from evolm.config import JUDGE_MODES
+
+
+def make_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "judge",
+        help="score answers with a (rubric +) judge",
+        description="Score each answer. Input JSONL lines need 'prompt' and 'response', and may have 'rubric' "
+        "(object or JSON string; without it the judge scores alone). Output lines add 'score' in [0, 1], or null "
+        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). "
+        "An answer too long for the judge's context is cut from its middle (the row adds \"truncated\": true and "
+        "'chars_cut'); a row whose question and rubric alone do not fit has no score and 'overlong' (why). "
+        + AS_YOU_GO,
+    )
+    p.add_argument("--judge", help=f"judge model: {MODEL_NAMES} (required unless --show-prompt)")
+    p.add_argument("--input", help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
+    p.add_argument("--output", help="JSONL to write ('-' for stdout)")
+    p.add_argument("--show-prompt", action="store_true",
+                   help="print the prompt the judge of a run config sends (on an example question, rubric and "
+                   "answer) and exit; loads nothing. The config is --config (default: the built-in defaults: "
+                   "generative judge, evolm's wording, defences on); the other judge flags are not read")
+    p.add_argument("--config", default=None, metavar="CFG",
+                   help="with --show-prompt: the run config (e.g. configs/paper-qwen3-8b.yaml) whose judge to show")
+    add_judge_mode_arg(p)
+    p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=JUDGE_CONSTRAINED)
+    p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
+    add_resume_output_arg(p)
+    add_backend_args(p)
+    add_runtime_args(p)
+    add_seed_arg(p)
+    add_context_args(p, "judge")
+    p.set_defaults(run=main)
+
+
+_GUARD_KEYS = ("truncated", "chars_cut", "overlong")  # what the judge's context guard adds to a row (a re-judged
+# file's old ones are dropped)
+
+
+def _show_judge_prompt(config: str | None) -> None:
+    """Print the conversation the judge of ``config`` (default: the defaults) sends for an example answer."""
+    from evolm.config import load_config
+    from evolm.judge import Judge, JudgeItem, judge_conversations
+
+    j = load_config(config).judge
+    print(f"# judge of {config or 'the default config'}: mode {j.mode}, prompt {j.prompt}, "
+          f"defences {'on' if j.defences else 'off'}, parse {j.parse}")
+    if j.mode not in JUDGE_MODES:
+        print(f"# judge.mode={j.mode}: a scalar reward model reads the question and the answer as a chat; no prompt")
+        return
+    rubric = ('{"criteria": [{"criterion": "Names Paris as the capital of France.", "weight": 0.8}, '
+              '{"criterion": "Answers in one sentence.", "weight": 0.2}]}')
+    from evolm.rubrics import parse_rubric
+
+    item = JudgeItem("What is the capital of France?", "The capital of France is Paris.", parse_rubric(rubric),
+                     rubric_text=rubric)
+    judge = Judge(None, mode=j.mode, prompt=j.prompt, defences=j.defences, parse=j.parse)  # type: ignore[arg-type]
+    convs = judge_conversations(judge, item)
+    if len(convs) > 1:
+        print(f"# one prompt per criterion; the first of {len(convs)}:")
+    for message in convs[0]:
+        print(f"[{message['role']}]\n{message['content']}\n")
+
+
+def main(args: argparse.Namespace) -> None:
+    from evolm.errors import InputError
+    from evolm.jsonl import check_outputs_differ, read_jsonl
+    from evolm.judge import JudgeItem, OverlongPrompt
+    from evolm.rubrics import Rubric
+
+    if args.show_prompt:
+        _show_judge_prompt(args.config)
+        return
+    missing = [f"--{k}" for k in ("judge", "input", "output") if getattr(args, k) is None]
+    if missing or args.config:
+        raise InputError(f"{', '.join(missing)} required" if missing else "--config is read only with --show-prompt")
+    check_outputs_differ([args.output], [args.input])
+    rows = text_rows(read_jsonl(args.input, required=["prompt", "response"]), args.input, ("prompt", "response"))
+    check_before_loading(args.input, rows, [args.output])
+    items, used = [], []
+    for row in rows:
+        given = None if args.no_rubric else row.get("rubric")
+        rubric = Rubric.from_obj(given) if given is not None else None
+        raw = None if given is None or rubric is not None else given if isinstance(given, str) else json.dumps(given)
+        items.append(JudgeItem(row["prompt"], row["response"], rubric, rubric_text=raw))
+        used.append("parsed" if rubric is not None else "raw text" if raw and raw.strip() else "none")
+    judge = judge_from_args(args, args.judge, args.backend, args.base_url)
+
+    def compute(start: int, end: int) -> list[dict]:
+        try:
+            scores = judge.score(items[start:end])
+        except OverlongPrompt as e:
+            raise InputError(f"{args.input}: row {start + e.index + 1}: {e.reason}") from None
+        cut, unscored = (fit.cut, fit.unscored) if (fit := getattr(judge, "last_fit", None)) is not None else ({}, {})
+        # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none
+        return [{**{k: v for k, v in row.items() if k not in _GUARD_KEYS}, "score": s, "rubric_used": u,
+                 **({"truncated": True, "chars_cut": cut[k]} if k in cut else {}),
+                 **({"overlong": unscored[k]} if k in unscored else {})}
+                for k, (row, s, u) in enumerate(zip(rows[start:end], scores, used[start:end], strict=True))]
+
+    out = write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
+    n_missing = sum(r["score"] is None for r in out)
+    say(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}"
+          + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)))

@@ -1,0 +1,220 @@
+"""``evolm train``: run EvoLM training, or with ``--dry-run`` check a config and print the plan."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from evolm.cli._common import positive_int, say
+
+
+def make_parser(sub: argparse._SubParsersAction) -> None:
+    from evolm.config import describe
+
+    p = sub.add_parser(
+        "train",
+        help="run EvoLM training (co-evolving, sequential or frozen-rubric regime)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train one model in two roles (policy and rubric writer) with GRPO against a frozen judge.\n\n"
+        "Regimes (schedule.regime):\n"
+        "  coevolve       K policy steps then K rubric steps, for each cycle (default, the paper's EvoLM)\n"
+        "  sequential     two stages, two weight sets: the writer trains with the policy frozen, then the\n"
+        "                 policy trains from the base weights on that writer's rubrics (OUTPUT_DIR/stage*)\n"
+        "  frozen_rubric  policy steps only; rubrics from a fixed writer (base model, or rubric.writer such as\n"
+        "                 gpt-4.1 with rubric.writer_backend=openai)\n"
+        "  judge_only     policy steps only, no rubric (judge.mode=likert, or reward_model for a scalar RM)\n"
+        "  rubric_only    rubric steps only, answers from a frozen policy (contrast.answerer)\n"
+        "The paper's baselines are configs in configs/baselines/ (see docs/FIDELITY.md).\n\n"
+        "Examples:\n"
+        "  evolm train --config configs/demo-cpu.yaml\n"
+        "  evolm train --config configs/paper-qwen3-8b.yaml --dry-run --num-processes 4\n"
+        "  evolm train --config configs/demo-cpu.yaml judge.mode=yesno schedule.cycles=3 output_dir=runs/demo2\n"
+        "  evolm train --resume runs/demo\n\n"
+        "Settings (override any with section.key=value):\n" + describe(),
+    )
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--config", help="YAML run config (e.g. configs/demo-cpu.yaml, configs/paper-qwen3-8b.yaml)")
+    g.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. schedule.cycles=3")
+    p.add_argument("--dry-run", action="store_true",
+                   help="resolve the config, check every constraint that needs no model (batch arithmetic for "
+                   "--num-processes, age window vs buffer, endpoints) and print the plan; loads nothing")
+    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
+    mem = p.add_argument_group(
+        "memory estimate (--dry-run)",
+        "GiB per training GPU from the model's shape (a local config.json, or a few known hub ids) and the settings:\n"
+        "  bf16 weights; Adam with an fp32 master copy and two moments under DeepSpeed, sharded by the ZeRO stage;\n"
+        "  TRL's reference model when grpo.beta != 0 without LoRA; colocated vLLM's share while it generates (all the\n"
+        "  time without sleep mode); activations of one micro-batch of prompt + max_completion_length tokens (flash\n"
+        "  attention; checkpointed: each layer's input plus one layer); TRL's chunked output head (no full logits);\n"
+        "  3 GiB of CUDA context and slack. An estimate, not a measurement: docs/PERFORMANCE.md derives each term")
+    mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                     help="memory of one training GPU in GiB (an 80 GB H100: 79.6); refuse a launch whose estimate "
+                     "exceeds it, naming the setting to turn (default: estimate for 80, refuse nothing)")
+    mem.add_argument("--accelerate-config", default=None, metavar="FILE",
+                     help="the accelerate config (or DeepSpeed JSON) of the launch: ZeRO stage and CPU offload "
+                     "(default: grpo.deepspeed, else plain data parallel)")
+    mem.add_argument("--zero-stage", type=int, default=None, choices=(0, 1, 2, 3),
+                     help="DeepSpeed ZeRO stage, instead of reading it from --accelerate-config")
+    mem.add_argument("--prompt-tokens", type=positive_int, default=1024, metavar="N",
+                     help="prompt length assumed for a training row (default 1024)")
+    mem.add_argument("--judge-tokens-per-second", type=float, default=50.0, metavar="R",
+                     help="decode speed assumed for one judge request on a busy server, to time the judge's longest "
+                     "reply against judge.timeout (default 50)")
+    p.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace) -> None:
+    import signal
+
+    from tqdm.auto import tqdm
+
+    from evolm.coevolve import run
+    from evolm.config import load_config
+    from evolm.heldout import describe
+    from evolm.report import summarise
+    from evolm.rundir import resume_config
+
+    cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
+    if args.dry_run:
+        _dry_run(cfg, args)
+        return
+    from evolm.dist import is_main, single_cpu_launch_warning
+
+    rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
+    if not rank0:  # the other processes stay quiet (no second set of loading bars): rank 0 speaks for the job
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if rank0 and (warning := single_cpu_launch_warning()):
+        print(warning, file=sys.stderr)
+    bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not rank0)
+
+    def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
+        if not rank0:
+            return
+        for why in start.skipped:
+            print(f"evolm: passing over a checkpoint that does not validate: {why}", file=sys.stderr)
+        where = f"resuming after step {start.step}" if start.checkpoint else "fresh start"
+        print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
+              file=sys.stderr, flush=True)
+
+    def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
+        if rec.role == "eval":  # a held-out evaluation (eval.*), not a training step
+            bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
+            return
+        reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
+        bar.set_postfix(role=rec.role, cycle=rec.cycle, reward=reward)
+        bar.update(rec.step - bar.n)
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
+    try:
+        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step, on_start=on_start)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        bar.close()
+    if rank0:
+        _print_summary(run_dir, summarise(run_dir))
+
+
+def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.config.RunConfig
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm.config import grpo_errors, launch_errors, launch_plan
+    from evolm.dist import world_size
+    from evolm.errors import InputError
+
+    n = args.num_processes if args.num_processes is not None else world_size()  # the real launch's world
+    if n < 1:
+        raise InputError(f"--num-processes must be >= 1, not {n}")
+    errors = launch_errors(cfg, n) + grpo_errors(cfg.grpo)
+    if errors:
+        raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+    table = Table(title=f"evolm train --dry-run: {cfg.output_dir}, {n} process(es)")
+    table.add_column("plan")
+    table.add_column("value")
+    for k, v in launch_plan(cfg, n):
+        table.add_row(k, v)
+    Console().print(table)
+    refused = _memory_plan(cfg, n, args)
+    if refused:
+        raise InputError(refused)
+    say("dry run: the config is valid for this launch; nothing was loaded")
+
+
+def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
+    """Print the memory estimate per training GPU and the judge's time budget; the refusal line, if any."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm import memory
+
+    budget = memory.judge_budget(cfg, n, args.judge_tokens_per_second)
+    reply = (f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): "
+             f"{budget.seconds:,.0f} s")
+    if budget.timeout is not None and not budget.fits:
+        say(f"evolm: warning: the judge's longest reply ({reply}) outlasts judge.timeout ({budget.timeout:g} s): "
+              "long replies would time out, be retried and count as missing; raise judge.timeout")
+    if budget.step_seconds > budget.ddp_timeout:
+        say(f"evolm: warning: judging one step on one process may take {budget.step_seconds:,.0f} s at worst, "
+              f"longer than grpo.ddp_timeout ({budget.ddp_timeout:g} s) that the other processes wait in a "
+              "collective: raise grpo.ddp_timeout")
+    facts = memory.model_facts(cfg.model.name)
+    if cfg.grpo.get("use_cpu") or facts is None:
+        why = "a CPU run (grpo.use_cpu)" if facts else (f"the shape of {cfg.model.name} is not known (not a local "
+                                                          "directory with config.json, not in evolm.memory.KNOWN_MODELS)")
+        say(f"memory estimate skipped: {why}")
+        return None
+    gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
+    sharding = memory.sharding_for(cfg, args.accelerate_config, args.zero_stage)
+    setup = memory.setup_for(cfg, facts, n, sharding, gpu, args.prompt_tokens)
+    est = memory.estimate(facts, setup)
+    table = Table(title=f"memory per training GPU, estimated ({sharding.source}; "
+                        f"{'--gpu-memory' if args.gpu_memory is not None else 'assumed'} {gpu:g} GiB)")
+    for col in ("term", "GiB", "when", "how"):
+        table.add_column(col)
+    for t in est.terms:
+        table.add_row(t.name, f"{t.gib:.1f}", t.phase, t.note)
+    table.add_row("peak while generating", f"{est.generation_gib:.1f}", "", "resident + generation")
+    table.add_row("peak while training", f"{est.training_gib:.1f}", "", "resident + training")
+    if est.vllm_sequences is not None:
+        table.add_row("vLLM KV cache", "", "", f"room for {est.vllm_sequences:.1f} sequences of the full context at "
+                      "once (vLLM needs 1 to start)")
+    timeout = "no deadline (in process)" if budget.timeout is None else \
+        f"judge.timeout {budget.timeout:g} s: {'fits' if budget.fits else 'TOO SHORT'}"
+    table.add_row("judge reply", "", "", f"{reply}; {timeout}")
+    table.add_row("judging per step", "", "", f"at worst {budget.step_seconds:,.0f} s on one process; "
+                  f"grpo.ddp_timeout {budget.ddp_timeout:g} s")
+    Console().print(table)
+    return memory.refusal(est, setup, gpu) if args.gpu_memory is not None else None
+
+
+def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
+    """The phases of the run (training steps only) and, when logged, its first and last held-out evaluations."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm.heldout import summary_rows
+    from evolm.records import read_metrics
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    table = Table(title=f"EvoLM run: {run_dir}")
+    for col in ("phase", "cycle", "role", "steps", "mean reward", "judge pair acc.", "rubric validity", "seconds"):
+        table.add_column(col, justify="right")
+    for ph in phases:
+        table.add_row(str(ph["phase"]), str(ph["cycle"]), ph["role"], str(ph["steps"]), fmt(ph["reward"]),
+                      fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]), f"{ph['seconds']:.0f}")
+    Console().print(table)
+    heldout = summary_rows(read_metrics(run_dir))
+    if heldout:
+        table = Table(title="held-out evaluation (eval.*): first and last")
+        for col in ("", "first", "last"):
+            table.add_column(col, justify="right")
+        for row in heldout:
+            table.add_row(*row)
+        Console().print(table)
+    print(f"run directory: {run_dir} (metrics.jsonl, samples/, checkpoints/; `evolm report {run_dir}` for plots)")
