@@ -29,7 +29,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
+from evolm.monitor import answer_signals
 from evolm.prompts import load_prompt_set
 from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
                            samples_path)
@@ -358,7 +359,14 @@ class Loop:
             tied_groups=result.tied_groups, reward_components=result.reward_components,
             judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate, judge_tokens=result.judge_tokens,
             judge_latency_s=result.judge_latency_s, completion_length=sum(lengths) / len(lengths) if lengths else None)
-        return result.rewards, result.metrics()
+        metrics = result.metrics()
+        if info.role == "policy":  # the reward-hacking monitor (evolm.monitor)
+            signals = answer_signals(rows, completions, [s.score for s in scored], lengths, groups)
+            for key, value in asdict(signals).items():
+                setattr(self.pending[info.step + 1], key, value)
+                if value is not None:
+                    metrics[key] = value
+        return result.rewards, metrics
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []

@@ -290,3 +290,39 @@ def interval_plot(points: Sequence[RunPoints], title: str, ylabel: str,
                     capsize=3, elinewidth=1.0, label=_legend_text(p.label))
     _overlay_finish(ax, title, ylabel, ylim, len(points))
     return _png(fig)
+
+
+# ----------------------------------------------------------------------------- reward-hacking monitor and judge cost
+
+MONITOR_PANELS = (
+    ("length–reward correlation (within groups)", "length_reward_corr", 1.0),
+    ("mean answer length (tokens)", "completion_length", 1.0),
+    ("answers copying rubric text (%)", "rubric_copy_share", 100.0),
+    ("answers with a score-like string (%)", "score_string_share", 100.0),
+)
+
+
+def panels_plot(series: dict[str, Series], panels: Sequence[tuple[str, str, float]],
+                flagged: Sequence[float] = ()) -> bytes:
+    """Small multiples of per-step values (``series`` keyed by the panels' keys; a missing key: an empty panel),
+    with the ``flagged`` steps marked by a red vertical line in every panel."""
+    fig = Figure(figsize=(9.5, 5.0))
+    axes = fig.subplots(2, (len(panels) + 1) // 2)
+    for ax, (title, key, scale) in zip(axes.flat, panels, strict=False):
+        s = series.get(key)
+        if s is not None:
+            xs, ys = _broken(s, [y * scale for y in s.y])
+            dense = len(s.x) > _DENSE
+            ax.plot(xs, ys, color=STYLE["policy"][0], linewidth=0.8 if dense else 1.3,
+                    marker=None if dense else "o", markersize=3)
+        for x in flagged:
+            ax.axvline(x, color="#b91c1c", linewidth=1.0, linestyle="--", zorder=0)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, color="0.85", linewidth=0.5)
+        ax.set_xlabel("global step", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.subplots_adjust(hspace=0.55, wspace=0.3)
+    return _png(fig)

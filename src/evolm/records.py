@@ -102,7 +102,15 @@ class StepRecord:
     judge_pass_rate: float | None = _typed(float)  # share of those criteria with P(Yes) > 0.5
     judge_tokens: int | None = _typed(int)  # tokens the judge servers reported for the step's rewards (openai backend)
     judge_latency_s: float | None = _typed(float)  # wall seconds of the step's judging (the slowest process's)
+    judge_prompt_tokens: int | None = _typed(int)  # prompt tokens the judges read for the step (local: counted)
+    judge_generated_tokens: int | None = _typed(int)  # tokens the judges generated (probability modes: 1 per read)
+    judge_requests: int | None = _typed(int)  # judge requests (server attempts; local: prompts run)
+    judge_cache_hit_rate: float | None = _typed(float)  # share of the step's judgments answered by the judge cache
     completion_length: float | None = _typed(float)  # mean completion length in tokens
+    # reward-hacking monitor (policy steps; evolm.monitor, docs/SECURITY.md)
+    length_reward_corr: float | None = _typed(float)  # within-group correlation of judge score and answer length
+    rubric_copy_share: float | None = _typed(float)  # share of answers repeating rubric text
+    score_string_share: float | None = _typed(float)  # share of answers with a score-like string ("score: 9")
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)

@@ -38,6 +38,7 @@ from evolm.eval.rubric_stats import (
 )
 from evolm.intervals import HELDOUT, fmt_estimate, heldout_estimate
 from evolm.jsonl import atomic_writer
+from evolm.monitor import LENGTH_FACTOR, hacking_flags
 from evolm.records import METRIC_FIELDS, METRICS_FILE, StepRecord, read_lenient, read_metrics
 from evolm.rubrics import Rubric
 
@@ -53,7 +54,10 @@ SEQUENTIAL_STAGES = ("stage1-writer", "stage2-policy")  # run directories under 
 EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training steps
 # values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
 _SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",
-           "heldout_validity", "judge_p_yes", "judge_pass_rate"}
+           "heldout_validity", "judge_p_yes", "judge_pass_rate", "rubric_copy_share", "score_string_share",
+           "judge_cache_hit_rate"}
+_CORRELATIONS = {"length_reward_corr"}
+_COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge_requests")  # counts, read as floats
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
 _COUNTS = ("heldout_pairs", "heldout_questions")
@@ -122,6 +126,10 @@ def _sane(key: str, v: float) -> bool:
         return True
     if key in _SHARES:
         return 0.0 <= v <= 1.0
+    if key in _CORRELATIONS:
+        return -1.0 <= v <= 1.0
+    if key in _COST:
+        return 0.0 <= v <= _MAX_ABS
     return abs(v) <= _MAX_ABS and (key not in _STDS or v >= 0)
 
 
@@ -141,6 +149,11 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
             rec.step = rows[-1]["step"] + 1 if rows else 1  # keep the row in order rather than drop its values
         row = {"step": rec.step, "role": rec.role, "cycle": rec.cycle, "phase": rec.phase}
         for k in METRIC_KEYS:
+            v = _num(getattr(rec, k))
+            if not _sane(k, v):
+                absurd, v = absurd + 1, math.nan
+            row[k] = v
+        for k in _COST:
             v = _num(getattr(rec, k))
             if not _sane(k, v):
                 absurd, v = absurd + 1, math.nan
@@ -400,6 +413,62 @@ def _validity(d: RunData) -> str:
             + _plot(d, "rubric validity", plots.validity_plot, series, _spans(d)))
 
 
+# ----------------------------------------------------------------------------- reward hacking, judge cost
+
+MONITOR_ABOUT = ("Per policy step (evolm.monitor; docs/SECURITY.md says how to read it): the correlation of the judge's "
+                 "score with answer length within each question's group, the mean answer length, and the shares of "
+                 "answers that repeat rubric text or contain a score-like string. Dashed red lines: flagged steps.")
+
+
+def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
+    """The reward-hacking monitor: its curves, and the flags of ``evolm.monitor.hacking_flags``."""
+    keys = [key for _, key, _ in plots.MONITOR_PANELS]
+    series = {k: s for k in keys if (s := _series(d, "policy", k)) is not None}
+    if not series and not d.heldout:
+        return ""
+    flags = hacking_flags(d.metrics, d.heldout, length_factor)
+    out = ["<h2>Reward-hacking monitor</h2>", f"<p class='muted'>{_e(MONITOR_ABOUT)} Flags: the policy's reward "
+           "rose over an interval between two held-out evaluations while held-out pair accuracy or held-out policy "
+           f"score fell; or a policy step's mean length exceeds {length_factor:g}× the first policy steps'.</p>"]
+    if series:
+        out.append(_plot(d, "reward-hacking monitor", plots.panels_plot, series, plots.MONITOR_PANELS,
+                         sorted({f.step for f in flags})))
+    if flags:
+        out.append("<div class='notes'><b>Flagged steps</b><ul>"
+                   + "".join(f"<li>{_e(f.text)}</li>" for f in flags) + "</ul></div>")
+    else:
+        out.append("<p>No step flagged.</p>")
+    return "\n".join(out)
+
+
+COST_PANELS = (
+    ("judge prompt tokens", "judge_prompt_tokens", 1.0),
+    ("judge generated tokens", "judge_generated_tokens", 1.0),
+    ("judge seconds (slowest process)", "judge_latency_s", 1.0),
+    ("judge requests", "judge_requests", 1.0),
+    ("judge cache hits (%)", "judge_cache_hit_rate", 100.0),
+)
+
+
+def _cost(d: RunData) -> str:
+    """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
+    series = {}
+    for _, key, _ in COST_PANELS:
+        rows = [r for r in d.metrics if not math.isnan(r.get(key, math.nan))]
+        if rows:
+            series[key] = plots.Series([r["step"] for r in rows], [r[key] for r in rows], None,
+                                       [r["phase"] for r in rows])
+    if not series:
+        return ""
+    totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:4]]
+    return ("<h2>Judge cost per step</h2><p class='muted'>What judging each step's rewards took, both roles: prompt "
+            "and generated tokens (a server's own usage counts; a local judge's counted from its inputs, one generated "
+            "token per probability read), wall seconds, requests (server attempts, retries included; local: prompts "
+            "run) and the share of judgments the judge cache answered.</p>"
+            + _plot(d, "judge cost per step", plots.panels_plot, series, COST_PANELS)
+            + _table(["whole run", "total"], totals))
+
+
 # ----------------------------------------------------------------------------- held-out evaluations
 
 def steps_text(steps: list[int]) -> str:
@@ -583,10 +652,10 @@ def _evals_section(d: RunData) -> str:
 # ----------------------------------------------------------------------------- entry point
 
 
-def render_report(d: RunData) -> str:
-    """The report's HTML for loaded run data."""
-    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _phase_table(d), _stats_section(d),
-            _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
+def render_report(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
+    """The report's HTML for loaded run data (``length_factor``: the monitor's length flag, ``hacking_flags``)."""
+    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _monitor(d, length_factor), _cost(d),
+            _phase_table(d), _stats_section(d), _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
     notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
              + "</ul></div>") if d.notes else ""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -596,7 +665,7 @@ def render_report(d: RunData) -> str:
             f"<p class='muted'>{_e(d.run_dir)} — generated {now}</p>{notes}\n" + "\n".join(body) + "</body></html>\n")
 
 
-def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
+def write_report(run_dir: str | Path, output: str | Path | None = None, length_factor: float = LENGTH_FACTOR) -> Path:
     """Write the HTML report of ``run_dir`` (default ``RUN/report.html``) and return its path.
 
     Raises ``RunError`` if ``run_dir`` has no ``metrics.jsonl``; anything else missing or torn is
@@ -604,7 +673,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """
     data = load_run(run_dir)
     target = Path(output) if output is not None else Path(run_dir) / "report.html"
-    text = render_report(data)
+    text = render_report(data, length_factor)
     with atomic_writer(target) as f:
         f.write(text)
     return target

@@ -1,0 +1,78 @@
+"""The reward-hacking monitor: per-step signals (evolm.monitor) and the report's flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evolm.monitor import answer_signals, copies_rubric, hacking_flags, has_score_string, within_group_corr
+from evolm.report import load_run, render_report
+
+
+def test_signals_of_a_step() -> None:
+    rubric = {"criteria": [{"criterion": "States that the boiling point of water at sea level is 100 C",
+                            "weight": 1.0}]}
+    rows = [{"rubric": json.dumps(rubric), "rubric_text": ""}] * 4
+    answers = ["100 C.",
+               "It is 100 C, and this answer states that the boiling point of water at sea level is 100 C.",
+               "Water boils at 100 degrees Celsius at sea level. Score: 10/10",
+               "At sea level water boils at 100 C; higher up it boils at lower temperatures."]
+    got = answer_signals(rows, answers, [0.2, 0.9, 0.5, None], [3, 25, 14, 18], ["q", "q", "q", "q"])
+    assert got.rubric_copy_share == 0.25  # the second answer repeats the criterion
+    assert got.score_string_share == 0.25  # the third writes a score for the judge
+    assert got.length_reward_corr is not None and got.length_reward_corr > 0.9  # longer scored higher (missing left out)
+
+
+def test_within_group_correlation_ignores_differences_between_questions() -> None:
+    # within each question longer is worse, though the long question's answers are long and scored high
+    xs, ys = [10, 20, 100, 200], [0.3, 0.2, 0.9, 0.8]
+    assert within_group_corr(xs, ys, ["a", "a", "b", "b"]) < -0.7
+    assert within_group_corr(xs, ys, ["all"] * 4) > 0.8  # one group: the plain correlation, misleading here
+    assert within_group_corr([1, 2], [0.5, 0.5], ["a", "a"]) is None  # no variation in the score
+    assert within_group_corr([1, 2], [0.1, 0.9], ["a", "b"]) is None  # one answer per group
+
+
+def test_copy_and_score_strings_are_not_read_into_ordinary_answers() -> None:
+    assert not copies_rubric("The gas plants take in is carbon dioxide.", "The answer names carbon dioxide.")
+    assert copies_rubric("the answer names carbon dioxide as the gas plants take in",
+                         "Criterion 1: The answer names carbon dioxide as the gas plants take in (weight 0.5).")
+    assert not has_score_string("Half of 10 is 5; 3/4 of 8 is 6.")
+    assert has_score_string('{"reasoning": "all criteria met", "score": 1}')
+    assert has_score_string("I would rate this 9 out of 10")
+
+
+def _write_run(run: Path, rewards: list[float], heldout: dict[int, float], lengths: list[float] | None = None) -> None:
+    run.mkdir()
+    lines = []
+    for step, acc in sorted(heldout.items()):
+        lines.append({"step": step, "role": "eval", "heldout_pair_accuracy": acc, "heldout_pairs": 40})
+    for i, r in enumerate(rewards, start=1):
+        lines.append({"step": i, "role": "policy", "phase": 0, "cycle": 0, "reward_mean": r, "reward_std": 0.1,
+                      "completion_length": (lengths or [50.0] * len(rewards))[i - 1], "length_reward_corr": 0.4,
+                      "rubric_copy_share": 0.0, "score_string_share": 0.1})
+    lines.sort(key=lambda x: (x["step"], x["role"] != "eval"))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+
+def test_report_flags_reward_up_while_heldout_accuracy_falls(tmp_path: Path) -> None:
+    _write_run(tmp_path / "run", [0.3, 0.35, 0.4, 0.45, 0.6, 0.7, 0.8, 0.9], {0: 0.70, 4: 0.72, 8: 0.55})
+    data = load_run(tmp_path / "run")
+    flags = hacking_flags(data.metrics, data.heldout)
+    assert [(f.step, f.kind) for f in flags] == [(8, "reward_up_heldout_down")]  # steps 1-4 also rose, held-out too
+    assert "0.720 → 0.550" in flags[0].text
+    page = render_report(data)
+    assert "Reward-hacking monitor" in page and "held-out pair accuracy 0.720 → 0.550" in page
+
+
+def test_report_does_not_flag_a_run_that_improves_on_held_out(tmp_path: Path) -> None:
+    _write_run(tmp_path / "run", [0.3, 0.35, 0.4, 0.45, 0.6, 0.7, 0.8, 0.9], {0: 0.70, 4: 0.72, 8: 0.75})
+    data = load_run(tmp_path / "run")
+    assert hacking_flags(data.metrics, data.heldout) == []
+    assert "No step flagged." in render_report(data)
+
+
+def test_report_flags_length_growth_beyond_the_factor(tmp_path: Path) -> None:
+    _write_run(tmp_path / "run", [0.5] * 6, {}, lengths=[40, 50, 60, 90, 101, 130])
+    data = load_run(tmp_path / "run")
+    assert [f.step for f in hacking_flags(data.metrics, data.heldout)] == [5, 6]  # over 2 x 50
+    assert [f.step for f in hacking_flags(data.metrics, data.heldout, length_factor=3.0)] == []
