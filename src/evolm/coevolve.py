@@ -35,6 +35,7 @@ from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.config import RunConfig, path_errors, sequential_stages
+from evolm.constrained import rubric_schema
 from evolm.errors import InputError
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
@@ -45,7 +46,7 @@ from evolm.prompts import load_prompt_set
 from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
                            samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
-from evolm.rubrics import RUBRIC_SCHEMA, WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
+from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
                           load_buffer, open_run, read_frozen_rubrics, record_config,
                           run_lock, write_checkpoint_extras)
@@ -200,7 +201,7 @@ def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: Written
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
     r = cfg.rubric
     return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.seed + info.step, cfg.model.chat_template_kwargs,
-                          RUBRIC_SCHEMA if r.constrained else None)
+                          rubric_schema(r.max_criteria) if r.constrained else None)
 
 
 def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:

@@ -167,6 +167,9 @@ class ContrastConfig:
     """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
 
     pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
+    max_criteria: int = _f(5, "rubric.constrained: the most criteria the rubric grammar lets a rubric have (2-5; the "
+                           "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), "
+                           "so a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole rubrics")
                     "rubric_conditioned, inferred_question, combined, or labelled (data.pairs: human/GPT-4 "
                     "labelled chosen/rejected pairs, the sanity check of rubric learning)")
     combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
@@ -760,6 +763,7 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML config as a mapping; ``extends: FILE`` (relative to this file) names a config it changes.
 
     The baselines under configs/baselines/ extend the paper config, so each states only how it differs.
+        (2 <= cfg.rubric.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {cfg.rubric.max_criteria}"),
     """
     if not p.is_file():
         raise InputError(f"{p}: no such config file")

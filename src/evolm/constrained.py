@@ -3,8 +3,10 @@
 A constrained reply is sampled under a grammar: at each step the tokens that cannot continue a
 reply matching the JSON schema get probability zero and the rest are renormalised. Every rubric
 then parses (2-5 criteria, each with text, a weight in (0, 1] and scoring levels) and every judge
-reply has a score in [0, 1]. What no schema can enforce: that the weights sum to 1 (the parser
-normalises them; ``format_validity`` wants 1 +- 0.15), or that the text means anything.
+reply has a score in [0, 1]. Under xgrammar (transformers) and vLLM the rubric grammar also makes the
+weights multiples of 0.1 that sum to exactly 1 (``RUBRIC_EBNF``); a server that takes only a JSON schema
+(``openai_response_format``) cannot enforce the sum (the parser then normalises the weights;
+``format_validity`` wants 1 +- 0.15). No grammar makes the text mean anything.
 
 Off in the paper's config (``rubric.constrained``, ``judge.constrained``). GRPO caveat: TRL
 computes the log-probabilities of a constrained sample under the *unconstrained* model, so the
@@ -61,46 +63,52 @@ def _text(most: int, nonblank: bool = True) -> dict[str, Any]:
 WEIGHT_UNITS = 10  # rubric weights are multiples of 1/10 = 0.1 that sum to exactly 1 (finer steps: many tiny criteria)
 CRITERION_CHARS, LEVEL_CHARS = 80, 30  # a criterion (JSON keys included) fits ~95 tokens: 5 of them fit 480
 LEVELS = ("1.0", "0.5", "0.0")  # the scoring levels every constrained criterion has, as the prompt's example
+MAX_CRITERIA = 5  # what the rubric prompt asks for (2-5 criteria); rubric.max_criteria may lower the grammar's cap
 
 
 def _weight_text(units: int) -> str:
     return f"{units / WEIGHT_UNITS:g}"
 
 
-RUBRIC_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "criteria": {
-            "type": "array",
-            "minItems": 2,
-            "maxItems": 5,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "criterion": _text(CRITERION_CHARS),
-                    "weight": {"enum": [float(_weight_text(u)) for u in range(1, WEIGHT_UNITS)]},
-                    "scoring_levels": {
-                        "type": "object",
-                        "properties": {level: _text(LEVEL_CHARS) for level in LEVELS},
-                        "required": list(LEVELS),
-                        "additionalProperties": False,
+def rubric_schema(max_criteria: int = MAX_CRITERIA) -> dict[str, Any]:
+    """The rubric reply's JSON schema with 2 to ``max_criteria`` (at most 5) criteria; ``RUBRIC_SCHEMA`` is 2-5."""
+    return {
+        "type": "object",
+        "properties": {
+            "criteria": {
+                "type": "array",
+                "minItems": 2,
+                "maxItems": max_criteria,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "criterion": _text(CRITERION_CHARS),
+                        "weight": {"enum": [float(_weight_text(u)) for u in range(1, WEIGHT_UNITS)]},
+                        "scoring_levels": {
+                            "type": "object",
+                            "properties": {level: _text(LEVEL_CHARS) for level in LEVELS},
+                            "required": list(LEVELS),
+                            "additionalProperties": False,
+                        },
                     },
+                    "required": ["criterion", "weight", "scoring_levels"],
+                    "additionalProperties": False,
                 },
-                "required": ["criterion", "weight", "scoring_levels"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["criteria"],
-    "additionalProperties": False,
-}
+            }
+        },
+        "required": ["criteria"],
+        "additionalProperties": False,
+    }
+
+
+RUBRIC_SCHEMA: dict[str, Any] = rubric_schema(MAX_CRITERIA)
 """A rubric as ``rubric_messages`` asks for it (SPEC §2.1): 2-5 criteria, each a non-blank text of at most 80
 characters, a weight that is a multiple of 0.1, and the scoring levels "1.0", "0.5", "0.0" (texts of at most
 30 characters). A JSON schema cannot say that the weights sum to 1: servers that take only a schema
 (``openai_response_format``) get this one; xgrammar and vLLM decode under ``RUBRIC_EBNF``, which also does."""
 
 
-def _rubric_ebnf() -> str:
+def _rubric_ebnf(max_criteria: int = MAX_CRITERIA) -> str:
     """The rubric grammar with the weights' sum built in: ``R<n>_<r>`` is the rest of a list after ``n`` criteria
     with ``r`` units of weight left; the last criterion takes exactly what is left, so the sum is exactly 1."""
     plain = '[^"\\\\\\x00-\\x1f]'
@@ -115,9 +123,10 @@ def _rubric_ebnf() -> str:
         lines.append(f'C{u} ::= "{{\\"criterion\\": \\"" ctext "\\", \\"weight\\": {_weight_text(u)}, '
                      f'\\"scoring_levels\\": " levels "}}"')
     lines.append("L ::= " + " | ".join(f'C{w} ", " R1_{WEIGHT_UNITS - w}' for w in range(1, WEIGHT_UNITS)))
-    for n in range(1, 5):  # n criteria written; at most 5 in all
+    for n in range(1, max_criteria):  # n criteria written; at most max_criteria in all
         for r in range(1, WEIGHT_UNITS):
-            alts = [f"C{r}"] + ([f'C{w} ", " R{n + 1}_{r - w}' for w in range(1, r)] if n < 4 else [])
+            more = n < max_criteria - 1  # another criterion may follow this one
+            alts = [f"C{r}"] + ([f'C{w} ", " R{n + 1}_{r - w}' for w in range(1, r)] if more else [])
             lines.append(f"R{n}_{r} ::= " + " | ".join(alts))
     return "\n".join(lines)
 
@@ -125,6 +134,18 @@ def _rubric_ebnf() -> str:
 RUBRIC_EBNF = _rubric_ebnf()
 """``RUBRIC_SCHEMA`` as an xgrammar EBNF grammar whose weights sum to exactly 1 (multiples of 0.1), in the
 compact ``json.dumps`` layout: every constrained rubric is format-valid by ``rubrics.format_validity``."""
+
+
+def rubric_criteria_cap(schema: dict[str, Any]) -> int | None:
+    """The criteria cap of a rubric schema made by ``rubric_schema`` (2-5), or None for any other schema."""
+    cap = schema.get("properties", {}).get("criteria", {}).get("maxItems")
+    return cap if isinstance(cap, int) and 2 <= cap <= MAX_CRITERIA and schema == rubric_schema(cap) else None
+
+
+def rubric_ebnf(schema: dict[str, Any]) -> str | None:
+    """The EBNF grammar (weights summing to exactly 1) of a rubric schema, or None for any other schema."""
+    cap = rubric_criteria_cap(schema)
+    return None if cap is None else RUBRIC_EBNF if cap == MAX_CRITERIA else _rubric_ebnf(cap)
 
 JUDGE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -176,7 +197,8 @@ def _schema_key(schema: dict[str, Any]) -> str:
 def grammar(schema: dict[str, Any], start: str = REPLY_JSON) -> Any:
     """The xgrammar ``Grammar`` of a reply: compact JSON under ``schema``, after a think block as ``start`` says."""
     xgr = require_xgrammar()
-    body = xgr.Grammar.from_ebnf(RUBRIC_EBNF) if schema == RUBRIC_SCHEMA else \
+    ebnf = rubric_ebnf(schema)
+    body = xgr.Grammar.from_ebnf(ebnf) if ebnf is not None else \
         xgr.Grammar.from_json_schema(_schema_key(schema), any_whitespace=False)
     if start == REPLY_JSON:
         return body
@@ -240,7 +262,8 @@ def vllm_structured_outputs(schema: dict[str, Any], start: str = REPLY_JSON) -> 
     the xgrammar EBNF of ``grammar(schema, start)`` (vLLM's xgrammar backend compiles it).
     """
     if start == REPLY_JSON:
-        return {"grammar": RUBRIC_EBNF} if schema == RUBRIC_SCHEMA else {"json": schema}
+        ebnf = rubric_ebnf(schema)
+        return {"grammar": ebnf} if ebnf is not None else {"json": schema}
     return {"grammar": str(grammar(schema, start))}
 
 
@@ -258,4 +281,4 @@ def openai_response_format(schema: dict[str, Any], name: str) -> dict[str, Any]:
 
 def schema_name(schema: dict[str, Any]) -> str:
     """A name for ``schema`` in a request: ``rubric``, ``judge_score``, or ``reply``."""
-    return "rubric" if schema == RUBRIC_SCHEMA else "judge_score" if schema == JUDGE_SCHEMA else "reply"
+    return "rubric" if rubric_criteria_cap(schema) is not None else "judge_score" if schema == JUDGE_SCHEMA else "reply"

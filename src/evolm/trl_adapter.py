@@ -351,12 +351,12 @@ def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | 
     """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take it."""
     if not cfg.rubric.constrained:
         return None
-    from evolm.constrained import RUBRIC_SCHEMA
+    from evolm.constrained import rubric_schema
 
     if args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
         raise RunError(f"trl {check_trl()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
     trainer.evolm_thinking = tokenizer_thinks(trainer.processing_class)
-    return RUBRIC_SCHEMA
+    return rubric_schema(cfg.rubric.max_criteria)
 
 
 @contextmanager
