@@ -112,8 +112,6 @@ def test_rubric_schema_takes_the_prompts_example_and_refuses_what_the_format_ref
     assert not accepts(RUBRIC_SCHEMA, "Sure! " + json.dumps(good))  # nothing before the JSON
 
 
-def test_judge_schema_takes_the_prompts_example_replies_and_a_0_to_1_score() -> None:
-
 def test_a_lower_criteria_cap_stops_the_grammar_there_and_keeps_the_weights_summing_to_1() -> None:
     capped = constrained.rubric_schema(3)  # rubric.max_criteria: 3 (the demo's)
     two = {"criteria": [_criterion(weight=0.3), _criterion("Is short.", 0.7)]}
@@ -125,6 +123,8 @@ def test_a_lower_criteria_cap_stops_the_grammar_there_and_keeps_the_weights_summ
     assert constrained.vllm_structured_outputs(capped)["grammar"] != constrained.RUBRIC_EBNF
     assert constrained.schema_name(capped) == "rubric" and constrained.rubric_criteria_cap(JUDGE_SCHEMA) is None
 
+
+def test_judge_schema_takes_the_prompts_example_replies_and_a_0_to_1_score() -> None:
     replies = re.findall(r"reply: (\{.*?\})(?:\n|$)", judge_module._GEN_RUBRIC_TASK)
     assert len(replies) == 2
     for reply in replies:  # the worked examples the generative prompt shows are replies the schema allows

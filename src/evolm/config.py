@@ -154,6 +154,9 @@ class RubricConfig:
                            "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
                            "scoring_levels): xgrammar on transformers, structured outputs on vLLM. Off in the paper "
                            "config; GRPO then takes log-probs under the unconstrained model (docs/FIDELITY.md)")
+    max_criteria: int = _f(5, "rubric.constrained: the most criteria the rubric grammar lets a rubric have (2-5; the "
+                           "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), "
+                           "so a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole rubrics")
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
@@ -167,9 +170,6 @@ class ContrastConfig:
     """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
 
     pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
-    max_criteria: int = _f(5, "rubric.constrained: the most criteria the rubric grammar lets a rubric have (2-5; the "
-                           "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), "
-                           "so a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole rubrics")
                     "rubric_conditioned, inferred_question, combined, or labelled (data.pairs: human/GPT-4 "
                     "labelled chosen/rejected pairs, the sanity check of rubric learning)")
     combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
