@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from evolm import trl_adapter
-from evolm.config import load_config
+from evolm.config import ExtraReward, extra_rewards, load_config
 from evolm.errors import InputError
 from evolm.judge import Judge, JudgeItem
-from evolm.rewards import ExtraReward, RowReward, extra_rewards, score_rows, step_rewards
+from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import Rubric
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"

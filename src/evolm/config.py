@@ -10,27 +10,40 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
+import inspect
 import math
 import re
 import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from evolm.context import OVERLONG  # judge.overlong: what happens to a prompt longer than the judge's context
-from evolm.contrast import PAIR_BUILDERS, PAIR_MODES
 from evolm.errors import InputError
-from evolm.judge import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS
-from evolm.models import BACKENDS, DTYPES
-from evolm.reward_model import MODE as REWARD_MODEL_MODE
-from evolm.reward_model import READINGS as REWARD_MODEL_READINGS
-from evolm.rubrics import RUBRIC_PROMPTS
-from evolm.rewards import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, extra_rewards
 
-REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")
-SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # judge.mode: a judge mode, or a scalar reward model
+# ============================================================================= the names a setting may take
+# Settings know no concept module: the choices a setting is validated against are listed here, and the modules that
+# act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse (tests/test_imports.py).
+
+REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")  # schedule.regime
+JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit")  # judge.mode with a judge model
+REWARD_MODEL_MODE = "reward_model"  # judge.mode: a scalar sequence-classification reward model instead of a judge
+SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # every judge.mode
+JUDGE_PROMPTS = ("evolm", "reference")  # judge.prompt: evolm's wording or the authors'
+JUDGE_PARSERS = ("evolm", "reference")  # judge.parse: how a generative reply is read
+REWARD_MODEL_READINGS = ("evolm", "reference")  # judge.reward_model_reading
+OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
+BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
+RUBRIC_PROMPTS = ("v3", "older")  # rubric.prompt: v3 (the paper's: 2-5 criteria) or older (5-10 criteria)
+RUBRIC_REWARDS = ("binary", "margin_format", "separation")  # rubric.reward
+INVALID_RUBRICS = ("judge_raw", "zero")  # rubric.invalid: what a rubric that does not parse gets
+MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")  # judge.aggregate
+PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")  # contrast.combined_weights keys
+PAIR_MODES = (*PAIR_BUILDERS, "combined", "labelled")  # contrast.pairs: one builder, or a weighted mix of them
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' "help" metadata
@@ -273,6 +286,117 @@ class RunConfig:
         return per_role if self.schedule.regime in ("frozen_rubric", "judge_only", "rubric_only") else 2 * per_role
 
 
+# ============================================================================= settings resolved into values
+# A base_url setting names one or more servers; a rewards.extra entry names a function by its import path.
+
+
+def endpoint_urls(base_url: str | Sequence[str] | None) -> list[str | None]:
+    """The endpoints a ``base_url`` setting names: a URL, comma-separated URLs, or a list of either.
+
+    ``None`` is one endpoint, the ``openai`` client's default.
+
+    >>> endpoint_urls("http://a:8000/v1, http://b:8000/v1/")
+    ['http://a:8000/v1', 'http://b:8000/v1/']
+    >>> endpoint_urls(["http://a/v1", "http://b/v1,http://c/v1"]), endpoint_urls(None)
+    (['http://a/v1', 'http://b/v1', 'http://c/v1'], [None])
+    """
+    if base_url is None:
+        return [None]
+    parts = [base_url] if isinstance(base_url, str) else list(base_url)
+    return [url.strip() for part in parts for url in str(part).split(",") if url.strip()]
+
+
+@dataclass(frozen=True)
+class ExtraReward:
+    """A TRL-style reward function added, times ``weight``, to the policy's reward (``rewards.extra``)."""
+
+    label: str  # its name in the logs: the function's ``__name__`` (made unique within the run)
+    weight: float
+    fn: Callable[..., Sequence[Any]]
+
+
+def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
+    """``rewards.extra`` resolved: each ``{name, weight, kwargs}`` imported (and its factory called).
+
+    ``name`` is an import path, ``pkg.mod.attr`` or ``pkg.mod:attr``; ``weight`` defaults to 1. The
+    ``kwargs`` convention: an entry *with* ``kwargs`` (a mapping, ``{}`` included) names a factory, called
+    once here as ``name(**kwargs)``, whose result is the reward function (TRL's
+    ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)``, ``get_repetition_penalty_reward``);
+    an entry without names the reward function itself (TRL's ``think_format_reward``). A reward function
+    must take ``**kwargs``: TRL's contract passes every row column as a keyword. A bad entry, a failed
+    import or factory call, or a result that is no such function is a one-line ``InputError``.
+
+    >>> soft = {"name": "trl.rewards.get_soft_overlong_punishment", "weight": 0.5,
+    ...         "kwargs": {"max_completion_len": 10, "soft_punish_cache": 4}}
+    >>> [(e.label, e.weight, e.fn(completion_ids=[[1] * 6, [1] * 8])) for e in extra_rewards([soft])]
+    [('soft_overlong_punishment_reward', 0.5, [0.0, -0.5])]
+    """
+    if not isinstance(entries, list | tuple):
+        raise InputError("rewards.extra must be a list of {name, weight, kwargs} entries")
+    out: list[ExtraReward] = []
+    for i, entry in enumerate(entries):
+        where = f"rewards.extra[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise InputError(f"{where} must be a mapping with a 'name' (an import path such as mypkg.mod:fn)")
+        if set(entry) - {"name", "weight", "kwargs"}:
+            raise InputError(f"{where}: unknown key '{sorted(set(entry) - {'name', 'weight', 'kwargs'})[0]}' "
+                             "(known: name, weight, kwargs)")
+        name, weight, kwargs = entry["name"].strip(), entry.get("weight", 1.0), entry.get("kwargs")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise InputError(f"{where}: weight must be a finite number, not {weight!r}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise InputError(f"{where}: kwargs must be a mapping of the factory's arguments, not {kwargs!r}")
+        fn = _import(name, where)
+        if kwargs is not None:
+            try:
+                fn = fn(**kwargs)
+            except Exception as e:  # noqa: BLE001 - any failure of the user's factory is a config error
+                raise InputError(f"{where}: {name}(**kwargs) failed: {_first_line(e)}") from None
+        _check_reward_fn(fn, name, where)
+        label = str(getattr(fn, "__name__", "") or name.replace(":", ".").rsplit(".", 1)[-1])
+        taken = {e.label for e in out}
+        if label in taken:
+            label = next(f"{label}_{k}" for k in range(2, len(taken) + 3) if f"{label}_{k}" not in taken)
+        out.append(ExtraReward(label, float(weight), fn))
+    return out
+
+
+def _import(path: str, where: str) -> Any:
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    if not module or not attr:
+        raise InputError(f"{where}: '{path}' is not an import path (pkg.mod.fn or pkg.mod:fn)")
+    try:
+        obj = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - a missing package or a module that fails to import
+        raise InputError(f"{where}: cannot import {module} ({_first_line(e)})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{where}: {module} has no '{attr}'")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_reward_fn(fn: Any, name: str, where: str) -> None:
+    if not callable(fn):
+        raise InputError(f"{where}: {name} is not callable (a factory's result must be a reward function)")
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        raise InputError(f"{where}: {name} is async; rewards.extra takes plain functions")
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: its first call will tell
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise InputError(f"{where}: {name} does not take **kwargs (TRL passes every row column as a keyword); if it "
+                         "is a factory, give its arguments as kwargs: {...}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
+
+
 def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any]:
     """The ``GRPOConfig`` keywords evolm sets itself, from the schedule, the seed and the output_dir.
 
@@ -398,8 +522,6 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     """Every constraint that can be checked without a model, for ``num_processes`` training processes."""
     from urllib.parse import urlparse
 
-    from evolm.backends.pool import endpoint_urls
-
     errors = [e for e in [batch_error(cfg, num_processes)] if e] + path_errors(cfg)
     s, c = cfg.schedule, cfg.contrast
     if s.regime in ("coevolve",) and c.pairs in ("temporal", "combined") \
@@ -430,8 +552,6 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
 
 def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
-    from evolm.backends.pool import endpoint_urls
-
     s = cfg.schedule
     per_role = s.cycles * s.steps_per_phase
     pairs_from = "labelled pairs from data.pairs" if cfg.contrast.pairs == "labelled" else "answers from a frozen policy"
@@ -643,6 +763,7 @@ def validate(cfg: RunConfig) -> None:
         (cfg.rubric.prompt in RUBRIC_PROMPTS, _choice("rubric.prompt", cfg.rubric.prompt, RUBRIC_PROMPTS)),
         (not (cfg.rubric.constrained and cfg.rubric.prompt == "older"), "rubric.prompt=older asks for 5-10 criteria, "
          "which the rubric grammar (rubric.constrained: 2-5 criteria) cannot write: use rubric.prompt=v3"),
+        (2 <= cfg.rubric.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {cfg.rubric.max_criteria}"),
         (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
         (j.reward_model_reading in REWARD_MODEL_READINGS,
          _choice("judge.reward_model_reading", j.reward_model_reading, REWARD_MODEL_READINGS)),
@@ -680,8 +801,6 @@ def validate(cfg: RunConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise InputError(msg)
-    from evolm.backends.pool import endpoint_urls
-
     urls = [("judge.base_url", u) for u in endpoint_urls(j.base_url)] + [
         ("rubric.writer_base_url", cfg.rubric.writer_base_url), ("contrast.answerer_base_url", c.answerer_base_url)]
     for msg in [*grpo_value_errors(cfg.grpo), *(url_error(n, u) for n, u in urls if u)]:
@@ -763,7 +882,6 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML config as a mapping; ``extends: FILE`` (relative to this file) names a config it changes.
 
     The baselines under configs/baselines/ extend the paper config, so each states only how it differs.
-        (2 <= cfg.rubric.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {cfg.rubric.max_criteria}"),
     """
     if not p.is_file():
         raise InputError(f"{p}: no such config file")

@@ -32,8 +32,6 @@ from typing import Any
 
 from evolm.backends.base import Conversation
 
-OVERLONG = ("truncate", "refuse")
-"""What happens to a prompt longer than its model's context (``judge.overlong``, ``--overlong``)."""
 PROBE_RESERVE = 8
 """Tokens left free after a probability-mode prompt (one is read; the rest is margin)."""
 ESTIMATE_BYTES_PER_TOKEN = 3

@@ -31,8 +31,6 @@ from evolm.rubrics import strip_thinking
 
 Generate = Callable[[Sequence[Conversation], SamplingParams], list[str]]
 
-PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")
-PAIR_MODES = (*PAIR_BUILDERS, "combined", "labelled")  # contrast.pairs: one builder, or a weighted mix of them
 RELAXATIONS = ("window", "no_max_age", "half_min_age", "oldest_half", "any")
 
 

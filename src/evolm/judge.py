@@ -66,17 +66,15 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.constrained import JUDGE_SCHEMA
-from evolm.context import OVERLONG, PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
+from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, OVERLONG, JudgeConfig
+from evolm.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
 from evolm.errors import InputError
 from evolm.rubrics import Rubric, remove_reasoning, render_rubric, repaired_json, strip_thinking
 from evolm.scores import aggregate_scores
-
-if TYPE_CHECKING:
-    from evolm.config import JudgeConfig
 
 
 @dataclass(frozen=True)
@@ -218,10 +216,6 @@ _REF_RAR_IMPLICIT_USER = (
     "of 1 to 10 based on how well it satisfies the rubrics.\n\n<prompt>\n{question}\n</prompt>\n<response>\n"
     "{answer}\n</response>\n<rubrics>\n{rubric}\n</rubrics>\n\nYour JSON Evaluation:"
 )
-JUDGE_PROMPTS = ("evolm", "reference")
-"""``judge.prompt``: evolm's wording (its own two worked examples) or the authors' (the paper config)."""
-JUDGE_PARSERS = ("evolm", "reference")
-"""``judge.parse``: how a generative reply is read (``parse_judge_score`` or ``parse_judge_score_reference``)."""
 
 _GEN_ALONE_TASK = """\
 You will grade one answer to a user's question. Rate from 0 (useless or wrong) to 1 (fully correct, \
@@ -800,7 +794,7 @@ class Judge:
 
     def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[float | None]:
         """``score`` on items that fit the context."""
-        score = JUDGE_MODES[self.mode]
+        score = SCORERS[self.mode]
         if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES:  # those have their own bar
             return score(self, items, progress)
         from tqdm.auto import tqdm
@@ -949,7 +943,7 @@ def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) ->
             for pairs in _criterion_p_yes(judge, items)]
 
 
-JUDGE_MODES: dict[str, Callable[[Judge, list[JudgeItem], bool], list[float | None]]] = {
+SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[float | None]]] = {  # keys: config.JUDGE_MODES
     "generative": _score_generative,
     "prob": _score_prob,
     "yesno": _score_yesno,

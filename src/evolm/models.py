@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend
+from evolm.config import BACKENDS, DTYPES
 from evolm.errors import ModelError
 
 BUILTIN_MODELS: dict[str, tuple[str, str]] = {
@@ -63,10 +64,6 @@ def resolve_device(device: str = "auto") -> str:
                                                                lambda: False)():
         raise ModelError(f"device '{device}' is not available here")
     return device
-
-
-BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:

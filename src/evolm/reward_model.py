@@ -20,10 +20,6 @@ from typing import Any
 from evolm.errors import ModelError
 from evolm.rubrics import strip_thinking
 
-MODE = "reward_model"
-READINGS = ("evolm", "reference")
-"""``judge.reward_model_reading``: evolm's (raw logit, thinking stripped, 8,192 tokens) or the authors'."""
-
 
 @dataclass
 class RewardModel:

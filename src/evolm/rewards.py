@@ -9,8 +9,6 @@ Inside a GRPO group a missing reward becomes the group mean (zero advantage), se
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import math
 import statistics
 import time
@@ -19,11 +17,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from evolm.config import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, ExtraReward
 from evolm.errors import InputError
 from evolm.scores import aggregate_scores, is_missing
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
-RUBRIC_REWARDS: tuple[str, ...] = ("binary", "margin_format", "separation")
 Aggregation = Literal["mean", "majority"]
 
 
@@ -106,9 +104,6 @@ class RowReward:
     judge_seconds: float | None = field(default=None, compare=False)  # wall seconds
 
 
-MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")
-
-
 def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None], how: str = "majority_vote",
                        validity: float = 0.0, rubric_reward_kind: str = "binary") -> float | None:
     """A rubric's reward from several judges' scores of the better (``pos``) and worse (``neg``) answer.
@@ -161,9 +156,6 @@ def _multi_judge_aggregate(pos: Sequence[float | None], neg: Sequence[float | No
         margin = sum(p - n for p, n in both) / len(both)
         return 0.5 * margin + 0.3 * float(validity) + 0.2 * min(max(kappa, 0.0), 1.0)
     raise ValueError(f"unknown multi-judge aggregation '{how}' (choose from {', '.join(MULTI_JUDGE)})")
-
-
-INVALID_RUBRICS = ("judge_raw", "zero")
 
 
 def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
@@ -366,97 +358,6 @@ def fleiss_kappa(ratings: Sequence[Sequence[int]]) -> float:
 
 
 # ----------------------------------------------------------------------------- reward functions besides the judge
-
-
-@dataclass(frozen=True)
-class ExtraReward:
-    """A TRL-style reward function added, times ``weight``, to the policy's reward (``rewards.extra``)."""
-
-    label: str  # its name in the logs: the function's ``__name__`` (made unique within the run)
-    weight: float
-    fn: Callable[..., Sequence[Any]]
-
-
-def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
-    """``rewards.extra`` resolved: each ``{name, weight, kwargs}`` imported (and its factory called).
-
-    ``name`` is an import path, ``pkg.mod.attr`` or ``pkg.mod:attr``; ``weight`` defaults to 1. The
-    ``kwargs`` convention: an entry *with* ``kwargs`` (a mapping, ``{}`` included) names a factory, called
-    once here as ``name(**kwargs)``, whose result is the reward function (TRL's
-    ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)``, ``get_repetition_penalty_reward``);
-    an entry without names the reward function itself (TRL's ``think_format_reward``). A reward function
-    must take ``**kwargs``: TRL's contract passes every row column as a keyword. A bad entry, a failed
-    import or factory call, or a result that is no such function is a one-line ``InputError``.
-
-    >>> soft = {"name": "trl.rewards.get_soft_overlong_punishment", "weight": 0.5,
-    ...         "kwargs": {"max_completion_len": 10, "soft_punish_cache": 4}}
-    >>> [(e.label, e.weight, e.fn(completion_ids=[[1] * 6, [1] * 8])) for e in extra_rewards([soft])]
-    [('soft_overlong_punishment_reward', 0.5, [0.0, -0.5])]
-    """
-    if not isinstance(entries, list | tuple):
-        raise InputError("rewards.extra must be a list of {name, weight, kwargs} entries")
-    out: list[ExtraReward] = []
-    for i, entry in enumerate(entries):
-        where = f"rewards.extra[{i}]"
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
-            raise InputError(f"{where} must be a mapping with a 'name' (an import path such as mypkg.mod:fn)")
-        if set(entry) - {"name", "weight", "kwargs"}:
-            raise InputError(f"{where}: unknown key '{sorted(set(entry) - {'name', 'weight', 'kwargs'})[0]}' "
-                             "(known: name, weight, kwargs)")
-        name, weight, kwargs = entry["name"].strip(), entry.get("weight", 1.0), entry.get("kwargs")
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
-            raise InputError(f"{where}: weight must be a finite number, not {weight!r}")
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            raise InputError(f"{where}: kwargs must be a mapping of the factory's arguments, not {kwargs!r}")
-        fn = _import(name, where)
-        if kwargs is not None:
-            try:
-                fn = fn(**kwargs)
-            except Exception as e:  # noqa: BLE001 - any failure of the user's factory is a config error
-                raise InputError(f"{where}: {name}(**kwargs) failed: {_first_line(e)}") from None
-        _check_reward_fn(fn, name, where)
-        label = str(getattr(fn, "__name__", "") or name.replace(":", ".").rsplit(".", 1)[-1])
-        taken = {e.label for e in out}
-        if label in taken:
-            label = next(f"{label}_{k}" for k in range(2, len(taken) + 3) if f"{label}_{k}" not in taken)
-        out.append(ExtraReward(label, float(weight), fn))
-    return out
-
-
-def _import(path: str, where: str) -> Any:
-    module, sep, attr = path.partition(":")
-    if not sep:
-        module, _, attr = path.rpartition(".")
-    if not module or not attr:
-        raise InputError(f"{where}: '{path}' is not an import path (pkg.mod.fn or pkg.mod:fn)")
-    try:
-        obj = importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - a missing package or a module that fails to import
-        raise InputError(f"{where}: cannot import {module} ({_first_line(e)})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise InputError(f"{where}: {module} has no '{attr}'")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _check_reward_fn(fn: Any, name: str, where: str) -> None:
-    if not callable(fn):
-        raise InputError(f"{where}: {name} is not callable (a factory's result must be a reward function)")
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-        raise InputError(f"{where}: {name} is async; rewards.extra takes plain functions")
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return  # a builtin without a signature: its first call will tell
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        raise InputError(f"{where}: {name} does not take **kwargs (TRL passes every row column as a keyword); if it "
-                         "is a factory, give its arguments as kwargs: {...}")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
 
 
 def score_extra(extras: Sequence[ExtraReward], n: int, kwargs: Mapping[str, Any]

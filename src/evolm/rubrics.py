@@ -17,6 +17,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
+from evolm.config import RUBRIC_PROMPTS
 from evolm.constrained import RUBRIC_SCHEMA as RUBRIC_SCHEMA  # the reply format below, as a JSON schema
 
 # ----------------------------------------------------------------------------- data model
@@ -135,8 +136,6 @@ _OLDER_EXAMPLE = {
          "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or curt.", "0.0": "Rude or rambling."}},
     ]
 }
-RUBRIC_PROMPTS = ("v3", "older")
-"""``rubric.prompt``: ``v3`` (2-5 criteria, a dealbreaker allowed; the paper's) or ``older`` (5-10 criteria)."""
 
 
 def rubric_messages(question: str, prompt: str = "v3") -> Conversation:

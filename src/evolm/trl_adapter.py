@@ -83,9 +83,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
-from evolm.config import RunConfig, batch_error, evolm_grpo_settings, to_dict
+from evolm.config import ExtraReward, RunConfig, batch_error, evolm_grpo_settings, extra_rewards, to_dict
 from evolm.errors import InputError, RunError
-from evolm.rewards import ExtraReward, completion_text, extra_rewards, score_extra
+from evolm.rewards import completion_text, score_extra
 
 TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
 PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]

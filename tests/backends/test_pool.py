@@ -14,7 +14,8 @@ from openai_server import MODEL_ID, RunningServer, ServerState, free_port, serve
 
 from evolm.backends import SamplingParams
 from evolm.backends.openai import OpenAIBackend
-from evolm.backends.pool import FAILURES_BEFORE_COOLDOWN, _Bucket, endpoint_urls
+from evolm.backends.pool import FAILURES_BEFORE_COOLDOWN, _Bucket
+from evolm.config import endpoint_urls
 from evolm.errors import BackendError
 
 KEY_ENV = "EVOLM_TEST_OPENAI_KEY"

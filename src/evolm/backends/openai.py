@@ -67,7 +67,8 @@ import openai
 from tqdm.auto import tqdm
 
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
-from evolm.backends.pool import Endpoint, EndpointPool, PoolStats, endpoint_urls, estimate_tokens
+from evolm.backends.pool import Endpoint, EndpointPool, PoolStats, estimate_tokens
+from evolm.config import endpoint_urls
 from evolm.constrained import openai_response_format, schema_name
 from evolm.errors import BackendError
 

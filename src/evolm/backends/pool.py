@@ -42,22 +42,6 @@ CHARS_PER_TOKEN = 3
 """Token estimate of a request before it is sent: characters / 3 + max_tokens (see the module docstring)."""
 
 
-def endpoint_urls(base_url: str | Sequence[str] | None) -> list[str | None]:
-    """The endpoints a ``base_url`` setting names: a URL, comma-separated URLs, or a list of either.
-
-    ``None`` is one endpoint, the ``openai`` client's default.
-
-    >>> endpoint_urls("http://a:8000/v1, http://b:8000/v1/")
-    ['http://a:8000/v1', 'http://b:8000/v1/']
-    >>> endpoint_urls(["http://a/v1", "http://b/v1,http://c/v1"]), endpoint_urls(None)
-    (['http://a/v1', 'http://b/v1', 'http://c/v1'], [None])
-    """
-    if base_url is None:
-        return [None]
-    parts = [base_url] if isinstance(base_url, str) else list(base_url)
-    return [url.strip() for part in parts for url in str(part).split(",") if url.strip()]
-
-
 @dataclass
 class Usage:
     """Counters of one endpoint (or a sum of them). Subtract two snapshots for what happened in between."""

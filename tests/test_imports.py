@@ -1,0 +1,124 @@
+"""The package's import graph: no circle, and settings that know no concept module.
+
+Read statically with ``ast`` from every module under src/evolm (a new module is picked up as it
+lands): the imports at module level, including those under ``if TYPE_CHECKING:`` (a circle that
+only type checkers follow is still a circle in the design). Imports inside functions are lazy and
+left out of the cycle check, except in config.py, whose every import counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "evolm"
+
+# The evolm modules config.py may import, each a leaf helper that acts on no concept: errors (the exception
+# types a bad setting raises), jsonl (the atomic file writer save_config uses) and prompts (reads the file
+# data.prompts names, so the dry run checks it loads). Each may import only others of this set (asserted below).
+CONFIG_MAY_IMPORT = {"evolm.errors", "evolm.jsonl", "evolm.prompts"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imported(path: Path, name: str, modules: dict[str, Path], lazy: bool) -> set[str]:
+    """The evolm modules ``path`` (module ``name``) imports: at module level (``if``/``try`` blocks and
+    ``if TYPE_CHECKING:`` included), and inside functions and classes too when ``lazy``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                if lazy or isinstance(node, ast.ClassDef):
+                    visit(node.body)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)  # ``from evolm import judge``
+            else:  # if (TYPE_CHECKING included), try, with, for, while, match: their blocks run at import
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, block, []))
+                for inner in (*getattr(node, "handlers", []), *getattr(node, "cases", [])):
+                    visit(inner.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph(lazy: bool = False) -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imported(path, name, modules, lazy) for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as [a, b, ..., a], or None (depth-first search, white/grey/black)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := dfs(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := dfs(node)):
+            return found
+    return None
+
+
+def test_the_graph_reader_sees_type_checking_and_relative_imports(tmp_path: Path) -> None:
+    src = tmp_path / "evolm"
+    src.mkdir()
+    (src / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evolm.b import X\n")
+    (src / "b.py").write_text("from . import c\n\ndef f():\n    from evolm import a\n")
+    (src / "c.py").write_text("try:\n    import evolm.a\nexcept ImportError:\n    pass\n")
+    modules = {f"evolm.{n}": src / f"{n}.py" for n in "abc"}
+    graph = {name: _imported(path, name, modules, lazy=False) for name, path in modules.items()}
+    assert graph == {"evolm.a": {"evolm.b"}, "evolm.b": {"evolm.c"}, "evolm.c": {"evolm.a"}}
+    assert _cycle(graph) == ["evolm.a", "evolm.b", "evolm.c", "evolm.a"]
+    assert _imported(src / "b.py", "evolm.b", modules, lazy=True) == {"evolm.a", "evolm.c"}
+
+
+def test_no_import_circle_type_checking_imports_included() -> None:
+    graph = _graph()
+    assert {"evolm.config", "evolm.judge", "evolm.coevolve"} <= set(graph)  # the walk found the package
+    cycle = _cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_config_imports_no_concept_module() -> None:
+    graph = _graph(lazy=True)  # config.py: lazy imports count too
+    assert graph["evolm.config"] <= CONFIG_MAY_IMPORT, \
+        f"config.py imports {sorted(graph['evolm.config'] - CONFIG_MAY_IMPORT)}: settings know no concept module"
+    for helper in CONFIG_MAY_IMPORT:
+        assert graph[helper] <= CONFIG_MAY_IMPORT, f"{helper} (imported by config.py) imports {sorted(graph[helper])}"
+
+
+def test_the_judge_dispatches_exactly_the_modes_config_accepts() -> None:
+    from evolm.config import JUDGE_MODES
+    from evolm.judge import SCORERS
+
+    assert tuple(SCORERS) == JUDGE_MODES
+
