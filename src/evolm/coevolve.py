@@ -359,7 +359,9 @@ class Loop:
             rubric_validity=result.rubric_validity, missing_rewards=result.missing_rewards,
             tied_groups=result.tied_groups, reward_components=result.reward_components,
             judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate, judge_tokens=result.judge_tokens,
-            judge_latency_s=result.judge_latency_s, completion_length=sum(lengths) / len(lengths) if lengths else None)
+            judge_latency_s=result.judge_latency_s, judge_prompt_tokens=result.judge_prompt_tokens,
+            judge_generated_tokens=result.judge_generated_tokens, judge_requests=result.judge_requests,
+            completion_length=sum(lengths) / len(lengths) if lengths else None)
         metrics = result.metrics()
         if info.role == "policy":  # the reward-hacking monitor (evolm.monitor)
             signals = answer_signals(rows, completions, [s.score for s in scored], lengths, groups)

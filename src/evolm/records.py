@@ -100,7 +100,7 @@ class StepRecord:
     reward_components: dict[str, float | None] | None = _typed(dict)  # rewards.extra: "judge" and each extra's mean
     judge_p_yes: float | None = _typed(float)  # yesno-style judges: mean per-criterion P(Yes) of the step's judging
     judge_pass_rate: float | None = _typed(float)  # share of those criteria with P(Yes) > 0.5
-    judge_tokens: int | None = _typed(int)  # tokens the judge servers reported for the step's rewards (openai backend)
+    judge_tokens: int | None = _typed(int)  # the judges' prompt + generated tokens for the step's rewards
     judge_latency_s: float | None = _typed(float)  # wall seconds of the step's judging (the slowest process's)
     judge_prompt_tokens: int | None = _typed(int)  # prompt tokens the judges read for the step (local: counted)
     judge_generated_tokens: int | None = _typed(int)  # tokens the judges generated (probability modes: 1 per read)

@@ -100,8 +100,11 @@ class RowReward:
     extras: tuple[tuple[str, float, float | None], ...] = ()  # policy rows: (label, weight, value) per rewards.extra
     # The first row of a process's batch only (gathered rows then add up per step): what judging the batch took;
     # telemetry, left out of comparisons
-    judge_tokens: int | None = field(default=None, compare=False)  # reported by the judge servers (None: no server)
+    judge_tokens: int | None = field(default=None, compare=False)  # prompt + generated (None: no backend counts them)
     judge_seconds: float | None = field(default=None, compare=False)  # wall seconds
+    judge_prompt_tokens: int | None = field(default=None, compare=False)
+    judge_generated_tokens: int | None = field(default=None, compare=False)
+    judge_requests: int | None = field(default=None, compare=False)
 
 
 def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None], how: str = "majority_vote",
@@ -200,7 +203,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         where.append((len(items), len(items) + 1, written))
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
-    started, served = time.monotonic(), _served_tokens(judges)
+    started, used = time.monotonic(), judge_usage(judges)
     per_judge, readings = [], [()] * len(items)  # readings: each item's per-criterion P(Yes), all judges
     for j in judges if items else []:
         per_judge.append(j.score(items))
@@ -224,16 +227,28 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                              parsed=written.rubric.to_dict() if written.rubric else None,
                              p_yes=(*readings[i_pos], *readings[i_neg])))
     if out and items:  # what judging this batch took, carried by its first row
-        now = _served_tokens(judges)
+        now = judge_usage(judges)
+        spent = None if now is None or used is None else now - used
         out[0] = replace(out[0], judge_seconds=time.monotonic() - started,
-                         judge_tokens=None if now is None or served is None else now - served)
+                         judge_tokens=None if spent is None else spent.tokens,
+                         judge_prompt_tokens=None if spent is None else spent.prompt_tokens,
+                         judge_generated_tokens=None if spent is None else spent.completion_tokens,
+                         judge_requests=None if spent is None else spent.requests)
     return out
 
 
-def _served_tokens(judges: Sequence[Any]) -> int | None:
-    """Tokens the judges' servers reported so far (``OpenAIBackend.stats``); ``None`` if no judge runs on one."""
-    stats = [f() for j in judges if callable(f := getattr(getattr(j, "backend", None), "stats", None))]
-    return sum(s.total.tokens for s in stats) if stats else None
+def judge_usage(judges: Sequence[Any]) -> Any:
+    """What the judges' backends counted so far (``evolm.backends.pool.Usage``, summed): a server's usage as it
+    reported it (``OpenAIBackend.stats``), a local model's as ``HFBackend.usage`` counts it; ``None`` if no
+    judge's backend counts."""
+    found = []
+    for j in judges:
+        backend = getattr(getattr(j, "judge", j), "backend", None)  # a cached judge wraps the judge
+        if callable(stats := getattr(backend, "stats", None)):
+            found.append(stats().total)
+        elif (usage := getattr(backend, "usage", None)) is not None and hasattr(usage, "prompt_tokens"):
+            found.append(usage)
+    return sum(found[1:], found[0]) if found else None
 
 
 @dataclass(frozen=True)
@@ -250,8 +265,11 @@ class StepRewards:
     reward_components: dict[str, float | None] | None = None  # with rewards.extra: "judge" and each extra's mean value
     judge_p_yes: float | None = None  # mean per-criterion P(Yes) of the step's judging (yesno-style modes)
     judge_pass_rate: float | None = None  # share of those criteria with P(Yes) > 0.5
-    judge_tokens: int | None = None  # tokens the judge servers reported for the step, all processes (None: no server)
+    judge_tokens: int | None = None  # the judges' prompt + generated tokens for the step, all processes
     judge_latency_s: float | None = None  # wall seconds of the step's judging (the slowest process's)
+    judge_prompt_tokens: int | None = None  # the judges' prompt tokens (servers: their usage; local: counted)
+    judge_generated_tokens: int | None = None  # the judges' generated tokens (a probability read counts one)
+    judge_requests: int | None = None  # judge requests (server attempts, retries included; local: prompts run)
 
     def metrics(self) -> dict[str, float]:
         """The step's numbers for TRL's loggers (the reward function's ``log_metric``); absent ones left out."""
@@ -259,6 +277,8 @@ class StepRewards:
                  "missing_rewards": self.missing_rewards, "tied_groups": self.tied_groups,
                  "judge_p_yes": self.judge_p_yes, "judge_pass_rate": self.judge_pass_rate,
                  "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
+                 "judge_prompt_tokens": self.judge_prompt_tokens, "judge_generated_tokens": self.judge_generated_tokens,
+                 "judge_requests": self.judge_requests,
                  **{f"reward/{k}": v for k, v in (self.reward_components or {}).items()}}
         return {k: v for k, v in named.items() if v is not None}
 
@@ -299,12 +319,18 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     readings = [p for r in raw for p in r.p_yes]
     tokens = [r.judge_tokens for r in raw if r.judge_tokens is not None]
     seconds = [r.judge_seconds for r in raw if r.judge_seconds is not None]
+
+    def total(key: str) -> int | None:
+        counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
+        return sum(counts) if counts else None
     return StepRewards(filled, sum(filled) / n if n else 0.0, sum(stds) / len(stds) if stds else 0.0,
                        sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity, tied,
                        _components(judged, raw),
                        sum(readings) / len(readings) if readings else None,
                        sum(p > 0.5 for p in readings) / len(readings) if readings else None,
-                       judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None)
+                       judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None,
+                       judge_prompt_tokens=total("judge_prompt_tokens"),
+                       judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"))
 
 
 def _components(judged: Sequence[float], raw: Sequence[RowReward]) -> dict[str, float | None] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from evolm.backends.base import (
     opened_thinking,
     tokenizer_thinks,
 )
+from evolm.backends.pool import Usage
 from evolm.constrained import logits_processor, reply_start
 from evolm.context import model_context_length
 
@@ -60,6 +62,9 @@ class HFBackend:
     an ordinary prompt. Without this, an answer that writes ``<|im_end|>\\n<|im_start|>assistant``
     (typed, or decoded from ordinary pieces and re-encoded here) ends the judge's turn and
     speaks for it. ``escape_special=False`` turns it off (``bench/steering.py`` measures both).
+
+    ``usage`` counts what the backend ran, as a server's ``usage`` would (``evolm.backends.pool.Usage``):
+    requests (prompts), prompt tokens, generated tokens (a next-token read counts one), seconds.
     """
 
     name = "hf"
@@ -84,6 +89,7 @@ class HFBackend:
         # Only the last position's logits are needed: ``logits_to_keep=1`` skips the lm_head on every
         # other position (for SmolLM2 a fifth of the FLOPs and a [B, L, 49152] float tensor per batch).
         self._last_only: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.usage = Usage()
 
     # ------------------------------------------------------------------ helpers
 
@@ -194,8 +200,10 @@ class HFBackend:
         """
         if not conversations:
             return []
+        started = time.monotonic()
         encoded, opened, starts = self.prompts(conversations, params)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        generated = 0
         results: list[str] = [""] * len(encoded)
         sample = params.temperature > 0
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "do_sample": sample}
@@ -223,9 +231,18 @@ class HFBackend:
                         )
                     for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
                         results[i] = self.reply(row, opened[i])
+                        n = len(row)
+                        while n and row[n - 1] == self.tokenizer.pad_token_id:  # padding after an early stop
+                            n -= 1
+                        generated += n
         finally:
             self.model.train(was_training)
+        self._count(len(encoded), sum(map(len, encoded)), generated, started)
         return results
+
+    def _count(self, requests: int, prompt_tokens: int, generated: int, started: float) -> None:
+        self.usage += Usage(requests=requests, prompt_tokens=prompt_tokens, completion_tokens=generated,
+                            latency_s=time.monotonic() - started)
 
     def prompts(self, conversations: Sequence[Conversation], params: SamplingParams
                 ) -> tuple[list[list[int]], list[str], list[str] | None]:
@@ -274,6 +291,7 @@ class HFBackend:
         """
         if not conversations:
             return []
+        started = time.monotonic()
         encoded = self._encode(conversations, dict(chat_template_kwargs or {}), after_thinking=True)
         logits = self.last_token_logits(encoded)  # [N, V]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -284,6 +302,7 @@ class HFBackend:
             for c, ids in cand_ids.items():
                 d[c] = torch.logsumexp(row[ids], dim=0).item() if ids else -math.inf
             out.append(d)
+        self._count(len(encoded), sum(map(len, encoded)), len(encoded), started)
         return out
 
     def last_token_logits(self, encoded: list[list[int]]) -> torch.Tensor:
