@@ -1,5 +1,5 @@
-"""The EvoLM loop on TRL (SPEC §2.4-2.5, §6): the plan, the reward dispatch, whole runs of every regime with a
-tiny random model, the logs they leave, and resuming after a hard kill.
+"""The EvoLM loop on TRL (docs/METHOD.md §2.4-2.5, §6): the plan, the reward dispatch, whole runs of every regime
+with a tiny random model, the logs they leave, and resuming after a hard kill.
 
 The runs are short (1-2 steps per phase, 2 questions x 2 samples, 8 new tokens) so the file stays within
 a few minutes on two CPU cores; what they check does not depend on the model being any good.

@@ -1,4 +1,4 @@
-"""Temporal contrast (SPEC §2.4): the replay buffer, its age window and relaxations, and the pair builders.
+"""Temporal contrast (docs/METHOD.md §2.4): the replay buffer, its age window and relaxations, and the pair builders.
 
 Ages are "current policy step minus the entry's step"; every expected set below is worked out by hand.
 """

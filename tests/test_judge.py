@@ -1,4 +1,4 @@
-"""The judge (SPEC §2.2): reading generative replies, and every mode through a deterministic fake backend.
+"""The judge (docs/METHOD.md §2.2): reading generative replies, and every mode through a deterministic fake backend.
 
 The fake backend is a real ``Backend`` implementation written here: it answers from tables keyed by
 what the judge put in the conversation, and records every conversation it received, so the tests

@@ -1,4 +1,4 @@
-"""Rewards (SPEC §2.3) against hand-computed values, missing-score handling and multi-judge statistics."""
+"""Rewards (docs/METHOD.md §2.3) against hand-computed values, missing-score handling and multi-judge statistics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rubric parsing, format validity, thinking removal and rendering (SPEC §2.1) on many model outputs.
+"""Rubric parsing, format validity, thinking removal and rendering (docs/METHOD.md §2.1) on many model outputs.
 
 Every case states what a rubric writer could plausibly emit and what the parser must make of it:
 the weights the judge will use (normalised to sum 1) and the 0/1 format-validity reward term.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -89,43 +88,6 @@ def test_only_the_adapter_touches_trl_internals() -> None:
     offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                  if p.name != "trl_adapter.py" and _PRIVATE_TRL.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
-
-
-def _evolm_imports(path: Path) -> set[str]:
-    """Modules ``path`` imports at run time (lazy imports included; ``if TYPE_CHECKING:`` blocks are not imports)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            node.body = []
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("evolm"):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("evolm"))
-    return out
-
-
-def test_no_two_modules_import_each_other() -> None:
-    modules = {".".join(("evolm", *p.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__"): p
-               for p in SRC.rglob("*.py")}
-    graph = {m: {i for i in _evolm_imports(p) if i in modules and i != m} for m, p in modules.items()}
-    graph["evolm"] = set()  # the package's re-exports are the public API, imported by nothing inside
-
-    def cycle_from(start: str) -> list[str] | None:
-        stack = [(start, [start])]
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    return path + [start]
-                if nxt not in path:
-                    stack.append((nxt, path + [nxt]))
-        return None
-
-    cycles = [c for m in graph if (c := cycle_from(m))]
-    assert [" -> ".join(c) for c in cycles] == []
 
 
 def test_the_loop_fits_on_a_few_screens() -> None:

@@ -498,7 +498,7 @@ def _wanted(kinds: set[type]) -> str:
 
 
 def sequential_stages(cfg: RunConfig, writer_checkpoint: str | None = None) -> tuple[RunConfig, RunConfig]:
-    """The paper's sequential baseline as two runs with two weight sets (SPEC §2.5).
+    """The paper's sequential baseline as two runs with two weight sets (docs/METHOD.md §2.5).
 
     Stage 1 trains the rubric writer (``rubric_only``: cycles x K rubric steps) while the policy is
     frozen: the pairs' answers come from ``contrast.answerer`` (default: the base model). Stage 2

@@ -102,7 +102,7 @@ def rubric_schema(max_criteria: int = MAX_CRITERIA) -> dict[str, Any]:
 
 
 RUBRIC_SCHEMA: dict[str, Any] = rubric_schema(MAX_CRITERIA)
-"""A rubric as ``rubric_messages`` asks for it (SPEC §2.1): 2-5 criteria, each a non-blank text of at most 80
+"""A rubric as ``rubric_messages`` asks for it (docs/METHOD.md §2.1): 2-5 criteria, each a non-blank text of at most 80
 characters, a weight that is a multiple of 0.1, and the scoring levels "1.0", "0.5", "0.0" (texts of at most
 30 characters). A JSON schema cannot say that the weights sum to 1: servers that take only a schema
 (``openai_response_format``) get this one; xgrammar and vLLM decode under ``RUBRIC_EBNF``, which also does."""

@@ -1,4 +1,4 @@
-"""Temporal contrast (SPEC §2.4): where the (better, worse) answer pairs for rubric training come from.
+"""Temporal contrast (docs/METHOD.md §2.4): where the (better, worse) answer pairs for rubric training come from.
 
 During policy training one sampled answer per question goes into a bounded ``ReplayBuffer`` as
 (policy step, question, answer). A pair for rubric training takes a stored answer whose age (current

@@ -1,4 +1,4 @@
-"""The frozen judge (SPEC §2.2): question + rubric + answer in, a score in [0, 1] (or ``None``) out.
+"""The frozen judge (docs/METHOD.md §2.2): question + rubric + answer in, a score in [0, 1] (or ``None``) out.
 
 Modes, one contract (``JUDGE_MODES``):
 

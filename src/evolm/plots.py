@@ -131,7 +131,7 @@ def reward_plot(series: dict[str, Series], phases: Sequence[PhaseSpan],
 
 def pairs_plot(pair_acc: Series, policy_reward: Series | None, phases: Sequence[PhaseSpan],
                phase_means: dict[str, tuple[list[float], list[float]]]) -> bytes:
-    """The judge's pair accuracy on temporal pairs (rubric steps) beside the policy's reward (SPEC §4).
+    """The judge's pair accuracy on temporal pairs (rubric steps) beside the policy's reward (docs/METHOD.md §4).
 
     Per-step values are thin lines; ``phase_means`` (name -> (phase mid-steps, means)) are joined
     large markers, so the trend across cycles reads at a glance.

@@ -1,4 +1,4 @@
-"""Training prompts: questions only, never labels (SPEC §2.5), and optional reference answers.
+"""Training prompts: questions only, never labels (docs/METHOD.md §2.5), and optional reference answers.
 
 A prompts file is JSONL with a ``prompt`` field per line (``builtin:demo`` names the shipped set);
 a line may also carry a ``reference`` answer, which only reference-aware judges read (the

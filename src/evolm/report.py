@@ -379,8 +379,8 @@ def _pairs(d: RunData) -> str:
            "<p class='muted'>Pair accuracy: share of temporal pairs (the current policy's answer vs. the answer it "
            "gave to the same question some policy steps earlier; 20–100 by default) where the judge, reading the "
            "rubric, scores the newer answer strictly higher. Watch it together "
-           "with the policy's reward (SPEC §4): training assumes newer is better, which stops being true if the "
-           "policy degrades, and then the rubrics learn to reward the degradation.</p>"]
+           "with the policy's reward (docs/METHOD.md §4): training assumes newer is better, which stops being true "
+           "if the policy degrades, and then the rubrics learn to reward the degradation.</p>"]
     acc = _series(d, "rubric", "pair_accuracy")
     if acc is None:
         return "\n".join(out + ["<p>No rubric steps with a pair accuracy yet.</p>"])
@@ -408,8 +408,9 @@ def _validity(d: RunData) -> str:
     series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "rubric_validity"))}
     if not series:
         return "<h2>Rubric validity</h2><p>No rubric validity logged yet.</p>"
-    return ("<h2>Rubric validity</h2><p class='muted'>Share of rubrics that are format-valid (SPEC §2.1): on rubric "
-            "steps the rubrics being trained, on policy steps the rubrics written to judge that step's questions.</p>"
+    return ("<h2>Rubric validity</h2><p class='muted'>Share of rubrics that are format-valid "
+            "(docs/METHOD.md §2.1): on rubric steps the rubrics being trained, on policy steps the rubrics written "
+            "to judge that step's questions.</p>"
             + _plot(d, "rubric validity", plots.validity_plot, series, _spans(d)))
 
 
@@ -530,15 +531,15 @@ def _phase_table(d: RunData) -> str:
 
 def _stats_section(d: RunData) -> str:
     out = ["<h2>How the rubrics evolve</h2>",
-           "<p class='muted'>Statistics of SPEC §3.3 per phase. <b>rubric</b>: the rubrics written in a rubric phase "
-           "(the ones being trained); <b>policy</b>: the rubrics written to judge a policy phase's questions. "
-           "Criterion classes follow plain regexes (<code>evolm.eval.rubric_stats</code>): label-only = at most 5 "
-           "words with no specific value and no constraint; specific value = a number, quoted text, math, "
+           "<p class='muted'>Statistics of docs/METHOD.md §3.3 per phase. <b>rubric</b>: the rubrics written in a "
+           "rubric phase (the ones being trained); <b>policy</b>: the rubrics written to judge a policy phase's "
+           "questions. Criterion classes follow plain regexes (<code>evolm.eval.rubric_stats</code>): label-only = "
+           "at most 5 words with no specific value and no constraint; specific value = a number, quoted text, math, "
            "'equivalent to X'...; constraint = must/should not, length, format, inclusion, language. The paper "
            "reports, from start to end of training: label-only 21.9% → 0.3%, specific values 6.9% → 19.3%, "
            "constraints 7.7% → 20.3%, criterion length 59 → 112 chars, 3–4 criteria per rubric. A growing share of "
            "rubrics with one weight ≥ 0.7 outside math questions is the drift towards narrow pattern matching that "
-           "SPEC §4 warns about.</p>"]
+           "docs/METHOD.md §4 warns about.</p>"]
     if not d.rubric_stats:
         return "\n".join(out + ["<p>No rubrics in the samples.</p>"])
     rows = [s.to_json() for s in d.rubric_stats]

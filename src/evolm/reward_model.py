@@ -1,4 +1,4 @@
-"""A scalar reward model as the judge: the paper's Skywork-Reward baseline (SPEC §3.2).
+"""A scalar reward model as the judge: the paper's Skywork-Reward baseline (docs/METHOD.md §3.2).
 
 Any Hugging Face sequence-classification reward model (one output, e.g.
 Skywork-Reward-V2-Llama-3.1-8B) scores the chat ``[user: question, assistant: answer]``; the score

@@ -1,4 +1,4 @@
-"""Rewards (SPEC §2.3): what the rubric writer and the policy are trained to maximise.
+"""Rewards (docs/METHOD.md §2.3): what the rubric writer and the policy are trained to maximise.
 
 All functions here are pure and work on plain floats, so the same code scores a row inside
 TRL's reward function, in an evaluation, or when recomputing a logged phase from its samples.
@@ -164,7 +164,7 @@ def _multi_judge_aggregate(pos: Sequence[float | None], neg: Sequence[float | No
 def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
                rubric_reward_kind: str = "binary", aggregate: str = "majority_vote",
                invalid_rubrics: str = "judge_raw") -> list[RowReward]:
-    """Rewards of a batch of rows of either role, computed from each row alone (SPEC §2.3).
+    """Rewards of a batch of rows of either role, computed from each row alone (docs/METHOD.md §2.3).
 
     A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
     empty), ``rubric_text`` (policy: that rubric as the writer wrote it, thinking stripped),

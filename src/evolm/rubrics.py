@@ -1,4 +1,4 @@
-"""Rubrics: the weighted, instance-specific checklists the model writes for a question (SPEC §2.1).
+"""Rubrics: the weighted, instance-specific checklists the model writes for a question (docs/METHOD.md §2.1).
 
 A rubric is written from the question alone. This module holds the data model, the prompt that
 asks for one, a parser that never raises on model output, the format-validity score used as a
@@ -82,7 +82,7 @@ Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ...,
 
 # The one-shot example is a long-form request with balanced weights, on purpose: the pattern the
 # paper reports as *emerging* with training (one answer check holding ~0.8 of the weight) must not
-# be taught by the prompt, or the rubric statistics would measure the example (SPEC §2.1). Its texts fit the
+# be taught by the prompt, or the rubric statistics would measure the example (docs/METHOD.md §2.1). Its texts fit the
 # rubric grammar's bounds (evolm.constrained: criteria <= 80, levels <= 30 characters).
 _EXAMPLE_QUESTION = "Write a short note asking my neighbour to water my plants while I am away next week."
 _EXAMPLE = {

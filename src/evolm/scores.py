@@ -1,7 +1,7 @@
 """A judge's score: a float in [0, 1], or missing (``None``, or NaN once it has been in a tensor).
 
 One place for what "missing" means, and for combining several judges' scores of one answer, so
-that the judge, the rewards and the evaluations agree on it (SPEC §2.2-2.3).
+that the judge, the rewards and the evaluations agree on it (docs/METHOD.md §2.2-2.3).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def test_default_output_only_for_run_checkpoints(run_dir: Path, tmp_path: Path) 
 
 
 def test_generation_budget_leaves_room_for_the_prompt() -> None:
-    assert policy.effective_max_gen_toks(16384, 8192) == 7168  # SPEC's 16k on SmolLM2's 8k context
+    assert policy.effective_max_gen_toks(16384, 8192) == 7168  # the paper's 16k on SmolLM2's 8k context
     assert policy.effective_max_gen_toks(256, 8192) == 256
     assert policy.effective_max_gen_toks(16384, 512) == 256  # the test model
 
@@ -239,7 +239,7 @@ def test_punkt_tab_is_found_offline() -> None:
 
 # ----------------------------------------------------------------------------- olmo3_adapt group and protocols
 
-# SPEC §3.2: the 17 tasks of OLMES olmo3:adapt.
+# docs/METHOD.md §3.2: the 17 tasks of OLMES olmo3:adapt.
 OLMO3_ADAPT_OLMES = {
     "mmlu:cot", "popqa", "simpleqa", "bbh:cot", "gpqa", "zebralogic", "agi_eval_english", "minerva_math", "gsm8k",
     "omega", "aime:2024", "aime:2025", "codex_humanevalplus", "mbppplus", "livecodebench_codegeneration",

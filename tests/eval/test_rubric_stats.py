@@ -1,4 +1,4 @@
-"""Rubric statistics (SPEC §3.3): criterion classes on hand-written criteria, aggregates, per-phase, CLI."""
+"""Rubric statistics (docs/METHOD.md §3.3): criterion classes on hand-written criteria, aggregates, per-phase, CLI."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Backend for any OpenAI-compatible chat server (``vllm serve``, SGLang, the OpenAI API).
 
-This is how the judge runs at scale (SPEC §6): a separate ``vllm serve <judge>`` process on its
+This is how the judge runs at scale (docs/METHOD.md §6): a separate ``vllm serve <judge>`` process on its
 own GPUs, with many requests in flight from every training process. Each call opens one
 ``AsyncOpenAI`` client per endpoint, sends every conversation as its own chat completion and
 returns the texts in input order. ``base_url`` may name several endpoints serving the same model

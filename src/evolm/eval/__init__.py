@@ -1,1 +1,1 @@
-"""Evaluations (SPEC §3): RewardBench 2, pairwise judge accuracy, policy quality."""
+"""Evaluations (docs/METHOD.md §3): RewardBench 2, pairwise judge accuracy, policy quality."""

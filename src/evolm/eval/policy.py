@@ -1,4 +1,4 @@
-"""Policy quality (SPEC §3.2) with lm-evaluation-harness, on an in-memory model.
+"""Policy quality (docs/METHOD.md §3.2) with lm-evaluation-harness, on an in-memory model.
 
 The paper scores policies with Ai2's OLMES ``olmo3:adapt`` suite; here we run the matching tasks of
 lm-eval (``lm_eval`` on PyPI) instead, and label every result "lm-eval protocol" so nobody mistakes
@@ -12,7 +12,7 @@ Two decoding protocols (``--protocol``):
 - ``olmo3-adapt``: the paper's decoding on the same tasks: sampled at temperature 0.6, top-p 0.95,
   up to 16384 new tokens. Each task keeps its stop sequences.
 Explicit ``greedy``/``temperature``/``top_p``/``max_gen_toks`` override either protocol. Under both,
-every task runs zero-shot with the tokenizer's chat template (SPEC §3.2), and the token budget is
+every task runs zero-shot with the tokenizer's chat template (docs/METHOD.md §3.2), and the token budget is
 capped so that a prompt still fits the model's context (lm-eval refuses a budget >= the context).
 The settings each task actually ran with are written into its result.
 
@@ -76,7 +76,7 @@ from typing import Any
 from evolm.errors import BackendError, InputError
 from evolm.jsonl import read_jsonl
 
-LABEL = "lm-eval protocol"  # SPEC §3.2: what every result is labelled (not "OLMES")
+LABEL = "lm-eval protocol"  # docs/METHOD.md §3.2: what every result is labelled (not "OLMES")
 PROTOCOLS = ("lm-eval", "olmo3-adapt")
 DEFAULT_PROTOCOL = "lm-eval"
 _log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class Decoding:
     seed: int = 0
 
 
-# The paper's decoding (SPEC §3.2): sampled, temperature 0.6, top-p 0.95, up to 16k new tokens.
+# The paper's decoding (docs/METHOD.md §3.2): sampled, temperature 0.6, top-p 0.95, up to 16k new tokens.
 OLMO3_ADAPT_DECODING = {"temperature": 0.6, "top_p": 0.95, "max_gen_toks": 16384}
 
 
@@ -593,7 +593,7 @@ def effective_max_gen_toks(requested: int, max_length: int) -> int:
     """Cap generation so that a prompt still fits: lm-eval refuses ``max_gen_toks >= max_length``.
 
     Keeps ``min(1024, max_length // 2)`` tokens for the prompt (IFEval and GSM8K prompts are far
-    shorter). SPEC's 16k default exceeds small models' context (SmolLM2: 8192).
+    shorter). The paper's 16k exceeds small models' context (SmolLM2: 8192).
 
     >>> effective_max_gen_toks(16384, 8192), effective_max_gen_toks(256, 8192), effective_max_gen_toks(64, 64)
     (7168, 256, 32)

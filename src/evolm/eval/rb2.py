@@ -1,4 +1,4 @@
-"""RewardBench 2 with a rubric writer and a judge as the reward model (SPEC §3.1).
+"""RewardBench 2 with a rubric writer and a judge as the reward model (docs/METHOD.md §3.1).
 
 Protocol: one rubric per prompt, written from the prompt alone; every completion is then scored
 separately by the judge reading that rubric (or alone, for the no-rubric baseline). All rubrics

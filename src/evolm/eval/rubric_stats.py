@@ -1,4 +1,4 @@
-"""How rubrics evolve: the criterion statistics the paper reports (SPEC §3.3).
+"""How rubrics evolve: the criterion statistics the paper reports (docs/METHOD.md §3.3).
 
 The paper finds that over training label-only criteria vanish (21.9% -> 0.3%), criteria with
 embedded expected values and constraint criteria grow (6.9% -> 19.3%, 7.7% -> 20.3%), criteria
