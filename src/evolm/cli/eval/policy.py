@@ -25,7 +25,8 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
     p = esub.add_parser(
         "policy",
         help="score a policy with lm-eval: IFEval and GSM8K offline, the OLMo 3 Adapt suite with hub access",
-        description="Evaluate a model with lm-evaluation-harness, zero-shot with its chat template (SPEC §3.2). "
+        description="Evaluate a model with lm-evaluation-harness, zero-shot with its chat template "
+        "(docs/METHOD.md §3.2). "
         "Results are labelled 'lm-eval protocol' (not OLMES). Decoding: --protocol lm-eval (default) uses each "
         "task's own generation settings; --protocol olmo3-adapt uses the paper's (sampled, temperature "
         f"{OLMO3_ADAPT_DECODING['temperature']}, top-p {OLMO3_ADAPT_DECODING['top_p']}, up to "

@@ -10,7 +10,7 @@ from evolm.cli._common import say, write_result
 def make_parser(esub: argparse._SubParsersAction) -> None:
     p = esub.add_parser(
         "stats",
-        help="criterion statistics of rubrics (SPEC §3.3)",
+        help="criterion statistics of rubrics (docs/METHOD.md §3.3)",
         description="Rubric statistics the paper reports: criteria per rubric, criterion length, shares of "
         "label-only / specific-value / constraint criteria, largest weight. Input: a JSONL file whose lines have "
         "'rubric' (object or JSON string; e.g. the output of 'evolm rubric'), or a run directory (one row per "
