@@ -111,6 +111,34 @@ def _flag_help(parser: argparse.ArgumentParser, flag: str) -> tuple | None:
     return None
 
 
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"evolm {version('evolm')}\n"
+
+
+def test_every_option_with_a_default_says_it_in_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every option whose default is a value (not None, not an on/off flag's) names it in its --help line."""
+    unsaid = []
+    for path, parser in _subparsers(build_parser()).items():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            d = action.default
+            if d in (None, argparse.SUPPRESS) or (action.nargs == 0 and isinstance(d, bool)):
+                continue
+            text = " ".join(formatter._expand_help(action).split()) if action.help else ""
+            shown = {str(d), f"{d:g}" if isinstance(d, float) else str(d), f"{d:,}" if isinstance(d, int) else str(d)}
+            if "default" not in text.lower() or not any(s in text for s in shown):
+                unsaid.append(f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}: {text!r}")
+    assert unsaid == []
+    with pytest.raises(SystemExit):
+        main(["rubric", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rubric length limit in tokens (default: 1024)" in out and "answers scored together) (default: 8)" in out
+
+
 def test_every_subcommand_dispatches_through_run() -> None:
     leaves = _subparsers(build_parser())
     assert {"rubric", "judge", "train", "report"} <= {p[0] for p in leaves}

@@ -21,16 +21,44 @@ COMMANDS = (rubric, judge, train, evaluate, report, serve)
 """The command modules, in the order ``evolm --help`` lists them."""
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own ``__version__`` when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("evolm")
+    except PackageNotFoundError:
+        from evolm import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``evolm`` parser; every (sub)subcommand sets ``run``, the function that carries it out."""
     parser = argparse.ArgumentParser(
         prog="evolm",
         description="EvoLM: a language model that writes rubrics, is judged by them, and improves both roles.",
     )
+    parser.add_argument("--version", action="version", version=f"evolm {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.make_parser(sub)
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: X)" to the help of every option of ``parser`` and its subcommands whose default is a
+    value (not None, not an on/off flag's) and whose help does not already say its default."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _show_defaults(subparser)
+        elif (action.default not in (None, argparse.SUPPRESS) and action.help != argparse.SUPPRESS
+              and not (action.nargs == 0 and isinstance(action.default, bool))
+              and "default" not in (action.help or "").lower()):
+            shown = f"{action.default:g}" if isinstance(action.default, float) else str(action.default)
+            action.help = f"{action.help or ''} (default: {shown.replace('%', '%%')})".lstrip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
