@@ -20,7 +20,7 @@ pytest.importorskip("lm_eval")
 
 from evolm.cli import main  # noqa: E402
 from evolm.errors import BackendError, InputError  # noqa: E402
-from evolm.eval import policy  # noqa: E402
+from evolm.eval import offline, policy, policy_tasks  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
@@ -194,8 +194,8 @@ def test_missing_data_file_is_a_one_line_cli_error(tmp_path: Path, capsys: pytes
 
 def test_unknown_task_and_bad_rows_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown policy task 'mmlu' \\(known: olmo3_adapt, mmlu_cot"):
-        policy.parse_tasks("ifeval,mmlu")
-    assert policy.parse_tasks(" gsm8k, ifeval,gsm8k") == ["gsm8k", "ifeval"]
+        policy_tasks.parse_tasks("ifeval,mmlu")
+    assert policy_tasks.parse_tasks(" gsm8k, ifeval,gsm8k") == ["gsm8k", "ifeval"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q"}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:1: missing field 'answer'"):
@@ -221,7 +221,7 @@ def test_hub_offline_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     before = (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
-    with policy.hub_offline():
+    with offline.hub_offline():
         assert os.environ["HF_HUB_OFFLINE"] == "1"
         assert huggingface_hub.constants.HF_HUB_OFFLINE is True and datasets.config.HF_HUB_OFFLINE is True
     assert "HF_HUB_OFFLINE" not in os.environ
@@ -231,7 +231,7 @@ def test_hub_offline_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_punkt_tab_is_found_offline() -> None:
     import nltk
 
-    found = policy.ensure_punkt_tab()
+    found = offline.ensure_punkt_tab()
     assert found.rstrip("/").endswith("tokenizers/punkt_tab/english")
     sentences = nltk.tokenize.sent_tokenize("Mr. Smith arrived. He sat down.")
     assert sentences == ["Mr. Smith arrived.", "He sat down."]
@@ -253,32 +253,33 @@ def test_olmo3_adapt_group_resolves_to_installed_lm_eval_tasks() -> None:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    names = policy.parse_tasks("olmo3_adapt")
-    assert names == list(policy.TASK_GROUPS["olmo3_adapt"])
-    assert policy.parse_tasks("ifeval,olmo3_adapt")[0] == "ifeval" and len(policy.parse_tasks("olmo3_adapt,gsm8k")) == 11
+    names = policy_tasks.parse_tasks("olmo3_adapt")
+    assert names == list(policy_tasks.TASK_GROUPS["olmo3_adapt"])
+    assert policy_tasks.parse_tasks("ifeval,olmo3_adapt")[0] == "ifeval"
+    assert len(policy_tasks.parse_tasks("olmo3_adapt,gsm8k")) == 11
     root = Path(lm_eval.__file__).parent / "tasks"
     for name in names:
-        task = policy.POLICY_TASKS[name]
+        task = policy_tasks.POLICY_TASKS[name]
         manager = TaskManager(include_defaults=False, include_path=[str(root / d) for d in task.lm_eval_dirs])
         assert task.lm_eval_task in manager.all_tasks, name
         assert task.metrics and task.olmes_task.endswith("::olmo3:adapt") and task.paper_metric, name
     groups = {"mmlu_cot", "bbh_cot", "agieval_en", "minerva_math"}
     for name in groups:
-        task = policy.POLICY_TASKS[name]
+        task = policy_tasks.POLICY_TASKS[name]
         manager = TaskManager(include_defaults=False, include_path=[str(root / d) for d in task.lm_eval_dirs])
         assert task.lm_eval_task in manager.all_groups, name
-    covered = [policy.POLICY_TASKS[n].olmes_task for n in names] + list(policy.OLMO3_ADAPT_NOT_IN_LM_EVAL)
+    covered = [policy_tasks.POLICY_TASKS[n].olmes_task for n in names] + list(policy_tasks.OLMO3_ADAPT_NOT_IN_LM_EVAL)
     assert sorted(t.removesuffix("::olmo3:adapt") for t in covered) == sorted(OLMO3_ADAPT_OLMES)
     # only the two tasks with local data run offline; the code tasks run the model's code
-    assert [n for n in names if policy.POLICY_TASKS[n].local] == ["gsm8k", "ifeval"]
-    assert [n for n in names if policy.POLICY_TASKS[n].runs_code] == ["humaneval_plus", "mbpp_plus"]
+    assert [n for n in names if policy_tasks.POLICY_TASKS[n].local] == ["gsm8k", "ifeval"]
+    assert [n for n in names if policy_tasks.POLICY_TASKS[n].runs_code] == ["humaneval_plus", "mbpp_plus"]
 
 
 def test_tasks_lm_eval_lacks_say_what_runs_them() -> None:
     with pytest.raises(InputError, match=r"'popqa' \(popqa::olmo3:adapt\) has no lm-eval task: run it with OLMES"):
-        policy.parse_tasks("ifeval,popqa")
+        policy_tasks.parse_tasks("ifeval,popqa")
     with pytest.raises(InputError, match="alpaca_eval_v3::olmo3:adapt.*alpaca_eval with an OpenAI API key"):
-        policy.parse_tasks("alpaca_eval")
+        policy_tasks.parse_tasks("alpaca_eval")
 
 
 def test_hub_and_code_tasks_are_refused_in_one_line_before_any_model_loads(
@@ -301,7 +302,7 @@ def test_hub_and_code_tasks_are_refused_in_one_line_before_any_model_loads(
 def test_hub_task_without_reachable_data_is_a_one_line_error(no_network: list[object]) -> None:
     """With --hub but no hub (offline, empty cache), the task that cannot get its data is named, before
     any model runs (the model here is None: reaching it would fail differently)."""
-    with policy.hub_offline(), pytest.raises(BackendError) as e:
+    with offline.hub_offline(), pytest.raises(BackendError) as e:
         policy.evaluate_policy(None, None, {"aime24": None}, allow_hub=True)
     message = str(e.value)
     assert "\n" not in message
@@ -378,7 +379,7 @@ def test_olmo3_adapt_protocol_samples_with_the_papers_settings(run_dir: Path, da
 
 
 def test_group_results_sum_their_subtasks_and_add_the_macro_average() -> None:
-    task = policy.POLICY_TASKS["bbh_cot"]
+    task = policy_tasks.POLICY_TASKS["bbh_cot"]
     key = "exact_match,flexible-extract"
     out = {
         "results": {

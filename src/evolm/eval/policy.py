@@ -33,226 +33,33 @@ How it stays offline:
   object, so lm-eval never resolves a name on the hub.
 - A TaskManager indexes only the stock folders the requested tasks use (~0.1 s instead of ~10 s
   for the whole catalogue).
-- Local tasks are built, and every task is evaluated, with the hub in offline mode
-  (``HF_HUB_OFFLINE``; restored after), because ``HFLM.get_model_info`` otherwise asks the hub for
-  the model's commit hash. Only hub tasks are built outside it (that is where they read data).
-- IFEval's checkers need NLTK's ``punkt_tab`` sentence model, which lm-eval would download on
-  import. We point ``nltk.data.path`` at the copy that the PyPI package ``llama-index-core``
-  (MIT licence; the data are NLTK's Punkt models by Kiss & Strunk, from the NLTK data
-  collection) ships in ``llama_index/core/_static/nltk_cache``. The package is located, not
-  imported. An existing NLTK data install is used first when it already has ``punkt_tab``.
+- Local tasks are built, and every task is evaluated, with the hub in offline mode (restored
+  after); only hub tasks are built outside it (that is where they read data). IFEval's sentence
+  model comes from a local copy. Both are ``evolm.eval.offline``'s.
 
-Local task choices:
-- ``ifeval``: lm-eval's ``ifeval`` (Zhou et al. 2023) on the 541 original prompts. Primary metric
-  ``prompt_level_loose_acc`` (what Tulu 3 / OLMo reports); the strict and instruction-level
-  accuracies are reported too.
-- ``gsm8k``: lm-eval's ``gsm8k_cot_llama``, run zero-shot. Of the stock GSM8K variants it is the
-  one written for instruct models behind a chat template: the user turn asks the model to reason
-  and to end with "The final answer is N", and its strict filter reads exactly that. Plain
-  ``gsm8k`` expects the few-shot "#### N" format a chat model never produces zero-shot, and
-  ``gsm8k_cot_zeroshot`` is a completion prompt ("A: Let's think step by step.") that a chat
-  template turns into an odd user turn. Primary metric ``exact_match`` with the
-  ``flexible-extract`` filter (last number in the answer), so a small model is not scored on
-  format alone; the strict filter is reported beside it.
-
-Adding a task is one ``PolicyTask`` entry: the evolm name, the stock lm-eval task and the folders
-that define it, where its data come from, and the metrics to report.
+The tasks, and how to add one, are ``evolm.eval.policy_tasks``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import logging
 import math
-import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evolm.errors import BackendError, InputError
+from evolm.eval.offline import code_eval_allowed, ensure_punkt_tab, hub_offline
+from evolm.eval.policy_tasks import POLICY_TASKS, PolicyTask
 from evolm.jsonl import read_jsonl
 
 LABEL = "lm-eval protocol"  # docs/METHOD.md §3.2: what every result is labelled (not "OLMES")
 PROTOCOLS = ("lm-eval", "olmo3-adapt")
 DEFAULT_PROTOCOL = "lm-eval"
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PolicyTask:
-    """One evaluation task: a stock lm-eval task (or group), fed from a local JSONL file or the hub."""
-
-    name: str  # evolm's name (CLI --tasks, result keys)
-    lm_eval_task: str  # the stock task or group whose prompts, filters and metrics we keep
-    lm_eval_dirs: tuple[str, ...]  # folders under lm_eval/tasks that define it (indexed alone, to start fast)
-    metrics: tuple[str, ...]  # lm-eval result keys "metric,filter" to report, primary first
-    olmes_task: str = ""  # the OLMo 3 Adapt (OLMES) task it stands in for
-    paper_metric: str = ""  # how the paper scores that task
-    data_file: str | None = None  # default local file, relative to the data folder; None: stock data set (hub)
-    split: str = ""  # the split name the stock config reads its documents from (local files only)
-    required_fields: tuple[str, ...] = ()  # fields each local data row needs (checked before loading the model)
-    overrides: tuple[tuple[str, Any], ...] = ()  # config keys replaced on the stock task (besides local data)
-    runs_code: bool = False  # scored by executing model-written code (lm-eval's code_eval)
-    needs_punkt: bool = False
-    differs: str = ""  # how lm-eval's task differs from the paper's, for the docs and the result
-
-    @property
-    def local(self) -> bool:
-        """Whether the data come from a local file (else from the Hugging Face hub or its cache)."""
-        return self.data_file is not None
-
-
-_HUB_NOTE = "lm-eval's stock data set, read from the Hugging Face hub"
-
-POLICY_TASKS: dict[str, PolicyTask] = {t.name: t for t in (
-    PolicyTask(
-        name="mmlu_cot",
-        lm_eval_task="mmlu_cot_llama",
-        lm_eval_dirs=("llama3/instruct/mmlu_cot",),
-        metrics=("exact_match,strict_match",),
-        olmes_task="mmlu:cot::olmo3:adapt",
-        paper_metric="exact match, zero-shot CoT, macro average of the 57 subjects",
-        differs="lm-eval's Llama 3 instruct prompt ('The best answer is X'); its group score weights subjects by "
-        "size, so the macro average over subjects is reported beside it",
-    ),
-    PolicyTask(
-        name="bbh_cot",
-        lm_eval_task="bbh_cot_zeroshot",
-        lm_eval_dirs=("bbh/cot_zeroshot",),
-        metrics=("exact_match,flexible-extract",),
-        olmes_task="bbh:cot::olmo3:adapt",
-        paper_metric="exact match, CoT, macro average of the 27 subtasks",
-        differs="zero-shot 'Let's think step by step' completion prompt; group score weighted by subtask size "
-        "(macro reported beside it)",
-    ),
-    PolicyTask(
-        name="gpqa",
-        lm_eval_task="gpqa_main_cot_zeroshot",
-        lm_eval_dirs=("gpqa/cot_zeroshot",),
-        metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
-        olmes_task="gpqa::olmo3:adapt",
-        paper_metric="exact match (answer letter), zero-shot CoT",
-        differs="GPQA main (448 questions); the data set is gated on the hub (accept its terms, set HF_TOKEN)",
-    ),
-    PolicyTask(
-        name="agieval_en",
-        lm_eval_task="agieval_en",
-        lm_eval_dirs=("agieval",),
-        metrics=("acc,none",),
-        olmes_task="agi_eval_english::olmo3:adapt",
-        paper_metric="exact match, zero-shot CoT, macro average of 8 English subsets",
-        differs="lm-eval scores 9 of its 10 subsets by log-likelihood of the options (no generation, so "
-        "decoding settings do not apply) and adds agieval_math and sat-en-without-passage",
-    ),
-    PolicyTask(
-        name="minerva_math",
-        lm_eval_task="minerva_math",
-        lm_eval_dirs=("minerva_math", "benchmarks"),
-        metrics=("math_verify,none", "exact_match,none"),
-        olmes_task="minerva_math::olmo3:adapt",
-        paper_metric="exact match (flex), macro average of the 7 subjects",
-        differs="lm-eval's default is 4-shot (run zero-shot here) with no token budget of its own (HFLM's 256); "
-        "math_verify is the equivalence check closest to the paper's flex match",
-    ),
-    PolicyTask(
-        name="gsm8k",
-        lm_eval_task="gsm8k_cot_llama",
-        lm_eval_dirs=("gsm8k",),
-        metrics=("exact_match,flexible-extract", "exact_match,strict-match"),
-        olmes_task="gsm8k::olmo3:adapt",
-        paper_metric="exact match",
-        data_file="gsm8k/test.jsonl",
-        split="test",
-        required_fields=("question", "answer"),
-    ),
-    PolicyTask(
-        name="aime24",
-        lm_eval_task="aime24",
-        lm_eval_dirs=("aime",),
-        metrics=("exact_match,none",),
-        olmes_task="aime:2024::olmo3:adapt",
-        paper_metric="pass@1 averaged over 32 samples",
-        differs="one sample per problem; lm-eval's budget is 32768 tokens (capped to the model's context)",
-    ),
-    PolicyTask(
-        name="aime25",
-        lm_eval_task="aime25",
-        lm_eval_dirs=("aime",),
-        metrics=("exact_match,none",),
-        olmes_task="aime:2025::olmo3:adapt",
-        paper_metric="pass@1 averaged over 32 samples",
-        differs="one sample per problem; lm-eval's budget is 32768 tokens (capped to the model's context)",
-    ),
-    PolicyTask(
-        name="humaneval_plus",
-        lm_eval_task="humaneval_instruct",
-        lm_eval_dirs=("humaneval",),
-        metrics=("pass@1,create_test",),
-        olmes_task="codex_humanevalplus::olmo3:adapt",
-        paper_metric="pass@1",
-        overrides=(("dataset_path", "evalplus/humanevalplus"),),
-        runs_code=True,
-        differs="lm-eval's humaneval_instruct prompt (for chat models) on the HumanEval+ data, as lm-eval's own "
-        "humaneval_plus does for the completion prompt; one greedy sample",
-    ),
-    PolicyTask(
-        name="mbpp_plus",
-        lm_eval_task="mbpp_plus_instruct",
-        lm_eval_dirs=("mbpp",),
-        metrics=("pass_at_1,extract_code",),
-        olmes_task="mbppplus::olmo3:adapt",
-        paper_metric="pass@1",
-        runs_code=True,
-        differs="one greedy sample",
-    ),
-    PolicyTask(
-        name="ifeval",
-        lm_eval_task="ifeval",
-        lm_eval_dirs=("ifeval",),
-        metrics=(
-            "prompt_level_loose_acc,none",
-            "prompt_level_strict_acc,none",
-            "inst_level_loose_acc,none",
-            "inst_level_strict_acc,none",
-        ),
-        olmes_task="ifeval::olmo3:adapt",
-        paper_metric="prompt-level loose accuracy",
-        data_file="ifeval/input_data.jsonl",
-        split="train",
-        required_fields=("key", "prompt", "instruction_id_list", "kwargs"),
-        needs_punkt=True,
-    ),
-)}
-
-# Named groups of tasks for --tasks. olmo3_adapt: the OLMES suite's tasks that lm-eval has, in its order.
-TASK_GROUPS: dict[str, tuple[str, ...]] = {
-    "olmo3_adapt": (
-        "mmlu_cot", "bbh_cot", "gpqa", "agieval_en", "minerva_math", "gsm8k", "aime24", "aime25",
-        "humaneval_plus", "mbpp_plus", "ifeval",
-    ),
-}
-
-# OLMo 3 Adapt tasks with no lm-eval task: OLMES task -> (the paper's metric, what runs it instead).
-OLMO3_ADAPT_NOT_IN_LM_EVAL: dict[str, tuple[str, str]] = {
-    "popqa::olmo3:adapt": ("exact match", "OLMES (allenai/olmes)"),
-    "simpleqa::olmo3:adapt": ("correctness graded by an OpenAI model", "OLMES with an OpenAI API key"),
-    "zebralogic::olmo3:adapt": ("puzzle-level accuracy", "OLMES, or ZeroEval (WildEval/ZeroEval)"),
-    "omega::olmo3:adapt": ("accuracy (exact match)", "OLMES"),
-    "livecodebench_codegeneration::olmo3:adapt": ("pass@1", "OLMES, or LiveCodeBench's own runner"),
-    "alpaca_eval_v3::olmo3:adapt": (
-        "length-controlled win rate, GPT-4.1 annotator", "OLMES, or alpaca_eval with an OpenAI API key",
-    ),
-}
-# Short names, so that `--tasks popqa` says where to run it instead of "unknown task".
-_NOT_IN_LM_EVAL = {
-    "popqa": "popqa::olmo3:adapt", "simpleqa": "simpleqa::olmo3:adapt", "zebralogic": "zebralogic::olmo3:adapt",
-    "omega": "omega::olmo3:adapt", "livecodebench": "livecodebench_codegeneration::olmo3:adapt",
-    "alpaca_eval": "alpaca_eval_v3::olmo3:adapt",
-}
 
 
 @dataclass(frozen=True)
@@ -399,38 +206,6 @@ class PolicyEvalResult:
 # ----------------------------------------------------------------------------- inputs
 
 
-def _known() -> str:
-    return ", ".join([*TASK_GROUPS, *POLICY_TASKS])
-
-
-def parse_tasks(spec: str | Sequence[str]) -> list[str]:
-    """Task names from "ifeval,gsm8k" or a group ("olmo3_adapt"); order kept, duplicates dropped.
-
-    Unknown names are an ``InputError``; an OLMo 3 Adapt task that lm-eval lacks says what runs it.
-    """
-    names = spec.split(",") if isinstance(spec, str) else list(spec)
-    out: list[str] = []
-    for raw in names:
-        name = raw.strip()
-        if not name:
-            continue
-        if name in _NOT_IN_LM_EVAL:
-            olmes = _NOT_IN_LM_EVAL[name]
-            raise InputError(
-                f"'{name}' ({olmes}) has no lm-eval task: run it with {OLMO3_ADAPT_NOT_IN_LM_EVAL[olmes][1]} "
-                "(see docs/POLICY_EVAL.md)"
-            )
-        members = TASK_GROUPS.get(name, (name,))
-        for member in members:
-            if member not in POLICY_TASKS:
-                raise InputError(f"unknown policy task '{name}' (known: {_known()})")
-            if member not in out:
-                out.append(member)
-    if not out:
-        raise InputError(f"no policy task given (known: {_known()})")
-    return out
-
-
 def check_access(tasks: Sequence[str], *, allow_hub: bool = False, allow_code: bool = False) -> None:
     """Refuse, in one line and before any model is loaded, tasks that need what was not allowed.
 
@@ -480,7 +255,8 @@ def resolve_data_files(
         elif data_dir is not None:
             path = Path(data_dir).expanduser() / task.data_file
         else:
-            raise InputError(f"{name}: no data file (give --data-dir DIR holding {task.data_file}, or --{name}-data FILE)")
+            raise InputError(f"{name}: no data file (give --data-dir DIR holding {task.data_file}, "
+                             f"or --{name}-data FILE)")
         if not path.is_file():
             raise InputError(f"{name} data file not found: {path} (set --data-dir or --{name}-data)")
         read_jsonl(path, required=task.required_fields)
@@ -496,67 +272,7 @@ def default_output_path(model: str) -> Path | None:
     return None
 
 
-# ----------------------------------------------------------------------------- offline plumbing
-
-
-def _punkt_tab_dirs() -> list[str]:
-    """NLTK data folders holding ``tokenizers/punkt_tab`` from an installed package (none if absent)."""
-    spec = importlib.util.find_spec("llama_index.core")  # located, not imported (its import is heavy)
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    cache = Path(list(spec.submodule_search_locations)[0]) / "_static" / "nltk_cache"
-    return [str(cache)] if (cache / "tokenizers" / "punkt_tab" / "english").is_dir() else []
-
-
-def ensure_punkt_tab() -> str:
-    """Make NLTK find ``punkt_tab`` without downloading; returns the folder it is found in.
-
-    Must run before lm-eval's IFEval module is imported: that import downloads the data when
-    NLTK cannot find it. Raises ``BackendError`` when no offline copy is installed.
-    """
-    import nltk
-
-    for extra in _punkt_tab_dirs():
-        if extra not in nltk.data.path:
-            nltk.data.path.append(extra)  # after the user's own NLTK folders, which win
-    try:
-        return str(nltk.data.find("tokenizers/punkt_tab/english/"))
-    except LookupError:
-        raise BackendError(
-            "IFEval needs NLTK's punkt_tab data and none is installed: pip install 'evolm[eval]' "
-            "(it ships in llama-index-core)"
-        ) from None
-
-
-@contextlib.contextmanager
-def hub_offline() -> Iterator[None]:
-    """Hugging Face hub and datasets in offline mode for the block, restored afterwards.
-
-    The environment variables are read at import time, so the already-imported modules' flags
-    are switched too.
-    """
-    keys = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    saved_env = {k: os.environ.get(k) for k in keys}
-    flags: list[tuple[Any, str, Any]] = []
-    for module_name, attr in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
-                              ("datasets.config", "HF_DATASETS_OFFLINE")):
-        module = importlib.import_module(module_name)
-        if hasattr(module, attr):
-            flags.append((module, attr, getattr(module, attr)))
-    try:
-        for k in keys:
-            os.environ[k] = "1"
-        for module, attr, _ in flags:
-            setattr(module, attr, True)
-        yield
-    finally:
-        for module, attr, old in flags:
-            setattr(module, attr, old)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# ----------------------------------------------------------------------------- building and running lm-eval tasks
 
 
 def _task_spec(task: PolicyTask, data_file: Path | None) -> dict[str, Any]:
@@ -602,22 +318,6 @@ def effective_max_gen_toks(requested: int, max_length: int) -> int:
     return max(1, min(requested, max_length - reserve))
 
 
-@contextlib.contextmanager
-def _code_eval_allowed(on: bool) -> Iterator[None]:
-    """``HF_ALLOW_CODE_EVAL=1`` for the block when ``on`` (HF ``code_eval`` refuses to run code otherwise)."""
-    saved = os.environ.get("HF_ALLOW_CODE_EVAL")
-    if on:
-        os.environ["HF_ALLOW_CODE_EVAL"] = "1"
-    try:
-        yield
-    finally:
-        if on:
-            if saved is None:
-                os.environ.pop("HF_ALLOW_CODE_EVAL", None)
-            else:
-                os.environ["HF_ALLOW_CODE_EVAL"] = saved
-
-
 def _load_task(manager: Any, task: PolicyTask, data_file: Path | None) -> tuple[Any, dict[str, Any]]:
     """Build ``task``'s lm-eval objects (this reads its data): the root group and its leaf tasks by name.
 
@@ -642,7 +342,8 @@ def _load_task(manager: Any, task: PolicyTask, data_file: Path | None) -> tuple[
 def _doc_count(leaves: Mapping[str, Any], limit: int | None) -> int | None:
     """Documents that will be scored (``limit`` applies per leaf task); None if lm-eval cannot say."""
     try:
-        return sum(len(leaf.eval_docs) if limit is None else min(limit, len(leaf.eval_docs)) for leaf in leaves.values())
+        return sum(len(leaf.eval_docs) if limit is None else min(limit, len(leaf.eval_docs))
+                   for leaf in leaves.values())
     except Exception:  # noqa: BLE001 - only a progress message depends on it
         return None
 
@@ -687,7 +388,7 @@ def evaluate_policy(
     results: list[TaskResult] = []
     samples: dict[str, list[dict[str, Any]]] = {}
     notes: list[str] = []
-    with _code_eval_allowed(runs_code):
+    with code_eval_allowed(runs_code):
         manager = TaskManager(include_defaults=False, include_path=dirs)
         loaded = [_load_task(manager, t, data_files[t.name]) for t in tasks]  # data errors before any generation
         think = _think_end_token(tokenizer, think_end_token)

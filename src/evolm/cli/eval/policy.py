@@ -20,7 +20,8 @@ class _NoteGiven(argparse.Action):
 
 
 def make_parser(esub: argparse._SubParsersAction) -> None:
-    from evolm.eval.policy import OLMO3_ADAPT_DECODING, POLICY_TASKS, PROTOCOLS, TASK_GROUPS
+    from evolm.eval.policy import OLMO3_ADAPT_DECODING, PROTOCOLS
+    from evolm.eval.policy_tasks import POLICY_TASKS, TASK_GROUPS
 
     p = esub.add_parser(
         "policy",
@@ -75,9 +76,10 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval.policy import (
-        POLICY_TASKS, check_access, default_data_dir, default_output_path, format_table, parse_tasks,
-        resolve_data_files, resolve_decoding, run_policy_eval,
+        check_access, default_data_dir, default_output_path, format_table, resolve_data_files, resolve_decoding,
+        run_policy_eval,
     )
+    from evolm.eval.policy_tasks import POLICY_TASKS, parse_tasks
 
     given = getattr(args, "given", set())
     tasks = parse_tasks(args.tasks)
