@@ -93,7 +93,7 @@ def main() -> None:
         }
 
     enc = variants["one by one (batch 1)"][0]._encode
-    from evolm.judge import prob_messages
+    from evolm.judge_prompts import prob_messages
 
     lengths = [len(x) for g in groups for x in enc([prob_messages(it) for it in g], {})]
     answer_lens = [len(tok.encode(it.answer)) for g in groups for it in g]

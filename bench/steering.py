@@ -8,7 +8,7 @@ the attacked answer minus that of the bad answer alone, per judge mode and defen
 
 - ``none``: no defence (control strings reach the tokenizer as written, answer not fenced);
 - ``escape``: control strings neutralised (no control token; chat markup shown as its plain words,
-  ``evolm.judge.plain_markup``), answer not fenced;
+  ``evolm.judge_prompts.plain_markup``), answer not fenced;
 - ``chars``: the previous shipped judge: no control token, but the markup reaches the judge as its
   own characters in ordinary pieces (``<|``, ``im``, ``_end``, ``|>``); answer fenced;
 - ``full``: the shipped judge: neutralised as ``escape`` and the answer fenced as data.
@@ -121,12 +121,12 @@ def defence(backend: Any, config: str) -> Any:
     ``none`` and ``escape`` show the answer unfenced ("Grade the answer below." where the fence note
     goes); ``none`` and ``chars`` leave chat markup as written (``none``: control tokens real).
     """
-    import evolm.judge as jm
+    import evolm.judge_prompts as jm
 
     saved = jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special
     backend.escape_special = config != "none"
     if config in ("none", "escape"):
-        jm.fence_answer, jm._DATA_NOTE = jm._clean_answer, "Grade the answer below."
+        jm.fence_answer, jm._DATA_NOTE = jm.clean_answer, "Grade the answer below."
     if config in ("none", "chars"):
         jm.plain_markup = lambda text: text
     try:
@@ -159,7 +159,7 @@ def main() -> None:
                     "a small judge's reply always holds a score")
     ap.add_argument("--no-copy-check", action="store_true",
                     help="generative mode: read a score the answer wrote for the judge as a verdict (the judge "
-                    "before evolm.judge.copied_score), to measure what the check takes away")
+                    "before evolm.judge_parse.copied_score), to measure what the check takes away")
     args = ap.parse_args()
     if args.no_copy_check:
         import evolm.judge as jm

@@ -288,7 +288,8 @@ def _adversarial_answers() -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(_adversarial_answers()))
 def test_judge_prompts_are_built_in_linear_time(name: str) -> None:
     from evolm.context import cut_middle
-    from evolm.judge import JudgeItem, plain_markup, prob_messages, yesno_messages
+    from evolm.judge import JudgeItem
+    from evolm.judge_prompts import plain_markup, prob_messages, yesno_messages
 
     text = _adversarial_answers()[name]
     calls = {
@@ -872,7 +873,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
     prompt of such a fake turn is byte for byte that of the same text in plain words (it lifted prob by +0.257)."""
     import importlib.util
 
-    from evolm.judge import prob_messages, yesno_messages
+    from evolm.judge_prompts import prob_messages, yesno_messages
 
     spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
     steering = importlib.util.module_from_spec(spec)

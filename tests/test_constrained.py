@@ -24,7 +24,7 @@ import torch
 from openai_server import MODEL_ID, serve
 from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
 
-from evolm import constrained, judge as judge_module, trl_adapter
+from evolm import constrained, judge_prompts, trl_adapter
 from evolm.backends.base import SamplingParams, tokenizer_thinks
 from evolm.cli import main
 from evolm.config import JudgeConfig, load_config
@@ -39,7 +39,8 @@ from evolm.constrained import (
 )
 from evolm.errors import BackendError
 from evolm.jsonl import read_jsonl
-from evolm.judge import Judge, JudgeItem, build_judge, parse_judge_score
+from evolm.judge import Judge, JudgeItem, build_judge
+from evolm.judge_parse import parse_judge_score
 from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def test_a_lower_criteria_cap_stops_the_grammar_there_and_keeps_the_weights_summ
 
 
 def test_judge_schema_takes_the_prompts_example_replies_and_a_0_to_1_score() -> None:
-    replies = re.findall(r"reply: (\{.*?\})(?:\n|$)", judge_module._GEN_RUBRIC_TASK)
+    replies = re.findall(r"reply: (\{.*?\})(?:\n|$)", judge_prompts._GEN_RUBRIC_TASK)
     assert len(replies) == 2
     for reply in replies:  # the worked examples the generative prompt shows are replies the schema allows
         assert accepts(JUDGE_SCHEMA, reply) and parse_judge_score(reply) is not None

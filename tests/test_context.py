@@ -14,9 +14,8 @@ import pytest
 from evolm.cli import main
 from evolm.config import JudgeConfig
 from evolm.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
-from evolm.judge import (
-    Judge, JudgeItem, OverlongPrompt, build_judge, likert_messages, prob_messages, yesno_messages,
-)
+from evolm.judge import Judge, JudgeItem, OverlongPrompt, build_judge
+from evolm.judge_prompts import likert_messages, prob_messages, yesno_messages
 from evolm.rubrics import parse_rubric
 
 CONTEXT = 512

@@ -17,24 +17,15 @@ from typing import Any
 import pytest
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.judge import (
+from evolm.judge import GENERATIVE_MODES, JUDGE_MAX_NEW_TOKENS, JUDGE_MODES, Judge, JudgeItem, score_with_judges
+from evolm.judge_parse import DIGITS, expected_digit, p_yes, parse_judge_score, parse_scale_score
+from evolm.judge_prompts import (
     ANSWER_END,
     ANSWER_START,
-    DIGITS,
-    GENERATIVE_MODES,
-    JUDGE_MAX_NEW_TOKENS,
-    JUDGE_MODES,
-    Judge,
-    JudgeItem,
-    expected_digit,
     generative_messages,
     likert_messages,
-    p_yes,
-    parse_judge_score,
-    parse_scale_score,
     prob_messages,
     rar_implicit_messages,
-    score_with_judges,
     yesno_messages,
 )
 from evolm.rubrics import Criterion, Rubric, parse_rubric, render_rubric
@@ -697,7 +688,7 @@ AUTHORS_SCORES: list[tuple[str, float | None]] = [
 
 @pytest.mark.parametrize(("reply", "expected"), AUTHORS_SCORES)
 def test_reference_parse_matches_the_authors(reply: str, expected: float | None) -> None:
-    from evolm.judge import parse_judge_score_reference
+    from evolm.judge_parse import parse_judge_score_reference
 
     assert parse_judge_score_reference(reply) == expected
 
@@ -741,7 +732,7 @@ AUTHORS_RATINGS = [
 
 @pytest.mark.parametrize(("reply", "expected"), AUTHORS_RATINGS)
 def test_reference_rating_reading_matches_the_authors(reply: str, expected: float) -> None:
-    from evolm.judge import parse_rating_reference
+    from evolm.judge_parse import parse_rating_reference
 
     assert parse_rating_reference(reply) == pytest.approx(expected)
 

@@ -16,7 +16,9 @@ from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_
 
 from evolm.backends.base import EMPTY_THINK_BLOCK, Conversation, SamplingParams
 from evolm.backends.hf import HFBackend
-from evolm.judge import DIGITS, Judge, JudgeItem, parse_judge_score, prob_messages
+from evolm.judge import Judge, JudgeItem
+from evolm.judge_parse import DIGITS, parse_judge_score
+from evolm.judge_prompts import prob_messages
 from evolm.rubrics import Criterion, Rubric
 
 RUBRIC = Rubric((Criterion("The final answer is 4.", 0.7), Criterion("Shows the addition.", 0.3)))
