@@ -41,6 +41,7 @@ from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
+from evolm.judge_cache import cached_judge
 from evolm.monitor import answer_signals
 from evolm.prompts import load_prompt_set
 from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
@@ -92,8 +93,9 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
-    loop.judges = [build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,  # a judge of the initial
-                               loaded=trl_adapter.reference_model(trainer, cfg, m))  # model reads TRL's frozen copy
+    loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,  # a judge of
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m)),  # the initial model
+                                cfg.judge.cache)  # reads TRL's frozen copy; judge.cache results kept
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]
     trl_adapter.train(trainer, checkpoint)
     return run_dir
@@ -361,6 +363,7 @@ class Loop:
             judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate, judge_tokens=result.judge_tokens,
             judge_latency_s=result.judge_latency_s, judge_prompt_tokens=result.judge_prompt_tokens,
             judge_generated_tokens=result.judge_generated_tokens, judge_requests=result.judge_requests,
+            judge_cache_hit_rate=result.judge_cache_hit_rate,
             completion_length=sum(lengths) / len(lengths) if lengths else None)
         metrics = result.metrics()
         if info.role == "policy":  # the reward-hacking monitor (evolm.monitor)

@@ -141,6 +141,10 @@ class JudgeConfig:
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
+    cache: int = _f(10_000, "judge results kept (LRU, per judge): an answer judged before under the same question, "
+                    "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
+                    "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
+                    "off (the paper config: the authors re-judge every completion)")
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
     aggregate: str = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes on its pair "
                         "(reference): majority_vote, average_vote, margin_kappa_format (0.5 margin + 0.3 format + 0.2 "
@@ -773,6 +777,7 @@ def validate(cfg: RunConfig) -> None:
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
+        (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
         (j.timeout > 0 and cfg.rubric.writer_timeout > 0, "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
          "judge.max_retries and rubric.writer_max_retries must be >= 0"),

@@ -105,6 +105,8 @@ class RowReward:
     judge_prompt_tokens: int | None = field(default=None, compare=False)
     judge_generated_tokens: int | None = field(default=None, compare=False)
     judge_requests: int | None = field(default=None, compare=False)
+    judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
+    judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
 
 
 def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None], how: str = "majority_vote",
@@ -181,6 +183,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     share the judge's prefix.
     """
     from evolm.judge import JudgeItem
+    from evolm.judge_cache import CachedJudge
     from evolm.rubrics import Rubric, read_written, strip_thinking
 
     if invalid_rubrics not in INVALID_RUBRICS:
@@ -205,8 +208,14 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
     started, used = time.monotonic(), judge_usage(judges)
     per_judge, readings = [], [()] * len(items)  # readings: each item's per-criterion P(Yes), all judges
+    hits = lookups = 0
     for j in judges if items else []:
-        per_judge.append(j.score(items))
+        if isinstance(j, CachedJudge):  # judge.cache: known and duplicate items are not sent
+            call = j.score_with_hits(items)
+            per_judge.append(call.results)
+            hits, lookups = hits + sum(call.cached), lookups + len(items)
+        else:
+            per_judge.append(j.score(items))
         crit = getattr(j, "last_criteria", None)  # the yesno-style modes' readings of that call
         if crit is not None and len(crit) == len(items):
             readings = [(*r, *c) for r, c in zip(readings, crit, strict=True)]
@@ -233,7 +242,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_tokens=None if spent is None else spent.tokens,
                          judge_prompt_tokens=None if spent is None else spent.prompt_tokens,
                          judge_generated_tokens=None if spent is None else spent.completion_tokens,
-                         judge_requests=None if spent is None else spent.requests)
+                         judge_requests=None if spent is None else spent.requests,
+                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None)
     return out
 
 
@@ -270,6 +280,7 @@ class StepRewards:
     judge_prompt_tokens: int | None = None  # the judges' prompt tokens (servers: their usage; local: counted)
     judge_generated_tokens: int | None = None  # the judges' generated tokens (a probability read counts one)
     judge_requests: int | None = None  # judge requests (server attempts, retries included; local: prompts run)
+    judge_cache_hit_rate: float | None = None  # share of the step's judgments the judge cache answered (judge.cache)
 
     def metrics(self) -> dict[str, float]:
         """The step's numbers for TRL's loggers (the reward function's ``log_metric``); absent ones left out."""
@@ -278,7 +289,7 @@ class StepRewards:
                  "judge_p_yes": self.judge_p_yes, "judge_pass_rate": self.judge_pass_rate,
                  "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
                  "judge_prompt_tokens": self.judge_prompt_tokens, "judge_generated_tokens": self.judge_generated_tokens,
-                 "judge_requests": self.judge_requests,
+                 "judge_requests": self.judge_requests, "judge_cache_hit_rate": self.judge_cache_hit_rate,
                  **{f"reward/{k}": v for k, v in (self.reward_components or {}).items()}}
         return {k: v for k, v in named.items() if v is not None}
 
@@ -330,7 +341,9 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        sum(p > 0.5 for p in readings) / len(readings) if readings else None,
                        judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None,
                        judge_prompt_tokens=total("judge_prompt_tokens"),
-                       judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"))
+                       judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"),
+                       judge_cache_hit_rate=None if not total("judge_lookups") else
+                       (total("judge_cache_hits") or 0) / total("judge_lookups"))
 
 
 def _components(judged: Sequence[float], raw: Sequence[RowReward]) -> dict[str, float | None] | None:
@@ -410,12 +423,21 @@ def score_extra(extras: Sequence[ExtraReward], n: int, kwargs: Mapping[str, Any]
 # ----------------------------------------------------------------------------- for your own TRL runs
 
 
-def make_trl_reward(judge: Any, rubric_column: str = "rubric") -> Callable[..., list[float | None]]:
+def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: bool | None = None
+                    ) -> Callable[..., Any]:
     """A TRL ``GRPOTrainer`` reward function: the judge's score of each completion against its row's rubric.
 
     The rubric comes from the dataset column ``rubric_column`` (object or JSON string; empty or
     missing: the judge scores alone), so rows are self-contained and TRL may split groups across
     processes. Returns ``None`` for a missing score (TRL then gives it zero advantage).
+
+    ``asynchronous`` (``None``: when the judge is served, ``backend="openai"``) makes it an ``async def``:
+    TRL awaits its async reward functions together, after the synchronous ones (trl 1.16's
+    ``GRPOTrainer._calculate_rewards``, which tells them apart with ``is_async_callable``), so two served
+    judges, or a judge and another async reward (a verifier behind HTTP), wait on their servers at the same
+    time instead of one after the other. The judge's call runs in a worker thread meanwhile
+    (``asyncio.to_thread``); the scores are those of the synchronous function. A local judge stays
+    synchronous: it computes on the trainer's own device, where nothing overlaps.
     """
     from evolm.judge import JudgeItem
     from evolm.rubrics import Rubric
@@ -428,7 +450,24 @@ def make_trl_reward(judge: Any, rubric_column: str = "rubric") -> Callable[..., 
         ]
         return [policy_reward(s) for s in judge.score(items)]
 
-    return evolm_rubric_reward
+    if not (is_served(judge) if asynchronous is None else asynchronous):
+        return evolm_rubric_reward
+    scored = evolm_rubric_reward
+
+    async def evolm_rubric_reward_async(prompts: list[Any], completions: list[Any], **cols: Any) -> list[float | None]:
+        import asyncio
+
+        return await asyncio.to_thread(scored, prompts, completions, **cols)
+
+    evolm_rubric_reward_async.__name__ = "evolm_rubric_reward"  # TRL's log name, the same either way
+    return evolm_rubric_reward_async
+
+
+def is_served(judge: Any) -> bool:
+    """Whether ``judge`` (or the judge a cache wraps) scores on a server (``OpenAIBackend``)."""
+    from evolm.backends.openai import OpenAIBackend
+
+    return isinstance(getattr(getattr(judge, "judge", judge), "backend", None), OpenAIBackend)
 
 
 def _question_of(prompt: Any) -> str:

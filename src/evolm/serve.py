@@ -33,7 +33,9 @@ answers, characters per text) 413; every error body is ``{"error": ...}`` and th
 serving. Bodies are decoded and their text handled off the event loop, in linear time (``/health``
 answers while a 200k-character request is read or a batch is judged); a connection that does not
 send its headers or body in time is closed (``guarded_h11``). All model calls run in that one
-thread: the judge and a rubric writer may share one model.
+thread: the judge and a rubric writer may share one model. The judge's results are kept (``--judge-cache``,
+``evolm.judge_cache``): an answer scored before, under the same question, rubric and judge, is not judged again,
+and ``extra_logs.judge_cached`` says so per answer; ``/health`` gives the cache's hit rate.
 (No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time.)
 """
 
@@ -54,6 +56,7 @@ from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import BackendError
 from evolm.eval.rubric_source import RubricTable, write_prompt_rubrics
 from evolm.judge import JudgeItem
+from evolm.judge_cache import CachedJudge
 from evolm.rewards import fill_missing_with_group_mean
 from evolm.rubrics import Rubric
 
@@ -338,14 +341,20 @@ def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) 
     chosen = rubrics.resolve(answers)
     key = [json.dumps(r.to_dict(), sort_keys=True) if r is not None else "" for r, _ in chosen]
     order = sorted(range(len(answers)), key=lambda i: (answers[i].question, key[i]))
-    raw = judge.score([JudgeItem(answers[i].question, answers[i].response, chosen[i][0]) for i in order])
+    items = [JudgeItem(answers[i].question, answers[i].response, chosen[i][0]) for i in order]
+    if isinstance(judge, CachedJudge):  # evolm serve's judge: results kept (--judge-cache), said per answer
+        call = judge.score_with_hits(items)
+        raw, hits = call.results, call.cached
+    else:
+        raw, hits = judge.score(items), [False] * len(items)
     scores: list[float | None] = [None] * len(answers)
-    for i, s in zip(order, raw, strict=True):
-        scores[i] = s
+    cached = [False] * len(answers)
+    for i, s, hit in zip(order, raw, hits, strict=True):
+        scores[i], cached[i] = s, hit
     filled = fill_missing_with_group_mean(scores, [a.question for a in answers])
     return [Scored(value, {**{s: float(s == source) for s in SOURCES}, "missing_score": float(score is None),
-                           "prompt_mismatch": float(a.prompt_mismatch)})
-            for value, score, (_, source), a in zip(filled, scores, chosen, answers, strict=True)]
+                           "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)})
+            for value, score, (_, source), a, hit in zip(filled, scores, chosen, answers, cached, strict=True)]
 
 
 # ----------------------------------------------------------------------------- the batcher
@@ -570,7 +579,7 @@ def _body_doc(example: dict) -> dict:
 
 
 _RUBRIC = '{"criteria": [{"criterion": "The answer is 4.", "weight": 1.0, "scoring_levels": {"1.0": "yes", "0.0": "no"}}]}'
-LOG_KEYS = (*SOURCES, "missing_score", "prompt_mismatch")
+LOG_KEYS = (*SOURCES, "missing_score", "prompt_mismatch", "judge_cached")
 
 
 def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeSettings | None = None) -> Any:
@@ -655,9 +664,19 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
         return {"status": "ok", "mode": getattr(judge, "mode", None), "rubrics": rubrics.kind,
                 "queued": batcher.queued(), "dropped": batcher.dropped, "batches": batcher.batches,
                 "answers": batcher.answers, "busy_s": round(batcher.busy_s, 3), "rubrics_written": rubrics.written,
-                "rubric_cache": len(rubrics.cache)}
+                "rubric_cache": len(rubrics.cache), **_judge_cache_health(judge)}
 
     return app
+
+
+def _judge_cache_health(judge: Any) -> dict:
+    """The judge cache's counts for /health (none without a cache): results kept, answers asked for, hit rate."""
+    if not isinstance(judge, CachedJudge):
+        return {}
+    s = judge.cache.stats
+    return {"judge_cache": {"entries": len(judge.cache), "lookups": s.lookups, "hits": s.hits,
+                            "duplicates": s.duplicates, "sent": s.sent,
+                            "hit_rate": None if s.hit_rate is None else round(s.hit_rate, 4)}}
 
 
 def guarded_h11(header_timeout_s: float, body_timeout_s: float) -> type:

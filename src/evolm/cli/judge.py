@@ -11,6 +11,7 @@ from evolm.cli._common import (
     text_rows, write_as_you_go,
 )
 from evolm.config import JUDGE_MODES
+from evolm.judge_cache import CACHE_ENTRIES, cached_judge
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +37,9 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     add_judge_mode_arg(p)
     p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=JUDGE_CONSTRAINED)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
+    p.add_argument("--judge-cache", type=int, default=CACHE_ENTRIES, metavar="N",
+                   help=f"judge results kept (default {CACHE_ENTRIES:,}; 0: off): an answer judged before under the "
+                   "same question, rubric and judge settings is not judged again, and identical rows are judged once")
     add_resume_output_arg(p)
     add_backend_args(p)
     add_runtime_args(p)
@@ -95,7 +99,7 @@ def main(args: argparse.Namespace) -> None:
         raw = None if given is None or rubric is not None else given if isinstance(given, str) else json.dumps(given)
         items.append(JudgeItem(row["prompt"], row["response"], rubric, rubric_text=raw))
         used.append("parsed" if rubric is not None else "raw text" if raw and raw.strip() else "none")
-    judge = judge_from_args(args, args.judge, args.backend, args.base_url)
+    judge = cached_judge(judge_from_args(args, args.judge, args.backend, args.base_url), args.judge_cache)
 
     def compute(start: int, end: int) -> list[dict]:
         try:
@@ -111,5 +115,8 @@ def main(args: argparse.Namespace) -> None:
 
     out = write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
     n_missing = sum(r["score"] is None for r in out)
+    stats = getattr(getattr(judge, "cache", None), "stats", None)
+    spared = f"; {stats.lookups - stats.sent} judged once for identical rows" if stats and stats.lookups > stats.sent \
+        else ""
     say(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}"
-          + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)))
+          + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)

@@ -8,6 +8,7 @@ from evolm.cli._common import (
     JUDGE_CONSTRAINED, MODEL_NAMES, add_backend_args, add_context_args, add_judge_mode_arg, add_rubric_writing_args,
     add_runtime_args, judge_from_args, load_model, positive_int, rubric_params, say,
 )
+from evolm.judge_cache import CACHE_ENTRIES
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,6 +69,10 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                         "connections close after 5 s; at most 64 KiB of unfinished headers are buffered")
     add_judge_mode_arg(p)
     p.add_argument("--judge-constrained", action="store_true", help=JUDGE_CONSTRAINED)
+    p.add_argument("--judge-cache", type=int, default=CACHE_ENTRIES, metavar="N",
+                   help=f"judge results kept (default {CACHE_ENTRIES:,}; 0: off): an answer judged before under the "
+                   "same question, rubric and judge settings is not judged again (extra_logs.judge_cached says so; "
+                   "/health gives the hit rate)")
     add_context_args(p, "judge")
     add_backend_args(p)
     add_runtime_args(p)
@@ -77,6 +82,7 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval.rubric_source import read_rubric_table
+    from evolm.judge_cache import cached_judge
     from evolm.serve import RubricSource, ServeSettings, create_app, require_serve_extra, run_server
 
     require_serve_extra()  # before any model loads
@@ -95,4 +101,4 @@ def main(args: argparse.Namespace) -> None:
                              max_connections=args.max_connections)
     say(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
           "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
-    run_server(create_app(judge, rubrics, settings), args.host, args.port)
+    run_server(create_app(cached_judge(judge, args.judge_cache), rubrics, settings), args.host, args.port)
