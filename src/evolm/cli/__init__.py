@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from evolm.cli import eval as evaluate
-from evolm.cli import judge, report, rubric, serve, train
+from evolm.cli import judge, report, rubric, serve, sft_rubrics, train
 from evolm.errors import EvolmError
 
-COMMANDS = (rubric, judge, train, evaluate, report, serve)
+COMMANDS = (rubric, judge, train, evaluate, report, serve, sft_rubrics)
 """The command modules, in the order ``evolm --help`` lists them."""
 
 

@@ -1,0 +1,304 @@
+"""Warm start of the rubric writer: supervised fine-tuning on a seed set of concrete rubrics.
+
+A departure from the paper (docs/FIDELITY.md): the paper's writer (Qwen3-8B) writes usable rubrics
+before any training, a 135M model does not. This module teaches it the format and the habit of
+concrete criteria ("gives the final answer 18", "has exactly 3 bullet points") before EvoLM's GRPO.
+
+Each seed row ``{prompt, rubric}`` becomes a prompt-completion example: the prompt is the rubric
+role's own conversation (``rubrics.rubric_messages``, the same system prompt, one-shot turn and
+question the trainer and ``evolm rubric`` send), the completion is the rubric as one compact JSON
+object, the layout the rubric grammar decodes (``constrained.RUBRIC_EBNF``). The loss is on the
+completion only (TRL's ``SFTTrainer``). The result is a plain model directory (LoRA merged in),
+usable wherever evolm takes a model (``evolm rubric --model DIR``, ``model.name: DIR``).
+
+Seed sources: the shipped hand-written set (``builtin:seed``, docs/SEED_RUBRICS.md) and, read in
+place from a user's copy, GSM8K *train* questions whose reference answers become value criteria
+(``gsm8k_seed``), as RaR turns references into rubric items.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolm.errors import InputError
+from evolm.jsonl import read_jsonl
+from evolm.rubrics import RUBRIC_PROMPTS, Rubric, format_validity, rubric_messages
+
+BUILTIN_SEEDS = {"builtin:seed": Path(__file__).parent / "data" / "seed_rubrics.jsonl"}
+
+
+@dataclass
+class WarmStartConfig:
+    """``evolm sft-rubrics``: supervised warm start of the rubric writer (not part of the paper's method)."""
+
+    model: str = "smollm2-135m-instruct"
+    output_dir: str = "runs/sft-rubrics"
+    seeds: list = field(default_factory=lambda: ["builtin:seed"])
+    gsm8k: str | None = None  # GSM8K train JSONL ({question, answer}); read in place, never copied
+    gsm8k_limit: int = 200
+    rubric_prompt: str = "v3"
+    chat_template_kwargs: dict = field(default_factory=dict)
+    epochs: float = 3.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8  # examples per optimizer step (micro-batches of 1, accumulated)
+    lora_r: int = 0  # 0: full fine-tuning
+    lora_alpha: int = 16
+    max_length: int = 1024
+    seed: int = 0
+    dtype: str = "auto"
+    device: str = "auto"
+
+
+# ----------------------------------------------------------------------------- seed rows
+
+def _check_rubric(value: Any, where: str) -> dict[str, Any]:
+    rubric = Rubric.from_obj(value)
+    if rubric is None:
+        raise InputError(f"{where}: 'rubric' holds no criterion")
+    obj = value if isinstance(value, dict) else json.loads(value)
+    if format_validity(json.dumps(obj)) != 1.0:
+        raise InputError(f"{where}: 'rubric' is not format-valid (2+ criteria with weights summing to 1)")
+    return obj
+
+
+def load_seed(spec: str) -> list[dict[str, Any]]:
+    """``{prompt, rubric, source}`` rows of a seed file (JSONL with ``prompt`` and ``rubric``) or ``builtin:seed``."""
+    if spec.startswith("builtin:") and spec not in BUILTIN_SEEDS:
+        raise InputError(f"{spec}: no such built-in seed set (known: {', '.join(BUILTIN_SEEDS)})")
+    path = BUILTIN_SEEDS.get(spec, Path(spec))
+    rows = []
+    for i, row in enumerate(read_jsonl(path, required=["prompt", "rubric"]), 1):
+        prompt = row["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError(f"{spec}: row {i}: 'prompt' is not a non-empty string")
+        rows.append({"prompt": prompt, "rubric": _check_rubric(row["rubric"], f"{spec}: row {i}"),
+                     "source": str(row.get("source", spec))})
+    return rows
+
+
+_CALC = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
+_FINAL = re.compile(r"####\s*(.+?)\s*$")
+
+
+def _number(text: str) -> str:
+    return text.strip().replace(",", "").rstrip(".")
+
+
+def gsm8k_rubric(answer: str) -> dict[str, Any] | None:
+    """A value rubric from a GSM8K reference solution: the final answer, up to two intermediate results, one clear answer.
+
+    >>> r = gsm8k_rubric("She sold 48/2 = <<48/2=24>>24 in May.\\nIn all 48+24 = <<48+24=72>>72.\\n#### 72")
+    >>> [(c["criterion"], c["weight"]) for c in r["criteria"]]
+    [('Gives the final answer 72.', 0.7), ('Works out 48/2 = 24 along the way.', 0.2), ('States one clear final answer.', 0.1)]
+    """
+    final = _FINAL.search(answer.strip())
+    if final is None:
+        return None
+    value = _number(final.group(1))
+    if not value or len(value) > 12:
+        return None
+    steps = []
+    for expr, result in _CALC.findall(answer):
+        text = f"Works out {expr.strip()} = {_number(result)} along the way."
+        if (_number(result) != value and len(text) <= 80 and text.isascii() and not set(text) & set("\"\\")
+                and text not in steps):
+            steps.append(text)
+    steps = steps[-2:]  # the last intermediate results: closest to the answer, most telling
+    levels_final = {"1.0": f"Says {value}.", "0.5": "Right method, slip at end.", "0.0": "Wrong answer."}
+    criteria = [{"criterion": f"Gives the final answer {value}.", "weight": [0.8, 0.7, 0.6][len(steps)],
+                 "scoring_levels": levels_final}]
+    for text, weight in zip(steps, [[], [0.2], [0.2, 0.1]][len(steps)], strict=True):
+        criteria.append({"criterion": text, "weight": weight,
+                         "scoring_levels": {"1.0": "Correct.", "0.5": "Set up, wrong value.", "0.0": "Missing."}})
+    criteria.append({"criterion": "States one clear final answer.", "weight": 0.2 if not steps else 0.1,
+                     "scoring_levels": {"1.0": "One clear answer.", "0.5": "Buried in text.",
+                                        "0.0": "None or conflicting."}})
+    return {"criteria": criteria}
+
+
+def gsm8k_seed(path: str, limit: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """``limit`` GSM8K train rows (a seeded sample, 0: all) as seed rows; the file is read where it is."""
+    rows = read_jsonl(Path(path), required=["question", "answer"])
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    out = []
+    for i in order:
+        rubric = gsm8k_rubric(str(rows[i]["answer"]))
+        if rubric is not None and str(rows[i]["question"]).strip():
+            out.append({"prompt": str(rows[i]["question"]).strip(), "rubric": rubric, "source": "gsm8k-train"})
+        if limit and len(out) >= limit:
+            break
+    return out
+
+
+def seed_rows(cfg: WarmStartConfig) -> list[dict[str, Any]]:
+    """Every seed row the config names, deduplicated by prompt (first kept)."""
+    rows = [r for spec in cfg.seeds for r in load_seed(spec)]
+    if cfg.gsm8k:
+        rows += gsm8k_seed(cfg.gsm8k, cfg.gsm8k_limit, cfg.seed)
+    unique = list({r["prompt"]: r for r in reversed(rows)}.values())[::-1]
+    if not unique:
+        raise InputError("the seed set is empty")
+    return unique
+
+
+def sft_examples(rows: list[dict[str, Any]], rubric_prompt: str = "v3",
+                 chat_template_kwargs: dict | None = None) -> list[dict[str, Any]]:
+    """Prompt-completion examples: the rubric role's conversation, and the rubric as compact JSON (the grammar's layout)."""
+    if rubric_prompt not in RUBRIC_PROMPTS:
+        raise InputError(f"unknown rubric prompt '{rubric_prompt}' (choose from {', '.join(RUBRIC_PROMPTS)})")
+    out = []
+    for r in rows:
+        ex = {"prompt": rubric_messages(r["prompt"], rubric_prompt),
+              "completion": [{"role": "assistant", "content": json.dumps(r["rubric"])}]}
+        if chat_template_kwargs:
+            ex["chat_template_kwargs"] = dict(chat_template_kwargs)
+        out.append(ex)
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+
+def tokenize_examples(tokenizer: Any, examples: list[dict[str, Any]], max_length: int) -> tuple[list[int], list[dict]]:
+    """The token prefix every example shares, and each example's rest: ``{ids, labels}`` (labels -100 on the prompt).
+
+    An example's tokens are its whole conversation rendered by the chat template; its completion starts
+    where the prompt rendered with the generation prompt ends (what generation continues from). Every
+    rubric example starts with the same system prompt and worked-example turn (``rubric_messages``): that
+    shared prefix is run once per optimizer step instead of once per example, which is the same
+    computation (the same tokens, positions and gradients) at a third of the cost on a CPU.
+    """
+    full, starts = [], []
+    for ex in examples:
+        kwargs = ex.get("chat_template_kwargs", {})
+        prompt_ids = tokenizer.apply_chat_template(ex["prompt"], tokenize=True, add_generation_prompt=True,
+                                                   return_dict=False, **kwargs)
+        ids = tokenizer.apply_chat_template(ex["prompt"] + ex["completion"], tokenize=True, return_dict=False,
+                                            **kwargs)
+        if list(ids[: len(prompt_ids)]) != list(prompt_ids):
+            raise InputError("the chat template renders the rubric prompt differently with and without its reply")
+        full.append(list(ids)[:max_length])
+        starts.append(len(prompt_ids))
+    shared = 0
+    shortest = min(starts)
+    while shared < shortest and len({ids[shared] for ids in full}) == 1:
+        shared += 1
+    prefix = full[0][:shared]
+    rest = []
+    for ids, start in zip(full, starts, strict=True):
+        labels = [-100] * len(ids)
+        labels[start:] = ids[start:]
+        rest.append({"ids": ids[shared:], "labels": labels[shared:]})
+    return prefix, [r for r in rest if any(x != -100 for x in r["labels"])]
+
+
+def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id: int) -> Any:
+    """Mean next-token loss over the batch's completion tokens, the shared prefix run once for the batch."""
+    import torch
+
+    device = next(model.parameters()).device
+    n, width = len(batch), max(len(b["ids"]) for b in batch)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    labels = torch.full((n, width), -100, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, b in enumerate(batch):
+        ids[i, : len(b["ids"])] = torch.tensor(b["ids"])
+        labels[i, : len(b["labels"])] = torch.tensor(b["labels"])
+        mask[i, : len(b["ids"])] = 1
+    ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
+    p = len(prefix)
+    if p:
+        out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(n)
+        logits = model(input_ids=ids, attention_mask=torch.cat([torch.ones((n, p), dtype=torch.long, device=device),
+                                                                mask], dim=1),
+                       past_key_values=cache, use_cache=False).logits
+        # the prefix's last position predicts each example's first own token
+        logits = torch.cat([out.logits[:, -1:, :].expand(n, 1, -1), logits[:, :-1, :]], dim=1)
+        targets = labels
+    else:
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1, :]
+        targets = labels[:, 1:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                                             ignore_index=-100)
+
+
+def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> Path:
+    """Fine-tune ``cfg.model`` on the seed set and save the writer (a plain model directory) in ``cfg.output_dir``.
+
+    AdamW, linear warm-up then cosine decay, gradient norm clipped at 1, loss on the rubric tokens only
+    (the prompt-completion loss of TRL's ``SFTTrainer``), the shared prompt prefix run once per step
+    (``tokenize_examples``). With ``lora_r`` the adapter is trained and merged before saving.
+    """
+    import math as _math
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from evolm.models import load_model, resolve_device
+
+    rows = seed_rows(cfg)
+    out = Path(cfg.output_dir)
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(cfg.model, device=device, dtype=cfg.dtype)
+    prefix, data = tokenize_examples(tokenizer, sft_examples(rows, cfg.rubric_prompt, cfg.chat_template_kwargs),
+                                     cfg.max_length)
+    if cfg.lora_r:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+    steps_per_epoch = _math.ceil(len(data) / cfg.batch_size)
+    total = max(1, _math.ceil(steps_per_epoch * cfg.epochs))
+    warmup = max(1, total // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + _math.cos(_math.pi * (step - warmup) / max(1, total - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    rng = random.Random(cfg.seed)
+    order: list[int] = []
+    losses: list[float] = []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    bar = tqdm(range(total), desc="sft-rubrics", disable=not progress)
+    for step in bar:
+        if len(order) < cfg.batch_size:
+            epoch = list(range(len(data)))
+            rng.shuffle(epoch)
+            order += epoch
+        batch, order = [data[i] for i in order[: cfg.batch_size]], order[cfg.batch_size:]
+        loss = shared_prefix_loss(model, prefix, batch, pad)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if log is not None:
+            log(step + 1, total, losses[-1])
+    model.eval()
+    if cfg.lora_r:
+        model = model.merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    sources: dict[str, int] = {}
+    for r in rows:
+        sources[r["source"]] = sources.get(r["source"], 0) + 1
+    summary = {"config": asdict(cfg), "examples": len(data), "sources": sources, "shared_prefix_tokens": len(prefix),
+               "steps": total, "losses": [round(x, 4) for x in losses]}
+    (out / "sft_rubrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return out
