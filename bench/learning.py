@@ -3,7 +3,7 @@
     python bench/learning.py A        # the writer on labelled pairs: no rubric vs base vs trained writer
     python bench/learning.py B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
     python bench/learning.py C        # ablations: binary vs margin_format reward; unconstrained decoding
-    python bench/learning.py results  # rewrite docs/RESULTS.md from the arms finished so far
+    python bench/learning.py results  # rewrite docs/results/earlier.md (A, B, C, demo) from the arms finished so far
     python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
     python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
     python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
@@ -40,8 +40,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("EVOLM_SHARED_DATA", ROOT.parent / "shared" / "data"))
 OUT = ROOT / "runs" / "study"
-RESULTS = ROOT / "docs" / "RESULTS.md"
+RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
 FIGURES = ROOT / "docs" / "results"
+EARLIER = FIGURES / "earlier.md"  # studies A, B, C and the demo comparison (docs/RESULTS.md summarises them)
 EVOLM = [str(Path(sys.executable).parent / "evolm")]
 MODEL = "smollm2-135m-instruct"
 SEED = 0
@@ -403,13 +404,16 @@ ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "ba
               "warm": "warm-started writer (SFT)", "warm-evolm": "warm start + EvoLM (temporal contrast)",
               "warm-grpo": "warm start + labelled-pair GRPO"}
 HELDOUT_SETS = (("Natural.json", None), ("Adversarial_Neighbor.json", 33))  # (LLMBar file, pairs kept; None: all)
-HELDOUT_MAX_CHARS = 1200
+HELDOUT_MAX_CHARS, HELDOUT_PAIRS = 1200, 100
 WRITE_CHUNK, JUDGE_CHUNK = 8, 10  # prompts per saved rubric chunk, pairs per saved judging chunk (resume points)
 
 
 def writers_pairs() -> Path:
-    """The held-out pairs: LLMBar Natural and the first 33 Adversarial Neighbor pairs, each of prompt and answers under
-    ``HELDOUT_MAX_CHARS`` characters (87 + 33 = 120 pairs, 120 distinct prompts), with the set's name kept."""
+    """The held-out pairs: of LLMBar Natural and the first 33 Adversarial Neighbor pairs whose prompt and answers are
+    each under ``HELDOUT_MAX_CHARS`` characters (87 + 33 = 120 pairs, 120 distinct prompts), the ``HELDOUT_PAIRS``
+    shortest (twice the prompt plus both answers: what the judge reads), in file order, with the set's name kept.
+    The 100 shortest are 69 Natural + 31 Neighbor and cost the judge 57% of all 120: on 2 shared CPU cores a judge
+    forward pass costs ~1.7 CPU-seconds, and an arm reads 200-1000 of them."""
     from evolm.eval.pairs import load_pairs
 
     dst = OUT / "data" / "writers_heldout.jsonl"
@@ -419,6 +423,9 @@ def writers_pairs() -> Path:
                 if max(len(p.prompt), len(p.better), len(p.worse)) <= HELDOUT_MAX_CHARS][:n]
         rows += [{"prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "set": name.removesuffix(".json")}
                  for p in keep]
+    cost = sorted(range(len(rows)), key=lambda i: (2 * len(rows[i]["prompt"]) + len(rows[i]["chosen"])
+                                                   + len(rows[i]["rejected"]), i))
+    rows = [rows[i] for i in sorted(cost[:HELDOUT_PAIRS])]
     _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
     return dst
 
@@ -459,7 +466,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
     pairs = load_pairs(pairs_file)
     sets = [r["set"] for r in _jsonl(pairs_file)]
     prompts = list(dict.fromkeys(p.prompt for p in pairs))
-    key = {"arm": arm, "writer": writer, "pairs_sha": hashlib.sha256(pairs_file.read_bytes()).hexdigest(),
+    key = {"arm": arm, "writer": writer,  # judged pairs are kept per pair (prompt, answers): a new subset reuses them
            "decoding": None if writer is None else {"temperature": 0.0, "max_new_tokens": max_tokens,
                                                     "constrained": True, "prompt": "v3"}}
     if arm == "hand":
@@ -513,6 +520,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
     from evolm.eval.rubric_stats import rubric_stats
 
     result = {"arm": arm, "label": ARM_LABELS[arm], "key": key, "n": len(rows), "sets": sets,
+              "pairs_sha": hashlib.sha256(pairs_file.read_bytes()).hexdigest(),
               "credits": [r["credit"] for r in rows],
               "validity": None if arm == "none" else statistics.fmean(w.valid for w in written.values()),
               "stats": None if arm == "none" else rubric_stats([w.rubric for w in written.values()]).to_json(),
@@ -550,8 +558,13 @@ def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
     """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
     printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
+    sha = hashlib.sha256(writers_pairs().read_bytes()).hexdigest()
     res = {a: json.loads((WRITERS / f"{a}.json").read_text(encoding="utf-8")) for a in WRITER_ARMS
            if (WRITERS / f"{a}.json").exists()}
+    stale = [a for a, r in res.items() if r.get("pairs_sha") != sha]
+    if stale:
+        print(f"left out (judged on other pairs; rerun `python bench/learning.py writers ARM`): {', '.join(stale)}")
+    res = {a: r for a, r in res.items() if a not in stale}
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
     for a, r in res.items():
@@ -559,7 +572,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         cells = []
         for s in ("Natural", "Adversarial_Neighbor"):
             cs = [x for x, t in zip(c, r["sets"], strict=True) if t == s]
-            cells.append(fmt_ci(sum(cs) / len(cs), wilson(sum(cs), len(cs))) + f" (n={len(cs)})")
+            cells.append(fmt_ci(sum(cs) / len(cs), wilson(sum(cs), len(cs))) + f" (n={len(cs)})" if cs else "—")
         v = "—" if r["validity"] is None else f"{r['validity']:.2f}"
         lines.append(f"| {r['label']} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
                      f"{cells[0]} | {cells[1]} | {v} |")
@@ -715,7 +728,7 @@ def _policy_ci(line: dict | None) -> tuple[float, float] | None:
 def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> list[str]:
     _figure_bc(arms, FIGURES / figure)
     names = " ".join(f"runs/study/{n}" for n in arms)
-    out = [title, "", f"![start and end of each arm, 95% intervals](results/{figure})", "",
+    out = [title, "", f"![start and end of each arm, 95% intervals]({figure})", "",
            "Pair accuracy and validity measure the model in the rubric role at the start and after training (a "
            "sequential run: its stage-1 writer, the one its policy stage uses); the policy score, the final policy.", "",
            f"Every curve of these runs overlaid, with a table of final values: `evolm report {names} --output "
@@ -828,7 +841,7 @@ def _section_demo(r: dict[str, Any]) -> list[str]:
 
 def write_results() -> None:
     results = _load()
-    lines = ["# Results: learning on one CPU", "",
+    lines = ["# Earlier studies: learning at the demo's scale (A, B, C)", "",
              "Generated by `python bench/learning.py results` from `runs/study/*.json` (each arm: "
              "`python bench/learning.py A|B|C`). SmolLM2-135M-Instruct in both roles, a frozen SmolLM2-135M judge "
              "(`yesno`), the demo's sizes (configs/demo-cpu.yaml) with constrained rubric decoding unless an arm says "
@@ -854,8 +867,8 @@ def write_results() -> None:
     notes = ROOT / "docs" / "results_notes.md"
     if notes.exists():
         lines += [notes.read_text(encoding="utf-8")]
-    RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrote {RESULTS}")
+    EARLIER.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {EARLIER}")
 
 
 def main() -> None:

@@ -1,0 +1,61 @@
+"""bench/learning.py's writers study: the table and its tests read the saved arms; the hand-written rubrics parse."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def learning(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "a", "rejected": "b", "set": "Natural"}) + "\n"
+                             for i in range(10)), encoding="utf-8")
+    monkeypatch.setattr(mod, "writers_pairs", lambda: pairs)
+    monkeypatch.setattr(mod, "WRITERS", tmp_path / "writers")
+    monkeypatch.setattr(mod, "FIGURES", tmp_path / "fig")
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "RESULTS.md")
+    (tmp_path / "writers").mkdir()
+    mod.pairs_sha = __import__("hashlib").sha256(pairs.read_bytes()).hexdigest()
+    return mod
+
+
+def _arm(mod, name: str, credits: list[float], sha: str | None = None) -> None:
+    result = {"arm": name, "label": mod.ARM_LABELS[name], "credits": credits, "sets": ["Natural"] * len(credits),
+              "validity": None, "stats": None, "pairs_sha": sha or mod.pairs_sha}
+    (mod.WRITERS / f"{name}.json").write_text(json.dumps(result), encoding="utf-8")
+
+
+def test_table_pairs_each_arm_with_no_rubric_and_drops_arms_judged_on_other_pairs(learning):
+    _arm(learning, "none", [0.0] * 10)
+    _arm(learning, "hand", [1.0] * 9 + [0.0])  # 9 pairs better than no rubric, none worse: p = 2 / 2**9
+    _arm(learning, "base", [1.0] * 10, sha="another set of pairs")
+    learning.RESULTS.write_text(f"intro\n{learning.WRITERS_BEGIN}\nold\n{learning.WRITERS_END}\nend\n", encoding="utf-8")
+    out = learning.writers_table()
+    assert [t[:5] for t in out["tests"]] == [["hand", "none", 9, 0, 2 / 2**9]]
+    assert "base" not in out["results"]
+    page = learning.RESULTS.read_text(encoding="utf-8")
+    assert "old" not in page and page.startswith("intro\n") and page.endswith("end\n")
+    assert "| hand-written rubrics (ceiling) | 10 | 0.900 [" in page
+    assert (learning.FIGURES / "writers.png").stat().st_size > 0
+
+
+def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
+    from evolm.rubrics import parse_rubric
+
+    rows = [json.loads(line) for line in (ROOT / "bench" / "data" / "handwritten_rubrics.jsonl").open(encoding="utf-8")]
+    assert "note" in rows[0]
+    rubrics = rows[1:]
+    assert len(rubrics) == 120 and len({r["prompt"] for r in rubrics}) == 120
+    for r in rubrics:
+        assert 2 <= len(r["criteria"]) <= 4
+        assert abs(sum(c["weight"] for c in r["criteria"]) - 1) < 1e-9
+        assert parse_rubric(json.dumps({"criteria": r["criteria"]})) is not None
