@@ -256,6 +256,10 @@ class RewardsConfig:
                      "the reward function. It gets prompts, completions, completion_ids and the row columns as TRL "
                      "passes them and returns one float per completion (None: no reward). Policy reward = judge "
                      "reward (missing: its group's mean) + sum of weight x value; each term's mean is logged per step")
+    drop_flat_criteria: bool = _f(False, "policy steps, judge.mode yesno: each answer's score re-weighted over the "
+                                  "criteria that separate its group's answers (a criterion whose P(Yes) spans less "
+                                  "than 0.05 across the group is dropped from the weighting). Off in the paper; the "
+                                  "share of such criteria is logged per step either way (flat_criteria)")
 
 
 @dataclass
@@ -798,6 +802,9 @@ def validate(cfg: RunConfig) -> None:
         (all(isinstance(w, int | float) and not isinstance(w, bool) and w >= 0 for w in c.combined_weights.values())
          and (c.pairs != "combined" or any(w > 0 for w in c.combined_weights.values())),
          "contrast.combined_weights must be numbers >= 0, at least one > 0 when contrast.pairs=combined"),
+        (not cfg.rewards.drop_flat_criteria or j.mode == "yesno",
+         f"rewards.drop_flat_criteria re-weights a score made of its criteria's values: it needs judge.mode=yesno, not "
+         f"{j.mode}"),
         (lora.r >= 0 and lora.alpha > 0 and 0 <= lora.dropout < 1, "model.lora needs r >= 0 (0: off), alpha > 0 and "
          f"0 <= dropout < 1, not r={lora.r}, alpha={lora.alpha}, dropout={lora.dropout}"),
         (bool(lora.target_modules) and all(isinstance(m, str) and m for m in lora.target_modules),
