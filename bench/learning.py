@@ -548,6 +548,22 @@ def _copy_stats(written: dict[str, Any]) -> dict[str, float]:
             "criteria_copying_question": statistics.fmean(q.strip().lower()[:60] in c for q, c in flat)}
 
 
+def training_overlap(pairs_file: Path) -> dict[str, int]:
+    """Held-out prompts also found in a training source (first 60 characters, case and spacing ignored): the warm
+    start's seed set (``builtin:seed``), GSM8K train (its GSM8K seed rubrics) and the UltraFeedback train pairs
+    (labelled-pair GRPO); a source not on this machine is left out."""
+    from evolm.sft import BUILTIN_SEEDS
+
+    def norm(text: str) -> str:
+        return " ".join(text.lower().split())[:60]
+
+    held = {norm(r["prompt"]) for r in _jsonl(pairs_file)}
+    sources = {"seed rubrics": BUILTIN_SEEDS["builtin:seed"], "GSM8K train": DATA / "gsm8k" / "train.jsonl",
+               "UltraFeedback train": DATA / "ultrafeedback_sample" / "train_clean.jsonl"}
+    return {name: len(held & {norm(r.get("prompt") or r.get("question") or "") for r in _jsonl(path)})
+            for name, path in sources.items() if path.exists()}
+
+
 def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     ca, cb = res[a]["credits"], res[b]["credits"]
     up, down, p = sign_test(ca, cb)
@@ -592,6 +608,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines.append(f"| {r['label']} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
+    overlap = training_overlap(writers_pairs())
+    lines += ["", "Held-out prompts found in a training source: " +
+              ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
     missing = [a for a in WRITER_ARMS if a not in res]
     if missing:
         lines += ["", "Not measured yet: " + ", ".join(ARM_LABELS[a] for a in missing) + "."]
