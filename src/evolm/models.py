@@ -185,6 +185,34 @@ def _merge_adapter(model: Any, path: str) -> Any:
     return PeftModel.from_pretrained(model, path).merge_and_unload()
 
 
+def require_hub_files(repo_id: str, what: str = "model") -> None:
+    """Refuse at once, in one line, a hub id that is not in the local Hugging Face cache when the hub is out of
+    reach (``HF_HUB_OFFLINE`` set, or no connection to it): transformers would retry for a minute first.
+
+    A local directory (or a cached id) passes untouched, and so does an id the hub can be asked for.
+    """
+    if os.path.isdir(repo_id):
+        return
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if any(isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("config.json", ADAPTER_CONFIG)):
+        return
+    missing = f"cannot load {what} '{repo_id}': not in the Hugging Face cache ({constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE:
+        raise ModelError(f"{missing}, and HF_HUB_OFFLINE is set: download it where the hub is reachable, or "
+                         "give a local directory")
+    url = urlparse(constants.ENDPOINT)
+    import socket
+
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+    except OSError as e:
+        raise ModelError(f"{missing}, and {url.hostname} cannot be reached ({e.strerror or e}): "
+                         "give a local directory, or download it first") from None
+
+
 def load_tokenizer(name_or_path: str) -> Any:
     """The tokenizer, with a pad token and left padding (what batched generation needs)."""
     from transformers import AutoTokenizer
@@ -193,6 +221,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     base = adapter_base(path)
     if base and not (Path(path) / "tokenizer_config.json").is_file():  # a LoRA checkpoint saved without one
         path = resolve_model_path(base)
+    require_hub_files(path, "tokenizer")
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
@@ -220,6 +249,7 @@ def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype
     path = resolve_model_path(name_or_path)
     dev = resolve_device(device)
     base = adapter_base(path)
+    require_hub_files(resolve_model_path(base) if base else path, what)
     try:
         model = auto_class.from_pretrained(resolve_model_path(base) if base else path, dtype=resolve_dtype(dtype, dev))
         if base:
@@ -269,6 +299,7 @@ def load_backend(
         from evolm.backends.vllm import VLLMBackend
 
         path = resolve_model_path(spec)
+        require_hub_files(path)
         if adapter_base(path):
             raise ModelError(f"{spec} is a LoRA adapter checkpoint: the vllm backend loads full weights "
                              "(use backend hf, which merges the adapter)")

@@ -44,7 +44,7 @@ at every optimizer step:
    - transformers: TRL calls ``generate(**inputs, generation_config=...)`` on
      ``accelerator.unwrap_model(trainer.model_wrapped)`` (``_generate_single_turn``); that object's
      ``generate`` is shadowed by an instance attribute that adds one fresh xgrammar logits processor
-     per call (``evolm.constrained``), then removed. The continuous-batching path
+     per call (``evolm.backends.hf.grammar_generate``), then removed. The continuous-batching path
      (``use_transformers_continuous_batching``, ``generate_batch``) takes no logits processor: refused.
    - vLLM: ``VLLMGeneration.generation_kwargs`` (public attribute, read at every ``generate``; the
      colocate engine turns a ``structured_outputs`` dict into ``StructuredOutputsParams``, server
@@ -78,7 +78,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -214,7 +214,7 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
     grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
-    args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations=1)
+    args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations)
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
         raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
                        "launch with torchrun or `accelerate launch` with a config that starts every process")
@@ -344,11 +344,12 @@ def _check_same_rows(accelerator: Any, step: int, rows: list[dict[str, Any]]) ->
                        "every process must write the same rubrics and pairs")
 
 
-# ============================================================================= constrained rubric steps (contract item 5)
+# ======================================================================= constrained rubric steps (contract item 5)
 
 
 def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | None:
-    """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take it."""
+    """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take
+    it."""
     if not cfg.rubric.constrained:
         return None
     from evolm.constrained import rubric_schema
@@ -374,7 +375,8 @@ def _vllm_structured(vg: Any, tokenizer: Any, conversation: Conversation, templa
 
     prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **template_kwargs)
     saved = vg.generation_kwargs
-    vg.generation_kwargs = {**saved, "structured_outputs": vllm_structured_outputs(schema, reply_start(prompt, thinking))}
+    structured = vllm_structured_outputs(schema, reply_start(prompt, thinking))
+    vg.generation_kwargs = {**saved, "structured_outputs": structured}
     try:
         yield
     finally:
@@ -393,42 +395,12 @@ def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Itera
                               trainer.args.chat_template_kwargs or {}, schema, trainer.evolm_thinking):
             yield
         return
-    with _shadowed_generate(trainer, lambda model, generate: _grammar_generate(
-            model, generate, trainer.processing_class, schema, trainer.evolm_thinking)):
+    from evolm.backends.hf import grammar_generate
+
+    # TRL calls ``generate`` on ``accelerator.unwrap_model(trainer.model_wrapped)`` (``_generate_single_turn``)
+    with grammar_generate(trainer.accelerator.unwrap_model(trainer.model_wrapped), trainer.processing_class, schema,
+                          trainer.evolm_thinking):
         yield
-
-
-@contextmanager
-def _shadowed_generate(trainer: Any, wrap: Callable[[Any, Any], Any]) -> Iterator[None]:
-    """The model TRL generates with has ``generate`` shadowed by ``wrap(model, generate)`` while the block runs, then
-    restored (TRL calls ``generate`` on ``accelerator.unwrap_model(trainer.model_wrapped)``)."""
-    model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-    shadowed = model.__dict__.get("generate")  # an instance attribute already there (another wrapper, or none)
-    model.generate = wrap(model, model.generate)
-    try:
-        yield
-    finally:
-        if shadowed is None:
-            del model.generate
-        else:
-            model.generate = shadowed
-
-
-def _grammar_generate(model: Any, generate: Any, tokenizer: Any, schema: dict[str, Any], thinking: bool) -> Any:
-    """``generate`` with one fresh xgrammar processor per call, sized to the call's batch (left-padded prompts)."""
-    from evolm.backends.hf import generation_stop_ids, model_vocab_size
-    from evolm.constrained import logits_processor, reply_start
-
-    def constrained_generate(*args: Any, **kwargs: Any) -> Any:
-        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]  # [B, L], left-padded
-        starts = [reply_start(tokenizer.decode(row[-16:].tolist()), thinking) for row in ids]  # the prompts' ends
-        config = kwargs.get("generation_config")
-        stops = generation_stop_ids(model, tokenizer, getattr(config, "eos_token_id", None))
-        grammar = logits_processor(tokenizer, model_vocab_size(model), schema, starts, stops)
-        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), grammar]
-        return generate(*args, **kwargs)
-
-    return constrained_generate
 
 
 # ============================================================================= rewards

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -99,7 +101,8 @@ class HFBackend:
 
     @property
     def context_length(self) -> int | None:
-        """The model's context in tokens (``evolm.context.model_context_length``); ``None`` when its config does not say."""
+        """The model's context in tokens (``evolm.context.model_context_length``); ``None`` when its config does not
+        say."""
         return model_context_length(self.model, self.tokenizer)
 
     def count_tokens(self, conversations: Sequence[Conversation], chat_template_kwargs: dict[str, Any] | None = None,
@@ -315,7 +318,8 @@ class HFBackend:
         common = _common_length(encoded) if self.share_prefix and len(encoded) > 1 else 0
         common = common if common >= MIN_SHARED_PREFIX else 0
         rest = [e[common:] for e in encoded]  # groups are chosen on what follows the common prefix
-        groups = _prefix_groups(rest, MIN_SHARED_PREFIX) if self.share_prefix else [([i], 0) for i in range(len(encoded))]
+        groups = (_prefix_groups(rest, MIN_SHARED_PREFIX) if self.share_prefix
+                  else [([i], 0) for i in range(len(encoded))])
         result: list[torch.Tensor | None] = [None] * len(encoded)
         singles = [g[0][0] for g in groups if len(g[0]) == 1 or g[1] == 0]
         multi = [(members, common + shared) for members, shared in groups if len(members) > 1 and shared > 0]
@@ -404,13 +408,45 @@ def model_vocab_size(model: Any) -> int:
 
 
 def generation_stop_ids(model: Any, tokenizer: Any, eos: Any = None) -> list[int]:
-    """The tokens ``generate`` stops on: ``eos`` if given, else the model's generation config's, else the tokenizer's EOS."""
+    """The tokens ``generate`` stops on: ``eos`` if given, else the model's generation config's, else the
+    tokenizer's EOS."""
     if eos is None:
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id
     ids = [eos] if isinstance(eos, int) else list(eos or [])
     return [int(i) for i in ids]
+
+
+@contextmanager
+def grammar_generate(model: Any, tokenizer: Any, schema: dict[str, Any], thinking: bool) -> Iterator[None]:
+    """``model.generate`` constrained to ``schema`` while the block runs, then restored.
+
+    For code that calls ``model.generate`` itself (TRL's trainer: ``trl_adapter`` contract item 5); ``HFBackend``
+    adds its processor directly. Each call gets one fresh xgrammar processor sized to its batch, each row's grammar
+    starting where its (left-padded) prompt ends. The shadow is an instance attribute: a wrapper already there is
+    put back afterwards.
+    """
+    generate = model.generate
+
+    def constrained_generate(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]  # [B, L], left-padded
+        starts = [reply_start(tokenizer.decode(row[-16:].tolist()), thinking) for row in ids]  # the prompts' ends
+        config = kwargs.get("generation_config")
+        stops = generation_stop_ids(model, tokenizer, getattr(config, "eos_token_id", None))
+        grammar = logits_processor(tokenizer, model_vocab_size(model), schema, starts, stops)
+        kwargs["logits_processor"] = [*(kwargs.get("logits_processor") or []), grammar]
+        return generate(*args, **kwargs)
+
+    shadowed = model.__dict__.get("generate")  # an instance attribute already there (another wrapper, or none)
+    model.generate = constrained_generate
+    try:
+        yield
+    finally:
+        if shadowed is None:
+            del model.generate
+        else:
+            model.generate = shadowed
 
 
 def _skipped_think_tags(tokenizer: Any) -> dict[int, str]:
@@ -449,7 +485,7 @@ def _prefix_groups(encoded: list[list[int]], min_shared: int) -> list[tuple[list
         return []
     # LCP of sorted neighbours, capped so that each keeps at least one own token: [N - 1]
     lcp = [min(_common_prefix(encoded[a], encoded[b]), len(encoded[a]) - 1, len(encoded[b]) - 1)
-           for a, b in zip(order, order[1:])]
+           for a, b in itertools.pairwise(order)]
     # The tree of runs [lo, hi] (sorted positions), parents before children.
     runs: list[tuple[int, int, int, list[int]]] = []  # (lo, hi, shared, children)
     todo = [(0, len(order) - 1, -1)]
