@@ -76,3 +76,15 @@ def test_report_flags_length_growth_beyond_the_factor(tmp_path: Path) -> None:
     data = load_run(tmp_path / "run")
     assert [f.step for f in hacking_flags(data.metrics, data.heldout)] == [5, 6]  # over 2 x 50
     assert [f.step for f in hacking_flags(data.metrics, data.heldout, length_factor=3.0)] == []
+
+
+def test_report_command_takes_the_length_factor(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from evolm.cli import main
+
+    _write_run(tmp_path / "run", [0.5] * 6, {}, lengths=[40, 50, 60, 90, 101, 130])
+    assert main(["report", str(tmp_path / "run"), "--length-factor", "3"]) == 0
+    assert "No step flagged." in (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path / "run")]) == 0
+    assert "step 6: mean answer length 130 tokens" in (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path / "run"), "--length-factor", "0"]) == 2
+    assert "--length-factor must be a positive number" in capsys.readouterr().err

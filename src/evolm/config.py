@@ -79,6 +79,7 @@ class ModelConfig:
 class JudgeConfig:
     """The small frozen judge that scores answers against rubrics."""
 
+    # Parameters that control which model judges, and where
     model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
     mode: str = _f("generative", "generative (reference: per-criterion reasoning, JSON score, sampled), prob "
                    "(expected 0-9 digit, one forward pass), yesno (per-criterion P(yes)); baselines: likert (1-10, no "
@@ -86,6 +87,8 @@ class JudgeConfig:
                    "reward_model (a scalar sequence-classification reward model, regime judge_only)")
     backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
                       "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
+
+    # Parameters that control a judge server (backend=openai)
     base_url: str | list | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1; a list "
                                      "(or comma-separated URLs) of servers of the same model is a pool: each request "
                                      "goes to the least-loaded one, a failed one is retried on another")
@@ -106,45 +109,54 @@ class JudgeConfig:
                                   "until the server reports its usage")
     max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; "
                              "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
+
+    # Parameters that control the generative judge's reply
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
     top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
                              "first); a reply cut inside its thinking has no score")
-    batch_size: int = _f(16, "answers per forward pass for backend=hf")
-    dtype: str = _f("auto", "judge weights for backend=hf: auto = float32 on every device (a score then moves by "
-                    "less than 1e-5 with the answers batched beside it; in bfloat16 by up to 0.03, though about 1.5x "
-                    "faster where the hardware computes it: docs/PERFORMANCE.md); in training a judge of the initial "
-                    "model reads TRL's frozen reference copy instead (no second copy; the policy's dtype). Or "
-                    "float32, bfloat16, float16")
-    constrained: bool = _f(False, "generative mode: decode the judge's reply under its JSON schema {reasoning, score} "
+    constrained: bool = _f(False, "decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")
+
+    # Parameters that control an in-process judge (backend=hf)
+    batch_size: int = _f(16, "answers per forward pass for backend=hf")
+    dtype: str = _f("auto", "judge weights for backend=hf: auto (float32 on every device: a score does not depend on "
+                    "the answers batched beside it; bfloat16 is faster where the hardware computes it but moves "
+                    "scores, docs/PERFORMANCE.md), float32, bfloat16, float16. In training a judge of the initial "
+                    "model reads TRL's frozen reference copy instead, in the policy's dtype")
+
+    # Parameters that control a prompt longer than the judge's context
     max_context: int = _f(0, "the judge's context in tokens (0: the model's own, from its config; a server's is not "
                           "known, so set it for backend=openai to guard there, prompts then estimated at 3 bytes per "
                           "token); a prompt leaving no room for the reply is handled per judge.overlong")
     overlong: str = _f("truncate", "a judge prompt longer than the context: truncate (cut from the middle of the "
                        "answer, said per row and in the summary) or refuse (an error naming the row)")
-    prompt: str = _f("evolm", "wording of the generative judge: evolm (its own instructions and two worked examples) "
-                     "or reference (the authors' judge prompt as they wrote it, rubric and answer read as their code "
-                     "reads them: reasoning removed, a text over 16,000 characters cut to its last 8,000; the paper "
-                     "config). `evolm judge --show-prompt` prints it")
+
+    # Parameters that control what the judge reads, and how its reply is read
+    prompt: str = _f("evolm", "wording of the generative judge: evolm (its own instructions and worked examples) or "
+                     "reference (the authors' prompt, texts cut as their code cuts them; the paper config, "
+                     "docs/FIDELITY.md). `evolm judge --show-prompt` prints it")
     defences: bool = _f(True, "fence the answer as data, tell the judge to ignore instructions and scores written in "
-                        "it, and (generative rubric prompt) that length, confidence and polish earn nothing no "
-                        "criterion asks for. On everywhere but the paper config, which runs the authors' prompt "
-                        "without them (docs/SECURITY.md); chat markup in any text stays neutralised either way")
-    parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score, after the "
-                    "thinking; else a 'score: x' pattern; clipped to [0, 1]) or reference (the authors': first { to "
-                    "last } of the whole reply read by json_repair, its top-level score, not clipped; the paper config)")
-    reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking stripped, "
-                                   "8,192 tokens) or reference (the authors': 10 x sigmoid(logit) of the response "
-                                   "as generated, thinking kept, cut at 4,096 tokens; configs/baselines/skywork-rm.yaml)")
+                        "it and that length and polish earn nothing no criterion asks for; off only in the paper "
+                        "config (the authors' prompt; docs/SECURITY.md). Chat markup stays neutralised either way")
+    parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score after the "
+                    "thinking, else 'score: x'; clipped to [0, 1]) or reference (the authors' reading, not clipped; "
+                    "the paper config, docs/FIDELITY.md)")
+    reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking "
+                                   "stripped) or reference (the authors' 10 x sigmoid(logit), thinking kept; "
+                                   "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
+
+    # Parameters that control reusing judge results
     cache: int = _f(10_000, "judge results kept (LRU, per judge): an answer judged before under the same question, "
                     "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
                     "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion)")
+
+    # Parameters that control several judges
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
     aggregate: str = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes on its pair "
                         "(reference): majority_vote, average_vote, margin_kappa_format (0.5 margin + 0.3 format + 0.2 "
@@ -155,17 +167,19 @@ class JudgeConfig:
 class RubricConfig:
     """The rubric role: how rubrics are written and rewarded."""
 
+    # Parameters that control the rubric reward
     reward: str = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 margin + 0.3 "
                      "format), separation")
-    prompt: str = _f("v3", "the rubric prompt, in both roles and in held-out evaluation: v3 (the paper's: the most "
-                     "important aspect first, 2-5 criteria, a ~0.8 dealbreaker allowed for short verifiable answers) "
-                     "or older (the authors' older prompt, which their rubric steps hard-code: 5-10 criteria, no "
-                     "dealbreaker); both in evolm's words (docs/FIDELITY.md)")
+    invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw "
+                      "text in both roles; the format term does the rest) or zero (reward 0 in the rubric role, "
+                      "judge alone in the policy role)")
+
+    # Parameters that control how rubrics are written
+    prompt: str = _f("v3", "the rubric prompt in both roles and in held-out evaluation: v3 (the paper's: 2-5 criteria, "
+                     "a dealbreaker allowed for short verifiable answers) or older (the authors' older prompt: 5-10 "
+                     "criteria); both in evolm's words (docs/FIDELITY.md)")
     temperature: float = _f(0.6, "temperature when writing the rubric shared by a policy question's samples")
     top_p: float = _f(0.95, "top-p when writing that rubric (paper: 0.95)")
-    invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw text in "
-                      "both roles; the format term does the rest) or zero (reward 0 in the rubric role, judge alone "
-                      "in the policy role)")
     max_new_tokens: int = _f(16384, "token budget for writing a rubric for the policy phase (thinking included)")
     constrained: bool = _f(False, "decode every rubric the model writes (policy-step rubrics, rubric-step samples, "
                            "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
@@ -174,6 +188,8 @@ class RubricConfig:
     max_criteria: int = _f(5, "rubric.constrained: the most criteria the rubric grammar lets a rubric have (2-5; the "
                            "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), "
                            "so a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole rubrics")
+
+    # Parameters that control a fixed writer (frozen_rubric regime)
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
     writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai")
@@ -186,14 +202,19 @@ class RubricConfig:
 class ContrastConfig:
     """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
 
+    # Parameters that control where the pairs come from
     pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
                     "rubric_conditioned, inferred_question, combined, or labelled (data.pairs: human/GPT-4 "
                     "labelled chosen/rejected pairs, the sanity check of rubric learning)")
     combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
                                 "mix of builders for pairs=combined")
+
+    # Parameters that control the replay buffer and its age window
     buffer_size: int = _f(2048, "replay buffer entries (oldest dropped first; reference: 2048)")
     min_age: int = _f(20, "youngest stored answer usable as the worse answer, in policy steps (reference: 20)")
     max_age: int = _f(100, "oldest stored answer usable, in policy steps (reference: 100)")
+
+    # Parameters that control the fresh (better) answer, and who writes it
     temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)")
     max_new_tokens: int = _f(16384, "token budget of the fresh answer")
     answerer: str | None = _f(None, "a fixed model that writes the pairs' answers (a frozen policy); default: the "
@@ -281,7 +302,8 @@ class RunConfig:
          "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
          "bf16": True, "gradient_checkpointing": True, "use_vllm": True, "vllm_mode": "colocate"},
         "passed to trl.GRPOConfig as is (learning_rate, beta = KL coefficient with TRL's k3 estimator, epsilon "
-        "= clip, loss_type = grpo: masked mean per sequence then mean, the reference's, use_vllm, ...); EvoLM sets num_generations, batch sizes, max_steps, saving and logging itself",
+        "= clip, loss_type = grpo: masked mean per sequence then mean, the reference's, use_vllm, ...); EvoLM "
+        "sets num_generations, batch sizes, max_steps, saving and logging itself",
     )
 
     def __post_init__(self) -> None:
@@ -389,7 +411,7 @@ def _import(path: str, where: str) -> Any:
 def _check_reward_fn(fn: Any, name: str, where: str) -> None:
     if not callable(fn):
         raise InputError(f"{where}: {name} is not callable (a factory's result must be a reward function)")
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         raise InputError(f"{where}: {name} is async; rewards.extra takes plain functions")
     try:
         params = inspect.signature(fn).parameters.values()
@@ -562,7 +584,8 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
     s = cfg.schedule
     per_role = s.cycles * s.steps_per_phase
-    pairs_from = "labelled pairs from data.pairs" if cfg.contrast.pairs == "labelled" else "answers from a frozen policy"
+    labelled = cfg.contrast.pairs == "labelled"
+    pairs_from = "labelled pairs from data.pairs" if labelled else "answers from a frozen policy"
     roles = {"coevolve": f"{per_role} policy + {per_role} rubric, alternating",
              "sequential": f"{per_role} rubric, then {per_role} policy",
              "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
@@ -607,9 +630,12 @@ def importance_sampling_rule(grpo: dict[str, Any]) -> str:
     ratios leaves [0, 3.0]. ``use_bias_correction_kl`` (TRL's default true) also multiplies the KL term
     by the policy ratio, which changes its gradient; the reference's k3 term has no such factor.
 
-    >>> print(importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
-    ...                                 "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False}))
-    per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only (the reference's rule); KL term: k3, no ratio
+    >>> rule = importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
+    ...                                  "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False})
+    >>> import textwrap
+    >>> print(textwrap.fill(rule, 100))
+    per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only
+    (the reference's rule); KL term: k3, no ratio
     """
     if not grpo.get("use_vllm", False):
         return "none: generation in the trainer, no vLLM/trainer log-prob gap to correct"
@@ -782,7 +808,8 @@ def validate(cfg: RunConfig) -> None:
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
-        (j.timeout > 0 and cfg.rubric.writer_timeout > 0, "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
+        (j.timeout > 0 and cfg.rubric.writer_timeout > 0,
+         "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
          "judge.max_retries and rubric.writer_max_retries must be >= 0"),
         (0 < j.max_reply_mb < math.inf, f"judge.max_reply_mb must be a positive number of MiB, not {j.max_reply_mb}"),

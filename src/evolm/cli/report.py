@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from evolm.cli._common import say
+from evolm.monitor import LENGTH_FACTOR
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +15,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
         description="Read a run directory (metrics.jsonl, samples/, eval/, config.yaml) and write one HTML file "
         "with embedded plots: rewards of both roles, the judge's accuracy on temporal pairs beside the policy's "
         "reward, rubric validity, held-out evaluations, rubric statistics per phase, early vs late rubrics, "
-        "evaluation results. Works on partial or crashed runs. With several run directories, write one comparison "
+        "evaluation results, the reward-hacking monitor (flagged steps), judge cost per step. Works on partial or "
+        "crashed runs. With several run directories, write one comparison "
         "page instead: their training and held-out curves overlaid (one colour per run) and a table of final values "
         "with 95% confidence intervals; a sequential run's top directory reads as its two stages in a row.",
     )
@@ -25,6 +27,9 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", default=None, metavar="A,B,...",
                    help="with several runs: their names in the legend and tables, comma-separated, one per run "
                    "(default: each directory's name)")
+    p.add_argument("--length-factor", type=float, default=LENGTH_FACTOR, metavar="X",
+                   help="reward-hacking monitor: flag policy steps whose mean answer length exceeds X times the first "
+                   "policy steps' (default %(default)s; docs/SECURITY.md)")
     p.set_defaults(run=main)
 
 
@@ -46,4 +51,6 @@ def main(args: argparse.Namespace) -> None:
 
     run = Path(args.run_dirs[0])  # the files the report reads
     check_outputs_differ([args.output], [run / "metrics.jsonl", run / "config.yaml", run / "samples", run / "eval"])
-    say(f"wrote {write_report(run, args.output)}")
+    if not args.length_factor > 0:
+        raise InputError(f"--length-factor must be a positive number, not {args.length_factor}")
+    say(f"wrote {write_report(run, args.output, args.length_factor)}")
