@@ -17,3 +17,29 @@ def test_devices_that_do_not_exist_are_one_line_errors() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ModelError, match="not available here"):
             resolve_device("cuda")
+
+
+def test_an_uncached_hub_id_fails_at_once_when_the_hub_is_out_of_reach(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]  # noqa: ANN001
+) -> None:
+    """HF_HUB_OFFLINE, or no connection to the hub: one line and exit 2 before transformers' minute of retries."""
+    import time
+
+    import huggingface_hub.constants as hub
+
+    from evolm.cli import main
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"prompt": "q", "response": "a"}\n')
+    argv = ["judge", "--judge", "nobody-here/no-such-model", "--input", str(inp), "--output", str(tmp_path / "o.jsonl")]
+    started = time.monotonic()
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not in the Hugging Face cache" in err and "HF_HUB_OFFLINE is set" in err, err
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: the hub is out of reach
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "127.0.0.1 cannot be reached" in err, err
+    assert time.monotonic() - started < 30 and not (tmp_path / "o.jsonl").exists()
