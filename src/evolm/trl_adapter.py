@@ -200,6 +200,28 @@ def _check_constrained(grpo: dict[str, Any]) -> None:
                          "grpo.use_transformers_continuous_batching (generate_batch takes no logits processor)")
 
 
+def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
+    """Hand ``gradient_checkpointing[_kwargs]`` to TrainingArguments as ``activation_checkpointing[_kwargs]``.
+
+    transformers 5 renamed them and warns (FutureWarning) whenever only the old name is set, which TRL's
+    GRPOConfig does by default (``gradient_checkpointing=True``): a warning on every run, about a name the user
+    may never have written. The old names then mirror the new ones, so TRL reads the same values. TRL's own calls
+    of the renamed model methods (``unwrap_model_for_generation``) warn too: those warnings only are ignored.
+    """
+    import dataclasses
+    import warnings
+
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+        if new in fields and old in fields and new not in grpo:
+            value = grpo.pop(old, None if fields[old].default is dataclasses.MISSING else fields[old].default)
+            if value is not None:
+                grpo[new] = value
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
+                            category=FutureWarning, module=r"transformers\.modeling_utils")
+
+
 def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
     """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
 
@@ -214,6 +236,10 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     grpo = dict(cfg.grpo)
     grpo.setdefault("report_to", _report_to())
     grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
+    # Every trainable weight of a causal LM gets a gradient each step; transformers' default (True unless
+    # checkpointing, always for a LoRA model) has DDP search for unused ones and warn at every launch that none were.
+    grpo.setdefault("ddp_find_unused_parameters", False)
+    _checkpointing_by_new_name(grpo, GRPOConfig)
     args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations)
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
         raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "

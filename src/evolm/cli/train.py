@@ -83,10 +83,10 @@ def main(args: argparse.Namespace) -> None:
     from evolm.dist import is_main, single_cpu_launch_warning
 
     rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
-    if not rank0:  # the other processes stay quiet (no second set of loading bars): rank 0 speaks for the job
-        from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+    # the training bar is the only bar: transformers' loading and checkpoint-writing bars would interleave with it
+    hf_logging.disable_progress_bar()
     if rank0 and (warning := single_cpu_launch_warning()):
         print(warning, file=sys.stderr)
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not rank0)
