@@ -76,13 +76,18 @@ class ReplayBuffer:
     def load(cls, path: str | Path, max_size: int) -> ReplayBuffer:
         buf = cls(max_size)
         try:
-            for lineno, line in enumerate(split_lines(Path(path).read_bytes().decode("utf-8")), start=1):
-                if line.strip():
-                    d = json.loads(line)
-                    buf.add(int(d["step"]), str(d["question"]), str(d["answer"]))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__} near line "
-                           f"{locals().get('lineno', 0)})") from None
+            text = Path(path).read_bytes().decode("utf-8")
+        except (OSError, ValueError) as e:
+            raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__})") from None
+        for lineno, line in enumerate(split_lines(text), start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                buf.add(int(d["step"]), str(d["question"]), str(d["answer"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__} near line "
+                               f"{lineno})") from None
         return buf
 
     def candidates(self, current_step: int, min_age: int, max_age: int) -> tuple[list[BufferEntry], str]:

@@ -11,10 +11,9 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from collections.abc import Sequence
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.config import RUBRIC_PROMPTS
@@ -133,7 +132,8 @@ _OLDER_EXAMPLE = {
         {"criterion": "Explains how the neighbour gets in (key, access).", "weight": 0.15,
          "scoring_levels": {"1.0": "Access explained.", "0.0": "Not mentioned."}},
         {"criterion": "Is polite and short, as a note to a neighbour should be.", "weight": 0.15,
-         "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or curt.", "0.0": "Rude or rambling."}},
+         "scoring_levels": {"1.0": "Polite and brief.", "0.5": "Polite but long, or curt.",
+                            "0.0": "Rude or rambling."}},
     ]
 }
 
@@ -148,7 +148,8 @@ def rubric_messages(question: str, prompt: str = "v3") -> Conversation:
     """
     if prompt not in RUBRIC_PROMPTS:
         raise ValueError(f"unknown rubric prompt '{prompt}' (choose from {', '.join(RUBRIC_PROMPTS)})")
-    instructions, example = (_RUBRIC_INSTRUCTIONS, _EXAMPLE) if prompt == "v3" else (_OLDER_INSTRUCTIONS, _OLDER_EXAMPLE)
+    v3 = prompt == "v3"
+    instructions, example = (_RUBRIC_INSTRUCTIONS, _EXAMPLE) if v3 else (_OLDER_INSTRUCTIONS, _OLDER_EXAMPLE)
     return [
         {"role": "system", "content": f"{RUBRIC_SYSTEM_PROMPT}\n\n{instructions}"},
         {"role": "user", "content": f"Question:\n{_EXAMPLE_QUESTION}"},
@@ -312,7 +313,8 @@ def parse_rubric(text: str) -> Rubric | None:
     text are dropped; missing or non-positive weights get the mean of the others; weights are
     normalised to sum to 1. Strictness lives in ``format_validity``, not here.
 
-    >>> r = parse_rubric('Sure!\\n```json\\n{"criteria": [{"criterion": "Correct", "weight": 3}, {"criterion": "Clear", "weight": 1}]}\\n```')
+    >>> text = '{"criteria": [{"criterion": "Correct", "weight": 3}, {"criterion": "Clear", "weight": 1}]}'
+    >>> r = parse_rubric('Sure!\\n```json\\n' + text + '\\n```')
     >>> [round(c.weight, 2) for c in r.criteria]
     [0.75, 0.25]
     >>> parse_rubric("no rubric here") is None

@@ -303,6 +303,7 @@ class OpenAIBackend:
         tried: list[Endpoint] = []  # endpoints that failed this request, in order
         attempts, start, deadline = 0, 0.0, None
         failure: BaseException | None = None
+        url = ""  # the last attempt's (set before a retry can find no free endpoint)
         while True:
             endpoint = await self._pool.acquire(tokens, tried, deadline, retry=attempts > 0)
             if endpoint is None:  # a retry found no free endpoint before the deadline

@@ -178,7 +178,8 @@ class VLLMBackend:
         for output in outputs:
             steps = output.outputs[0].logprobs
             first = steps[0] if steps else {}
-            rows.append(match_candidates([(self._decoded(tid, lp), lp.logprob) for tid, lp in first.items()], candidates))
+            scored = [(self._decoded(tid, lp), lp.logprob) for tid, lp in first.items()]
+            rows.append(match_candidates(scored, candidates))
         return rows
 
     def _safe(self, conversations: Sequence[Conversation]) -> list[Conversation]:
@@ -197,7 +198,8 @@ class VLLMBackend:
         return [neutralise_conversation(conversation, self._controls) for conversation in conversations]
 
     def _chat(
-        self, conversations: Sequence[Conversation], sampling_params: Any, template_kwargs: dict[str, Any], progress: bool
+        self, conversations: Sequence[Conversation], sampling_params: Any, template_kwargs: dict[str, Any],
+        progress: bool,
     ) -> list[Any]:
         """``LLM.chat`` on a batch; its errors (e.g. a prompt longer than the context) become one line."""
         try:
