@@ -8,6 +8,7 @@ checkers follow is still a circle in the design) and inside functions (lazy impo
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -121,3 +122,15 @@ def test_the_judge_dispatches_exactly_the_modes_config_accepts() -> None:
 
     assert tuple(SCORERS) == JUDGE_MODES
 
+
+
+def test_code_and_docs_cite_the_method_document_not_the_private_spec() -> None:
+    """Users have docs/METHOD.md (numbered as the spec it rewrites), not the spec: every citation names it."""
+    root = SRC.parent
+    files = [root / "README.md", *(p for d in ("src", "docs", "configs", "bench", "examples", "scripts")
+                                   for p in sorted((root / d).rglob("*")) if p.suffix in (".py", ".md", ".yaml", ".sh"))]
+    pattern = re.compile(r"\bSPEC( §|'s\b| section\b)")
+    hits = [f"{p.relative_to(root)}:{i}" for p in files if p.is_file()
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert len(files) > 50 and hits == [], f"cite docs/METHOD.md §N instead: {', '.join(hits[:10])}"
+    assert (root / "docs" / "METHOD.md").is_file()
