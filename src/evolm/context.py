@@ -92,8 +92,8 @@ def estimate_tokens(conversation: Conversation) -> int:
     return total
 
 
-def prompt_tokens(backend: Any, conversations: Sequence[Conversation], chat_template_kwargs: dict[str, Any] | None = None,
-                  *, reads_one_token: bool = False) -> list[int]:
+def prompt_tokens(backend: Any, conversations: Sequence[Conversation],
+                  chat_template_kwargs: dict[str, Any] | None = None, *, reads_one_token: bool = False) -> list[int]:
     """Prompt length in tokens of each conversation: exact where the backend counts (``count_tokens``), else estimated.
 
     ``reads_one_token``: the prompt as the probability modes send it (after an empty think block for
