@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from evolm.cli import _common
 from evolm.cli import judge as judge_cli
 from evolm.cli import main
 
@@ -70,9 +69,8 @@ class _FakeJudge:
 def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(_common, "WRITE_BATCH", 4)
     inp = _write(tmp_path / "in.jsonl", [{"prompt": f"q{i}", "response": "x" * i, "id": i} for i in range(10)])
-    argv = ["judge", "--judge", "J", "--input", str(inp), "--batch-size", "1"]
+    argv = ["judge", "--judge", "J", "--input", str(inp), "--batch-size", "4"]  # on hf: written per batch of 4
     calls: list[int] = []
     monkeypatch.setattr(judge_cli, "judge_from_args", lambda *a: _FakeJudge(calls))
     assert main([*argv, "--output", str(tmp_path / "full.jsonl")]) == 0
@@ -122,9 +120,8 @@ def test_rubric_and_judge_resume_on_the_tiny_model(tiny_model_dir: Path, tmp_pat
     from evolm import rubrics
     from evolm.judge import Judge
 
-    monkeypatch.setattr(_common, "WRITE_BATCH", 3)
     inp = _write(tmp_path / "p.jsonl", [{"prompt": f"What is {i} + {i}?", "response": str(2 * i)} for i in range(7)])
-    common = ["--input", str(inp), "--device", "cpu", "--dtype", "float32", "--batch-size", "2"]
+    common = ["--input", str(inp), "--device", "cpu", "--dtype", "float32", "--batch-size", "3"]
     rubric_argv = ["rubric", "--model", str(tiny_model_dir), "--max-new-tokens", "6", *common]
     judge_argv = ["judge", "--judge", str(tiny_model_dir), "--mode", "yesno", *common]
 

@@ -283,13 +283,19 @@ def rubric_params(args: argparse.Namespace):  # -> SamplingParams
 
 
 AS_YOU_GO = ("Rows are written as they are done, to OUTPUT.partial (renamed to OUTPUT at the end): after a crash "
-              "run the same command with --resume-output to keep them and do only the rest. An output that is "
-              "also the input is refused.")
+             "run the same command with --resume-output to keep them and do only the rest. An output that is "
+             "also the input is refused.")
 
 
-# Rows per batch that `rubric` and `judge` write out before the next one starts (or --batch-size if larger):
-# what a crash can lose at most.
+# Rows that `rubric` and `judge` send together to a server or vLLM (or --batch-size if larger), which take many
+# at once, and write out before the next ones start: what a crash can lose at most.
 WRITE_BATCH = 64
+
+
+def write_chunk(args: argparse.Namespace) -> int:
+    """Rows computed and written out together: one generation batch (--batch-size) on a local hf model, so that
+    the progress bar moves after each batch; ``WRITE_BATCH`` requests in flight on the other backends."""
+    return args.batch_size if args.backend == "hf" else max(WRITE_BATCH, args.batch_size)
 
 
 def add_resume_output_arg(p: argparse.ArgumentParser) -> None:
@@ -303,15 +309,16 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
 
     Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``jsonl.resumable_jsonl``), so a
     crash loses at most the batch in progress; with --resume-output the rows already there are
-    checked against the input (same ``keys``, row by row) and skipped. Batches start at multiples of
-    the batch size, so a resumed run calls the model exactly as an uninterrupted one does.
+    checked against the input (same ``keys``, row by row) and skipped. Batches (``write_chunk`` rows)
+    start at multiples of their size, so a resumed run calls the model exactly as an uninterrupted one
+    does. The progress bar moves after each batch.
     """
     from tqdm.auto import tqdm
 
     from evolm.errors import InputError
     from evolm.jsonl import resumable_jsonl
 
-    batch = max(WRITE_BATCH, args.batch_size)
+    batch = write_chunk(args)
     with resumable_jsonl(args.output, resume=args.resume_output) as out:
         done = out.done
         if len(done) > len(rows):
