@@ -396,3 +396,24 @@ def test_group_results_sum_their_subtasks_and_add_the_macro_average() -> None:
     out["results"]["bbh_cot_zeroshot"] = {"exact_match,strict-match": 0.1}
     with pytest.raises(BackendError, match=r"no 'exact_match,flexible-extract' .* \(it gave: exact_match,strict-match;"):
         policy._task_result(task, out, leaves, None, {}, 0.0)
+
+
+def test_lm_evals_git_lookup_is_quiet_outside_a_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """lm-eval's `git describe` printed "fatal: not a git repository" outside a checkout; quiet_git_hash keeps its
+    value and drops the line."""
+    import shutil
+
+    import lm_eval.evaluator as evaluator
+
+    from evolm.eval.offline import quiet_git_hash
+
+    if shutil.which("git") is None:
+        pytest.skip("no git here: lm-eval's lookup prints nothing anyway")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # no checkout above tmp_path counts
+    assert evaluator.get_git_commit_hash() is None
+    assert "not a git repository" in capfd.readouterr().err  # what `evolm eval policy` showed
+    with quiet_git_hash():
+        assert evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == "" and evaluator.get_git_commit_hash.__name__ == "get_git_commit_hash"

@@ -9,6 +9,9 @@
   imported. An existing NLTK data install is used first when it already has ``punkt_tab``.
 - Model-written code runs only when the caller allowed it (``code_eval_allowed``: HF ``code_eval``
   refuses to run code without ``HF_ALLOW_CODE_EVAL=1``).
+- lm-eval records the working directory's commit with ``git describe``, whose "fatal: not a git
+  repository" reached the terminal outside a checkout: ``quiet_git_hash`` runs it with git's stderr
+  discarded (same result).
 """
 
 from __future__ import annotations
@@ -82,6 +85,28 @@ def hub_offline() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def quiet_git_hash() -> Iterator[None]:
+    """lm-eval's ``get_git_commit_hash`` for the block, with git's stderr discarded (its value unchanged)."""
+    import subprocess
+
+    import lm_eval.evaluator as evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def quiet() -> str | None:
+        try:
+            return subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL).strip().decode()
+        except (subprocess.CalledProcessError, FileNotFoundError):  # as lm-eval's: not a checkout, or no git
+            return get_commit_from_path(os.getcwd())
+
+    saved = evaluator.get_git_commit_hash
+    evaluator.get_git_commit_hash = quiet
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = saved
 
 
 @contextlib.contextmanager

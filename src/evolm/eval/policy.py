@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from evolm.errors import BackendError, InputError
-from evolm.eval.offline import code_eval_allowed, ensure_punkt_tab, hub_offline
+from evolm.eval.offline import code_eval_allowed, ensure_punkt_tab, hub_offline, quiet_git_hash
 from evolm.eval.policy_tasks import POLICY_TASKS, PolicyTask
 from evolm.jsonl import read_jsonl
 
@@ -401,7 +401,7 @@ def evaluate_policy(
                 + (f", {len(leaves)} subtasks" if len(leaves) > 1 else "")
                 + (f", {docs} docs" if docs is not None else "") + f"): {describe_generation(generation)}{mixed}")
             t0 = time.monotonic()
-            with hub_offline():
+            with hub_offline(), quiet_git_hash():
                 out = lm_eval.simple_evaluate(
                     model=lm,
                     tasks=[root],
