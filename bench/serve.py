@@ -2,8 +2,9 @@
 
 Both variants score the same answers with the same loaded judge, in the same process:
 
-- ``evolm judge``:  ``Judge.score`` on all answers in one call, and in calls of ``WRITE_BATCH`` (64)
-                    rows as the ``evolm judge`` command makes them; the faster of the two is the reference
+- ``evolm judge``:  ``Judge.score`` on all answers in one call, and in calls of ``--batch-size`` rows
+                    as the ``evolm judge`` command makes them on a local model (``cli._common.write_chunk``;
+                    64 before it moved its progress bar per batch); the faster of the two is the reference
 - ``evolm serve``:  the app of ``evolm serve`` (``evolm.serve.create_app``) on a real uvicorn server
                     in a thread, ``--clients`` threads each posting OpenRLHF ``/get_reward`` requests of
                     ``--per-request`` answers (two questions x two answers) one after another
@@ -61,7 +62,9 @@ def main() -> None:
     import httpx
     from reward_server import running  # tests/reward_server.py: uvicorn in a thread on a free port
 
-    from evolm.cli._common import WRITE_BATCH
+    from evolm.cli._common import write_chunk
+
+    WRITE_BATCH = write_chunk(argparse.Namespace(backend="hf", batch_size=args.batch_size))  # rows per CLI call
     from evolm.judge import Judge, JudgeItem
     from evolm.models import load_backend
     from evolm.rubrics import Rubric
