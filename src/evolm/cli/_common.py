@@ -342,7 +342,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
         except BaseException:
             if out.partial is not None and len(out.rows) > 0:
                 say(f"{len(out.rows)} of {len(rows)} rows kept in {out.partial}: "
-                      "run again with --resume-output to continue")
+                    "run again with --resume-output to continue")
             raise
         return out.rows
 

@@ -119,4 +119,4 @@ def main(args: argparse.Namespace) -> None:
     spared = f"; {stats.lookups - stats.sent} judged once for identical rows" if stats and stats.lookups > stats.sent \
         else ""
     say(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}"
-          + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)
+        + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)

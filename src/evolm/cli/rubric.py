@@ -62,4 +62,4 @@ def main(args: argparse.Namespace) -> None:
     out = write_as_you_go(args, rows, compute, keys=("prompt",), desc="rubrics")
     n_over = sum("rubric_overlong" in r for r in out)
     say(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}"
-          + (f"; {n_over} questions over the writer's context got none" if n_over else ""))
+        + (f"; {n_over} questions over the writer's context got none" if n_over else ""))

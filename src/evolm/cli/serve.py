@@ -100,5 +100,5 @@ def main(args: argparse.Namespace) -> None:
                              header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
                              max_connections=args.max_connections)
     say(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
-          "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
+        "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
     run_server(create_app(cached_judge(judge, args.judge_cache), rubrics, settings), args.host, args.port)

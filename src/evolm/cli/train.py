@@ -156,11 +156,11 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
              f"{budget.seconds:,.0f} s")
     if budget.timeout is not None and not budget.fits:
         say(f"evolm: warning: the judge's longest reply ({reply}) outlasts judge.timeout ({budget.timeout:g} s): "
-              "long replies would time out, be retried and count as missing; raise judge.timeout")
+            "long replies would time out, be retried and count as missing; raise judge.timeout")
     if budget.step_seconds > budget.ddp_timeout:
         say(f"evolm: warning: judging one step on one process may take {budget.step_seconds:,.0f} s at worst, "
-              f"longer than grpo.ddp_timeout ({budget.ddp_timeout:g} s) that the other processes wait in a "
-              "collective: raise grpo.ddp_timeout")
+            f"longer than grpo.ddp_timeout ({budget.ddp_timeout:g} s) that the other processes wait in a "
+            "collective: raise grpo.ddp_timeout")
     facts = memory.model_facts(cfg.model.name)
     if cfg.grpo.get("use_cpu") or facts is None:
         why = "a CPU run (grpo.use_cpu)" if facts else (f"the shape of {cfg.model.name} is not known (not a local "

@@ -104,9 +104,9 @@ def main(args: argparse.Namespace) -> None:
     write_result(args.output, result.to_dict(), rb2.format_table(result))
     wrote = [p for p in (args.save_scores if not args.from_scores else None, args.output) if p and p != "-"]
     say(f"RewardBench 2 overall {100 * result.overall:.1f} over {len(scored)} rows"
-          + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
-          + (f"; {n} Ties tied: rows without their ref: row (in the tied accuracy only, as the official code "
-             "scores them)" if (n := len(rb2.unpaired_tied(scored))) else "")
-          + (rubric_note(coverage) if coverage is not None else "")
-          + (judge_context_note(judge) if judge is not None else "")
-          + (f"; wrote {', '.join(wrote)}" if wrote else ""))
+        + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
+        + (f"; {n} Ties tied: rows without their ref: row (in the tied accuracy only, as the official code "
+           "scores them)" if (n := len(rb2.unpaired_tied(scored))) else "")
+        + (rubric_note(coverage) if coverage is not None else "")
+        + (judge_context_note(judge) if judge is not None else "")
+        + (f"; wrote {', '.join(wrote)}" if wrote else ""))
