@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-CACHE_ENTRIES = 10_000  # default bound: at most this many results are kept (a result is a few hundred bytes)
+CACHE_ENTRIES = 10_000  # default bound: at most this many results are kept (a probability-mode result is a few
+# hundred bytes; a generative one keeps its reasoning, up to the reply's length: size judge.cache to the replies)
 
 
 @dataclass
