@@ -12,7 +12,6 @@ import sys
 
 from evolm.config import BACKENDS, DTYPES, JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, OVERLONG
 
-
 MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
 
 
@@ -274,7 +273,6 @@ def judge_context_note(judge) -> str:  # noqa: ANN001 - evolm.judge.Judge (or a 
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams
     """Rubric-writing sampling parameters, all from the flags."""
     from evolm.backends.base import SamplingParams
-
     from evolm.constrained import RUBRIC_SCHEMA
 
     return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,

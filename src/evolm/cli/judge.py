@@ -6,9 +6,21 @@ import argparse
 import json
 
 from evolm.cli._common import (
-    AS_YOU_GO, JUDGE_CONSTRAINED, MODEL_NAMES, add_backend_args, add_context_args, add_judge_mode_arg,
-    add_resume_output_arg, add_runtime_args, add_seed_arg, check_before_loading, context_note, judge_from_args, say,
-    text_rows, write_as_you_go,
+    AS_YOU_GO,
+    JUDGE_CONSTRAINED,
+    MODEL_NAMES,
+    add_backend_args,
+    add_context_args,
+    add_judge_mode_arg,
+    add_resume_output_arg,
+    add_runtime_args,
+    add_seed_arg,
+    check_before_loading,
+    context_note,
+    judge_from_args,
+    say,
+    text_rows,
+    write_as_you_go,
 )
 from evolm.config import JUDGE_MODES
 from evolm.judge_cache import CACHE_ENTRIES, cached_judge

@@ -5,8 +5,19 @@ from __future__ import annotations
 import argparse
 
 from evolm.cli._common import (
-    AS_YOU_GO, MODEL_NAMES, add_backend_args, add_context_args, add_resume_output_arg, add_rubric_writing_args,
-    add_runtime_args, check_before_loading, load_model, rubric_params, say, text_rows, write_as_you_go,
+    AS_YOU_GO,
+    MODEL_NAMES,
+    add_backend_args,
+    add_context_args,
+    add_resume_output_arg,
+    add_rubric_writing_args,
+    add_runtime_args,
+    check_before_loading,
+    load_model,
+    rubric_params,
+    say,
+    text_rows,
+    write_as_you_go,
 )
 
 

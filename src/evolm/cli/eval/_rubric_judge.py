@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 
 from evolm.cli._common import (
-    JUDGE_CONSTRAINED, MODEL_NAMES, add_backend_args, add_context_args, add_judge_mode_arg, add_rubric_writing_args,
-    add_runtime_args, judge_from_args, load_model,
+    JUDGE_CONSTRAINED,
+    MODEL_NAMES,
+    add_backend_args,
+    add_context_args,
+    add_judge_mode_arg,
+    add_rubric_writing_args,
+    add_runtime_args,
+    judge_from_args,
+    load_model,
 )
 from evolm.config import BACKENDS
 

@@ -76,7 +76,12 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval.policy import (
-        check_access, default_data_dir, default_output_path, format_table, resolve_data_files, resolve_decoding,
+        check_access,
+        default_data_dir,
+        default_output_path,
+        format_table,
+        resolve_data_files,
+        resolve_decoding,
         run_policy_eval,
     )
     from evolm.eval.policy_tasks import POLICY_TASKS, parse_tasks
