@@ -251,9 +251,10 @@ def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url
     cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
                       batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
                       chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
-                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained, **_request_limit_kwargs(args))
-    cfg.prompt, cfg.defences, cfg.parse = (getattr(args, "judge_prompt", "evolm"), getattr(args, "judge_defences", True),
-                                           getattr(args, "judge_parse", "evolm"))
+                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained,
+                      **_request_limit_kwargs(args))
+    cfg.prompt, cfg.defences, cfg.parse = (getattr(args, "judge_prompt", "evolm"),
+                                           getattr(args, "judge_defences", True), getattr(args, "judge_parse", "evolm"))
     if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
         cfg.chat_template_kwargs = {"enable_thinking": True}
     return build_judge(cfg, seed=args.seed, device=args.device)
@@ -302,7 +303,8 @@ def add_resume_output_arg(p: argparse.ArgumentParser) -> None:
                    "which must be the first input rows in order, and compute only the rest")
 
 
-def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: tuple[str, ...], desc: str) -> list[dict]:
+def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: tuple[str, ...], desc: str
+                    ) -> list[dict]:
     """Compute the output rows in batches, each written out (fsynced) as it finishes; all output rows.
 
     Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``jsonl.resumable_jsonl``), so a
@@ -322,7 +324,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
         if len(done) > len(rows):
             raise InputError(f"{args.output}: holds {len(done)} rows, more than the {len(rows)} input rows; "
                              "not resuming")
-        for n, (old, row) in enumerate(zip(done, rows)):
+        for n, (old, row) in enumerate(zip(done, rows)):  # noqa: B905 - the rows done: a prefix of the input
             for k in keys:
                 if old.get(k) != row[k]:
                     raise InputError(f"{args.output}: row {n + 1} does not match input row {n + 1} (different "
@@ -346,7 +348,8 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
 
 
 def write_result(output: str | None, result: dict, table: str) -> None:
-    """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on stdout."""
+    """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on
+    stdout."""
     if output:
         import json
 

@@ -63,10 +63,10 @@ def main(args: argparse.Namespace) -> None:
             first = min(over)
             raise InputError(f"{args.input}: row {start + first + 1}: {over[first]} (--overlong refuse)")
         todo = [i for i in range(len(questions)) if i not in over]
-        written = dict(zip(todo, write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt),
-                           strict=True))
-        return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]} if i in over
-                else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
+        texts = write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt)
+        written = dict(zip(todo, texts, strict=True))
+        return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]}
+                if i in over else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
                       "rubric_valid": written[i].valid, "rubric_text": written[i].text}
                 for i, row in enumerate(rows[start:end])]
 

@@ -43,7 +43,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                        help="writes a rubric for each new question without one in its label (loaded once when it "
                        "is the judge model too)")
     where.add_argument("--rubrics", default=None, metavar="FILE",
-                       help="JSONL of rubrics by prompt ('evolm rubric' output), for questions without one in the label")
+                       help="JSONL of rubrics by prompt ('evolm rubric' output), for questions without one in the "
+                       "label")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; the server has no authentication)")
     p.add_argument("--port", type=positive_int, default=8000, help="port to listen on (default 8000)")
@@ -63,7 +64,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                    help="written rubrics kept, one per question, least recently used dropped first (default 4096)")
     limits = p.add_argument_group("limits", "what one request or connection may take; past a size limit the "
                                   "reply is 413 with a JSON error. A request past its deadline or whose client "
-                                  "disconnects is dropped: its answers not yet scored never are, its queue slot is freed")
+                                  "disconnects is dropped: its answers not yet scored never are, its queue slot is "
+                                  "freed")
     limits.add_argument("--max-body-mb", type=positive, default=16.0, help="request body size in MiB (default 16)")
     limits.add_argument("--max-answers", type=positive_int, default=8192, help="answers in one request (default 8192)")
     limits.add_argument("--max-answer-chars", type=positive_int, default=500_000,

@@ -163,8 +163,9 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
             "collective: raise grpo.ddp_timeout")
     facts = memory.model_facts(cfg.model.name)
     if cfg.grpo.get("use_cpu") or facts is None:
-        why = "a CPU run (grpo.use_cpu)" if facts else (f"the shape of {cfg.model.name} is not known (not a local "
-                                                          "directory with config.json, not in evolm.memory.KNOWN_MODELS)")
+        why = "a CPU run (grpo.use_cpu)" if facts else (
+            f"the shape of {cfg.model.name} is not known (not a local directory with config.json, not in "
+            "evolm.memory.KNOWN_MODELS)")
         say(f"memory estimate skipped: {why}")
         return None
     gpu = args.gpu_memory if args.gpu_memory is not None else 80.0

@@ -60,17 +60,20 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive_int, default=None, help="first N documents of each task (quick runs)")
     p.add_argument("--max-gen-toks", type=positive_int, default=None,
                    help="most tokens generated per answer (default: the task's own under --protocol lm-eval, "
-                   f"{OLMO3_ADAPT_DECODING['max_gen_toks']} under olmo3-adapt; always capped to fit the model's context)")
+                   f"{OLMO3_ADAPT_DECODING['max_gen_toks']} under olmo3-adapt; always capped to fit the model's "
+                   "context)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (lm-eval's tasks are greedy already)")
     add_sampling_args(p)
     add_runtime_args(p)
     p.add_argument("--system-instruction", default=None, help="system message for every prompt (default: none)")
     p.add_argument("--think-end-token", default="auto",
-                   help="score only the text after this token (auto: '</think>' when the tokenizer has it; '' for none)")
+                   help="score only the text after this token (auto: '</think>' when the tokenizer has it; '' for "
+                   "none)")
     p.add_argument("--output", default=None,
                    help="JSON results ('-' for stdout; default: RUN/eval/policy-checkpoint-N.json for a run "
                    "checkpoint, else stdout)")
-    p.add_argument("--samples", default=None, metavar="FILE", help="also write every prompt, response and score as JSONL")
+    p.add_argument("--samples", default=None, metavar="FILE",
+                   help="also write every prompt, response and score as JSONL")
     p.set_defaults(run=main)
 
 

@@ -13,11 +13,11 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
         "rb2",
         help="RewardBench 2 accuracy of a rubric writer + judge",
         description="RewardBench 2 (docs/METHOD.md §3.1) with the official scoring: one rubric per prompt "
-        "(from the prompt alone; one that does not parse is written again at temperature 0.3, then 0.1), every completion judged "
-        "separately; 1/k credit when the chosen answer ties k-way at the top; the Ties formula of the rewardbench "
-        "0.1.4 release; overall = mean of the six subsets (any other subset name is an error). A missing judge "
-        "score ranks below every present score. "
-        "Prints a per-subset table (percent) and writes the result as JSON with --output (scores in [0, 1]).",
+        "(from the prompt alone; one that does not parse is written again at temperature 0.3, then 0.1), every "
+        "completion judged separately; 1/k credit when the chosen answer ties k-way at the top; the Ties formula of "
+        "the rewardbench 0.1.4 release; overall = mean of the six subsets (any other subset name is an error). A "
+        "missing judge score ranks below every present score. Prints a per-subset table (percent) and writes the "
+        "result as JSON with --output (scores in [0, 1]).",
     )
     p.add_argument("data", nargs="?", help="RewardBench 2 rows: a local .parquet/.json/.jsonl file (or a folder of "
                    "them), or the hub id allenai/reward-bench-2 (downloads); not needed with --from-scores")
