@@ -53,7 +53,7 @@ def main() -> None:
             t0 = time.perf_counter()
             for bs in (1, 16):
                 backend.batch_size = bs
-                scores[bs] = judge.score(items)
+                scores[bs] = [j.score for j in judge.score(items)]
             gaps = [abs(a - b) for a, b in zip(scores[1], scores[16], strict=True) if a is not None and b is not None]
             out.append([mode, dtype, len(gaps), max(gaps), statistics.fmean(gaps), time.perf_counter() - t0])
             print(f"{mode} {dtype}: max {max(gaps):.3g}, mean {statistics.fmean(gaps):.3g}", file=sys.stderr, flush=True)

@@ -64,7 +64,7 @@ def main() -> None:
             judge = Judge(backend, mode=mode)
             judge.score(items[: args.batch_size])  # warm-up
             t0 = time.perf_counter()
-            s = judge.score(items, progress=True)
+            s = [j.score for j in judge.score(items, progress=True)]
             seconds = time.perf_counter() - t0
             c = [pair_credit(a, b) for a, b in zip(s[0::2], s[1::2], strict=True)]
             credits[mode, dtype], scores[mode, dtype] = c, s

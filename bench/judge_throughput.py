@@ -62,6 +62,7 @@ def main() -> None:
     from evolm.judge import Judge, JudgeItem
     from evolm.models import load_backend
     from evolm.rubrics import Rubric, write_rubrics
+    from evolm.scores import scores_of
 
     torch.manual_seed(0)
     backend = load_backend(args.model, device="cpu", dtype=args.dtype, batch_size=args.batch_size)
@@ -113,10 +114,10 @@ def main() -> None:
         judges["generative"].score(items[:1])  # warm-up: one short generation
         backend.generate = recording_generate  # type: ignore[method-assign]
         t0 = time.perf_counter()
-        scores = judges["generative"].score(items, progress=True)
+        scores = [j.score for j in judges["generative"].score(items, progress=True)]
         results["generative"] = (time.perf_counter() - t0, scores)
         backend.generate = generate  # type: ignore[method-assign]
-    results |= timed_interleaved({name: (lambda j=judge: j.score(items)) for name, judge in judges.items()
+    results |= timed_interleaved({name: (lambda j=judge: scores_of(j.score(items))) for name, judge in judges.items()
                                   if judge.mode != "generative"}, repeats=args.repeats)
 
     answer_tokens = [len(backend.tokenizer.encode(it.answer)) for it in items]

@@ -122,10 +122,10 @@ def main() -> None:
         latencies, calls, busy = [], [], []
         for rep in range(args.repeats):  # variants interleaved, so load drifts hit all of them alike
             t0 = time.perf_counter()
-            direct = judge.score(items)
+            direct = [j.score for j in judge.score(items)]
             times["one"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()  # `evolm judge` itself scores its input WRITE_BATCH rows per call
-            chunked = [x for k in range(0, n, WRITE_BATCH) for x in judge.score(items[k : k + WRITE_BATCH])]
+            chunked = [j.score for k in range(0, n, WRITE_BATCH) for j in judge.score(items[k : k + WRITE_BATCH])]
             times["cli"].append(time.perf_counter() - t0)
             seconds, served, lat, batches, busy_s = serve_once(judge)
             times["serve"].append(seconds)

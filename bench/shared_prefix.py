@@ -101,8 +101,8 @@ def main() -> None:
     def run(backend: HFBackend, together: bool) -> list[float | None]:
         judge = Judge(backend, mode=args.mode)
         if together:
-            return judge.score([it for g in groups for it in g])
-        return [s for g in groups for s in judge.score(g)]
+            return [j.score for j in judge.score([it for g in groups for it in g])]
+        return [j.score for g in groups for j in judge.score(g)]
 
     timed = timed_interleaved({name: (lambda v=v: run(*v)) for name, v in variants.items()}, repeats=args.repeats)
     times = {name: t for name, (t, _) in timed.items()}

@@ -107,7 +107,7 @@ def steering_items(attack: Callable[[str], str] | None) -> list[JudgeItem]:
 
 
 def mean_score(judge: Judge, items: Sequence[JudgeItem]) -> float:
-    scores = [s for s in judge.score(items) if s is not None]
+    scores = [j.score for j in judge.score(items) if j.score is not None]
     return sum(scores) / len(scores) if scores else float("nan")
 
 

@@ -17,5 +17,5 @@ print("rubric written by the model is", "valid" if written.valid else "invalid; 
 
 judge = Judge(backend, mode="prob")  # one forward pass per answer, deterministic
 good, bad = "2 hours is 2 x 60 = 120 minutes.", "2 hours is 200 minutes."
-scores = judge.score([JudgeItem(question, good, rubric), JudgeItem(question, bad, rubric)])
+scores = [j.score for j in judge.score([JudgeItem(question, good, rubric), JudgeItem(question, bad, rubric)])]
 print(f"good answer: {scores[0]:.3f}   bad answer: {scores[1]:.3f}")

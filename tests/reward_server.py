@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from openai_server import run_app
 
 from evolm.judge import JudgeItem
+from evolm.scores import Judgment
 
 
 @contextmanager
@@ -42,14 +43,14 @@ class FakeJudge:
     calls: list[list[JudgeItem]] = field(default_factory=list)
     entered: threading.Event = field(default_factory=threading.Event)
 
-    def score(self, items: list[JudgeItem]) -> list[float | None]:
+    def score(self, items: list[JudgeItem]) -> list[Judgment]:
         self.calls.append(list(items))
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
         if self.fail_on is not None and any(self.fail_on in it.answer for it in items):
             raise RuntimeError("the judge failed")
-        return [None if self.missing_on and self.missing_on in it.answer else fake_score(it) for it in items]
+        return [Judgment(None if self.missing_on and self.missing_on in it.answer else fake_score(it)) for it in items]
 
 
 @dataclass

@@ -77,6 +77,7 @@ import pytest
 
 from evolm.cli import main
 from evolm.jsonl import read_jsonl
+from evolm.scores import scores_of
 
 NO_MODEL = "/nonexistent/evolm-model"  # a mistake must be caught before this is looked for
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -390,7 +391,7 @@ def test_huge_rubric_weights_still_give_a_yesno_score() -> None:
             return [{"Yes": math.log(0.75), "No": math.log(0.25)} for _ in conversations]
 
     rubric = Rubric.from_obj({"criteria": [{"criterion": "a", "weight": 1e308}, {"criterion": "b", "weight": 1e308}]})
-    (score,) = Judge(Backend(), mode="yesno").score([JudgeItem("q", "a", rubric)])
+    (score,) = scores_of(Judge(Backend(), mode="yesno").score([JudgeItem("q", "a", rubric)]))
     assert score == pytest.approx(0.75)
 
 
@@ -905,9 +906,9 @@ def test_default_judge_scores_do_not_depend_on_the_batch(tiny_model_dir: Path, m
     assert next(judge.backend.model.parameters()).dtype == torch.float32
     rubric = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6}, {"criterion": "Short.", "weight": 0.4}]})
     items = [JudgeItem("What is 2 + 2?", "It is four. " * (1 + 3 * i), rubric if i % 2 else None) for i in range(16)]
-    together = judge.score(items)
+    together = scores_of(judge.score(items))
     judge.backend.batch_size = 1
-    alone = judge.score(items)
+    alone = scores_of(judge.score(items))
     assert max(abs(a - b) for a, b in zip(alone, together, strict=True)) < 1e-5
     help_text = " ".join(build_help("judge").split())
     assert "a judge's weights: float32 everywhere, so that a score moves by less than 1e-5" in help_text

@@ -11,6 +11,7 @@ from evolm.cli import main
 from evolm.coevolve import run
 from evolm.config import load_config
 from evolm.jsonl import read_jsonl
+from evolm.scores import Judgment, scores_of
 
 BASELINES = sorted((Path(__file__).resolve().parents[1] / "configs" / "baselines").glob("*.yaml"))
 
@@ -90,7 +91,7 @@ def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> N
     rows = read_jsonl(run_dir / "samples" / "phase-000-policy.jsonl")
     assert all(r["rubric"] is None for r in rows)  # no rubric is written or read
     rm = load_reward_model(str(rm_dir), device="cpu", dtype="float32", reading="reference")
-    again = rm.score([JudgeItem(r["question"], r["completion"]) for r in rows])
+    again = scores_of(rm.score([JudgeItem(r["question"], r["completion"]) for r in rows]))
     assert again == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)  # the reward is the RM's score
     assert cfg.judge.reward_model_reading == "reference" and all(0 < x < 10 for x in again)
 
@@ -113,7 +114,7 @@ def test_reward_model_reference_reading(tiny_model_dir: Path, tmp_path: Path) ->
     text = ref.tokenizer.apply_chat_template(conv, tokenize=False)
     with torch.inference_mode():  # the authors' scoring, one chat at a time
         logit = ref.model(**ref.tokenizer(text, return_tensors="pt", truncation=True, max_length=4096)).logits[0][0]
-    assert ref.score([item]) == pytest.approx([10 / (1 + math.exp(-float(logit)))], rel=1e-4)
+    assert scores_of(ref.score([item])) == pytest.approx([10 / (1 + math.exp(-float(logit)))], rel=1e-4)
     assert "add them" in ref._text(item.question, item.answer) and "add them" not in ours._text(item.question, item.answer)
 
 
@@ -133,7 +134,7 @@ class _Recorder:
 
     def score(self, items, progress: bool = False):  # noqa: ANN001, ANN201
         self.items += list(items)
-        return [0.5] * len(items)
+        return [Judgment(0.5)] * len(items)
 
 
 def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tmp_path: Path) -> None:

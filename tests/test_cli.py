@@ -139,6 +139,26 @@ def test_every_option_with_a_default_says_it_in_its_help(capsys: pytest.CaptureF
     assert "rubric length limit in tokens (default: 1024)" in out and "answers scored together) (default: 8)" in out
 
 
+def test_rubric_progress_is_told_as_rows_end(tiny_backend) -> None:  # noqa: ANN001
+    """`evolm rubric`'s bar on a local model: HFBackend.generate tells on_rows as each reply ends, the rest when
+    its batch ends, never twice for a row, and stops nothing."""
+    import torch
+
+    from evolm.backends.base import SamplingParams
+    from evolm.backends.hf import _RowsEnded
+
+    told: list[int] = []
+    rows = _RowsEnded([7], 3, told.append)
+    assert not rows(torch.tensor([[1, 7], [1, 2], [1, 3]]), None).any() and told == [1]
+    assert not rows(torch.tensor([[1, 7, 7], [1, 2, 7], [1, 3, 5]]), None).any() and told == [1, 1]
+    rows.finish()
+    assert told == [1, 1, 1]
+    told.clear()
+    convs = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(5)]
+    assert len(tiny_backend.generate(convs, SamplingParams(0.0, 1.0, 4, 0), on_rows=told.append)) == 5
+    assert sum(told) == 5 and len(told) >= 2  # batches of 4: the bar moved before the last batch
+
+
 def test_every_subcommand_dispatches_through_run() -> None:
     leaves = _subparsers(build_parser())
     assert {"rubric", "judge", "train", "report"} <= {p[0] for p in leaves}
@@ -275,6 +295,20 @@ def test_judge_says_how_it_read_each_rubric_and_refuses_non_text(tmp_path: Path,
     capsys.readouterr()
     assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out)]) == 2
     assert "row 1: 'prompt' must be text, not NoneType" in capsys.readouterr().err
+
+
+def test_judge_details_write_each_criterion_and_the_score_is_their_weighted_sum(tmp_path: Path,
+                                                                                tiny_model_dir: Path) -> None:
+    rubric = {"criteria": [{"criterion": "Says 4.", "weight": 3}, {"criterion": "Is short.", "weight": 1}]}
+    rows = [{"prompt": "What is 2 + 2?", "response": r, "rubric": rubric} for r in ("4", "five")]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out),
+                 "--mode", "yesno", "--details", "--device", "cpu"]) == 0
+    for got in (json.loads(line) for line in out.read_text().splitlines()):
+        assert [(c["text"], c["weight"]) for c in got["criteria"]] == [("Says 4.", 0.75), ("Is short.", 0.25)]
+        assert got["score"] == pytest.approx(sum(c["weight"] * c["value"] for c in got["criteria"]))
+        assert got["reasoning"] is None  # yesno reads probabilities: no reply, no reasoning
 
 
 def test_the_judge_reply_budget_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ from evolm.jsonl import read_jsonl
 from evolm.judge import Judge, JudgeItem, build_judge
 from evolm.judge_parse import parse_judge_score
 from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messages
+from evolm.scores import scores_of
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity to a child.",
@@ -211,7 +212,7 @@ def test_a_thinking_template_with_thinking_off_decodes_json(tmp_path: Path) -> N
 def test_the_constrained_judge_always_scores(short_model_dir: Path, short_backend: Any) -> None:
     items = [JudgeItem(q, "4.", rubric_text='{"criteria": [{"criterion": "Says 4", "weight": 1}]}') for q in QUESTIONS[:4]]
     judge = Judge(short_backend, mode="generative", max_new_tokens=512, constrained=True, max_context=8192)
-    scores = judge.score(items)  # (the tiny model's 2048-token context would leave no room for the reply)
+    scores = scores_of(judge.score(items))  # (the tiny model's 2048-token context would leave no room for the reply)
     assert all(s is not None and 0.0 <= s <= 1.0 for s in scores), scores
     cfg = JudgeConfig(model=str(short_model_dir), mode="generative", dtype="float32", constrained=True)
     assert build_judge(cfg, device="cpu").constrained is True  # judge.constrained reaches the judge
@@ -221,8 +222,8 @@ def test_likert_modes_are_never_constrained(short_backend: Any, monkeypatch: pyt
     seen: list[Any] = []
     monkeypatch.setattr(short_backend, "generate", lambda convs, params, progress=False: seen.append(params.json_schema)
                         or ['{"score": 5}'] * len(convs))
-    Judge(short_backend, mode="likert", constrained=True).score([JudgeItem("q", "a")])  # 1-10: not JUDGE_SCHEMA's scale
-    Judge(short_backend, mode="generative", constrained=True).score([JudgeItem("q", "a")])
+    scores_of(Judge(short_backend, mode="likert", constrained=True).score([JudgeItem("q", "a")]))  # 1-10: not JUDGE_SCHEMA's scale
+    scores_of(Judge(short_backend, mode="generative", constrained=True).score([JudgeItem("q", "a")]))
     assert seen == [None, JUDGE_SCHEMA]
 
 

@@ -17,6 +17,7 @@ from evolm.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, r
 from evolm.judge import Judge, JudgeItem, OverlongPrompt, build_judge
 from evolm.judge_prompts import likert_messages, prob_messages, yesno_messages
 from evolm.rubrics import parse_rubric
+from evolm.scores import scores_of
 
 CONTEXT = 512
 LONG = ("The quick brown fox jumps over the lazy dog. " * 700)[:27_000]  # 27k characters, ~10k tiny-model tokens
@@ -100,10 +101,10 @@ def test_a_27k_character_answer_is_cut_and_scored_quickly(small, mode: str) -> N
     spy = Spy(small)
     judge = Judge(spy, mode=mode)
     start = time.perf_counter()
-    scores = judge.score([_item(LONG), _item("4.")])
+    judged = judge.score([_item(LONG), _item("4.")])
     assert time.perf_counter() - start < 20  # unguarded: ~10k tokens per prompt, past the model's positions
-    assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
-    assert judge.last_fit.truncated == [0] and judge.last_fit.cut[0] > 20_000 and not judge.last_fit.unscored
+    assert all(isinstance(j.score, float) and 0.0 <= j.score <= 1.0 for j in judged)
+    assert judged[0].cut > 20_000 and judged[1].cut == 0 and not any(j.unscored for j in judged)
     long_prompts = [c for c in spy.sent if "fox" in c[1]["content"]]
     assert long_prompts and all(MARKER_WORDS in c[1]["content"] for c in long_prompts)
     assert max(small.count_tokens(long_prompts, after_thinking=True)) <= CONTEXT
@@ -117,13 +118,13 @@ def test_short_answers_are_untouched(small, mode: str) -> None:
     spy = Spy(small)
     items = [_item("4."), _item("It is 4, since 2 + 2 = 4.")]
     judge = Judge(spy, mode=mode)
-    judge.score(items)
+    judged = judge.score(items)
     if mode == "prob":
         want = [prob_messages(it) for it in items]
     else:
         want = [yesno_messages(it.question, c.criterion, it.answer) for it in items for c in it.rubric.criteria]
     assert spy.sent == want
-    assert judge.last_fit.truncated == [] and judge.last_fit.unscored == {}
+    assert all(j.cut == 0 and j.unscored is None for j in judged)
 
 
 def test_refuse_is_one_line_naming_the_item(small) -> None:
@@ -137,9 +138,9 @@ def test_refuse_is_one_line_naming_the_item(small) -> None:
 
 def test_question_and_rubric_alone_too_long_is_unscored_with_a_reason(small) -> None:
     judge = Judge(small, mode="prob")
-    scores = judge.score([_item("4.", question="Why? " * 2000), _item("4.")])
-    assert scores[0] is None and isinstance(scores[1], float)
-    assert "question and rubric alone take" in judge.last_fit.unscored[0] and judge.last_fit.truncated == []
+    judged = judge.score([_item("4.", question="Why? " * 2000), _item("4.")])
+    assert judged[0].score is None and isinstance(judged[1].score, float)
+    assert "question and rubric alone take" in judged[0].unscored and not any(j.cut for j in judged)
 
 
 def test_generative_modes_keep_room_for_the_reply(small) -> None:
@@ -162,9 +163,10 @@ def test_max_context_overrides_the_model_and_servers_are_estimated() -> None:
             return [{"0": 0.0} for _ in conversations]
 
     server = Server()
-    assert Judge(server, mode="prob").score([_item(LONG)]) == [0.0]  # context unknown: no guard
+    assert scores_of(Judge(server, mode="prob").score([_item(LONG)])) == [0.0]  # context unknown: no guard
     judge = Judge(server, mode="prob", max_context=2000)
-    assert judge.score([_item(LONG)]) == [0.0] and judge.last_fit.truncated == [0]
+    (judged,) = judge.score([_item(LONG)])
+    assert judged.score == 0.0 and judged.cut > 0
     assert estimate_tokens(server.sent[0]) <= 2000 - 8 and MARKER_WORDS in server.sent[0][1]["content"]
 
 

@@ -23,6 +23,7 @@ from evolm.jsonl import read_jsonl
 from evolm.records import StepRecord, read_metrics
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, read_written, rubric_messages
 from evolm.rundir import complete_checkpoints, resume_config
+from evolm.scores import Judgment
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -43,10 +44,10 @@ class ScriptedJudge:
     def __init__(self) -> None:
         self.items: list[Any] = []
 
-    def score(self, items: list[Any], progress: bool = False) -> list[float | None]:
+    def score(self, items: list[Any], progress: bool = False) -> list[Judgment]:
         self.items += items
         table = {"good": 0.9, "bad": 0.1, "tie": 0.5}
-        return [next((v for k, v in table.items() if k in it.answer), None) for it in items]
+        return [Judgment(next((v for k, v in table.items() if k in it.answer), None)) for it in items]
 
 
 class ScriptedEngine:

@@ -29,6 +29,7 @@ from evolm.judge_prompts import (
     yesno_messages,
 )
 from evolm.rubrics import Criterion, Rubric, parse_rubric, render_rubric
+from evolm.scores import scores_of
 
 LOG = math.log
 
@@ -231,14 +232,14 @@ def test_generative_budget_is_the_papers() -> None:
     """A thinking judge needs room: the default budget is the paper's 16384 tokens."""
     assert JUDGE_MAX_NEW_TOKENS == 16384
     backend = FakeBackend()
-    Judge(backend, mode="generative").score([JudgeItem("q", "a", RUBRIC)])
+    scores_of(Judge(backend, mode="generative").score([JudgeItem("q", "a", RUBRIC)]))
     assert backend.generate_calls[0][1].max_new_tokens == 16384
 
 
 @pytest.mark.parametrize("mode", sorted(JUDGE_MODES))
 def test_no_items_no_calls(mode: str) -> None:
     backend = FakeBackend()
-    assert Judge(backend, mode=mode).score([]) == []
+    assert scores_of(Judge(backend, mode=mode).score([])) == []
     assert backend.generate_calls == [] and backend.logprob_calls == []
 
 
@@ -264,7 +265,7 @@ def test_yesno_weights_rubric_criteria() -> None:
     backend = FakeBackend(logprobs=yesno_logprobs)
     judge = Judge(backend, mode="yesno", chat_template_kwargs={"enable_thinking": False})
     items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
-    scores = judge.score(items)
+    scores = scores_of(judge.score(items))
     assert scores == pytest.approx([
         0.5 * 0.9 + 0.3 * 0.5 + 0.2 * 0.1,  # 0.62
         0.5 * 0.2 + 0.3 * 0.0 + 0.2 * 0.6,  # 0.22
@@ -283,7 +284,7 @@ def test_yesno_unnormalised_rubric_weights() -> None:
     """A hand-built rubric whose weights do not sum to 1 still gives a weighted mean in [0, 1]."""
     rubric = Rubric((Criterion("The final answer is 4.", 3.0), Criterion("Is polite.", 1.0)))
     judge = Judge(FakeBackend(logprobs=yesno_logprobs), mode="yesno")
-    assert judge.score([JudgeItem("q", "2 + 2 = 4.", rubric)]) == pytest.approx([(3 * 0.9 + 1 * 0.1) / 4])
+    assert scores_of(judge.score([JudgeItem("q", "2 + 2 = 4.", rubric)])) == pytest.approx([(3 * 0.9 + 1 * 0.1) / 4])
 
 
 def test_yesno_judge_alone_uses_one_criterion() -> None:
@@ -294,7 +295,7 @@ def test_yesno_judge_alone_uses_one_criterion() -> None:
         return {"Yes": LOG(0.3), "No": LOG(0.1)}
 
     backend = FakeBackend(logprobs=lp)
-    scores = Judge(backend, mode="yesno").score([JudgeItem("q1", "a1"), JudgeItem("q2", "a2")])
+    scores = scores_of(Judge(backend, mode="yesno").score([JudgeItem("q1", "a1"), JudgeItem("q2", "a2")]))
     assert scores == pytest.approx([0.75, 0.75])
     assert len(backend.logprob_calls[0][0]) == 2  # one conversation per item
     assert seen[0] == seen[1] and seen[0]  # the same fixed criterion for every item
@@ -317,7 +318,7 @@ def prob_logprobs(conv: Conversation, candidates: Sequence[str]) -> dict[str, fl
 def test_prob_expected_value() -> None:
     backend = FakeBackend(logprobs=prob_logprobs)
     items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
-    scores = Judge(backend, mode="prob").score(items)
+    scores = scores_of(Judge(backend, mode="prob").score(items))
     assert scores == pytest.approx([
         (9 * 0.6 + 7 * 0.2 + 0 * 0.1) / (9 * 0.9),  # 6.8 / 8.1
         (0 * 0.5 + 2 * 0.25) / (9 * 0.75),
@@ -330,7 +331,7 @@ def test_prob_expected_value() -> None:
 
 def test_prob_judge_alone_has_no_rubric() -> None:
     backend = FakeBackend(logprobs=prob_logprobs)
-    assert Judge(backend, mode="prob").score([JudgeItem("q", "5")]) == pytest.approx([0.5 / 6.75])
+    assert scores_of(Judge(backend, mode="prob").score([JudgeItem("q", "5")])) == pytest.approx([0.5 / 6.75])
     text = user_text(backend.logprob_calls[0][0][0])
     assert "Rubric:" not in text and "rubric" not in text.lower()
 
@@ -341,7 +342,7 @@ def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
     judge = Judge(backend, mode="generative", seed=7, max_new_tokens=512,
                   chat_template_kwargs={"enable_thinking": False})
     items = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("2 + 2 = 4.", "5", "four")]
-    assert judge.score(items) == [0.9, None, 0.4]
+    assert scores_of(judge.score(items)) == [0.9, None, 0.4]
     convs, params = backend.generate_calls[0]
     assert params == SamplingParams(0.6, 0.95, 512, 7, {"enable_thinking": False})
     assert section(convs[0], "Rubric") == render_rubric(RUBRIC)  # no text as written: the parsed rubric, rendered
@@ -350,7 +351,7 @@ def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
 
 def test_generative_judge_alone() -> None:
     backend = FakeBackend()
-    assert Judge(backend, mode="generative").score([JudgeItem("q", "a")]) == [0.5]
+    assert scores_of(Judge(backend, mode="generative").score([JudgeItem("q", "a")])) == [0.5]
     assert "Rubric" not in user_text(backend.generate_calls[0][0][0])
 
 
@@ -373,7 +374,7 @@ def test_thinking_is_stripped_from_answers(mode: str) -> None:
         JudgeItem("q", "opened by the template</think>Four.", RUBRIC),
         JudgeItem("q", "  plain answer \n", RUBRIC),
     ]
-    scores = Judge(backend, mode=mode).score(items)
+    scores = scores_of(Judge(backend, mode=mode).score(items))
     assert len(scores) == 4 and all(s is not None and 0.0 <= s <= 1.0 for s in scores)
     per_item = len(RUBRIC.criteria) if mode in ("yesno", "rar_explicit") else 1
     assert answers[::per_item] == ["The answer is 4.", "", "Four.", "plain answer"]
@@ -496,7 +497,7 @@ def test_unparsed_rubric_text_is_judged_as_it_stands(mode: str) -> None:
 
     backend = FakeBackend(reply=reply, logprobs=lp)
     item = JudgeItem("Capital of France? One word.", "Paris", rubric_text=f"<think>hmm</think>{RAW}")
-    scores = Judge(backend, mode=mode).score([item])
+    scores = scores_of(Judge(backend, mode=mode).score([item]))
     assert len(texts) == 1  # one prompt: the raw text is a single criterion where criteria are judged one by one
     expected = {"generative": 0.7, "prob": 7 / 9, "yesno": 0.75, "rar_explicit": 1.0, "likert": 6 / 9,
                 "rar_implicit": 6 / 9}[mode]
@@ -520,7 +521,8 @@ def test_reply_cut_while_thinking_has_no_score(mode: str) -> None:
     }
     backend = FakeBackend(reply=lambda conv: replies[section(conv, "Answer")])
     items = [JudgeItem("q", a, RUBRIC) for a in replies]
-    assert Judge(backend, mode=mode, chat_template_kwargs={"enable_thinking": True}).score(items) == [1.0, None, 1.0]
+    judge = Judge(backend, mode=mode, chat_template_kwargs={"enable_thinking": True})
+    assert scores_of(judge.score(items)) == [1.0, None, 1.0]
 
 
 # ----------------------------------------------------------------------------- the baselines' modes
@@ -534,7 +536,7 @@ def test_likert_rates_without_rubric_and_shows_the_reference() -> None:
     items = [JudgeItem("Capital of France?", "Paris", RUBRIC, rubric_text=RAW, reference="Paris is the capital."),
              JudgeItem("Capital of France?", "Lyon", RUBRIC),
              JudgeItem("Capital of France?", "Rome?")]
-    assert judge.score(items) == [pytest.approx(1.0), pytest.approx(1 / 9), None]
+    assert scores_of(judge.score(items)) == [pytest.approx(1.0), pytest.approx(1 / 9), None]
     convs, params = backend.generate_calls[0]
     assert params == SamplingParams(0.6, 0.95, 64, 3, {})
     for conv in convs:
@@ -550,7 +552,7 @@ def test_rar_implicit_rates_holistically_given_the_rubric() -> None:
     backend = FakeBackend(reply=lambda conv: '{"reasoning": "most criteria met", "score": 8}')
     items = [JudgeItem("What is 2 + 2?", "4", RUBRIC), JudgeItem("What is 2 + 2?", "4", rubric_text=RAW),
              JudgeItem("What is 2 + 2?", "4")]
-    assert Judge(backend, mode="rar_implicit").score(items) == pytest.approx([7 / 9] * 3)
+    assert scores_of(Judge(backend, mode="rar_implicit").score(items)) == pytest.approx([7 / 9] * 3)
     convs, _ = backend.generate_calls[0]
     assert section(convs[0], "Rubric") == render_rubric(RUBRIC)
     assert section(convs[1], "Rubric") == RAW
@@ -562,7 +564,7 @@ def test_rar_explicit_counts_the_weight_of_criteria_met() -> None:
     """Met when P(Yes) > P(No); a tie (P_YES 0.5) is not a yes."""
     backend = FakeBackend(logprobs=yesno_logprobs)
     items = [JudgeItem("What is 2 + 2?", "2 + 2 = 4.", RUBRIC), JudgeItem("What is 2 + 2?", "5", RUBRIC)]
-    assert Judge(backend, mode="rar_explicit").score(items) == pytest.approx([
+    assert scores_of(Judge(backend, mode="rar_explicit").score(items)) == pytest.approx([
         0.5 * 1 + 0.3 * 0 + 0.2 * 0,  # 0.9 met, 0.5 tie, 0.1 not met
         0.5 * 0 + 0.3 * 0 + 0.2 * 1,  # only "Is polite." (0.6) met
     ])
@@ -570,13 +572,13 @@ def test_rar_explicit_counts_the_weight_of_criteria_met() -> None:
     assert len(backend.logprob_calls) == 1 and cands == ("Yes", "No")
     assert convs == [yesno_messages(it.question, c.criterion, it.answer) for it in items for c in RUBRIC.criteria]
     rubric = Rubric((Criterion("The final answer is 4.", 3.0), Criterion("Is polite.", 1.0)))
-    assert Judge(FakeBackend(logprobs=yesno_logprobs), mode="rar_explicit").score(
-        [JudgeItem("q", "2 + 2 = 4.", rubric)]) == pytest.approx([3 / 4])
+    assert scores_of(Judge(FakeBackend(logprobs=yesno_logprobs), mode="rar_explicit").score(
+        [JudgeItem("q", "2 + 2 = 4.", rubric)])) == pytest.approx([3 / 4])
 
 
 def test_rar_explicit_judge_alone_is_one_verdict() -> None:
     backend = FakeBackend(logprobs=lambda conv, cands: {"Yes": LOG(0.2), "No": LOG(0.3)})
-    assert Judge(backend, mode="rar_explicit").score([JudgeItem("q", "a")]) == [0.0]
+    assert scores_of(Judge(backend, mode="rar_explicit").score([JudgeItem("q", "a")])) == [0.0]
     assert "correct" in section(backend.logprob_calls[0][0][0], "Criterion").lower()
 
 
@@ -584,7 +586,7 @@ def test_rar_explicit_judge_alone_is_one_verdict() -> None:
 def test_generative_modes_send_one_call_under_a_progress_bar(mode: str) -> None:
     backend = FakeBackend(reply=lambda conv: '{"score": 10}')  # clipped to 1 on the 0-1 scale, 10 on 1-10
     items = [JudgeItem("q", f"a{i}", RUBRIC) for i in range(130)]
-    assert Judge(backend, mode=mode).score(items, progress=True) == [1.0] * 130
+    assert scores_of(Judge(backend, mode=mode).score(items, progress=True)) == [1.0] * 130
     assert len(backend.generate_calls) == 1
 
 
@@ -599,7 +601,7 @@ def test_build_judge_every_mode(tiny_model_dir: Path) -> None:
                           chat_template_kwargs={})
         judge = build_judge(cfg, device="cpu")
         assert (judge.mode, judge.max_new_tokens) == (mode, 4)
-        (score,) = judge.score(items)
+        (score,) = scores_of(judge.score(items))
         if mode in GENERATIVE_MODES:
             assert score is None or 0.0 <= score <= 1.0
         else:
@@ -696,11 +698,11 @@ def test_reference_parse_matches_the_authors(reply: str, expected: float | None)
 def test_judge_uses_its_prompt_defences_and_parse() -> None:
     backend = FakeBackend(reply=lambda conv: '{"reasoning": "", "score": 1.3}')
     judge = Judge(backend, mode="generative", prompt="reference", defences=False, parse="reference")
-    assert judge.score([JudgeItem("Q", "A", rubric_text="R")]) == [1.3]
+    assert scores_of(judge.score([JudgeItem("Q", "A", rubric_text="R")])) == [1.3]
     (convs, _), = backend.generate_calls
     assert convs[0][0]["content"] == "You are an expert evaluator judging answers based on a rubric."
-    assert Judge(FakeBackend(reply=lambda conv: '{"score": 1.3}'), mode="generative").score(
-        [JudgeItem("Q", "A", rubric_text="R")]) == [1.0]  # evolm's reading clips
+    assert scores_of(Judge(FakeBackend(reply=lambda conv: '{"score": 1.3}'), mode="generative").score(
+        [JudgeItem("Q", "A", rubric_text="R")])) == [1.0]  # evolm's reading clips
 
 
 @pytest.mark.parametrize(("make", "item", "digest"), [
@@ -740,8 +742,10 @@ def test_reference_rating_reading_matches_the_authors(reply: str, expected: floa
 def test_likert_judge_with_the_reference_prompt_and_reading() -> None:
     backend = FakeBackend(reply=lambda conv: "no rating here")
     judge = Judge(backend, mode="likert", prompt="reference", defences=False, parse="reference")
-    assert judge.score([JudgeItem("Q", "A")]) == [0.0]  # a failure scores 0, as theirs; evolm's reading: missing
-    assert Judge(FakeBackend(reply=lambda conv: "no rating here"), mode="likert").score([JudgeItem("Q", "A")]) == [None]
+    # a failure scores 0, as theirs; evolm's reading: missing
+    assert scores_of(judge.score([JudgeItem("Q", "A")])) == [0.0]
+    unread = Judge(FakeBackend(reply=lambda conv: "no rating here"), mode="likert")
+    assert scores_of(unread.score([JudgeItem("Q", "A")])) == [None]
     (convs, _), = backend.generate_calls
     assert convs[0][0]["content"].startswith("You are an expert evaluator. Given a user prompt and a generated response")
 
@@ -757,9 +761,23 @@ def test_a_score_the_answer_wrote_for_the_judge_is_no_verdict() -> None:
     def echo(conv: Conversation) -> str:  # a small judge copying the object from the answer shown to it
         return "Looking at the answer: " + fake
 
-    assert Judge(FakeBackend(echo), mode="generative").score([item]) == [None]
+    assert scores_of(Judge(FakeBackend(echo), mode="generative").score([item])) == [None]
     own = FakeBackend(lambda conv: '{"reasoning": "Sydney is wrong: Canberra.", "score": 0.0}')
-    assert Judge(own, mode="generative").score([item]) == [0.0]
+    assert scores_of(Judge(own, mode="generative").score([item])) == [0.0]
     pattern = FakeBackend(lambda conv: "Score: 9")  # the pattern fallback copied from the answer
-    assert Judge(pattern, mode="generative").score([item]) == [None]
-    assert Judge(FakeBackend(echo), mode="generative", defences=False).score([item]) == [1.0]
+    assert scores_of(Judge(pattern, mode="generative").score([item])) == [None]
+    assert scores_of(Judge(FakeBackend(echo), mode="generative", defences=False).score([item])) == [1.0]
+
+
+def test_generative_judgment_keeps_the_reasoning_and_the_rating_it_gives_each_criterion() -> None:
+    reasoning = "Final answer 4: yes, 1.0 x 0.5 = 0.5. Addition: shown in part, 0.5 x 0.3 = 0.15. Polite: 0 x 0.2 = 0."
+    reply = json.dumps({"reasoning": reasoning, "score": 0.65})
+    (j,) = Judge(FakeBackend(reply=lambda conv: reply), mode="generative").score([JudgeItem("q", "a", RUBRIC)])
+    assert j.score == 0.65 and j.reasoning == reasoning
+    assert [(c.text, c.weight, c.value) for c in j.criteria] == [
+        (c.criterion, pytest.approx(c.weight), v) for c, v in zip(RUBRIC.criteria, (1.0, 0.5, 0.0), strict=True)]
+    vague = json.dumps({"reasoning": "Mostly right: 1.0 x 0.5 = 0.5, the rest partly.", "score": 0.7})
+    (j,) = Judge(FakeBackend(reply=lambda conv: vague), mode="generative").score([JudgeItem("q", "a", RUBRIC)])
+    assert j.score == 0.7 and j.criteria is None  # one product for three criteria: no per-criterion reading
+    (j,) = Judge(FakeBackend(reply=lambda conv: reply), mode="generative").score([JudgeItem("q", "a")])
+    assert j.criteria is None and j.reasoning == reasoning  # no rubric: nothing to rate per criterion

@@ -10,6 +10,7 @@ from evolm.judge import Judge, JudgeItem
 from evolm.judge_cache import CachedJudge, JudgeCache, judge_identity, judgment_key
 from evolm.rewards import score_rows, step_rewards
 from evolm.rubrics import Rubric
+from evolm.scores import Judgment, scores_of
 
 RUBRIC = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6},
                                        {"criterion": "Shows the sum.", "weight": 0.4}]})
@@ -38,14 +39,14 @@ def test_no_result_for_a_different_judgment(tiny_backend) -> None:  # noqa: ANN0
 def test_cached_scores_equal_the_judges_and_repeats_are_not_sent(tiny_backend) -> None:  # noqa: ANN001
     judge = Judge(tiny_backend, mode="yesno")
     items = [ITEM, replace(ITEM, answer="five"), ITEM, replace(ITEM, question="What is 1 + 1?", answer="2")]
-    plain = judge.score(items)
+    plain = scores_of(judge.score(items))
     cached = CachedJudge(Judge(tiny_backend, mode="yesno"))
     before = tiny_backend.usage
     first = cached.score_with_hits(items)
-    assert first.results == pytest.approx(plain, abs=1e-5)  # batched otherwise: float noise only
+    assert scores_of(first.results) == pytest.approx(plain, abs=1e-5)  # batched otherwise: float noise only
     assert first.cached == [False, False, True, False] and first.sent == 3 and first.results[2] == first.results[0]
     assert (tiny_backend.usage - before).requests == 3 * 2  # two criteria per distinct item; the repeat not sent
-    assert cached.last_criteria[2] == cached.last_criteria[0] and len(cached.last_criteria[0]) == 2
+    assert len(first.results[0].criteria) == 2  # the whole judgment is kept, its criteria too
     before = tiny_backend.usage
     again = cached.score_with_hits(items[::-1])
     assert again.results == first.results[::-1] and again.hit_rate == 1.0 and again.sent == 0
@@ -61,9 +62,9 @@ class _Recorder:
     def __init__(self) -> None:
         self.sent: list[list[JudgeItem]] = []
 
-    def score(self, items: list[JudgeItem], progress: bool = False) -> list[float | None]:
+    def score(self, items: list[JudgeItem], progress: bool = False) -> list[Judgment]:
         self.sent.append(list(items))
-        return [None if it.answer == "fail" else len(it.answer) / 10 for it in items]
+        return [Judgment(None if it.answer == "fail" else len(it.answer) / 10) for it in items]
 
 
 def test_order_bound_and_missing_results() -> None:
@@ -71,7 +72,7 @@ def test_order_bound_and_missing_results() -> None:
     judge = CachedJudge(inner, JudgeCache(max_entries=3))
     items = [JudgeItem("q2", "a"), JudgeItem("q1", "bb", RUBRIC), JudgeItem("q2", "ccc"), JudgeItem("q1", "fail"),
              JudgeItem("q1", "dddd")]
-    assert judge.score(items) == [0.1, 0.2, 0.3, None, 0.4]
+    assert scores_of(judge.score(items)) == [0.1, 0.2, 0.3, None, 0.4]
     # sent grouped by question then rubric, so answers that share a prompt prefix reach the judge together
     assert [(it.question, it.answer) for it in inner.sent[0]] == [
         ("q1", "fail"), ("q1", "dddd"), ("q1", "bb"), ("q2", "a"), ("q2", "ccc")]

@@ -98,8 +98,9 @@ class _Hooks:
         self.scores = scores
 
     def score(self, rows: list[dict], completions: list[str]) -> list[RowReward]:
-        return [RowReward(s, score=s, p_yes=(0.9, 0.2)) if r["role"] == "policy" else
-                RowReward(s, s_pos=0.7, s_neg=0.3, p_yes=(0.7, 0.3)) for r, s in zip(rows, self.scores, strict=True)]
+        return [RowReward(s, score=s, criteria=(_crit(0.9, 0.2),)) if r["role"] == "policy" else
+                RowReward(s, s_pos=0.7, s_neg=0.3, criteria=(_crit(0.7), _crit(0.3)))
+                for r, s in zip(rows, self.scores, strict=True)]
 
     def finish(self, rows, completions, scored, lengths, is_main):  # noqa: ANN001, ANN201
         result = step_rewards([r["role"] for r in rows], scored, [r["slot"] for r in rows])
@@ -155,25 +156,66 @@ RUBRIC = Rubric.from_obj({"criteria": [
     {"criterion": "The answer is short.", "weight": 0.25, "scoring_levels": {"1.0": "yes", "0.0": "no"}}]})
 
 
-def test_the_yesno_judge_exposes_its_per_criterion_readings(tiny_backend: Any) -> None:
+def test_the_yesno_judgment_is_the_weighted_sum_of_its_criteria(tiny_backend: Any) -> None:
     judge = Judge(tiny_backend, mode="yesno")
     items = [JudgeItem("What is 2 + 2?", "4", RUBRIC), JudgeItem("What is 2 + 2?", "five", None)]
-    scores = judge.score(items)
-    assert [len(c) for c in judge.last_criteria] == [2, 1]  # two criteria; the judge alone: one generic criterion
-    first = judge.last_criteria[0]
-    assert scores[0] == pytest.approx(0.75 * first[0] + 0.25 * first[1])  # the score is their weighted mean
-    assert scores[1] == pytest.approx(judge.last_criteria[1][0])
+    judged = judge.score(items)
+    assert [len(j.criteria) for j in judged] == [2, 1]  # two criteria; the judge alone: one generic criterion
+    first = judged[0].criteria
+    assert [c.text for c in first] == [c.criterion for c in RUBRIC.criteria]
+    assert [c.weight for c in first] == pytest.approx([0.75, 0.25])  # each criterion's share of the rubric's weight
+    assert all(0.0 < c.value < 1.0 for c in first)  # P(Yes) / (P(Yes) + P(No)) of a random model
+    assert judged[0].score == pytest.approx(sum(c.weight * c.value for c in first))  # the score is their weighted sum
+    assert judged[1].score == pytest.approx(judged[1].criteria[0].value)
+    assert judged[0].reasoning is None and judged[0].to_dict()["criteria"][1] == {
+        "text": "The answer is short.", "weight": first[1].weight, "value": first[1].value}
 
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": RUBRIC.to_dict(), "rubric_text": ""},
             {"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}]
     scored = score_rows(rows, ["4", "five"], [judge])
-    assert [r.p_yes for r in scored] == [tuple(c) for c in judge.last_criteria]
+    assert [r.criteria for r in scored] == [(j.criteria,) for j in judged]
     result = step_rewards(["policy"] * 2, scored, ["q", "q"])
-    readings = [p for c in judge.last_criteria for p in c]
+    readings = [c.value for j in judged for c in j.criteria]
     assert result.judge_p_yes == pytest.approx(sum(readings) / 3)
     assert result.judge_pass_rate == pytest.approx(sum(p > 0.5 for p in readings) / 3)
+    by_position = [[first[0].value, judged[1].criteria[0].value], [first[1].value]]
+    assert result.criterion_pass_rates == pytest.approx({str(k): sum(v > 0.5 for v in vs) / len(vs)
+                                                         for k, vs in enumerate(by_position, 1)})
+    assert result.metrics()["judge_pass_rate/c2"] == float(first[1].value > 0.5)
 
     prob = Judge(tiny_backend, mode="prob")
-    prob.score(items)
-    assert prob.last_criteria == [[], []]  # one reading per answer, no criteria
+    assert [j.criteria for j in prob.score(items)] == [None, None]  # one reading per answer, no criteria
     assert step_rewards(["policy"] * 2, score_rows(rows, ["4", "five"], [prob]), ["q", "q"]).judge_p_yes is None
+
+
+def _crit(*values: float | None) -> tuple:
+    from evolm.scores import CriterionScore
+
+    return tuple(CriterionScore(f"c{k}", 1 / len(values), v) for k, v in enumerate(values))
+
+
+def test_flat_criteria_are_counted_per_group_and_per_pair_and_can_be_dropped_from_the_policy_reward() -> None:
+    # group a: criterion 1 separates the answers, criterion 2 does not (0.90 vs 0.93); group b: both separate
+    rows = [RowReward(0.55, score=0.55, criteria=(_crit(0.2, 0.90),)), RowReward(0.865, score=0.865,
+            criteria=(_crit(0.8, 0.93),)), RowReward(0.5, score=0.5, criteria=(_crit(0.1, 0.9),)),
+            RowReward(0.5, score=0.5, criteria=(_crit(0.9, 0.1),))]
+    groups = ["a", "a", "b", "b"]
+    kept = step_rewards(["policy"] * 4, rows, groups)
+    assert kept.flat_criteria == pytest.approx(1 / 4) and kept.criteria_per_rubric == 2.0
+    assert kept.rewards == pytest.approx([0.55, 0.865, 0.5, 0.5])  # off by default: the rewards as judged
+    dropped = step_rewards(["policy"] * 4, rows, groups, drop_flat_criteria=True)
+    assert dropped.rewards == pytest.approx([0.2, 0.8, 0.5, 0.5])  # group a scored by its separating criterion only
+    assert dropped.flat_criteria == kept.flat_criteria  # the share is measured before any dropping
+
+    pair = [RowReward(1.0, s_pos=0.6, s_neg=0.5, rubric_valid=1.0,
+                      criteria=(_crit(0.9, 0.3, 0.5), _crit(0.4, 0.31, None)))]
+    rubric = step_rewards(["rubric"], pair, ["q"])
+    assert rubric.flat_criteria == pytest.approx(1 / 2)  # c1 separates the pair, c2 does not, c3 has one reading
+    assert rubric.criteria_per_rubric == 3.0 and rubric.metrics()["flat_criteria"] == pytest.approx(0.5)
+
+
+def test_drop_flat_criteria_needs_the_yesno_judge() -> None:
+    with pytest.raises(InputError, match="judge.mode=yesno"):
+        load_config(None, ["rewards.drop_flat_criteria=true", "judge.mode=prob"])
+    assert load_config(None, ["rewards.drop_flat_criteria=true", "judge.mode=yesno"]).rewards.drop_flat_criteria
+    assert not load_config(Path(__file__).parents[1] / "configs" / "paper-qwen3-8b.yaml").rewards.drop_flat_criteria

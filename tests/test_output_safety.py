@@ -9,6 +9,7 @@ import pytest
 
 from evolm.cli import judge as judge_cli
 from evolm.cli import main
+from evolm.scores import Judgment
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -63,7 +64,7 @@ class _FakeJudge:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise RuntimeError("backend died")
         self.calls.append(len(items))
-        return [len(it.answer) / 100 for it in items]
+        return [Judgment(len(it.answer) / 100) for it in items]
 
 
 def test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file(

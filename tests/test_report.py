@@ -255,3 +255,15 @@ def test_report_shows_held_out_evaluations_with_intervals(tmp_path):
         assert f'alt="{alt}"' in section
     # a run without eval lines keeps the report it had
     assert "Held-out evaluation" not in write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")
+
+
+def test_report_plots_the_criteria_per_step_when_logged(tmp_path):
+    run = build_run(tmp_path / "run")
+    assert 'alt="criteria per step"' not in write_report(run).read_text(encoding="utf-8")  # none logged: no section
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[:-1]]
+    for r in rows:
+        r.update(flat_criteria=0.1 * (r["step"] % 4), criteria_per_rubric=3.0, judge_pass_rate=0.5,
+                 criterion_pass_rates={"1": 0.75, "2": 0.25})
+    _write_jsonl(run / "metrics.jsonl", rows)
+    text = write_report(run).read_text(encoding="utf-8")
+    assert 'alt="criteria per step"' in text and "does not discriminate" in text

@@ -26,6 +26,7 @@ from evolm.cli import main
 from evolm.eval.rubric_source import RubricTable
 from evolm.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
+from evolm.scores import Judgment, scores_of
 from evolm.serve import Answer, RubricSource, ServeSettings, create_app, question_text, response_from_query
 
 
@@ -58,7 +59,7 @@ def test_rewards_equal_judge_score_on_the_same_rows(tiny_backend) -> None:
     """Concurrent requests with mixed prompts: each reward is Judge.score's on that row (no mix-up in batching)."""
     judge = Judge(tiny_backend, mode="prob")
     rows = [(f"Question {q}: what is {q} + {q}?", f"Answer {k}: {q * 2 + k}.") for q in range(4) for k in range(4)]
-    expected = judge.score([JudgeItem(p, r) for p, r in rows])
+    expected = scores_of(judge.score([JudgeItem(p, r) for p, r in rows]))
     bodies = [_body(p, [r]) for p, r in rows[::2]] + [{"query": [p + r for p, r in rows[1::2]],
                                                         "prompts": [p for p, _ in rows[1::2]]}]
     with running(create_app(judge, settings=ServeSettings(max_wait_ms=20))) as url:
@@ -365,7 +366,7 @@ def test_fair_shares() -> None:
 class SlowJudge(FakeJudge):
     seconds_per_call: float = 0.02
 
-    def score(self, items: list[JudgeItem]) -> list[float | None]:
+    def score(self, items: list[JudgeItem]) -> list[Judgment]:
         time.sleep(self.seconds_per_call)
         return super().score(items)
 

@@ -11,6 +11,7 @@ import pytest
 from evolm import trl_adapter
 from evolm.config import evolm_grpo_settings, load_config
 from evolm.errors import InputError, RunError
+from evolm.scores import scores_of
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "evolm"
 
@@ -180,7 +181,8 @@ def test_a_judge_of_the_initial_model_reads_trls_reference_model(tiny_model_dir:
     assert trainer.ref_model is not None and loop.judges[0].backend.model is trainer.ref_model  # one frozen copy
     items = [JudgeItem("What is 2 + 2?", a, None) for a in ("4", "It is 4.", "five")]
     alone = Judge(load_backend(str(tiny_model_dir), device="cpu", dtype="float32"), mode="yesno")
-    assert loop.judges[0].score(items) == alone.score(items)  # and it scores as a copy of its own would
+    # and it scores as a copy of its own would
+    assert scores_of(loop.judges[0].score(items)) == scores_of(alone.score(items))
 
 
 @pytest.mark.parametrize("extra", [("judge.dtype=bfloat16",), ("grpo.beta=0.0",), ("grpo.sync_ref_model=true",)])

@@ -256,6 +256,12 @@ def ask(cfg: RunConfig, question: str) -> Any:
     return rubric_messages(question, cfg.rubric.prompt)
 
 
+def _criteria_json(scored: RowReward, answer: int) -> list[dict[str, Any]] | None:
+    """A row's ``answer``-th judged answer's criteria as samples write them (``None``: the mode reads none)."""
+    crit = scored.criteria[answer] if len(scored.criteria) > answer else ()
+    return [{"text": c.text, "weight": c.weight, "value": c.value} for c in crit] or None
+
+
 def _shared(engine: Generate, fixed: Generate) -> Generate:
     """A fixed model's ``generate`` spread over the processes by the engine's ``share`` (each writes a share, all get
     the same texts: a server samples anew per request), or as it is."""
@@ -349,7 +355,8 @@ class Loop:
         groups = [int(r["slot"]) for r in rows]
         firsts = {g: i for i, g in reversed(list(enumerate(groups)))}  # each question's first row
         result = step_rewards([r["role"] for r in rows], scored, groups,
-                              [rows[i]["rubric_valid"] for i in firsts.values()])
+                              [rows[i]["rubric_valid"] for i in firsts.values()],
+                              drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
@@ -360,7 +367,9 @@ class Loop:
             reward_mean=result.reward_mean, reward_std=result.reward_std, pair_accuracy=result.pair_accuracy,
             rubric_validity=result.rubric_validity, missing_rewards=result.missing_rewards,
             tied_groups=result.tied_groups, reward_components=result.reward_components,
-            judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate, judge_tokens=result.judge_tokens,
+            judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate,
+            criterion_pass_rates=result.criterion_pass_rates, criteria_per_rubric=result.criteria_per_rubric,
+            flat_criteria=result.flat_criteria, judge_tokens=result.judge_tokens,
             judge_latency_s=result.judge_latency_s, judge_prompt_tokens=result.judge_prompt_tokens,
             judge_generated_tokens=result.judge_generated_tokens, judge_requests=result.judge_requests,
             judge_cache_hit_rate=result.judge_cache_hit_rate,
@@ -382,11 +391,12 @@ class Loop:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, score=sc.score,
                                    rubric=json.loads(row["rubric"]) if row["rubric"] else None,
                                    rubric_text=row["rubric_text"] or None, reference=row["reference"] or None,
-                                   rubric_valid=row["rubric_valid"])
+                                   rubric_valid=row["rubric_valid"], criteria=_criteria_json(sc, 0))
             else:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, rubric=sc.parsed,
                                    rubric_valid=sc.rubric_valid, s_pos=sc.s_pos, s_neg=sc.s_neg,
-                                   a_pos=row["a_pos"], a_neg=row["a_neg"], pair_source=row["pair_source"])
+                                   a_pos=row["a_pos"], a_neg=row["a_neg"], pair_source=row["pair_source"],
+                                   criteria_pos=_criteria_json(sc, 0), criteria_neg=_criteria_json(sc, 1))
             recs.append(rec)
         append_records(samples_path(self.run_dir, info.phase, info.role), recs)  # one write and fsync per step
 

@@ -75,6 +75,8 @@ from evolm.judge_parse import (
     copied_score,
     expected_digit,
     p_yes,
+    parse_criterion_ratings,
+    parse_judge_reasoning,
     parse_judge_score,
     parse_judge_score_reference,
     parse_rating_reference,
@@ -90,7 +92,7 @@ from evolm.judge_prompts import (
     yesno_messages,
 )
 from evolm.rubrics import Rubric
-from evolm.scores import aggregate_scores
+from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,6 @@ class JudgeItem:
     rubric: Rubric | None = None
     rubric_text: str | None = None
     reference: str | None = None
-
 
 
 PROGRESS_BLOCK = 128  # answers per backend call when a progress bar is shown
@@ -153,7 +154,8 @@ def judge_conversations(judge: Judge, item: JudgeItem) -> list[Conversation]:
         return [_ONE_PROMPT[judge.mode](item, prompt=judge.prompt, defences=judge.defences)]
     if judge.mode in _ONE_PROMPT:
         return [_ONE_PROMPT[judge.mode](item, defences=judge.defences)]
-    return [yesno_messages(item.question, text, item.answer, defences=judge.defences) for text, _ in rubric_criteria(item)]
+    return [yesno_messages(item.question, text, item.answer, defences=judge.defences)
+            for text, _ in rubric_criteria(item)]
 
 
 @dataclass
@@ -184,11 +186,6 @@ class Judge:
     parse: str = "evolm"
     """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``) or ``reference``
     (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1])."""
-    last_fit: ContextFit = field(default_factory=lambda: ContextFit(), init=False, repr=False)
-    """What the context guard did in the last ``score`` call (rows cut, rows left unscored)."""
-    last_criteria: list[list[float]] = field(default_factory=list, init=False, repr=False)
-    """Per item of the last ``score`` call, its criteria's P(Yes) (``yesno``, ``rar_explicit``; readings the judge
-    could not give left out); empty lists in the other modes and for unscored items. Per-criterion pass rates."""
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES:
@@ -199,40 +196,35 @@ class Judge:
             raise ValueError(f"unknown judge prompt '{self.prompt}' or parse '{self.parse}' (choose from "
                              f"{', '.join(JUDGE_PROMPTS)})")
 
-    def score(self, items: Sequence[JudgeItem], progress: bool = False) -> list[float | None]:
-        """One score per item, in order: a float in [0, 1], or ``None`` (an unreadable reply; in the probability
-        modes only from a server that reported no score token; a prompt over the judge's context that
-        cannot be cut to fit, see ``fit_to_context``).
+    def score(self, items: Sequence[JudgeItem], progress: bool = False) -> list[Judgment]:
+        """One ``Judgment`` per item, in order: its score (a float in [0, 1], or ``None``: an unreadable reply; in
+        the probability modes only from a server that reported no score token; a prompt over the judge's context
+        that cannot be cut to fit, see ``fit_to_context``), and per mode its criteria and reasoning.
 
-        Context guard first: an answer too long for the judge's context is cut from its middle, or, with
-        ``overlong="refuse"``, the call raises ``OverlongPrompt`` (``fit_to_context``); ``last_fit`` then
-        says which rows were cut or left unscored. With ``progress``, items go to the backend in blocks
-        of ``PROGRESS_BLOCK`` under a progress bar; answers to the same question should be adjacent so
-        that a block keeps their shared prefix.
+        Context guard first: an answer too long for the judge's context is cut from its middle
+        (``Judgment.cut``), or, with ``overlong="refuse"``, the call raises ``OverlongPrompt``
+        (``fit_to_context``); an item whose prompt cannot fit is not sent (``Judgment.unscored``). With
+        ``progress``, items go to the backend in blocks of ``PROGRESS_BLOCK`` under a progress bar; answers
+        to the same question should be adjacent so that a block keeps their shared prefix.
         """
         items = list(items)
-        self.last_fit, self.last_criteria = ContextFit(), []
         if not items:
             return []
-        fitted, self.last_fit = self.fit_to_context(items)
-        keep = [i for i in range(len(items)) if i not in self.last_fit.unscored]
-        out: list[float | None] = [None] * len(items)
-        for i, s in zip(keep, self._score_fitted([fitted[i] for i in keep], progress) if keep else [], strict=True):
-            out[i] = s
-        read, self.last_criteria = self.last_criteria, [[] for _ in items]  # _criterion_p_yes appended, in order
-        if len(read) == len(keep):  # a per-criterion mode: back to the items' own indices
-            for i, r in zip(keep, read, strict=True):
-                self.last_criteria[i] = r
+        fitted, fit = self.fit_to_context(items)
+        keep = [i for i in range(len(items)) if i not in fit.unscored]
+        out = [Judgment(None, unscored=fit.unscored.get(i)) for i in range(len(items))]
+        for i, j in zip(keep, self._score_fitted([fitted[i] for i in keep], progress) if keep else [], strict=True):
+            out[i] = replace(j, cut=fit.cut.get(i, 0))
         return out
 
-    def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[float | None]:
+    def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[Judgment]:
         """``score`` on items that fit the context."""
         score = SCORERS[self.mode]
         if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES:  # those have their own bar
             return score(self, items, progress)
         from tqdm.auto import tqdm
 
-        out: list[float | None] = []
+        out: list[Judgment] = []
         with tqdm(total=len(items), desc=f"judge ({self.mode})", unit="answer") as bar:
             for start in range(0, len(items), PROGRESS_BLOCK):
                 block = items[start : start + PROGRESS_BLOCK]
@@ -297,59 +289,73 @@ class Judge:
         return items, fit
 
 
-def _generate_and_read(
-    judge: Judge, convs: list[Conversation], read: Callable[[str], float | None], progress: bool,
-    json_schema: dict[str, Any] | None = None,
-) -> list[float | None]:
-    texts = judge.backend.generate(convs, replace(judge.sampling_params(), json_schema=json_schema), progress=progress)
-    return [read(t) for t in texts]
+def _generate(judge: Judge, items: list[JudgeItem], progress: bool, json_schema: dict[str, Any] | None = None
+              ) -> list[str]:
+    """The judge's replies to ``items``' one prompt each."""
+    convs = [judge_conversations(judge, it)[0] for it in items]
+    return judge.backend.generate(convs, replace(judge.sampling_params(), json_schema=json_schema), progress=progress)
 
 
-def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
-    """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``."""
-    read = parse_judge_score_reference if judge.parse == "reference" else parse_judge_score
-    texts = judge.backend.generate([judge_conversations(judge, it)[0] for it in items],
-                                   replace(judge.sampling_params(), json_schema=JUDGE_SCHEMA if judge.constrained
-                                           else None), progress=progress)
-    # with the defences on, a score the answer wrote for the judge (echoed back) is no verdict: missing
-    return [None if judge.defences and copied_score(t, it.answer) else read(t) for t, it in zip(texts, items, strict=True)]
+def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
+    """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``.
+
+    The reasoning is kept, and per-criterion ratings when the reasoning gives one per parsed criterion.
+    """
+    reference = judge.parse == "reference"
+    read = parse_judge_score_reference if reference else parse_judge_score
+    out = []
+    for t, it in zip(_generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None), items,
+                     strict=True):
+        # with the defences on, a score the answer wrote for the judge (echoed back) is no verdict: missing
+        score = None if judge.defences and copied_score(t, it.answer) else read(t)
+        reasoning = parse_judge_reasoning(t, reference=reference)
+        criteria = None
+        if it.rubric is not None and it.rubric.criteria:
+            named = _shares(rubric_criteria(it))
+            ratings = parse_criterion_ratings(reasoning, len(named))
+            if ratings is not None:
+                criteria = tuple(CriterionScore(text, w, r) for (text, w), r in zip(named, ratings, strict=True))
+        out.append(Judgment(score, criteria, reasoning))
+    return out
 
 
-def _score_likert(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
-    """Direct-Likert baseline: the judge alone rates 1-10 (rubric ignored; reference answer shown if any)."""
-    return _generate_and_read(judge, [judge_conversations(judge, it)[0] for it in items], _scale_reader(judge), progress)
+def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
+    """``likert`` (the judge alone rates 1-10; rubric ignored, reference answer shown if any) and ``rar_implicit``
+    (one holistic 1-10 rating given the rubric): the rating mapped to [0, 1], with the reply's reasoning."""
+    reference = judge.parse == "reference"
+    read = parse_rating_reference if reference else parse_scale_score
+    return [Judgment(read(t), reasoning=parse_judge_reasoning(t, reference=reference))
+            for t in _generate(judge, items, progress)]
 
 
-def _score_rar_implicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
-    """RaR implicit baseline: one holistic 1-10 rating given the rubric."""
-    return _generate_and_read(judge, [judge_conversations(judge, it)[0] for it in items], _scale_reader(judge), progress)
-
-
-def _scale_reader(judge: Judge) -> Callable[[str], float | None]:
-    return parse_rating_reference if judge.parse == "reference" else parse_scale_score
-
-
-def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     lps = judge.backend.next_token_logprobs(
         [prob_messages(it, defences=judge.defences) for it in items], DIGITS, chat_template_kwargs=judge.chat_template_kwargs
     )
-    return [expected_digit(lp) for lp in lps]
+    return [Judgment(expected_digit(lp)) for lp in lps]
 
 
-def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[list[tuple[float, float | None]]]:
-    """Per item, (weight, P(Yes)) for each of its criteria: one batched backend call for all of them."""
+def _shares(criteria: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """(text, weight over the total weight); weights that do not sum to a positive number are kept as they are."""
+    total = sum(w for _, w in criteria)
+    if not total > 0 or not math.isfinite(total):
+        return criteria
+    return [(text, w / total) for text, w in criteria]
+
+
+def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[tuple[CriterionScore, ...]]:
+    """Per item, each criterion with its share of the weight and its P(Yes): one batched backend call for all."""
     convs: list[Conversation] = []
-    owners: list[tuple[int, float]] = []  # (item index, criterion weight) per conversation
+    owners: list[tuple[int, str, float]] = []  # (item index, criterion, weight share) per conversation
     for i, it in enumerate(items):
-        for text, weight in rubric_criteria(it):
+        for text, weight in _shares(rubric_criteria(it)):
             convs.append(yesno_messages(it.question, text, it.answer, defences=judge.defences))
-            owners.append((i, weight))
+            owners.append((i, text, weight))
     lps = judge.backend.next_token_logprobs(convs, ("Yes", "No"), chat_template_kwargs=judge.chat_template_kwargs)
-    per_item: list[list[tuple[float, float | None]]] = [[] for _ in items]
-    for (i, w), lp in zip(owners, lps, strict=True):
-        per_item[i].append((w, p_yes(lp)))
-    judge.last_criteria += [[p for _, p in pairs if p is not None] for pairs in per_item]  # Judge.score re-indexes
-    return per_item
+    per_item: list[list[CriterionScore]] = [[] for _ in items]
+    for (i, text, w), lp in zip(owners, lps, strict=True):
+        per_item[i].append(CriterionScore(text, w, p_yes(lp)))
+    return [tuple(c) for c in per_item]
 
 
 def _weighted(pairs: list[tuple[float, float | None]]) -> float | None:
@@ -360,28 +366,28 @@ def _weighted(pairs: list[tuple[float, float | None]]) -> float | None:
     return sum(w * v for w, v in pairs) / total  # type: ignore[operator]
 
 
-def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """Rubric-weighted mean of P(Yes) per criterion."""
-    return [_weighted(pairs) for pairs in _criterion_p_yes(judge, items)]
+    return [Judgment(_weighted([(c.weight, c.value) for c in crit]), crit) for crit in _criterion_p_yes(judge, items)]
 
 
-def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[float | None]:
+def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """RaR explicit baseline: a criterion is met when P(Yes) > P(No); score = weight met / total weight.
 
     Same question and forward pass as ``yesno``, read as a verdict rather than a probability: a
     deterministic stand-in for sampling a Yes/No reply per criterion. A judge that reports neither
-    word (P(Yes) = P(No)) has not said yes: the criterion counts as unmet.
+    word (P(Yes) = P(No)) has not said yes: the criterion counts as unmet. The criteria keep P(Yes).
     """
-    return [_weighted([(w, None if p is None else 1.0 if p > 0.5 else 0.0) for w, p in pairs])
-            for pairs in _criterion_p_yes(judge, items)]
+    return [Judgment(_weighted([(c.weight, None if c.value is None else 1.0 if c.value > 0.5 else 0.0) for c in crit]),
+                     crit) for crit in _criterion_p_yes(judge, items)]
 
 
-SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[float | None]]] = {  # keys: config.JUDGE_MODES
+SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[Judgment]]] = {  # keys: config.JUDGE_MODES
     "generative": _score_generative,
     "prob": _score_prob,
     "yesno": _score_yesno,
-    "likert": _score_likert,
-    "rar_implicit": _score_rar_implicit,
+    "likert": _score_scale,
+    "rar_implicit": _score_scale,
     "rar_explicit": _score_rar_explicit,
 }
 _ONE_PROMPT: dict[str, Callable[..., Conversation]] = {
@@ -394,7 +400,7 @@ GENERATIVE_MODES = frozenset({"generative", "likert", "rar_implicit"})
 
 def score_with_judges(judges: Sequence[Judge], items: Sequence[JudgeItem], how: str = "mean") -> list[float | None]:
     """Several judges score the same items; per item, scores are aggregated (``mean`` or ``majority``)."""
-    per_judge = [j.score(items) for j in judges]
+    per_judge = [scores_of(j.score(items)) for j in judges]
     return [aggregate_scores([s[k] for s in per_judge], how) for k in range(len(items))]
 
 

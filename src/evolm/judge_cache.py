@@ -159,8 +159,6 @@ class CachedJudge:
     judge: Any
     cache: JudgeCache = field(default_factory=JudgeCache)
     _identity: str | None = field(default=None, init=False, repr=False)
-    last_criteria: list[list[float]] = field(default_factory=list, init=False, repr=False)
-    last_fit: Any = field(default=None, init=False, repr=False)
 
     def __getattr__(self, name: str) -> Any:  # mode, backend, fit_to_context...: the wrapped judge's
         if name.startswith("__") or name == "judge":
@@ -179,10 +177,8 @@ class CachedJudge:
     def score_with_hits(self, items: Sequence[Any], progress: bool = False) -> CacheCall:
         items = list(items)
         keys = [judgment_key(self.identity, it) for it in items]
-        results: list[Any] = [None] * len(items)
+        results: list[Any] = [None] * len(items)  # each a Judgment (the context guard's cut kept with it)
         cached = [False] * len(items)
-        criteria: list[list[float]] = [[] for _ in items]
-        cut: dict[int, int] = {}  # item -> characters the context guard cut from its answer (kept with a result)
         todo: dict[str, list[int]] = {}  # key -> the items it answers (first one is sent)
         for i, k in enumerate(keys):
             if k in todo:
@@ -191,32 +187,17 @@ class CachedJudge:
                 continue
             found, value = self.cache.get(k)
             if found:
-                results[i], criteria[i], chars = value
-                cached[i] = True
-                if chars:
-                    cut[i] = chars
+                results[i], cached[i] = value, True
             else:
                 todo[k] = [i]
         firsts = sorted((ix[0] for ix in todo.values()), key=lambda i: (_text(items[i].question), _rubric(items[i]),
                                                                        _text(items[i].rubric_text), i))
         fresh = self.judge.score([items[i] for i in firsts], progress) if firsts else []
-        read = getattr(self.judge, "last_criteria", None)
-        read = read if isinstance(read, list) and len(read) == len(firsts) else [[] for _ in firsts]
-        fit = getattr(self.judge, "last_fit", None)
-        self.last_fit = type(fit)() if fit is not None else None
-        for j, (i, value, crit) in enumerate(zip(firsts, fresh, read, strict=True)):
-            chars = fit.cut.get(j) if fit is not None else None
+        for i, value in zip(firsts, fresh, strict=True):
             for t in todo[keys[i]]:
-                results[t], criteria[t] = value, list(crit)
-                if chars:
-                    cut[t] = chars
-                if fit is not None and j in fit.unscored:  # the context guard's notes, on every item they concern
-                    self.last_fit.unscored[t] = fit.unscored[j]
-            if not _missing(value) and j not in getattr(fit, "unscored", {}):
-                self.cache.put(keys[i], (value, list(crit), chars))
-        if self.last_fit is not None:
-            self.last_fit.cut.update(cut)
-        self.last_criteria = criteria
+                results[t] = value
+            if not _missing(value):
+                self.cache.put(keys[i], value)
         dup = sum(len(ix) - 1 for ix in todo.values())
         s = self.cache.stats
         s.lookups, s.duplicates, s.sent = s.lookups + len(items), s.duplicates + dup, s.sent + len(firsts)

@@ -225,3 +225,54 @@ def p_yes(logprobs: dict[str, float]) -> float | None:
     """P(Yes) / (P(Yes) + P(No)); ``None`` when the judge reported neither (see ``expected_digit``)."""
     y, n = math.exp(logprobs.get("Yes", -math.inf)), math.exp(logprobs.get("No", -math.inf))
     return y / (y + n) if y + n > 0 else None
+
+
+def parse_judge_reasoning(text: str, reference: bool = False) -> str | None:
+    """The ``reasoning`` string of a generative reply's scored JSON object, or ``None``. Never raises.
+
+    Read from the object whose score ``parse_judge_score`` reads (after any thinking), or with
+    ``reference`` from the object ``json_repair`` reads from the whole reply (``parse_judge_score_reference``).
+
+    >>> parse_judge_reasoning('{"reasoning": "Names oxygen: 1.0 x 0.3 = 0.3.", "score": 0.3}')
+    'Names oxygen: 1.0 x 0.3 = 0.3.'
+    >>> parse_judge_reasoning('Score: 0.3') is None
+    True
+    """
+    try:
+        if reference:
+            value = repaired_json(text)
+        else:
+            found = _scored_objects(strip_thinking(text), limit=1)
+            value = found[0] if found else None
+        reasoning = value.get("reasoning") if isinstance(value, dict) else None
+        return reasoning.strip() if isinstance(reasoning, str) and reasoning.strip() else None
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None
+
+
+_NUM = r"(?:\d+(?:\.\d+)?|\.\d+)"
+_PRODUCT = re.compile(rf"(?<![\d.])({_NUM})\s*(?:x|\u00d7|\*)\s*({_NUM})\s*=\s*-?{_NUM}", re.IGNORECASE)
+
+
+def parse_criterion_ratings(reasoning: str | None, n: int) -> list[float] | None:
+    """Per criterion, the satisfaction (0 to 1) a generative judge's reasoning gives, or ``None``. Never raises.
+
+    Both prompts ask the judge to write ``rating x weight = product`` for each criterion in the rubric's order
+    (evolm's: ``1.0 x 0.5 = 0.5``; the authors': ``1.0 * 0.4 = 0.4``). The ratings are read only when the
+    reasoning holds exactly ``n`` such products (one per criterion), clipped to [0, 1]; otherwise the reply
+    does not say which rating belongs to which criterion, and this gives ``None``.
+
+    >>> parse_criterion_ratings("CO2: 1.0 x 0.5 = 0.5. Oxygen: 0.5 x 0.5 = 0.25. Total: 0.75", 2)
+    [1.0, 0.5]
+    >>> parse_criterion_ratings("CO2: 1.0 x 0.5 = 0.5. Total: 0.5", 2) is None
+    True
+    """
+    if not isinstance(reasoning, str) or n < 1:
+        return None
+    try:
+        found = _PRODUCT.findall(reasoning[:100_000])
+        if len(found) != n:
+            return None
+        return [min(1.0, max(0.0, float(r))) for r, _ in found]
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None

@@ -98,8 +98,11 @@ class StepRecord:
     missing_rewards: float | None = _typed(float)  # share of rows whose judge score was unreadable
     tied_groups: float | None = _typed(float)  # share of groups whose rewards all tie (zero advantage)
     reward_components: dict[str, float | None] | None = _typed(dict)  # rewards.extra: "judge" and each extra's mean
-    judge_p_yes: float | None = _typed(float)  # yesno-style judges: mean per-criterion P(Yes) of the step's judging
-    judge_pass_rate: float | None = _typed(float)  # share of those criteria with P(Yes) > 0.5
+    judge_p_yes: float | None = _typed(float)  # mean per-criterion value of the step's judging (yesno: P(Yes))
+    judge_pass_rate: float | None = _typed(float)  # share of those criteria with a value > 0.5
+    criterion_pass_rates: dict[str, float | None] | None = _typed(dict)  # that share per criterion position ("1", ...)
+    criteria_per_rubric: float | None = _typed(float)  # mean number of criteria per judged rubric
+    flat_criteria: float | None = _typed(float)  # share of criteria whose value spans < 0.05 over the answers judged
     judge_tokens: int | None = _typed(int)  # the judges' prompt + generated tokens for the step's rewards
     judge_latency_s: float | None = _typed(float)  # wall seconds of the step's judging (the slowest process's)
     judge_prompt_tokens: int | None = _typed(int)  # prompt tokens the judges read for the step (local: counted)
@@ -170,6 +173,11 @@ class SampleRecord:
     a_pos: str | None = _typed(str)
     a_neg: str | None = _typed(str)
     pair_source: str | None = _typed(str)
+    # per criterion of the judgment, {text, weight, value} (judge modes that read criteria: yesno P(Yes), generative
+    # ratings): policy rows' answer; rubric rows' a+ and a-
+    criteria: list[dict[str, Any]] | None = None
+    criteria_pos: list[dict[str, Any]] | None = None
+    criteria_neg: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         keep_none = {"reward", "rubric", "score", "s_pos", "s_neg"}  # None means something for these

@@ -55,7 +55,7 @@ EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training 
 # values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
 _SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",
            "heldout_validity", "judge_p_yes", "judge_pass_rate", "rubric_copy_share", "score_string_share",
-           "judge_cache_hit_rate"}
+           "judge_cache_hit_rate", "flat_criteria"}
 _CORRELATIONS = {"length_reward_corr"}
 _COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge_requests")  # counts, read as floats
 _STDS = {"reward_std", "heldout_policy_score_std"}
@@ -470,6 +470,32 @@ def _cost(d: RunData) -> str:
             + _table(["whole run", "total"], totals))
 
 
+CRITERIA_PANELS = (
+    ("criteria that do not discriminate (%)", "flat_criteria", 100.0),
+    ("criteria per rubric", "criteria_per_rubric", 1.0),
+    ("criteria passed (%)", "judge_pass_rate", 100.0),
+)
+
+
+def _criteria(d: RunData) -> str:
+    """What the judge read per criterion, per step of both roles: the share of criteria whose value does not vary
+    across the answers they judged, criteria per rubric, and the share of criteria passed."""
+    series = {}
+    for _, key, _ in CRITERIA_PANELS:
+        rows = [r for r in d.metrics if not math.isnan(r.get(key, math.nan))]
+        if rows:
+            series[key] = plots.Series([r["step"] for r in rows], [r[key] for r in rows], None,
+                                       [r["phase"] for r in rows])
+    if not series:
+        return ""
+    return ("<h2>Criteria</h2><p class='muted'>Per step, from the judge's per-criterion readings (judge modes that "
+            "read criteria: yesno P(Yes), generative ratings). A criterion does not discriminate when its value "
+            "spans less than 0.05 across the answers it judged: a policy group's answers (one rubric), or a rubric "
+            "step's pair; it moves no advantage there (rewards.drop_flat_criteria drops it from the policy reward's "
+            "weighting). Passed: value above 0.5 (per criterion position: criterion_pass_rates in metrics.jsonl).</p>"
+            + _plot(d, "criteria per step", plots.panels_plot, series, CRITERIA_PANELS))
+
+
 # ----------------------------------------------------------------------------- held-out evaluations
 
 def steps_text(steps: list[int]) -> str:
@@ -656,6 +682,7 @@ def _evals_section(d: RunData) -> str:
 def render_report(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
     """The report's HTML for loaded run data (``length_factor``: the monitor's length flag, ``hacking_flags``)."""
     body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _monitor(d, length_factor), _cost(d),
+            _criteria(d),
             _phase_table(d), _stats_section(d), _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
     notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
              + "</ul></div>") if d.notes else ""

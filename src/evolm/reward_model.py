@@ -19,6 +19,7 @@ from typing import Any
 
 from evolm.errors import ModelError
 from evolm.rubrics import strip_thinking
+from evolm.scores import Judgment
 
 
 @dataclass
@@ -35,12 +36,13 @@ class RewardModel:
         if self.reading == "reference":
             self.max_length = 4096
 
-    def score(self, items: Sequence[Any], progress: bool = False) -> list[float | None]:
-        """One raw reward per item (``JudgeItem``: question and answer; rubric and reference ignored)."""
+    def score(self, items: Sequence[Any], progress: bool = False) -> list[Judgment]:
+        """One raw reward per item as its ``Judgment``'s score (``JudgeItem``: question and answer; rubric and
+        reference ignored)."""
         import torch
 
         texts = [self._text(it.question, it.answer) for it in items]
-        out: list[float | None] = []
+        out: list[Judgment] = []
         for start in range(0, len(texts), self.batch_size):
             batch = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True,
                                    truncation=True, max_length=self.max_length,
@@ -49,7 +51,7 @@ class RewardModel:
             with torch.inference_mode():
                 logits = self.model(**batch).logits  # [B, 1]
             raw = logits[:, 0].float()
-            out += (10.0 * torch.sigmoid(raw) if self.reading == "reference" else raw).tolist()
+            out += [Judgment(x) for x in (10.0 * torch.sigmoid(raw) if self.reading == "reference" else raw).tolist()]
         return out
 
     def _text(self, question: str, answer: str) -> str:

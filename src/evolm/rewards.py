@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from evolm.config import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, ExtraReward
 from evolm.errors import InputError
-from evolm.scores import aggregate_scores, is_missing
+from evolm.scores import CriterionScore, Judgment, aggregate_scores, is_missing, scores_of
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
 Aggregation = Literal["mean", "majority"]
@@ -96,7 +96,9 @@ class RowReward:
     s_neg: float | None = None
     rubric_valid: float | None = None  # rubric rows: format validity of the written rubric
     parsed: dict[str, Any] | None = None  # rubric rows: the written rubric, parsed
-    p_yes: tuple[float, ...] = ()  # per-criterion P(Yes) the judges read for this row (yesno, rar_explicit modes)
+    # per judged answer (policy: its own; rubric: a+ then a-), the criteria of its judgment (``Judgment.criteria``:
+    # yesno P(Yes), generative ratings; several judges: values averaged); () where the mode has none
+    criteria: tuple[tuple[CriterionScore, ...], ...] = ()
     extras: tuple[tuple[str, float, float | None], ...] = ()  # policy rows: (label, weight, value) per rewards.extra
     # The first row of a process's batch only (gathered rows then add up per step): what judging the batch took;
     # telemetry, left out of comparisons
@@ -207,23 +209,22 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
     started, used = time.monotonic(), judge_usage(judges)
-    per_judge, readings = [], [()] * len(items)  # readings: each item's per-criterion P(Yes), all judges
+    judged: list[list[Judgment]] = []  # per judge, one judgment per item
     hits = lookups = 0
     for j in judges if items else []:
         if isinstance(j, CachedJudge):  # judge.cache: known and duplicate items are not sent
             call = j.score_with_hits(items)
-            per_judge.append(call.results)
+            judged.append(call.results)
             hits, lookups = hits + sum(call.cached), lookups + len(items)
         else:
-            per_judge.append(j.score(items))
-        crit = getattr(j, "last_criteria", None)  # the yesno-style modes' readings of that call
-        if crit is not None and len(crit) == len(items):
-            readings = [(*r, *c) for r, c in zip(readings, crit, strict=True)]
+            judged.append(j.score(items))
+    per_judge = [scores_of(js) for js in judged]
     scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
+    criteria = [merged_criteria([js[k] for js in judged]) for k in range(len(items))]
     out: list[RowReward] = []
     for w in where:
         if isinstance(w, int):
-            out.append(RowReward(policy_reward(scores[w]), score=scores[w], p_yes=tuple(readings[w])))
+            out.append(RowReward(policy_reward(scores[w]), score=scores[w], criteria=(criteria[w],)))
             continue
         i_pos, i_neg, written = w
         if i_pos is None:
@@ -234,7 +235,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             [s[i_pos] for s in per_judge], [s[i_neg] for s in per_judge], aggregate, written.valid, rubric_reward_kind)
         out.append(RowReward(reward, s_pos=sp, s_neg=sn, rubric_valid=written.valid,
                              parsed=written.rubric.to_dict() if written.rubric else None,
-                             p_yes=(*readings[i_pos], *readings[i_neg])))
+                             criteria=(criteria[i_pos], criteria[i_neg])))
     if out and items:  # what judging this batch took, carried by its first row
         now = judge_usage(judges)
         spent = None if now is None or used is None else now - used
@@ -245,6 +246,25 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_requests=None if spent is None else spent.requests,
                          judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None)
     return out
+
+
+def merged_criteria(judgments: Sequence[Judgment]) -> tuple[CriterionScore, ...]:
+    """One answer's criteria from several judges' judgments: each position's values averaged over the judges that
+    read it (the first judge's texts and weights; judges whose criteria differ in number are left out); ``()`` when
+    no judge gave criteria.
+
+    >>> a, b = Judgment(0.5, (CriterionScore("c", 1.0, 0.2),)), Judgment(0.7, (CriterionScore("c", 1.0, 0.6),))
+    >>> merged_criteria([a, b])[0].value, merged_criteria([Judgment(0.5)])
+    (0.4, ())
+    """
+    given = [j.criteria for j in judgments if j is not None and j.criteria]
+    if not given:
+        return ()
+    same = [c for c in given if len(c) == len(given[0])]
+    if len(same) == 1:
+        return tuple(same[0])
+    return tuple(replace(c, value=aggregate_scores([other[k].value for other in same]))
+                 for k, c in enumerate(same[0]))
 
 
 def judge_usage(judges: Sequence[Any]) -> Any:
@@ -273,8 +293,11 @@ class StepRewards:
     rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
     tied_groups: float = 0.0  # share of groups whose rewards are all equal (zero advantage: no gradient signal)
     reward_components: dict[str, float | None] | None = None  # with rewards.extra: "judge" and each extra's mean value
-    judge_p_yes: float | None = None  # mean per-criterion P(Yes) of the step's judging (yesno-style modes)
-    judge_pass_rate: float | None = None  # share of those criteria with P(Yes) > 0.5
+    judge_p_yes: float | None = None  # mean per-criterion value of the step's judging (yesno: P(Yes); see RowReward)
+    judge_pass_rate: float | None = None  # share of those criteria with a value > 0.5
+    criterion_pass_rates: dict[str, float] | None = None  # per criterion position ("1", "2", ...): its pass rate
+    criteria_per_rubric: float | None = None  # mean number of criteria per judged rubric
+    flat_criteria: float | None = None  # share of criteria whose value does not vary across the answers it judged
     judge_tokens: int | None = None  # the judges' prompt + generated tokens for the step, all processes
     judge_latency_s: float | None = None  # wall seconds of the step's judging (the slowest process's)
     judge_prompt_tokens: int | None = None  # the judges' prompt tokens (servers: their usage; local: counted)
@@ -287,6 +310,8 @@ class StepRewards:
         named = {"pair_accuracy": self.pair_accuracy, "rubric_validity": self.rubric_validity,
                  "missing_rewards": self.missing_rewards, "tied_groups": self.tied_groups,
                  "judge_p_yes": self.judge_p_yes, "judge_pass_rate": self.judge_pass_rate,
+                 "criteria_per_rubric": self.criteria_per_rubric, "flat_criteria": self.flat_criteria,
+                 **{f"judge_pass_rate/c{k}": v for k, v in (self.criterion_pass_rates or {}).items()},
                  "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
                  "judge_prompt_tokens": self.judge_prompt_tokens, "judge_generated_tokens": self.judge_generated_tokens,
                  "judge_requests": self.judge_requests, "judge_cache_hit_rate": self.judge_cache_hit_rate,
@@ -295,8 +320,14 @@ class StepRewards:
 
 
 def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
-                 policy_rubric_valid: Sequence[float | None] = ()) -> StepRewards:
+                 policy_rubric_valid: Sequence[float | None] = (), drop_flat_criteria: bool = False) -> StepRewards:
     """Fill missing rewards with their group's mean and summarise one step (all processes' rows).
+
+    Criteria (``RowReward.criteria``): pass rate per criterion position, criteria per rubric, and the share of
+    criteria that do not separate the answers they judged (``flat_criteria``: a policy group's answers, a rubric
+    row's pair; ``FLAT_SPREAD``). ``drop_flat_criteria`` (policy steps; ``rewards.drop_flat_criteria``, for a judge
+    whose score is the weighted mean of its criteria's values: ``yesno``) re-weights each policy answer's score
+    over its group's other criteria before anything else (``drop_flat``).
 
     Extra rewards (``RowReward.extras``, policy rows with ``rewards.extra``) are added after the filling, each
     times its weight (a ``None`` value adds nothing): the reward GRPO uses, which ``reward_mean``,
@@ -311,6 +342,10 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     >>> r.rewards, r.reward_components
     ([0.30000000000000004, 0.8], {'judge': 0.8, 'len': -0.5})
     """
+    policy = not (roles and roles[0] == "rubric")
+    flat = flat_positions(raw, groups, policy)
+    if drop_flat_criteria and policy:
+        raw = drop_flat(raw, groups, flat)
     judged = fill_missing_with_group_mean([r.reward for r in raw], groups)
     filled = [f + sum(w * v for _, w, v in r.extras if v is not None) for f, r in zip(judged, raw, strict=True)]
     n = len(filled)
@@ -327,23 +362,100 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         pair_acc = None
         present = [float(v) for v in policy_rubric_valid if v is not None]
         validity = sum(present) / len(present) if present else None
-    readings = [p for r in raw for p in r.p_yes]
+    readings = [c.value for r in raw for crit in r.criteria for c in crit if c.value is not None]
+    positions: dict[str, list[float]] = defaultdict(list)
+    for r in raw:
+        for crit in r.criteria:
+            for k, c in enumerate(crit, 1):
+                positions[str(k)] += [] if c.value is None else [c.value]
+    sizes = [len(r.criteria[0]) for r in raw if r.criteria and r.criteria[0]]
+    if policy:  # one rubric per group
+        sizes = list({g: len(r.criteria[0]) for g, r in zip(groups, raw, strict=True)
+                      if r.criteria and r.criteria[0]}.values())
+    flat_n, flat_total = sum(sum(f) for f in flat.values()), sum(len(f) for f in flat.values())
     tokens = [r.judge_tokens for r in raw if r.judge_tokens is not None]
     seconds = [r.judge_seconds for r in raw if r.judge_seconds is not None]
 
     def total(key: str) -> int | None:
         counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
         return sum(counts) if counts else None
-    return StepRewards(filled, sum(filled) / n if n else 0.0, sum(stds) / len(stds) if stds else 0.0,
-                       sum(is_missing(r.reward) for r in raw) / n if n else 0.0, pair_acc, validity, tied,
-                       _components(judged, raw),
-                       sum(readings) / len(readings) if readings else None,
-                       sum(p > 0.5 for p in readings) / len(readings) if readings else None,
+    return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
+                       reward_std=sum(stds) / len(stds) if stds else 0.0,
+                       missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
+                       pair_accuracy=pair_acc, rubric_validity=validity, tied_groups=tied,
+                       reward_components=_components(judged, raw),
+                       judge_p_yes=sum(readings) / len(readings) if readings else None,
+                       judge_pass_rate=sum(p > 0.5 for p in readings) / len(readings) if readings else None,
+                       criterion_pass_rates={k: sum(v > 0.5 for v in vs) / len(vs) for k, vs in positions.items()
+                                             if vs} or None,
+                       criteria_per_rubric=sum(sizes) / len(sizes) if sizes else None,
+                       flat_criteria=flat_n / flat_total if flat_total else None,
                        judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None,
                        judge_prompt_tokens=total("judge_prompt_tokens"),
                        judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"),
                        judge_cache_hit_rate=None if not total("judge_lookups") else
                        (total("judge_cache_hits") or 0) / total("judge_lookups"))
+
+
+FLAT_SPREAD = 0.05
+"""A criterion is flat (does not discriminate) when its values across the answers it judged differ by less than this."""
+
+
+def flat_positions(raw: Sequence[RowReward], groups: Sequence[Hashable], policy: bool) -> dict[Any, list[bool]]:
+    """Per unit of comparison (policy: a group, whose answers share a rubric; rubric: a row, judging its pair),
+    per criterion position, whether the criterion is flat: its values (present ones, at least two) span less than
+    ``FLAT_SPREAD``. Units whose answers' criteria differ in number, or have fewer than two, are left out.
+
+    >>> c = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
+    >>> flat_positions([RowReward(0.5, criteria=(c(0.9, 0.2),)), RowReward(0.6, criteria=(c(0.92, 0.8),))],
+    ...                ["g", "g"], policy=True)
+    {'g': [True, False]}
+    """
+    units: dict[Any, list[tuple[CriterionScore, ...]]] = defaultdict(list)
+    for i, (g, r) in enumerate(zip(groups, raw, strict=True)):
+        if policy:
+            units[g] += [c for c in r.criteria[:1] if c]
+        else:
+            units[i] += [c for c in r.criteria if c]
+    out: dict[Any, list[bool]] = {}
+    for unit, answers in units.items():
+        if len(answers) < 2 or len({len(a) for a in answers}) != 1:
+            continue
+        flags = []
+        for k in range(len(answers[0])):
+            values = [a[k].value for a in answers if a[k].value is not None]
+            if len(values) >= 2:
+                flags.append(max(values) - min(values) < FLAT_SPREAD)  # type: ignore[type-var,operator]
+        out[unit] = flags
+    return out
+
+
+def drop_flat(raw: Sequence[RowReward], groups: Sequence[Hashable], flat: dict[Any, list[bool]]) -> list[RowReward]:
+    """Policy rows, each score re-weighted over its group's criteria that are not flat (``rewards.drop_flat_criteria``).
+
+    A flat criterion adds nearly the same amount to every answer of the group: it moves no advantage but, as its
+    weight grows, squeezes the others' differences into a smaller range. A row keeps its reward when it has a
+    missing value, when every criterion is flat, or when its group was not compared (``flat_positions``).
+
+    >>> c = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
+    >>> rows = [RowReward(0.55, score=0.55, criteria=(c(0.9, 0.2),)),
+    ...         RowReward(0.86, score=0.86, criteria=(c(0.92, 0.8),))]
+    >>> [round(r.reward, 2) for r in drop_flat(rows, ["g", "g"], {"g": [True, False]})]
+    [0.2, 0.8]
+    """
+    out = []
+    for g, r in zip(groups, raw, strict=True):
+        flags = flat.get(g)
+        crit = r.criteria[0] if r.criteria else ()
+        kept = [c for c, f in zip(crit, flags or [], strict=False) if not f]
+        total = sum(c.weight for c in kept)
+        if (not flags or len(flags) != len(crit) or all(flags) or is_missing(r.reward) or not total > 0
+                or any(c.value is None for c in kept)):
+            out.append(r)
+            continue
+        score = sum(c.weight * c.value for c in kept) / total  # type: ignore[operator]
+        out.append(replace(r, reward=score, score=score))
+    return out
 
 
 def _components(judged: Sequence[float], raw: Sequence[RowReward]) -> dict[str, float | None] | None:
@@ -448,7 +560,7 @@ def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: boo
             JudgeItem(_question_of(p), completion_text(c), Rubric.from_obj(r) if r else None)
             for p, c, r in zip(prompts, completions, rubrics, strict=True)
         ]
-        return [policy_reward(s) for s in judge.score(items)]
+        return [policy_reward(j.score) for j in judge.score(items)]
 
     if not (is_served(judge) if asynchronous is None else asynchronous):
         return evolm_rubric_reward

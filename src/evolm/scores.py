@@ -1,7 +1,8 @@
 """A judge's score: a float in [0, 1], or missing (``None``, or NaN once it has been in a tensor).
 
-One place for what "missing" means, and for combining several judges' scores of one answer, so
-that the judge, the rewards and the evaluations agree on it (docs/METHOD.md §2.2-2.3).
+One place for what "missing" means, for what a judge returns per answer (``Judgment``: the score and
+what it is made of), and for combining several judges' scores of one answer, so that the judge, the
+rewards and the evaluations agree on it (docs/METHOD.md §2.2-2.3).
 """
 
 from __future__ import annotations
@@ -9,9 +10,68 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 AGGREGATIONS = ("mean", "majority")
+
+
+@dataclass(frozen=True)
+class CriterionScore:
+    """One criterion of a judgment: its text, its share of the rubric's weight, and the judge's reading of it."""
+
+    text: str
+    weight: float
+    """The criterion's weight over the rubric's total (the weights of a judgment's criteria sum to 1)."""
+    value: float | None
+    """``yesno`` and ``rar_explicit``: P(Yes) / (P(Yes) + P(No)); ``generative``: the satisfaction (0 to 1) the
+    reply's reasoning gives the criterion. ``None`` when the judge gave no reading."""
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """What a judge says about one item: the score, and what it is made of where the mode shows it.
+
+    In ``yesno`` the score is the weighted sum of the criteria's values (``sum(c.weight * c.value)``); in
+    ``rar_explicit`` that of their verdicts (value > 0.5); in ``generative`` the score is the judge's own
+    total, and ``criteria`` holds the ratings its reasoning gives when it gives one per criterion
+    (``parse_criterion_ratings``).
+
+    >>> j = Judgment(0.7, (CriterionScore("Correct.", 0.5, 0.9), CriterionScore("Short.", 0.5, 0.5)))
+    >>> round(sum(c.weight * c.value for c in j.criteria), 6) == j.score
+    True
+    """
+
+    score: float | None
+    """In [0, 1] (``judge.parse: reference``: the authors' unclipped number), or ``None``: missing (an unreadable
+    reply, a server that reported no score token, a prompt that cannot fit the judge's context)."""
+    criteria: tuple[CriterionScore, ...] | None = None
+    """Per criterion, in the rubric's order (``yesno``, ``rar_explicit``; ``generative`` where the reply rates
+    each criterion); ``None`` in the modes that read one holistic score."""
+    reasoning: str | None = None
+    """The reasoning a generative reply gives with its score, when it gives one."""
+    cut: int = 0
+    """Characters cut from the middle of the answer to fit the judge's context (``Judge.fit_to_context``)."""
+    unscored: str | None = None
+    """Why the item was not sent to the judge: its prompt does not fit even with the answer cut entirely."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form: ``score``, ``criteria`` as ``{"text", "weight", "value"}`` lists, ``reasoning``."""
+        out: dict[str, Any] = {"score": self.score}
+        if self.criteria is not None:
+            out["criteria"] = [{"text": c.text, "weight": c.weight, "value": c.value} for c in self.criteria]
+        if self.reasoning is not None:
+            out["reasoning"] = self.reasoning
+        return out
+
+
+def scores_of(judgments: Sequence[Judgment]) -> list[float | None]:
+    """The scores of ``judgments``, in order.
+
+    >>> scores_of([Judgment(0.5), Judgment(None)])
+    [0.5, None]
+    """
+    return [j.score for j in judgments]
 
 
 def is_missing(x: Any) -> bool:

@@ -349,8 +349,8 @@ def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) 
         raw, hits = judge.score(items), [False] * len(items)
     scores: list[float | None] = [None] * len(answers)
     cached = [False] * len(answers)
-    for i, s, hit in zip(order, raw, hits, strict=True):
-        scores[i], cached[i] = s, hit
+    for i, judgment, hit in zip(order, raw, hits, strict=True):
+        scores[i], cached[i] = judgment.score, hit
     filled = fill_missing_with_group_mean(scores, [a.question for a in answers])
     return [Scored(value, {**{s: float(s == source) for s in SOURCES}, "missing_score": float(score is None),
                            "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)})

@@ -20,6 +20,7 @@ from evolm.judge import Judge, JudgeItem
 from evolm.judge_parse import DIGITS
 from evolm.judge_prompts import prob_messages, yesno_messages
 from evolm.rubrics import Criterion, Rubric, parse_rubric, write_rubrics
+from evolm.scores import scores_of
 
 
 def conv(text: str, system: str | None = None) -> Conversation:
@@ -325,8 +326,8 @@ def test_judge_modes_on_tiny_model(tiny_backend: HFBackend) -> None:
     items = [JudgeItem("What is 2 + 2? Show your work.", a, rubric) for a in ("4", "2 + 2 = 4", "5")]
     items.append(JudgeItem("What is 2 + 2?", "4", None))
     for mode in ("prob", "yesno"):
-        a = Judge(backend_with(tiny_backend, 2, True), mode=mode).score(items)
-        b = Judge(backend_with(tiny_backend, 2, False), mode=mode).score(items)
+        a = scores_of(Judge(backend_with(tiny_backend, 2, True), mode=mode).score(items))
+        b = scores_of(Judge(backend_with(tiny_backend, 2, False), mode=mode).score(items))
         assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in a)
         assert a == pytest.approx(b, abs=1e-4)
 
@@ -348,6 +349,6 @@ def test_smollm2_writes_rubric_and_judges(smollm2_backend: HFBackend) -> None:
     rubric = written[0].rubric or Rubric((Criterion("The answer names Paris.", 0.8), Criterion("The answer is one word.", 0.2)))
     items = [JudgeItem(question, "Paris", rubric), JudgeItem(question, "Bananas are yellow and rich in potassium.", rubric)]
     for mode in ("prob", "yesno"):
-        scores = Judge(smollm2_backend, mode=mode).score(items)
+        scores = scores_of(Judge(smollm2_backend, mode=mode).score(items))
         assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores), (mode, scores)
         assert scores[0] != pytest.approx(scores[1], abs=1e-6), (mode, scores)

@@ -16,6 +16,7 @@ from evolm.backends import Backend, SamplingParams
 from evolm.backends.openai import OpenAIBackend
 from evolm.errors import BackendError
 from evolm.judge import JUDGE_MAX_NEW_TOKENS, Judge, JudgeItem
+from evolm.scores import scores_of
 
 KEY_ENV = "EVOLM_TEST_OPENAI_KEY"
 
@@ -267,9 +268,9 @@ def test_thinking_judge_over_the_server(openai_server: RunningServer) -> None:
     chosen = backend(openai_server)
     item = JudgeItem("What is 2 + 2?", "4")
     thinking = {"enable_thinking": True}
-    (score,) = Judge(chosen, mode="prob", chat_template_kwargs=thinking).score([item])
+    (score,) = scores_of(Judge(chosen, mode="prob", chat_template_kwargs=thinking).score([item]))
     assert 0.0 <= score <= 1.0
-    Judge(chosen, mode="generative", chat_template_kwargs=thinking).score([item])
+    scores_of(Judge(chosen, mode="generative", chat_template_kwargs=thinking).score([item]))
     prob_body, generative_body = openai_server.state.requests
     assert prob_body["chat_template_kwargs"] == {"enable_thinking": False}
     assert generative_body["chat_template_kwargs"] == thinking

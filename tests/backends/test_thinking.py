@@ -20,6 +20,7 @@ from evolm.judge import Judge, JudgeItem
 from evolm.judge_parse import DIGITS, parse_judge_score
 from evolm.judge_prompts import prob_messages
 from evolm.rubrics import Criterion, Rubric
+from evolm.scores import scores_of
 
 RUBRIC = Rubric((Criterion("The final answer is 4.", 0.7), Criterion("Shows the addition.", 0.3)))
 ITEMS = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("4", "2 + 2 = 4", "<think>hm</think>5")]
@@ -113,8 +114,8 @@ def test_template_without_thinking_is_untouched(tiny_backend: HFBackend, qwen3: 
 
 @pytest.mark.parametrize("mode", ["prob", "yesno", "rar_explicit"])
 def test_probability_modes_agree_whatever_the_thinking_flag(qwen3: HFBackend, open_think: HFBackend, mode: str) -> None:
-    scores = [Judge(qwen3, mode=mode, chat_template_kwargs=f).score(ITEMS) for f in THINKING_FLAGS]
-    scores.append(Judge(open_think, mode=mode).score(ITEMS))
+    scores = [scores_of(Judge(qwen3, mode=mode, chat_template_kwargs=f).score(ITEMS)) for f in THINKING_FLAGS]
+    scores.append(scores_of(Judge(open_think, mode=mode).score(ITEMS)))
     assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores[0])
     for other in scores[1:]:
         assert other == pytest.approx(scores[0], abs=1e-5)
@@ -126,7 +127,7 @@ def test_reply_opened_by_the_template_and_cut_has_no_score(open_think: HFBackend
     replies = open_think.generate(convs, SamplingParams(temperature=0.0, max_new_tokens=6))
     assert all(r.startswith("<think>") and "</think>" not in r for r in replies)
     judge = Judge(open_think, mode="generative", max_new_tokens=6)
-    assert judge.score(ITEMS[:2]) == [None, None]
+    assert scores_of(judge.score(ITEMS[:2])) == [None, None]
 
 
 def test_reply_decoding_keeps_think_tags(qwen3: HFBackend) -> None:

@@ -105,6 +105,10 @@ def test_run_pairs_with_rubrics():
     assert result.mean_of_files == pytest.approx((2 / 3 + 0.75 + 1) / 3)
     table = pairs.format_table(result)
     assert "pairs_llmbar.json" in table and "66.7" in table and "75.0" in table
+    lo, hi = result.total.interval  # Wilson 95% over the 6 pairs, a tie counting 1/2
+    assert lo < 0.75 < hi and (round(lo, 3), round(hi, 3)) == (0.365, 0.94)
+    assert pairs.percent_interval(result.total.interval) in table.splitlines()[-1]
+    assert result.to_dict()["total"]["ci95"] == [lo, hi]
 
 
 def test_run_pairs_judge_alone_is_at_chance():

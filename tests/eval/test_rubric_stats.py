@@ -159,3 +159,19 @@ def test_cli_stats_errors(tmp_path, capsys):
     assert main(["eval", "stats", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "no rubrics found" in err[0] and "no such file" in err[1] and "missing field 'rubric'" in err[2]
+
+
+def test_run_dir_stats_give_the_share_of_criteria_that_did_not_separate_answers(tmp_path):
+    def crit(*values):
+        return [{"text": f"c{k}", "weight": 0.5, "value": v} for k, v in enumerate(values)]
+    # Q1's four answers: c0 separates them (0.1 .. 0.9), c1 does not (0.80 .. 0.83); Q2's rows carry no criteria
+    pol = [{"step": 1, "role": "policy", "cycle": 0, "phase": 0, "slot": 0, "question": "Q1", "completion": str(i),
+            "criteria": crit(0.1 + 0.8 * i / 3, 0.80 + 0.01 * i)} for i in range(4)]
+    pol += [{"step": 1, "role": "policy", "cycle": 0, "phase": 0, "slot": 1, "question": "Q2", "completion": "x"}]
+    rub = [{"step": 2, "role": "rubric", "cycle": 0, "phase": 1, "question": "Q1", "completion": "x",
+            "criteria_pos": crit(0.9, 0.5, 0.7), "criteria_neg": crit(0.2, 0.52, 0.71)}]
+    _write(tmp_path / "samples" / "phase-000-policy.jsonl", pol)
+    _write(tmp_path / "samples" / "phase-001-rubric.jsonl", rub)
+    by_source = {s.source: s for s in phase_rubric_stats(read_samples(tmp_path))}
+    assert by_source["policy"].flat_criteria == 0.5 and by_source["rubric"].flat_criteria == pytest.approx(2 / 3)
+    assert by_source["policy"].to_json()["flat_criteria"] == 0.5

@@ -266,9 +266,27 @@ def context_note(cut: int, unscored: int) -> str:
             + (f"; {unscored} rows over the judge's context left unscored" if unscored else ""))
 
 
-def judge_context_note(judge) -> str:  # noqa: ANN001 - evolm.judge.Judge (or a reward model: no guard)
-    fit = getattr(judge, "last_fit", None)
-    return context_note(len(fit.cut), len(fit.unscored)) if fit is not None else ""
+class GuardTally:
+    """A judge whose calls are counted for the summary line: answers its context guard cut (``Judgment.cut``) and
+    rows it left unscored (``Judgment.unscored``). Reads as the judge it wraps for everything else."""
+
+    def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.Judge, a reward model, a cached judge
+        self.judge, self.cut, self.unscored = judge, 0, 0
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        if name.startswith("__") or name == "judge":
+            raise AttributeError(name)
+        return getattr(self.judge, name)
+
+    def score(self, items, progress: bool = False) -> list:  # noqa: ANN001
+        out = self.judge.score(items, progress)
+        self.cut += sum(1 for j in out if j.cut)
+        self.unscored += sum(1 for j in out if j.unscored)
+        return out
+
+
+def judge_context_note(judge) -> str:  # noqa: ANN001 - a GuardTally (else nothing is known)
+    return context_note(judge.cut, judge.unscored) if isinstance(judge, GuardTally) else ""
 
 
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams
@@ -311,7 +329,8 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
     crash loses at most the batch in progress; with --resume-output the rows already there are
     checked against the input (same ``keys``, row by row) and skipped. Batches (``write_chunk`` rows)
     start at multiples of their size, so a resumed run calls the model exactly as an uninterrupted one
-    does. The progress bar moves after each batch.
+    does. The progress bar moves after each batch, and within one as ``compute(start, end, advance)``
+    calls ``advance(n)`` for rows finished.
     """
     from tqdm.auto import tqdm
 
@@ -336,8 +355,12 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
                 start = len(done)
                 while start < len(rows):
                     end = min((start // batch + 1) * batch, len(rows))
-                    out.write(compute(start, end))
-                    bar.update(end - start)
+
+                    def advance(n: int, end: int = end) -> None:  # rows of this batch finished (never past it)
+                        bar.update(max(0, min(n, end - bar.n)))
+
+                    out.write(compute(start, end, advance))
+                    bar.update(end - bar.n)
                     start = end
         except BaseException:
             if out.partial is not None and len(out.rows) > 0:

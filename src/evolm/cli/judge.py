@@ -49,6 +49,11 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     add_judge_mode_arg(p)
     p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=JUDGE_CONSTRAINED)
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
+    p.add_argument("--details", action="store_true",
+                   help="add what each score is made of: 'criteria', a list of {text, weight, value} (yesno and "
+                   "rar_explicit: P(Yes) per criterion, weight its share of the rubric; yesno's score is the sum of "
+                   "weight x value; generative: the rating its reasoning gives each criterion, when it gives one per "
+                   "criterion) and 'reasoning' (the generative modes' reply reasoning); null where the mode has none")
     p.add_argument("--judge-cache", type=int, default=CACHE_ENTRIES, metavar="N",
                    help=f"judge results kept (default {CACHE_ENTRIES:,}; 0: off): an answer judged before under the "
                    "same question, rubric and judge settings is not judged again, and identical rows are judged once")
@@ -62,6 +67,7 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 _GUARD_KEYS = ("truncated", "chars_cut", "overlong")  # what the judge's context guard adds to a row (a re-judged
 # file's old ones are dropped)
+_DETAIL_KEYS = ("criteria", "reasoning")  # what --details adds (replaced when a file is re-judged with --details)
 
 
 def _show_judge_prompt(config: str | None) -> None:
@@ -113,17 +119,19 @@ def main(args: argparse.Namespace) -> None:
         used.append("parsed" if rubric is not None else "raw text" if raw and raw.strip() else "none")
     judge = cached_judge(judge_from_args(args, args.judge, args.backend, args.base_url), args.judge_cache)
 
-    def compute(start: int, end: int) -> list[dict]:
+    dropped = _GUARD_KEYS + (_DETAIL_KEYS if args.details else ())
+
+    def compute(start: int, end: int, _advance) -> list[dict]:  # noqa: ANN001 - the bar moves per batch
         try:
-            scores = judge.score(items[start:end])
+            judged = judge.score(items[start:end])
         except OverlongPrompt as e:
             raise InputError(f"{args.input}: row {start + e.index + 1}: {e.reason}") from None
-        cut, unscored = (fit.cut, fit.unscored) if (fit := getattr(judge, "last_fit", None)) is not None else ({}, {})
         # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none
-        return [{**{k: v for k, v in row.items() if k not in _GUARD_KEYS}, "score": s, "rubric_used": u,
-                 **({"truncated": True, "chars_cut": cut[k]} if k in cut else {}),
-                 **({"overlong": unscored[k]} if k in unscored else {})}
-                for k, (row, s, u) in enumerate(zip(rows[start:end], scores, used[start:end], strict=True))]
+        return [{**{k: v for k, v in row.items() if k not in dropped}, "score": j.score, "rubric_used": u,
+                 **({"truncated": True, "chars_cut": j.cut} if j.cut else {}),
+                 **({"overlong": j.unscored} if j.unscored else {}),
+                 **({"criteria": j.to_dict().get("criteria"), "reasoning": j.reasoning} if args.details else {})}
+                for row, j, u in zip(rows[start:end], judged, used[start:end], strict=True)]
 
     out = write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
     n_missing = sum(r["score"] is None for r in out)

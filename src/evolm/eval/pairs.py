@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.eval.rubric_source import RubricCoverage, prompt_rubrics
+from evolm.intervals import wilson
 from evolm.jsonl import read_records
 from evolm.scores import is_missing
 
@@ -67,8 +68,18 @@ class FileResult:
     losses: int
     missing: int  # pairs with at least one missing score (counted among the ties)
 
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """95% interval of the accuracy (Wilson, ``evolm.intervals.wilson``, over the pairs); ``None`` for no pairs.
+
+        >>> [round(x, 3) for x in FileResult(10, 0.8, 8, 0, 2, 0).interval]
+        [0.49, 0.943]
+        """
+        return wilson(self.accuracy, self.pairs)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"pairs": self.pairs, "accuracy": self.accuracy, "wins": self.wins, "ties": self.ties,
+        return {"pairs": self.pairs, "accuracy": self.accuracy,
+                "ci95": list(self.interval) if self.interval else None, "wins": self.wins, "ties": self.ties,
                 "losses": self.losses, "missing": self.missing}
 
 
@@ -116,12 +127,20 @@ def format_table(result: PairsResult) -> str:
     if len(set(names.values())) < len(names):
         names = {name: name for name in result.files}
     width = max([len("total"), *(len(n) for n in names.values())])
-    lines = [f"{'file':<{width}}  {'pairs':>6}  {'accuracy':>8}  {'ties':>5}"]
-    for name, f in result.files.items():
-        lines.append(f"{names[name]:<{width}}  {f.pairs:>6}  {100 * f.accuracy:>8.1f}  {f.ties:>5}")
-    t = result.total
-    lines.append(f"{'total':<{width}}  {t.pairs:>6}  {100 * t.accuracy:>8.1f}  {t.ties:>5}")
+    lines = [f"{'file':<{width}}  {'pairs':>6}  {'accuracy':>8}  {'95% CI':>13}  {'ties':>5}"]
+    for name, f in [*((names[n], f) for n, f in result.files.items()), ("total", result.total)]:
+        lines.append(f"{name:<{width}}  {f.pairs:>6}  {100 * f.accuracy:>8.1f}  {percent_interval(f.interval):>13}  "
+                     f"{f.ties:>5}")
     return "\n".join(lines)
+
+
+def percent_interval(interval: tuple[float, float] | None) -> str:
+    """An interval in percent, one decimal: ``[47.1, 75.8]``; ``-`` for none.
+
+    >>> percent_interval((0.471, 0.758)), percent_interval(None)
+    ('[47.1, 75.8]', '-')
+    """
+    return f"[{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]" if interval else "-"
 
 
 # ----------------------------------------------------------------------------- loading
@@ -212,7 +231,7 @@ def run_pairs(
         prompt=rubric_prompt,
     )
     items = [JudgeItem(p.prompt, a, r) for p, r in zip(flat, rubrics, strict=True) for a in (p.better, p.worse)]
-    scores = judge.score(items, progress=progress) if items else []
+    scores = [j.score for j in judge.score(items, progress=progress)] if items else []
     if len(scores) != len(items):
         raise RuntimeError(f"the judge returned {len(scores)} scores for {len(items)} answers")
     pair_scores = list(zip(scores[0::2], scores[1::2], strict=True))

@@ -569,7 +569,7 @@ def run_rb2(
     shown = texts if rubric_as_written else [None] * len(rows)
     items = [JudgeItem(row.prompt, c, rubric, rubric_text=text)
              for row, rubric, text in zip(rows, rubrics, shown, strict=True) for c in row.completions]
-    flat = judge.score(items, progress=progress) if items else []
+    flat = [j.score for j in judge.score(items, progress=progress)] if items else []
     if len(flat) != len(items):
         raise RuntimeError(f"the judge returned {len(flat)} scores for {len(items)} completions")
     scored, i = [], 0

@@ -259,9 +259,11 @@ class PhaseRubricStats:
     cycle: int | None
     source: str
     stats: RubricStats
+    flat_criteria: float | None = None  # share of criteria that did not separate the answers they judged (samples)
 
     def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase, "cycle": self.cycle, "source": self.source, **self.stats.to_json()}
+        return {"phase": self.phase, "cycle": self.cycle, "source": self.source, **self.stats.to_json(),
+                "flat_criteria": self.flat_criteria}
 
 
 def phase_rubric_stats(samples: RunSamples) -> list[PhaseRubricStats]:
@@ -278,8 +280,43 @@ def phase_rubric_stats(samples: RunSamples) -> list[PhaseRubricStats]:
         if not rubrics:
             continue
         cycle = next((row["cycle"] for row in rows if isinstance(row.get("cycle"), int)), None)
-        out.append(PhaseRubricStats(phase, cycle, role, rubric_stats(rubrics)))
+        out.append(PhaseRubricStats(phase, cycle, role, rubric_stats(rubrics), flat_share(rows, role)))
     return out
+
+
+def flat_share(rows: Sequence[dict[str, Any]], role: str) -> float | None:
+    """The share of criteria whose value spans less than ``rewards.FLAT_SPREAD`` across the answers they judged, from
+    the per-criterion values samples keep (``criteria``; rubric rows: ``criteria_pos`` / ``criteria_neg``): a policy
+    step's answers to one question, a rubric row's pair. ``None`` when the samples have no such values (a judge mode
+    without criteria, or a run from before they were written). The samples files may hold only part of a step
+    (``schedule.samples_logged_per_step``); training logs the whole step's share (``flat_criteria`` in metrics.jsonl).
+
+    >>> c = lambda *v: [{"text": "c", "weight": 0.5, "value": x} for x in v]
+    >>> flat_share([{"criteria_pos": c(0.9, 0.5), "criteria_neg": c(0.2, 0.52)}], "rubric")
+    0.5
+    """
+    from evolm.rewards import FLAT_SPREAD
+
+    units: dict[Any, list[list[Any]]] = {}
+    for i, row in enumerate(rows):
+        if role == "policy":
+            answers = [row.get("criteria")]
+            key: Any = (row.get("step"), row.get("slot"), str(row.get("question")))
+        else:
+            answers, key = [row.get("criteria_pos"), row.get("criteria_neg")], i
+        for a in answers:
+            if isinstance(a, list) and a:
+                units.setdefault(key, []).append([c.get("value") if isinstance(c, dict) else None for c in a])
+    flat = total = 0
+    for answers in units.values():
+        if len(answers) < 2 or len({len(a) for a in answers}) != 1:
+            continue
+        for k in range(len(answers[0])):
+            values = [a[k] for a in answers if isinstance(a[k], int | float) and not isinstance(a[k], bool)]
+            if len(values) >= 2:
+                total += 1
+                flat += max(values) - min(values) < FLAT_SPREAD
+    return flat / total if total else None
 
 
 def run_rubric_stats(run_dir: str | Path) -> list[PhaseRubricStats]:
@@ -298,6 +335,7 @@ _COLUMNS = (
     ("constr%", "constraint", "{:.1%}"),
     ("max w", "max_weight", "{:.2f}"),
     ("w>=0.7", "dominant", "{:.1%}"),
+    ("flat%", "flat_criteria", "{:.1%}"),
 )
 
 

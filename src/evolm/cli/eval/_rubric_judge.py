@@ -7,6 +7,7 @@ import argparse
 from evolm.cli._common import (
     JUDGE_CONSTRAINED,
     MODEL_NAMES,
+    GuardTally,
     add_backend_args,
     add_context_args,
     add_judge_mode_arg,
@@ -51,7 +52,7 @@ def rubric_and_judge(args: argparse.Namespace, need_rubric_model: bool = True): 
     if wants_rubrics:
         same = (args.rubric_model, args.backend, args.base_url) == (args.judge, judge_backend, judge_url)
         rubric_backend = judge.backend if same else load_model(args, args.rubric_model, args.backend, args.base_url)
-    return rubric_backend, judge
+    return rubric_backend, GuardTally(judge)  # the summary line says what the context guard did
 
 
 def rubric_note(coverage) -> str:  # coverage: evolm.eval.rubric_source.RubricCoverage

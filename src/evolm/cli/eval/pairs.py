@@ -36,6 +36,7 @@ def main(args: argparse.Namespace) -> None:
                                   progress=True, rubric_prompt=args.rubric_prompt)
     out = {**result.to_dict(), "settings": {**rubric_judge_settings(args), "limit": args.limit}}
     write_result(args.output, out, pairs_eval.format_table(result))
-    say(f"pairwise accuracy {100 * result.total.accuracy:.1f} over {result.total.pairs} pairs"
+    say(f"pairwise accuracy {100 * result.total.accuracy:.1f} (95% CI "
+        f"{pairs_eval.percent_interval(result.total.interval)}) over {result.total.pairs} pairs"
           + rubric_note(result.rubrics) + judge_context_note(judge)
           + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))

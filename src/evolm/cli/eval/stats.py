@@ -14,7 +14,9 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
         description="Rubric statistics the paper reports: criteria per rubric, criterion length, shares of "
         "label-only / specific-value / constraint criteria, largest weight. Input: a JSONL file whose lines have "
         "'rubric' (object or JSON string; e.g. the output of 'evolm rubric'), or a run directory (one row per "
-        "phase, from its samples/). The classification rules are in evolm.eval.rubric_stats.",
+        "phase, from its samples/; there also flat%: the share of criteria whose judge reading spans less than 0.05 "
+        "across the answers they judged, a policy question's group or a rubric row's pair). The classification "
+        "rules are in evolm.eval.rubric_stats.",
     )
     p.add_argument("path", metavar="FILE_OR_RUN_DIR", help="rubric JSONL file or run directory")
     p.add_argument("--output", default=None, help="also write the statistics as JSON ('-' for stdout)")
