@@ -77,7 +77,7 @@ def step_part(args: argparse.Namespace) -> None:
     for name, (seconds, scores) in timings.items():
         ref = base["demo" if name.startswith("demo") else "duplicates"]
         plain = timings["demo step, no cache" if name.startswith("demo") else "duplicates step, no cache"][1]
-        diff = max(abs(a - b) for a, b in zip(scores, plain, strict=True))
+        diff = max(abs(a.score - b.score) for a, b in zip(scores, plain, strict=True))
         out.append([name, seconds, seconds / ref, diff])
     print(table(["variant", "judge seconds (median)", "x no cache", "max |score - no cache|"], out))
 

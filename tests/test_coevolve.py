@@ -36,6 +36,7 @@ from evolm.report import summarise
 from evolm.rewards import RowReward, rubric_reward, score_rows, step_rewards
 from evolm.rundir import complete_checkpoints, open_run, resume_config
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
+from evolm.scores import scores_of
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -210,10 +211,10 @@ def test_invalid_rubrics_zero_option(tiny_judge: Judge) -> None:
             {"role": "policy", "question": q, "rubric": "", "rubric_text": "garbled rubric", "a_pos": "", "a_neg": ""}]
     zero = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format", invalid_rubrics="zero")
     assert zero[0] == RowReward(0.0, rubric_valid=0.0)
-    (alone,) = tiny_judge.score([JudgeItem(q, "It is 4.", None)])
+    (alone,) = scores_of(tiny_judge.score([JudgeItem(q, "It is 4.", None)]))
     assert zero[1].reward == pytest.approx(alone, abs=1e-6)
     raw = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format")
-    (with_raw,) = tiny_judge.score([JudgeItem(q, "It is 4.", None, rubric_text="garbled rubric")])
+    (with_raw,) = scores_of(tiny_judge.score([JudgeItem(q, "It is 4.", None, rubric_text="garbled rubric")]))
     assert raw[1].reward == pytest.approx(with_raw, abs=1e-6) and raw[0].s_pos is not None
     empty = score_rows([rows[0]], ["<think>only thinking</think>"], [tiny_judge], "margin_format")
     assert empty[0] == RowReward(0.0, rubric_valid=0.0)  # nothing to read: 0 either way
@@ -318,6 +319,21 @@ def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
                       "grpo.save_total_limit=null")  # every checkpoint kept (the demo keeps its last two)
     assert run(cfg) == out
     return out
+
+
+def test_run_logs_per_criterion_readings_in_metrics_and_samples(coevolve_run: Path) -> None:
+    """The yesno judge's criteria (the tiny writer's rubrics never parse: one criterion, its raw text) per step and
+    per sample: pass rate per position, criteria per rubric, the share of criteria that separate no answers."""
+    for r in metrics(coevolve_run):
+        assert r["criteria_per_rubric"] == 1.0 and set(r["criterion_pass_rates"]) == {"1"}, r
+        assert r["criterion_pass_rates"]["1"] == r["judge_pass_rate"] and 0.0 <= r["flat_criteria"] <= 1.0
+    rows = [s for part in samples(coevolve_run).values() for s in part]
+    for s in rows:
+        judged = [s["criteria"]] if s["role"] == "policy" else [s["criteria_pos"], s["criteria_neg"]]
+        for crit in judged:
+            assert len(crit) == 1 and crit[0]["weight"] == 1.0 and 0.0 < crit[0]["value"] < 1.0, s
+        if s["role"] == "policy":
+            assert s["score"] == pytest.approx(s["criteria"][0]["value"])  # one criterion: the score is its P(Yes)
 
 
 def test_run_metrics_alternate_roles(coevolve_run: Path) -> None:
@@ -425,7 +441,7 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
     rows = [r for name, rs in samples(coevolve_run).items() if "policy" in name for r in rs][:: G + 1][:4]
     items = [JudgeItem(r["question"], r["completion"], Rubric.from_obj(r["rubric"]) if r["rubric"] else None,
                        rubric_text=r.get("rubric_text")) for r in rows]
-    fresh = Judge(tiny_judge.backend, mode=mode).score(items)
+    fresh = scores_of(Judge(tiny_judge.backend, mode=mode).score(items))
     assert fresh == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)
 
 
@@ -684,10 +700,10 @@ def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
         out = score_rows(rows, [VALID_RUBRIC, "It is 4."], judges, "margin_format", aggregate=how)
         items = [JudgeItem(q, "The answer is 4.", rubric, rubric_text=VALID_RUBRIC),
                  JudgeItem(q, "fish", rubric, rubric_text=VALID_RUBRIC)]
-        per = [j.score(items) for j in judges]
+        per = [scores_of(j.score(items)) for j in judges]
         assert out[0].reward == pytest.approx(multi_judge_reward([p[0] for p in per], [p[1] for p in per], how, 1.0,
                                                                  "margin_format"), abs=1e-6)
-        policy = [j.score([JudgeItem(q, "It is 4.", None, rubric_text=VALID_RUBRIC)])[0] for j in judges]
+        policy = [scores_of(j.score([JudgeItem(q, "It is 4.", None, rubric_text=VALID_RUBRIC)]))[0] for j in judges]
         assert out[1].reward == pytest.approx(sum(policy) / 2, abs=1e-6)
 
 
