@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -530,8 +530,13 @@ def read_written(text: str) -> WrittenRubric:
 
 
 def write_rubrics(
-    backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False, prompt: str = "v3"
+    backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False, prompt: str = "v3",
+    on_rows: Callable[[int], None] | None = None,
 ) -> list[WrittenRubric]:
-    """One rubric per question, written by ``backend`` in the rubric role (``rubric_messages(q, prompt)``), batched."""
-    texts = backend.generate([rubric_messages(q, prompt) for q in questions], params, progress=progress)
+    """One rubric per question, written by ``backend`` in the rubric role (``rubric_messages(q, prompt)``), batched.
+
+    ``on_rows(n)`` (a local ``HFBackend`` only: ``HFBackend.generate``) is told as ``n`` more rubrics are finished.
+    """
+    extra = {} if on_rows is None else {"on_rows": on_rows}
+    texts = backend.generate([rubric_messages(q, prompt) for q in questions], params, progress=progress, **extra)
     return [read_written(t) for t in texts]

@@ -19,7 +19,7 @@ import inspect
 import itertools
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -189,9 +189,13 @@ class HFBackend:
     # ------------------------------------------------------------------ generate
 
     def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False
+        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False,
+        on_rows: Callable[[int], None] | None = None,
     ) -> list[str]:
         """One completion per conversation; rows are batched by similar length to limit padding.
+
+        ``on_rows(n)`` is told as ``n`` more rows finish: a row as its reply ends (end of sequence), the rows
+        that ran to ``max_new_tokens`` when their batch ends (``evolm rubric``'s progress bar).
 
         A think block the template opened in the prompt is put back in front of the reply. With
         ``params.json_schema`` every batch decodes under it, through its own xgrammar processor (one
@@ -216,6 +220,7 @@ class HFBackend:
         self.model.eval()
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        stop_ids = generation_stop_ids(self.model, self.tokenizer) if on_rows is not None else []
         try:
             with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
                 for b, idx in enumerate(tqdm(batches, desc="generate", disable=not progress, unit="batch")):
@@ -224,6 +229,8 @@ class HFBackend:
                     ids, mask = self._left_pad([encoded[i] for i in idx])
                     if starts is not None:  # a fresh processor per generate() call, sized to this batch
                         kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
+                    if on_rows is not None:  # stops nothing: tells on_rows as rows end
+                        kwargs["stopping_criteria"] = [_RowsEnded(stop_ids, len(idx), on_rows)]
                     with torch.no_grad():
                         out = self.model.generate(
                             input_ids=ids,
@@ -232,6 +239,8 @@ class HFBackend:
                             use_cache=True,
                             **kwargs,
                         )
+                    if on_rows is not None:
+                        kwargs["stopping_criteria"][0].finish()
                     for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
                         results[i] = self.reply(row, opened[i])
                         n = len(row)
@@ -399,6 +408,27 @@ class HFBackend:
             ).logits[:, -1, :]  # [B, V]
             rows.update(zip(idx, logits, strict=True))
         return [rows[i] for i in members]
+
+
+class _RowsEnded:
+    """A stopping criterion that stops nothing: it tells ``on_rows`` how many rows of the batch ended (their last
+    token one of ``stop_ids``) since the step before, and at ``finish`` the rows that never ended (the budget)."""
+
+    def __init__(self, stop_ids: list[int], rows: int, on_rows: Callable[[int], None]) -> None:
+        self.stop_ids, self.on_rows = torch.tensor(stop_ids, dtype=torch.long), on_rows
+        self.ended = torch.zeros(rows, dtype=torch.bool)
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        now = torch.isin(input_ids[:, -1].cpu(), self.stop_ids) & ~self.ended
+        if now.any():
+            self.ended |= now
+            self.on_rows(int(now.sum()))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def finish(self) -> None:
+        if (left := int((~self.ended).sum())) > 0:
+            self.ended[:] = True
+            self.on_rows(left)
 
 
 def model_vocab_size(model: Any) -> int:

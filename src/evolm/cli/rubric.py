@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> None:
     backend = load_model(args, args.model, args.backend, args.base_url)
     params = rubric_params(args)
 
-    def compute(start: int, end: int) -> list[dict]:
+    def compute(start: int, end: int, advance) -> list[dict]:  # noqa: ANN001 - advance(rows): the bar, per rubric
         questions = [str(r["prompt"]) for r in rows[start:end]]
         # a question that leaves the writer no room for its rubric: no rubric and why (or, refused, an error)
         over = over_context(backend, [rubric_messages(q, args.rubric_prompt) for q in questions],
@@ -63,7 +63,8 @@ def main(args: argparse.Namespace) -> None:
             first = min(over)
             raise InputError(f"{args.input}: row {start + first + 1}: {over[first]} (--overlong refuse)")
         todo = [i for i in range(len(questions)) if i not in over]
-        texts = write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt)
+        texts = write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt,
+                              on_rows=advance if args.backend == "hf" else None)
         written = dict(zip(todo, texts, strict=True))
         return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]}
                 if i in over else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
