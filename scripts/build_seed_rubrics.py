@@ -119,14 +119,16 @@ for prompt, answer in ARITHMETIC:
           "Buried in text.", "Conflicting answers."))
 
 LISTS = [
-    ("Name three primary colours.", 3, "primary colours", "Lists red, yellow and blue (or red, green, blue for light)."),
+    ("Name three primary colours.", 3, "primary colours",
+     "Lists red, yellow and blue (or red, green, blue for light)."),
     ("List four planets of the solar system.", 4, "planets", "Every item is a real planet (Pluto does not count)."),
     ("Name five fruits that are red.", 5, "red fruits", "Every item is a fruit that is usually red."),
     ("List three mammals that live in the ocean.", 3, "ocean mammals", "Every item is a marine mammal, not a fish."),
     ("Give two examples of renewable energy.", 2, "renewable sources", "Both are renewable (e.g. solar, wind, hydro)."),
     ("Name four countries in South America.", 4, "countries", "Every item is a South American country."),
     ("List three instruments in a string quartet.", 3, "instruments", "Names violin, viola and cello."),
-    ("Name six vegetables I could put in a stir-fry.", 6, "vegetables", "Every item is a vegetable that suits a stir-fry."),
+    ("Name six vegetables I could put in a stir-fry.", 6, "vegetables",
+     "Every item is a vegetable that suits a stir-fry."),
 ]
 for prompt, n, kind, check in LISTS:
     add(prompt,

@@ -48,6 +48,10 @@ class WarmStartConfig:
     batch_size: int = 8  # examples per optimizer step (micro-batches of 1, accumulated)
     lora_r: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16
+    max_examples: int = 0  # a seeded sample of the seed rows (0: all)
+    train_layers: int = 0  # train only the last N transformer layers (0: all); cheaper backward on a CPU
+    detach_prefix: bool = False  # run the shared prompt prefix without gradients (cheaper, slightly inexact)
+    save_every: int = 0  # also save the writer every N steps to OUTPUT/partial (0: only at the end)
     max_length: int = 1024
     seed: int = 0
     dtype: str = "auto"
@@ -90,11 +94,12 @@ def _number(text: str) -> str:
 
 
 def gsm8k_rubric(answer: str) -> dict[str, Any] | None:
-    """A value rubric from a GSM8K reference solution: the final answer, up to two intermediate results, one clear answer.
+    """A value rubric from a GSM8K reference solution: final answer, up to two intermediate results, one clear answer.
 
     >>> r = gsm8k_rubric("She sold 48/2 = <<48/2=24>>24 in May.\\nIn all 48+24 = <<48+24=72>>72.\\n#### 72")
-    >>> [(c["criterion"], c["weight"]) for c in r["criteria"]]
-    [('Gives the final answer 72.', 0.7), ('Works out 48/2 = 24 along the way.', 0.2), ('States one clear final answer.', 0.1)]
+    >>> [(c["criterion"], c["weight"]) for c in r["criteria"]]  # doctest: +NORMALIZE_WHITESPACE
+    [('Gives the final answer 72.', 0.7), ('Works out 48/2 = 24 along the way.', 0.2),
+     ('States one clear final answer.', 0.1)]
     """
     final = _FINAL.search(answer.strip())
     if final is None:
@@ -142,6 +147,9 @@ def seed_rows(cfg: WarmStartConfig) -> list[dict[str, Any]]:
     if cfg.gsm8k:
         rows += gsm8k_seed(cfg.gsm8k, cfg.gsm8k_limit, cfg.seed)
     unique = list({r["prompt"]: r for r in reversed(rows)}.values())[::-1]
+    if cfg.max_examples and len(unique) > cfg.max_examples:
+        picked = sorted(random.Random(cfg.seed).sample(range(len(unique)), cfg.max_examples))
+        unique = [unique[i] for i in picked]
     if not unique:
         raise InputError("the seed set is empty")
     return unique
@@ -149,7 +157,7 @@ def seed_rows(cfg: WarmStartConfig) -> list[dict[str, Any]]:
 
 def sft_examples(rows: list[dict[str, Any]], rubric_prompt: str = "v3",
                  chat_template_kwargs: dict | None = None) -> list[dict[str, Any]]:
-    """Prompt-completion examples: the rubric role's conversation, and the rubric as compact JSON (the grammar's layout)."""
+    """Prompt-completion examples: the rubric role's conversation, then the rubric as compact JSON (the grammar's)."""
     if rubric_prompt not in RUBRIC_PROMPTS:
         raise InputError(f"unknown rubric prompt '{rubric_prompt}' (choose from {', '.join(RUBRIC_PROMPTS)})")
     out = []
@@ -185,7 +193,7 @@ def tokenize_examples(tokenizer: Any, examples: list[dict[str, Any]], max_length
         full.append(list(ids)[:max_length])
         starts.append(len(prompt_ids))
     shared = 0
-    shortest = min(starts)
+    shortest = min(min(starts), min(len(ids) for ids in full))
     while shared < shortest and len({ids[shared] for ids in full}) == 1:
         shared += 1
     prefix = full[0][:shared]
@@ -194,11 +202,21 @@ def tokenize_examples(tokenizer: Any, examples: list[dict[str, Any]], max_length
         labels = [-100] * len(ids)
         labels[start:] = ids[start:]
         rest.append({"ids": ids[shared:], "labels": labels[shared:]})
-    return prefix, [r for r in rest if any(x != -100 for x in r["labels"])]
+    kept = [r for r in rest if any(x != -100 for x in r["labels"])]
+    if not kept:
+        raise InputError(f"no example has a rubric token within max_length={max_length} tokens")
+    return prefix, kept
 
 
-def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id: int) -> Any:
-    """Mean next-token loss over the batch's completion tokens, the shared prefix run once for the batch."""
+def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id: int, detach_prefix: bool = False
+                       ) -> Any:
+    """Mean next-token loss over the batch's completion tokens, the shared prefix run once for the batch.
+
+    With ``detach_prefix`` the prefix runs without gradients: the loss is the same, the gradient leaves out
+    the path through the prefix's keys and values (cheaper: the prefix is a forward pass only).
+    """
+    import contextlib
+
     import torch
 
     device = next(model.parameters()).device
@@ -213,7 +231,8 @@ def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id:
     ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
     p = len(prefix)
     if p:
-        out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        with torch.no_grad() if detach_prefix else contextlib.nullcontext():
+            out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
         cache = out.past_key_values
         cache.batch_repeat_interleave(n)
         logits = model(input_ids=ids, attention_mask=torch.cat([torch.ones((n, p), dtype=torch.long, device=device),
@@ -250,11 +269,20 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
     model, tokenizer = load_model(cfg.model, device=device, dtype=cfg.dtype)
     prefix, data = tokenize_examples(tokenizer, sft_examples(rows, cfg.rubric_prompt, cfg.chat_template_kwargs),
                                      cfg.max_length)
+    n_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+    top = list(range(max(0, n_layers - cfg.train_layers), n_layers)) if cfg.train_layers else None
     if cfg.lora_r:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+        # every linear layer inside the transformer blocks (peft's "all-linear" cannot be limited to some layers)
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                         if isinstance(m, torch.nn.Linear) and ".layers." in n})
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules=linear,
+                                                 layers_to_transform=top, task_type="CAUSAL_LM"))
+    elif top is not None:
+        keep = tuple(f"layers.{i}." for i in top)
+        for name, param in model.named_parameters():
+            param.requires_grad_(any(k in name for k in keep))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
@@ -279,7 +307,7 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
             rng.shuffle(epoch)
             order += epoch
         batch, order = [data[i] for i in order[: cfg.batch_size]], order[cfg.batch_size:]
-        loss = shared_prefix_loss(model, prefix, batch, pad)
+        loss = shared_prefix_loss(model, prefix, batch, pad, cfg.detach_prefix)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -289,6 +317,8 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         if log is not None:
             log(step + 1, total, losses[-1])
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
+            _save(model, tokenizer, out / "partial", {"step": step + 1, "of": total, "losses": losses})
     model.eval()
     if cfg.lora_r:
         model = model.merge_and_unload()
@@ -302,3 +332,11 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
                "steps": total, "losses": [round(x, 4) for x in losses]}
     (out / "sft_rubrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def _save(model: Any, tokenizer: Any, where: Path, state: dict[str, Any]) -> None:
+    """A checkpoint mid-run: the model (a LoRA adapter on its base, with ``lora_r``), loadable by evolm as a model."""
+    where.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    (where / "sft_rubrics.json").write_text(json.dumps(state) + "\n", encoding="utf-8")

@@ -42,6 +42,15 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learning-rate", type=_positive_float, default=5e-5)
     p.add_argument("--batch-size", type=positive_int, default=8, help="examples per optimizer step")
     p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning); the adapter is merged")
+    p.add_argument("--max-examples", type=int, default=0, help="a seeded sample of this many seed rows (0: all)")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="also save the writer every N steps to OUTPUT/partial (a LoRA adapter with --lora-r)")
+    p.add_argument("--train-layers", type=int, default=0,
+                   help="train only the last N transformer layers (0: all): a cheaper backward pass on a CPU")
+    p.add_argument("--detach-prefix", action="store_true",
+                   help="run the prompt prefix every example shares without gradients (a forward pass only: cheaper; "
+                   "the gradient then leaves out the path through the prefix)")
+    p.add_argument("--lora-alpha", type=positive_int, default=16, help="LoRA scaling numerator")
     p.add_argument("--max-length", type=positive_int, default=1024, help="longest example in tokens (cut beyond)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto (a GPU if visible), cpu, cuda, cuda:1, ...")
@@ -53,13 +62,15 @@ def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.sft import WarmStartConfig, seed_rows, warm_start
 
-    if args.lora_r < 0 or args.gsm8k_limit < 0:
-        raise InputError("--lora-r and --gsm8k-limit must be >= 0")
+    if min(args.lora_r, args.gsm8k_limit, args.max_examples, args.save_every, args.train_layers) < 0:
+        raise InputError("--lora-r, --gsm8k-limit, --max-examples, --save-every and --train-layers must be >= 0")
     cfg = WarmStartConfig(model=args.model, output_dir=args.output, seeds=args.seeds or ["builtin:seed"],
                           gsm8k=args.gsm8k, gsm8k_limit=args.gsm8k_limit, rubric_prompt=args.rubric_prompt,
                           epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
-                          lora_r=args.lora_r, max_length=args.max_length, seed=args.seed, dtype=args.dtype,
-                          device=args.device)
+                          lora_r=args.lora_r, lora_alpha=args.lora_alpha,
+                          max_examples=args.max_examples, save_every=args.save_every,
+                          train_layers=args.train_layers, detach_prefix=args.detach_prefix,
+                          max_length=args.max_length, seed=args.seed, dtype=args.dtype, device=args.device)
     rows = seed_rows(cfg)  # a bad seed file stops here, before the model loads
     say(f"sft-rubrics: {len(rows)} seed rubrics, {cfg.epochs:g} epochs")
     out = warm_start(cfg)

@@ -1,0 +1,97 @@
+"""The rubric writer's warm start (evolm.sft, `evolm sft-rubrics`): seed set, exact shared-prefix loss, a tiny run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evolm.cli import main
+from evolm.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
+from evolm.rubrics import format_validity, parse_rubric
+from evolm.sft import gsm8k_seed, load_seed, sft_examples
+
+
+def test_builtin_seed_rubrics_are_what_the_constrained_writer_can_write():
+    rows = load_seed("builtin:seed")
+    assert len(rows) >= 150 and len({r["prompt"] for r in rows}) == len(rows)
+    for r in rows:
+        text = json.dumps(r["rubric"])
+        assert format_validity(text) == 1.0 and parse_rubric(text) is not None
+        for c in r["rubric"]["criteria"]:
+            assert len(c["criterion"]) <= CRITERION_CHARS and tuple(c["scoring_levels"]) == LEVELS
+            assert all(len(v) <= LEVEL_CHARS for v in c["scoring_levels"].values())
+        assert 2 <= len(r["rubric"]["criteria"]) <= 4
+
+
+def test_gsm8k_train_rows_become_value_rubrics(tmp_path: Path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"question": "Tom has 3 bags of 4 apples and eats 2. How many are left?",
+                                "answer": "3*4 = <<3*4=12>>12 apples.\n12-2 = <<12-2=10>>10\n#### 10"}) + "\n"
+                    + json.dumps({"question": "No final line", "answer": "just text"}) + "\n")
+    rows = gsm8k_seed(str(path), limit=0)
+    assert len(rows) == 1 and rows[0]["source"] == "gsm8k-train"
+    criteria = rows[0]["rubric"]["criteria"]
+    assert criteria[0]["criterion"] == "Gives the final answer 10." and criteria[0]["weight"] == 0.7
+    assert criteria[1]["criterion"] == "Works out 3*4 = 12 along the way."
+    assert format_validity(json.dumps(rows[0]["rubric"])) == 1.0
+
+
+def test_examples_use_the_rubric_roles_own_prompt():
+    from evolm.rubrics import rubric_messages
+
+    row = load_seed("builtin:seed")[0]
+    (ex,) = sft_examples([row])
+    assert ex["prompt"] == rubric_messages(row["prompt"], "v3")
+    assert json.loads(ex["completion"][0]["content"]) == row["rubric"]
+
+
+def test_shared_prefix_loss_and_gradients_equal_the_full_sequences(tiny_model_dir: Path):
+    import torch
+
+    from evolm.models import load_model
+    from evolm.sft import shared_prefix_loss, tokenize_examples
+
+    model, tok = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    prefix, data = tokenize_examples(tok, sft_examples(load_seed("builtin:seed")[:3]), 4096)
+    assert prefix and all(d["ids"] for d in data)
+    model.train()
+    shared = shared_prefix_loss(model, prefix, data, tok.pad_token_id)
+    shared.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    full = [{"ids": prefix + d["ids"], "labels": [-100] * len(prefix) + d["labels"]} for d in data]
+    whole = shared_prefix_loss(model, [], full, tok.pad_token_id)
+    whole.backward()
+    assert float(shared) == pytest.approx(float(whole), abs=1e-5)
+    assert max(float((a - p.grad).abs().max()) for a, p in zip(grads, model.parameters(), strict=True)) < 1e-5
+    assert torch.isfinite(shared)
+
+
+def test_cli_trains_and_saves_a_loadable_writer(tiny_model_dir: Path, tmp_path: Path, capsys):
+    from evolm.models import load_model
+
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text("".join(json.dumps({"prompt": r["prompt"], "rubric": r["rubric"]}) + "\n"
+                            for r in load_seed("builtin:seed")[:4]))
+    out = tmp_path / "writer"
+    assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(out), "--seed-set", str(seed),
+                 "--epochs", "1", "--batch-size", "2", "--max-length", "4096", "--train-layers", "1",
+                 "--detach-prefix", "--learning-rate", "1e-2", "--device", "cpu", "--dtype", "float32"]) == 0
+    summary = json.loads((out / "sft_rubrics.json").read_text())
+    assert summary["examples"] == 4 and summary["steps"] == 2 and len(summary["losses"]) == 2
+    trained = dict(load_model(str(out), device="cpu", dtype="float32")[0].named_parameters())
+    base = dict(load_model(str(tiny_model_dir), device="cpu", dtype="float32")[0].named_parameters())
+    changed = {n for n, p in trained.items() if not (p == base[n]).all()}
+    assert changed and all(".layers.1." in n for n in changed)  # --train-layers 1: the last of the 2 layers only
+
+
+def test_cli_refuses_a_seed_row_without_a_valid_rubric(tiny_model_dir: Path, tmp_path: Path, capsys):
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text(json.dumps({"prompt": "Q", "rubric": {"criteria": [{"criterion": "a", "weight": 1}]}}) + "\n")
+    assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(tmp_path / "w"),
+                 "--seed-set", str(seed)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not format-valid" in err[0]
+    assert not (tmp_path / "w").exists()
