@@ -515,7 +515,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
             rows = judge_heldout(cfg, [judge], todo_pairs[i:i + JUDGE_CHUNK], written, {}, {})
             _append(items_file, rows)
             done.update({(r["prompt"], r["chosen"], r["rejected"]): r for r in rows})
-            print(f"{arm}: {len(done)}/{len(pairs)} pairs judged ({(time.time() - t0) / 60:.1f} min)", flush=True)
+            n_done = sum((p.prompt, p.better, p.worse) in done for p in pairs)
+            print(f"{arm}: {n_done}/{len(pairs)} pairs judged ({(time.time() - t0) / 60:.1f} min)", flush=True)
     rows = [done[(p.prompt, p.better, p.worse)] for p in pairs]
     from evolm.eval.rubric_stats import rubric_stats
 
@@ -564,6 +565,29 @@ def training_overlap(pairs_file: Path) -> dict[str, int]:
             for name, path in sources.items() if path.exists()}
 
 
+def _length_line(res: dict[str, dict[str, Any]]) -> str:
+    """How often each arm's judge prefers the longer answer, beside how often the human label does (a diagnosis:
+    a judge that reads length, not the rubric, ranks pairs the same whatever the rubric says)."""
+    cells, human = [], None
+    for a, r in res.items():
+        rows = [x for x in _jsonl(ROOT / r["items"]) if x.get("kind") == "pair"] if r.get("items") else []
+        keys = {(x["prompt"], x["chosen"], x["rejected"]): x for x in rows}
+        pairs = [keys[k] for k in keys if len(k[1]) != len(k[2])]
+        if not pairs:
+            continue
+        human = statistics.fmean(len(x["chosen"]) > len(x["rejected"]) for x in pairs)
+        judged = [x for x in pairs if x["score_chosen"] is not None and x["score_rejected"] is not None
+                  and x["score_chosen"] != x["score_rejected"]]
+        longer = statistics.fmean((x["score_chosen"] > x["score_rejected"]) == (len(x["chosen"]) > len(x["rejected"]))
+                                  for x in judged) if judged else math.nan
+        gap = statistics.fmean(abs(x["score_chosen"] - x["score_rejected"]) for x in judged) if judged else math.nan
+        cells.append(f"{r['label']} {longer:.2f} (mean score gap {gap:.3f})")
+    if human is None:
+        return ""
+    return (f"The judge prefers the longer answer (share of pairs with answers of different lengths): "
+            f"{'; '.join(cells)}. The human label prefers the longer answer in {human:.2f} of them.")
+
+
 def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     ca, cb = res[a]["credits"], res[b]["credits"]
     up, down, p = sign_test(ca, cb)
@@ -608,6 +632,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines.append(f"| {r['label']} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
+    lines += ["", _length_line(res)]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
