@@ -356,6 +356,19 @@ def test_run_metrics_alternate_roles(coevolve_run: Path) -> None:
                                                                      (2, "policy", 2), (3, "rubric", 2)]
 
 
+def test_run_metrics_have_judge_cost_and_the_monitor(coevolve_run: Path) -> None:
+    """Every step: what judging cost and the cache's share; policy steps: the reward-hacking monitor's numbers."""
+    for r in metrics(coevolve_run):
+        assert r["judge_prompt_tokens"] > 0 and r["judge_generated_tokens"] > 0 and r["judge_requests"] > 0, r
+        assert r["judge_tokens"] == r["judge_prompt_tokens"] + r["judge_generated_tokens"] and r["judge_latency_s"] > 0
+        assert 0.0 <= r["judge_cache_hit_rate"] <= 1.0
+        if r["role"] == "policy":
+            assert 0.0 <= r["rubric_copy_share"] <= 1.0 and 0.0 <= r["score_string_share"] <= 1.0
+            assert r["length_reward_corr"] is None or -1.0 <= r["length_reward_corr"] <= 1.0
+        else:
+            assert r["rubric_copy_share"] is None and r["length_reward_corr"] is None
+
+
 def test_run_checkpoints_at_phase_ends(coevolve_run: Path, tiny_model_dir: Path) -> None:
     assert checkpoint_steps(coevolve_run) == [2, 4, 6, 8]  # save_every=100: the phase ends alone force a save
     states = [json.loads((coevolve_run / "checkpoints" / f"checkpoint-{s}" / STATE_FILE).read_text())
