@@ -565,34 +565,64 @@ def training_overlap(pairs_file: Path) -> dict[str, int]:
             for name, path in sources.items() if path.exists()}
 
 
-def _length_line(res: dict[str, dict[str, Any]]) -> str:
+def _length_line(res: dict[str, dict[str, Any]], order: Sequence[tuple[str, str, str]]) -> str:
     """How often each arm's judge prefers the longer answer, beside how often the human label does (a diagnosis:
     a judge that reads length, not the rubric, ranks pairs the same whatever the rubric says)."""
-    cells, human = [], None
+    cells = []
+    differ = [k for k in order if len(k[1]) != len(k[2])]
+    human = statistics.fmean(len(k[1]) > len(k[2]) for k in differ) if differ else None
     for a, r in res.items():
         rows = [x for x in _jsonl(ROOT / r["items"]) if x.get("kind") == "pair"] if r.get("items") else []
         keys = {(x["prompt"], x["chosen"], x["rejected"]): x for x in rows}
         pairs = [keys[k] for k in keys if len(k[1]) != len(k[2])]
         if not pairs:
             continue
-        human = statistics.fmean(len(x["chosen"]) > len(x["rejected"]) for x in pairs)
         judged = [x for x in pairs if x["score_chosen"] is not None and x["score_rejected"] is not None
                   and x["score_chosen"] != x["score_rejected"]]
         longer = statistics.fmean((x["score_chosen"] > x["score_rejected"]) == (len(x["chosen"]) > len(x["rejected"]))
                                   for x in judged) if judged else math.nan
         gap = statistics.fmean(abs(x["score_chosen"] - x["score_rejected"]) for x in judged) if judged else math.nan
         cells.append(f"{r['label']} {longer:.2f} (mean score gap {gap:.3f})")
-    if human is None:
+    if human is None or not cells:
         return ""
     return (f"The judge prefers the longer answer (share of pairs with answers of different lengths): "
             f"{'; '.join(cells)}. The human label prefers the longer answer in {human:.2f} of them.")
 
 
 def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
-    ca, cb = res[a]["credits"], res[b]["credits"]
+    """Arm ``a`` against arm ``b`` on the pairs both judged: better / worse, sign test p, mean difference and its
+    paired bootstrap interval, n."""
+    da = dict(zip(map(tuple, res[a]["keys"]), res[a]["credits"], strict=True))
+    db = dict(zip(map(tuple, res[b]["keys"]), res[b]["credits"], strict=True))
+    common = [k for k in da if k in db]
+    ca, cb = [da[k] for k in common], [db[k] for k in common]
     up, down, p = sign_test(ca, cb)
     diff = [x - y for x, y in zip(ca, cb, strict=True)]
-    return [a, b, up, down, p, statistics.fmean(diff), bootstrap_mean(diff)]
+    return [a, b, up, down, p, statistics.fmean(diff), bootstrap_mean(diff), len(common)]
+
+
+def _partial_arm(arm: str, order: list[tuple[str, str, str]]) -> dict[str, Any] | None:
+    """An unfinished arm from its saved chunks: the credits of the held-out pairs judged so far and the statistics
+    of the rubrics written so far; ``None`` when no held-out pair is judged yet."""
+    from evolm.eval.rubric_stats import rubric_stats
+    from evolm.rubrics import read_written
+
+    judged = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(WRITERS / f"{arm}-items.jsonl")}
+    keys = [k for k in order if k in judged]
+    if not keys:
+        return None
+    sets = {(r["prompt"], r["chosen"], r["rejected"]): r["set"] for r in _jsonl(writers_pairs())}
+    texts = ({q: json.dumps({"criteria": c}) for q, c in ((r["prompt"], r["criteria"]) for r in _jsonl(HANDWRITTEN)
+                                                         if "prompt" in r)} if arm == "hand" else
+             {r["prompt"]: r["text"] for r in _jsonl(WRITERS / f"{arm}-rubrics.jsonl")})
+    prompts = {k[0] for k in order}
+    written = {q: read_written(t) for q, t in texts.items() if q in prompts and t}
+    return {"arm": arm, "label": ARM_LABELS[arm], "partial": True, "keys": keys,
+            "credits": [judged[k]["credit"] for k in keys], "sets": [sets[k] for k in keys],
+            "validity": statistics.fmean(w.valid for w in written.values()) if written else None,
+            "stats": rubric_stats([w.rubric for w in written.values()]).to_json() if written else None,
+            "extra_stats": _copy_stats(written) if written else None,
+            "items": str(WRITERS / f"{arm}-items.jsonl")}  # absolute: ROOT / it is itself
 
 
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
@@ -605,6 +635,13 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     if stale:
         print(f"left out (judged on other pairs; rerun `python bench/learning.py writers ARM`): {', '.join(stale)}")
     res = {a: r for a, r in res.items() if a not in stale}
+    order = [(r["prompt"], r["chosen"], r["rejected"]) for r in _jsonl(writers_pairs())]
+    for r in res.values():
+        r["keys"] = order
+    for a in WRITER_ARMS:  # an arm still running (or stopped): the pairs judged so far, marked partial
+        if a not in res and a not in stale and (part := _partial_arm(a, order)) is not None:
+            res[a] = part
+    res = {a: res[a] for a in WRITER_ARMS if a in res}
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
     for a, r in res.items():
@@ -614,15 +651,17 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
             cs = [x for x, t in zip(c, r["sets"], strict=True) if t == s]
             cells.append(fmt_ci(sum(cs) / len(cs), wilson(sum(cs), len(cs))) + f" (n={len(cs)})" if cs else "—")
         v = "—" if r["validity"] is None else f"{r['validity']:.2f}"
-        lines.append(f"| {r['label']} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
+        label = r["label"] + (f" — partial, {len(c)} of {len(order)} pairs judged so far" if r.get("partial") else "")
+        lines.append(f"| {label} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
                      f"{cells[0]} | {cells[1]} | {v} |")
     comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm", "warm"), ("warm-grpo", "warm"),
                                                          ("warm", "base"), ("hand", "base")]
     tests = [_diff_row(a, b, res) for a, b in comps if a in res and b in res]
     lines += ["", "| comparison | pairs better / worse | exact sign test p | accuracy difference [95% paired bootstrap CI] |",
               "|---|---|---|---|"]
-    for a, b, up, down, p, d, ci in tests:
-        lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
+    for a, b, up, down, p, d, ci, n in tests:
+        on = f" (on the {n} pairs both judged)" if n < len(order) else ""
+        lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
     lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | criterion chars "
               "| rubrics repeating a criterion | criteria copied from the prompt's example |", "|---|---|---|---|---|---|---|---|---|"]
     for a, r in res.items():
@@ -632,16 +671,18 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines.append(f"| {r['label']} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
-    lines += ["", _length_line(res)]
+    lines += ["", _length_line(res, order)]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
-    missing = [a for a in WRITER_ARMS if a not in res]
+    missing = [a for a in WRITER_ARMS if a not in res or res[a].get("partial")]
     if missing:
-        lines += ["", "Not measured yet: " + ", ".join(ARM_LABELS[a] for a in missing) + "."]
+        lines += ["", "Not finished: " + ", ".join(ARM_LABELS[a] for a in missing) + " (`python bench/learning.py "
+                  "writers ARM` resumes or starts it)."]
     print("\n".join(lines))
-    if res:
-        _figure_writers(res, FIGURES / "writers.png")
+    full = {a: r for a, r in res.items() if not r.get("partial")}
+    if full:
+        _figure_writers(full, FIGURES / "writers.png")
     out = {"lines": lines, "tests": tests, "results": res}
     if write_doc:
         _put_writers_section(lines)

@@ -59,3 +59,17 @@ def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
         assert 2 <= len(r["criteria"]) <= 4
         assert abs(sum(c["weight"] for c in r["criteria"]) - 1) < 1e-9
         assert parse_rubric(json.dumps({"criteria": r["criteria"]})) is not None
+
+
+def test_an_unfinished_arm_is_reported_as_partial_and_compared_on_the_pairs_it_judged(learning):
+    _arm(learning, "none", [0.0] * 10)
+    rows = [{"kind": "pair", "prompt": f"q{i}", "chosen": "a", "rejected": "b", "score_chosen": 0.6,
+             "score_rejected": 0.4, "credit": 1.0} for i in range(4)]
+    (learning.WRITERS / "base-items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (learning.WRITERS / "base-rubrics.jsonl").write_text(json.dumps(
+        {"prompt": "q0", "text": json.dumps({"criteria": [{"criterion": "Gives 19.", "weight": 1.0}]})}) + "\n",
+        encoding="utf-8")
+    out = learning.writers_table(write_doc=False)
+    assert out["results"]["base"]["partial"] and out["results"]["base"]["stats"]["n_rubrics"] == 1
+    assert [t[:5] + t[7:] for t in out["tests"]] == [["base", "none", 4, 0, 2 / 2**4, 4]]
+    assert any("partial, 4 of 10 pairs judged so far" in line for line in out["lines"])
