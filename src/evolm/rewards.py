@@ -191,21 +191,21 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     if invalid_rubrics not in INVALID_RUBRICS:
         raise ValueError(f"unknown invalid_rubrics '{invalid_rubrics}' (choose from {', '.join(INVALID_RUBRICS)})")
     items: list[Any] = []
-    where: list[Any] = []  # per row: index of its item (policy), (i+, i-, written) or (None, None, written)
+    judged_as: list[_Judged] = []  # per row, which items judge it
     for row, text in zip(rows, completions, strict=True):
         if row["role"] == "policy":
             rubric = Rubric.from_obj(row["rubric"]) if row.get("rubric") else None
             raw = strip_thinking(row.get("rubric_text") or "") or None
             if rubric is None and invalid_rubrics == "zero":
                 raw = None
-            where.append(len(items))
+            judged_as.append(_Judged((len(items),)))
             items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw, reference=row.get("reference") or None))
             continue
         written, raw = read_written(text), strip_thinking(text)
         if written.rubric is None and (invalid_rubrics == "zero" or not raw):
-            where.append((None, None, written))
+            judged_as.append(_Judged((), written))
             continue
-        where.append((len(items), len(items) + 1, written))
+        judged_as.append(_Judged((len(items), len(items) + 1), written))
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
     started, used = time.monotonic(), judge_usage(judges)
@@ -222,14 +222,16 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
     criteria = [merged_criteria([js[k] for js in judged]) for k in range(len(items))]
     out: list[RowReward] = []
-    for w in where:
-        if isinstance(w, int):
-            out.append(RowReward(policy_reward(scores[w]), score=scores[w], criteria=(criteria[w],)))
+    for judged_by in judged_as:
+        written = judged_by.written
+        if written is None:  # a policy row: its answer
+            (i,) = judged_by.items
+            out.append(RowReward(policy_reward(scores[i]), score=scores[i], criteria=(criteria[i],)))
             continue
-        i_pos, i_neg, written = w
-        if i_pos is None:
+        if not judged_by.items:  # a rubric with nothing to read: 0
             out.append(RowReward(0.0, rubric_valid=written.valid))
             continue
+        i_pos, i_neg = judged_by.items
         sp, sn = scores[i_pos], scores[i_neg]
         reward = rubric_reward(sp, sn, rubric_reward_kind, written.valid) if len(judges) == 1 else multi_judge_reward(
             [s[i_pos] for s in per_judge], [s[i_neg] for s in per_judge], aggregate, written.valid, rubric_reward_kind)
@@ -246,6 +248,15 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_requests=None if spent is None else spent.requests,
                          judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None)
     return out
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """Which of a batch's judge items judge one row: a policy row's answer ``(i,)``; a rubric row's pair
+    ``(i_pos, i_neg)`` under its ``written`` rubric, or ``()`` when that rubric gives nothing to read."""
+
+    items: tuple[int, ...]
+    written: Any = None  # rubric rows: the WrittenRubric (evolm.rubrics.read_written)
 
 
 def merged_criteria(judgments: Sequence[Judgment]) -> tuple[CriterionScore, ...]:
