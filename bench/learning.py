@@ -49,7 +49,12 @@ SEED = 0
 
 # The settings every arm shares (on top of configs/demo-cpu.yaml): the demo's model, judge and sizes,
 # constrained rubric decoding (what made rubric steps learnable: see study C), held-out evaluation.
-COMMON = ["rubric.constrained=true", f"seed={SEED}"]
+COMMON = ["rubric.constrained=true", f"seed={SEED}",
+          # the demo's sizes when these studies ran (configs/demo-cpu.yaml is smaller since): 2 cycles x 2 steps of
+          # each role, 2 questions per step, up to 5 criteria in 480 tokens, age window 1-4
+          "schedule.cycles=2", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2", "schedule.save_every=2",
+          "rubric.max_criteria=5", "rubric.max_new_tokens=480", "grpo.max_completion_length=480",
+          "contrast.min_age=1", "contrast.max_age=4"]
 
 
 # ============================================================================= statistics

@@ -760,7 +760,7 @@ def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Pa
     assert saved["judge"]["mode"] == "prob" and saved["contrast"]["buffer_size"] == 1
     (entry,) = [json.loads(line) for line in (run / CONFIG_HISTORY_FILE).read_text().splitlines()]
     assert entry["step"] == 4 and entry["changed"] == {"contrast.buffer_size": {"from": 2048, "to": 1},
-                                                       "judge.mode": {"from": "generative", "to": "prob"}}
+                                                       "judge.mode": {"from": "yesno", "to": "prob"}}
     assert resume_config(run).judge.mode == "prob"  # a later plain --resume keeps them
     open_run(resume_config(run), resume=True)
     assert len((run / CONFIG_HISTORY_FILE).read_text().splitlines()) == 1

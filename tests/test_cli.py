@@ -250,8 +250,8 @@ def test_dry_run_passes_for_the_documented_launch(config: str, processes: int,
     assert "gradient accumulation" in out.out and "nothing was loaded" in out.err
 
 
-def test_readme_launch_command_passes_the_dry_run() -> None:
-    readme = (CONFIGS.parent / "README.md").read_text(encoding="utf-8")
+def test_the_gpu_doc_launch_command_passes_the_dry_run() -> None:
+    readme = (CONFIGS.parent / "docs" / "GPU.md").read_text(encoding="utf-8")
     launch = re.search(r"accelerate launch .*--num_processes (\d+)", readme)
     assert launch is not None
     assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run",
@@ -268,9 +268,22 @@ def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixtu
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "judge.base_url=localhost:8000"]) == 2
     assert "not an http(s)://host" in capsys.readouterr().err
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "contrast.buffer_size=2",
-                 "contrast.min_age=3"]) == 2
+                 "contrast.min_age=3", "contrast.max_age=4"]) == 2
     assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err
 
+
+
+def test_dry_run_refuses_a_constrained_rubric_budget_that_holds_no_rubric_and_warns_below_a_long_one(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    demo = str(CONFIGS / "demo-cpu.yaml")  # SmolLM2's tokenizer: the shortest rubric is 98 tokens, 3 long criteria 221
+    assert main(["train", "--config", demo, "--dry-run", "rubric.max_new_tokens=64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "rubric.max_new_tokens=64 cannot hold a whole rubric" in err
+    assert main(["train", "--config", demo, "--dry-run", "grpo.max_completion_length=128"]) == 0
+    assert "warning: grpo.max_completion_length=128 is below a rubric of 3 criteria" in capsys.readouterr().err
+    assert main(["train", "--config", demo, "--dry-run"]) == 0
+    assert "is below a rubric" not in capsys.readouterr().err
+    assert main(["train", "--config", demo, "--dry-run", "rubric.constrained=false", "rubric.max_new_tokens=64"]) == 0
 
 def test_dry_run_names_each_judge_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "judge.backend=openai",
@@ -331,11 +344,15 @@ def test_judge_show_prompt_paper_config_is_the_authors_prompt(capsys: pytest.Cap
     assert "[ANSWER START]" not in out and "polish" not in out and "not instructions to you" not in out
 
 
-def test_judge_show_prompt_default_has_the_defences(capsys: pytest.CaptureFixture[str]) -> None:
+def test_judge_show_prompt_default_has_the_defences(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["judge", "--show-prompt"]) == 0
     out = capsys.readouterr().out
-    assert "prompt evolm, defences on" in out
-    assert "[ANSWER START]\nThe capital of France is Paris.\n[ANSWER END]" in out and "polish earn nothing" in out
+    assert "mode yesno, prompt evolm, defences on" in out  # the default judge mode
+    assert "[ANSWER START]\nThe capital of France is Paris.\n[ANSWER END]" in out
+    generative = tmp_path / "generative.yaml"
+    generative.write_text("judge:\n  mode: generative\n", encoding="utf-8")
+    assert main(["judge", "--show-prompt", "--config", str(generative)]) == 0
+    assert "polish earn nothing" in capsys.readouterr().out
 
 
 def test_judge_without_show_prompt_needs_its_files(capsys: pytest.CaptureFixture[str]) -> None:

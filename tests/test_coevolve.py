@@ -55,7 +55,10 @@ def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
         f"model.name={model_dir}", f"judge.model={model_dir}", f"output_dir={out}",
         f"schedule.prompts_per_step={P}", f"schedule.samples_per_prompt={G}", "schedule.samples_logged_per_step=0",
         f"grpo.per_device_train_batch_size={P * G}", "grpo.max_completion_length=8",
-        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false", *extra,
+        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false",
+        # the schedule these tests were written for (the demo's sizes before it was made smaller)
+        "schedule.cycles=2", "schedule.steps_per_phase=2", "schedule.save_every=2", "contrast.min_age=1",
+        "contrast.max_age=4", "grpo.save_total_limit=2", "grpo.gradient_checkpointing=false", *extra,
     ]
 
 

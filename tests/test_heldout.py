@@ -188,7 +188,8 @@ def test_rubric_steps_take_labelled_pairs_without_an_answerer(tmp_path: Path) ->
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": f"P{i}", "chosen": f"C{i}", "rejected": f"R{i}"}
                                                     for i in range(3)])
     cfg = load_config(DEMO, [f"data.pairs={pairs}", "contrast.pairs=labelled", "schedule.regime=coevolve",
-                             "contrast.answerer=/no/such/model", f"output_dir={tmp_path / 'run'}"])
+                             "contrast.answerer=/no/such/model", f"output_dir={tmp_path / 'run'}",
+                             "schedule.steps_per_phase=2", "schedule.prompts_per_step=2"])
     plan = Plan(cfg, ["q"])
     loop = Loop(cfg, plan, [], ReplayBuffer(4), tmp_path)
     engine = ScriptedEngine()
@@ -251,7 +252,8 @@ def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, 
         "grpo.max_completion_length=8", "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]",
         "schedule.regime=rubric_only", "schedule.cycles=2", "schedule.steps_per_phase=1",
         "contrast.pairs=labelled", f"data.pairs={data}", "contrast.answerer=/no/such/model",  # never loaded
-        f"eval.pairs={held}", f"eval.questions={questions}", "eval.every=1"])
+        f"eval.pairs={held}", f"eval.questions={questions}", "eval.every=1", "grpo.gradient_checkpointing=false",
+        "grpo.save_total_limit=2"])
     printed: list[StepRecord] = []
     run(cfg, on_step=printed.append)
 

@@ -177,22 +177,22 @@ def test_dry_run_plans_what_the_real_launch_computes(capsys: pytest.CaptureFixtu
     """The real launch hands evolm_grpo_settings the launcher's WORLD_SIZE; the dry run uses the same function."""
     from evolm.config import evolm_grpo_settings
 
-    cfg = load_config(CONFIGS / "demo-cpu.yaml", ["grpo.per_device_train_batch_size=2"])
+    cfg = load_config(CONFIGS / "demo-cpu.yaml", ["grpo.per_device_train_batch_size=2", "schedule.prompts_per_step=2"])
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "--num-processes", "2",
-                 "grpo.per_device_train_batch_size=2"]) == 0
+                 "grpo.per_device_train_batch_size=2", "schedule.prompts_per_step=2"]) == 0
     out = capsys.readouterr().out
     accum = evolm_grpo_settings(cfg, 2)["gradient_accumulation_steps"]
     assert accum == 2  # 2 questions x 4 samples = 8 rows = 2 processes x 2 rows x 2 micro-batches
     assert f"4 per step: {accum} micro-batches of 2" in out
 
 
-def test_the_accelerate_config_agrees_with_the_readme_launch() -> None:
-    """The README puts the judge on GPUs 4-7 and trains on 4 processes: the shipped accelerate config says 4 too."""
+def test_the_accelerate_config_agrees_with_the_gpu_doc_launch() -> None:
+    """docs/GPU.md puts the judge on GPUs 4-7 and trains on 4 processes: the shipped accelerate config says 4 too."""
     import re
 
     import yaml
 
-    readme = (CONFIGS.parent / "README.md").read_text(encoding="utf-8")
+    readme = (CONFIGS.parent / "docs" / "GPU.md").read_text(encoding="utf-8")
     launch = re.search(r"accelerate launch --config_file configs/accelerate-zero3.yaml --num_processes (\d+)", readme)
     shipped = yaml.safe_load((CONFIGS / "accelerate-zero3.yaml").read_text(encoding="utf-8"))
     assert launch is not None and shipped["num_processes"] == int(launch.group(1)) == 4

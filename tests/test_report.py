@@ -120,6 +120,17 @@ def test_report_is_one_self_contained_html_file(tmp_path):
     assert "torn" in text
 
 
+
+def test_report_reads_the_age_window_from_the_run_and_spans_from_the_first_steps_start(tmp_path):
+    run = build_run(tmp_path / "run")
+    with open(run / "config.yaml", "a", encoding="utf-8") as f:
+        f.write("contrast:\n  min_age: 0\n  max_age: 1\n")
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "0–1 policy steps earlier in this run" in text and "20–100" not in text
+    # 12 back-to-back steps of 2 s: the span from the first step's start equals the summed step time (was 22 s)
+    span = text[text.index("wall-clock span"):]
+    assert span[:span.index("</tr>")].count("0:00:24") == 1
+
 def test_report_shows_early_and_late_rubrics_for_the_same_question(tmp_path):
     text = write_report(build_run(tmp_path / "run"), tmp_path / "r.html").read_text(encoding="utf-8")
     section = text[text.index("Example rubrics, early versus late"):text.index("Evaluation results")]
@@ -235,6 +246,7 @@ def test_eval_lines_are_not_training_steps(tmp_path, monkeypatch):
     assert [r["step"] for r in d.heldout] == [0, 2, 12] and all(r["role"] != "eval" for r in d.metrics)
     assert [(s["phase"], s["steps"]) for s in summarise(run)] == [(0, 3), (1, 3), (2, 3), (3, 3)]
     assert summarise(run)[0]["reward"] == pytest.approx(0.3)
+    assert summarise(run)[0]["reward_std"] == pytest.approx(0.1) and summarise(run)[1]["reward_std"] == pytest.approx(0.2)
     seen = []
     real = plots.reward_plot
     monkeypatch.setattr(plots, "reward_plot", lambda series, *a: seen.append(series) or real(series, *a))

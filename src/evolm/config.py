@@ -81,10 +81,12 @@ class JudgeConfig:
 
     # Parameters that control which model judges, and where
     model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
-    mode: str = _f("generative", "generative (reference: per-criterion reasoning, JSON score, sampled), prob "
-                   "(expected 0-9 digit, one forward pass), yesno (per-criterion P(yes)); baselines: likert (1-10, no "
-                   "rubric), rar_implicit (1-10 given the rubric), rar_explicit (binary verdict per criterion), "
-                   "reward_model (a scalar sequence-classification reward model, regime judge_only)")
+    mode: str = _f("yesno", "yesno (default: per criterion P(Yes), weighted by the rubric; one forward pass per "
+                   "criterion, deterministic, never unreadable), generative (the paper's: per-criterion reasoning, "
+                   "JSON score, sampled; configs/paper-qwen3-8b.yaml), prob (expected 0-9 digit, one forward pass); "
+                   "baselines: likert (1-10, no rubric), rar_implicit (1-10 given the rubric), rar_explicit (binary "
+                   "verdict per criterion), reward_model (a scalar sequence-classification reward model, regime "
+                   "judge_only)")
     backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
                       "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM")
 

@@ -136,6 +136,26 @@ RUBRIC_EBNF = _rubric_ebnf()
 compact ``json.dumps`` layout: every constrained rubric is format-valid by ``rubrics.format_validity``."""
 
 
+def rubric_token_bounds(tokenizer: Any, max_criteria: int = MAX_CRITERIA) -> tuple[int, int]:
+    """Tokens (as ``tokenizer`` counts them) of the shortest whole rubric the grammar allows, and of a long plain one.
+
+    Shortest: 2 criteria whose texts are one character each. A token budget below it cannot hold any rubric:
+    every constrained rubric is cut at the budget, and a cut rubric does not parse. Long plain: ``max_criteria``
+    criteria whose texts fill their character limits with plain English words. A budget below it cuts the
+    longer rubrics a model writes (SmolLM2-135M's own 5-criterion rubrics came to 346-406 tokens, plain English
+    at the limits to 365). Thinking, where the template thinks, comes on top of either.
+    """
+    plain = "The answer states the correct final result clearly and explains each step of the work shown here."
+
+    def tokens(n: int, criterion: str, level: str) -> int:
+        units = [1] * (n - 1) + [WEIGHT_UNITS - (n - 1)]  # the layout the grammar writes (json.dumps defaults)
+        text = json.dumps({"criteria": [{"criterion": criterion, "weight": u / WEIGHT_UNITS,
+                                          "scoring_levels": dict.fromkeys(LEVELS, level)} for u in units]})
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return tokens(2, "x", "x"), tokens(max_criteria, plain[:CRITERION_CHARS], plain[:LEVEL_CHARS])
+
+
 def rubric_criteria_cap(schema: dict[str, Any]) -> int | None:
     """The criteria cap of a rubric schema made by ``rubric_schema`` (2-5), or None for any other schema."""
     cap = schema.get("properties", {}).get("criteria", {}).get("maxItems")

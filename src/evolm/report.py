@@ -238,7 +238,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max
 padding:0 1em;color:#111;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #bbb;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #bbb;padding:.25em .55em;
-vertical-align:top}th{background:#eee;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+vertical-align:top}th{background:#eee;text-align:left;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .notes{background:#fff6e0;border:1px solid #d9a400;padding:.5em 1em}.muted{color:#555;font-size:.9em}
 img{max-width:100%;border:1px solid #ddd}pre{background:#f5f5f5;padding:.7em;overflow-x:auto;font-size:.85em}
 .pair{display:flex;gap:1em;flex-wrap:wrap}.pair>div{flex:1 1 440px;min-width:0}.q{background:#f5f5f5;
@@ -305,13 +305,16 @@ def _header(d: RunData) -> str:
     per_role = Counter(r["role"] for r in m)
     seconds = _nansum([r["seconds"] for r in m])
     times = [r["time"] for r in m + d.heldout if not math.isnan(r["time"])]
+    # a record is written when its step ends: the span starts when the first step started, not when it ended
+    starts = [r["time"] - r["seconds"] for r in m + d.heldout if not math.isnan(r["time"] - r["seconds"])]
     rows: list[list[Any]] = [
         ["steps logged", sum(per_role.values())],
         *[[f"{role} steps", n] for role, n in sorted(per_role.items())],
         ["global steps", f"{m[0]['step']}–{m[-1]['step']}" if m else "–"],
         ["phases / cycles", f"{len(d.phases)} / {len({r['cycle'] for r in m if r['cycle'] is not None})}"],
         ["training time (sum of step times)", _duration(seconds)],
-        ["wall-clock span (first to last record)", _duration(max(times) - min(times)) if len(times) > 1 else "–"],
+        ["wall-clock span (start of the first step to the last record; adds checkpoints, held-out evaluation and "
+         "any time stopped before a resume)", _duration(max(times) - min(starts + times)) if times else "–"],
     ]
     if d.heldout:
         at = steps_text([r["step"] for r in d.heldout])
@@ -374,10 +377,21 @@ def _rewards(d: RunData) -> str:
             + _plot(d, "reward curves", plots.reward_plot, series, _spans(d), means))
 
 
+def _age_window(d: RunData) -> str:
+    """How old the pairs' older answers were meant to be, from the run's own config (contrast.min_age / max_age)."""
+    flat = dict(_flatten(d.config)) if isinstance(d.config, dict) else {}
+    lo, hi = flat.get("contrast.min_age"), flat.get("contrast.max_age")
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        return "some policy steps earlier"
+    steps = "policy step" if (lo, hi) == (1, 1) else "policy steps"
+    return (f"{lo}–{hi} {steps} earlier in this run (contrast.min_age–max_age; when the buffer holds no answer that "
+            "old, the window is relaxed: docs/METHOD.md §2.4)")
+
+
 def _pairs(d: RunData) -> str:
     out = ["<h2>Judge accuracy on temporal pairs, beside the policy's reward</h2>",
            "<p class='muted'>Pair accuracy: share of temporal pairs (the current policy's answer vs. the answer it "
-           "gave to the same question some policy steps earlier; 20–100 by default) where the judge, reading the "
+           f"gave to the same question {_age_window(d)}) where the judge, reading the "
            "rubric, scores the newer answer strictly higher. Watch it together "
            "with the policy's reward (docs/METHOD.md §4): training assumes newer is better, which stops being true "
            "if the policy degrades, and then the rubrics learn to reward the degradation.</p>"]
@@ -711,7 +725,8 @@ def write_report(run_dir: str | Path, output: str | Path | None = None, length_f
 
 
 def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Per phase: role, cycle, steps, mean reward, judge pair accuracy, rubric validity, seconds.
+    """Per phase: role, cycle, steps, mean reward, its within-group spread (the mean of the steps' reward_std),
+    judge pair accuracy, rubric validity, seconds.
 
     Held-out evaluation lines are not steps of a phase and are left out."""
     phases: dict[int, list[StepRecord]] = {}
@@ -725,6 +740,7 @@ def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
         return sum(vals) / len(vals) if vals else None
 
     return [{"phase": p, "role": recs[0].role, "cycle": recs[0].cycle, "steps": len(recs),
-             "reward": mean(recs, "reward_mean"), "pair_accuracy": mean(recs, "pair_accuracy"),
+             "reward": mean(recs, "reward_mean"), "reward_std": mean(recs, "reward_std"),
+             "pair_accuracy": mean(recs, "pair_accuracy"),
              "rubric_validity": mean(recs, "rubric_validity"), "seconds": sum(r.seconds or 0.0 for r in recs)}
             for p, recs in sorted(phases.items())]

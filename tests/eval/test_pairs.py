@@ -91,7 +91,7 @@ FILES = {str(p): load_pairs(p) for p in (LLMBAR, PROMPT, TEMPORAL)}
 
 def test_run_pairs_with_rubrics():
     backend = FakeBackend()
-    judge = CountingJudge(Judge(backend))
+    judge = CountingJudge(Judge(backend, mode="prob"))
     result = pairs.run_pairs(FILES, judge, rubric_backend=backend)
     assert backend.generate_calls == [5]  # 6 pairs, 5 distinct prompts, one batched call
     assert judge.calls == [12]  # both answers of every pair in one call
@@ -112,7 +112,7 @@ def test_run_pairs_with_rubrics():
 
 
 def test_run_pairs_judge_alone_is_at_chance():
-    result = pairs.run_pairs(FILES, Judge(FakeBackend()))
+    result = pairs.run_pairs(FILES, Judge(FakeBackend(), mode="prob"))
     assert result.total.accuracy == 0.5 and result.total.ties == 6 and result.rubrics.source == "none"
 
 

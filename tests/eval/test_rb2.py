@@ -315,7 +315,7 @@ def test_run_rb2_with_rubrics_batches_and_scores_exactly():
 
 
 def test_run_rb2_judge_alone_sees_no_difference():
-    scored, stats = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(FakeBackend()))
+    scored, stats = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(FakeBackend(), mode="prob"))
     assert stats.source == "none"
     result = score_rows(scored)
     # every completion 5/9: each non-Ties row a 4-way tie (1/4); Ties all zero (0/0 margins count 0)
@@ -324,7 +324,7 @@ def test_run_rb2_judge_alone_sees_no_difference():
 
 def test_unparsed_rubrics_leave_the_judge_alone():
     backend = FakeBackend(rubric_text="I cannot write a rubric.")
-    scored, stats = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(backend), rubric_backend=backend)
+    scored, stats = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(backend, mode="prob"), rubric_backend=backend)
     assert (stats.parsed, stats.valid, stats.retried) == (0, 0, 10)
     assert backend.generate_calls == [10, 10, 10]  # the first try, then 0.3 and 0.1
     assert score_rows(scored).subsets["Math"] == 0.25
@@ -338,11 +338,11 @@ def test_rubrics_from_a_file_by_id_then_prompt(tmp_path):
     path = tmp_path / "rubrics.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     table = read_rubric_table(path)
-    scored, stats = rb2.run_rb2(rows, Judge(FakeBackend()), rubric_table=table)
+    scored, stats = rb2.run_rb2(rows, Judge(FakeBackend(), mode="prob"), rubric_table=table)
     assert (stats.source, stats.prompts, stats.parsed) == ("file", 10, 9)
     assert score_rows(scored).subsets == pytest.approx({**WITH_RUBRIC, "Precise IF": 0.25})
     with pytest.raises(InputError, match="no rubric for"):
-        rb2.run_rb2([*rows, rb2.RB2Row("z", "new prompt", "Math", ("a",), ("b",), 1)], Judge(FakeBackend()),
+        rb2.run_rb2([*rows, rb2.RB2Row("z", "new prompt", "Math", ("a",), ("b",), 1)], Judge(FakeBackend(), mode="prob"),
                     rubric_table=table)
 
 
@@ -371,7 +371,7 @@ def test_cli_from_scores_with_subsets_and_json_on_stdout(capsys):
 
 
 def test_save_scores_then_from_scores_round_trip(tmp_path):
-    scored, _ = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(FakeBackend()), rubric_backend=FakeBackend())
+    scored, _ = rb2.run_rb2(rb2.load_rb2(str(RB2_SMALL)), Judge(FakeBackend(), mode="prob"), rubric_backend=FakeBackend())
     rb2.write_scores(tmp_path / "scores.jsonl", scored)
     assert rb2.read_scores(tmp_path / "scores.jsonl") == scored
     out = tmp_path / "r.json"

@@ -169,9 +169,14 @@ def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = T
                        help="the rubric prompt (as rubric.prompt in training): v3 (default, the paper's: 2-5 criteria) "
                        "or older (the authors' older prompt: 5-10 criteria)")
     p.add_argument("--constrained", action="store_true",
-                   help="decode each rubric under the rubric JSON schema (2-5 criteria with criterion, weight, "
-                   "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses, though "
-                   "the weights may not sum to 1 (off by default, as in the paper)")
+                   help="decode each rubric under the rubric grammar (2-5 criteria with criterion, weight, "
+                   "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses; on hf and "
+                   "vllm the weights are multiples of 0.1 that sum to exactly 1 (an openai server gets the JSON "
+                   "schema alone, which cannot say so: the weights are normalised when read). Off by default, as in "
+                   "the paper")
+    p.add_argument("--max-criteria", type=int, choices=range(2, 6), default=5, metavar="{2..5}",
+                   help="with --constrained: the most criteria a rubric may have (default 5, as the prompt asks); "
+                   "fewer make rubrics shorter and quicker to write (as rubric.max_criteria in training)")
 
 
 JUDGE_CONSTRAINED = ("--mode generative: decode the judge's reply under its JSON schema {reasoning, score in [0, 1]} "
@@ -182,10 +187,10 @@ def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mode",
         choices=sorted(JUDGE_MODES),
-        default="prob",
-        help="prob: expected value of a 0-9 score token (one forward pass, deterministic, default); "
-        "yesno: per-criterion P(yes) weighted by the rubric; generative: the reference JSON-score mode "
-        "(sampled, temperature 0.6)",
+        default="yesno",
+        help="yesno (default): per criterion P(Yes), weighted by the rubric (one forward pass per criterion, "
+        "deterministic); prob: expected value of a 0-9 score token (one forward pass); generative: the paper's "
+        "JSON-score mode (reasoning, then a score; sampled, temperature 0.6)",
     )
     p.add_argument("--judge-max-new-tokens", type=positive_int, default=512,
                    help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
@@ -292,11 +297,11 @@ def judge_context_note(judge) -> str:  # noqa: ANN001 - a GuardTally (else nothi
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams
     """Rubric-writing sampling parameters, all from the flags."""
     from evolm.backends.base import SamplingParams
-    from evolm.constrained import RUBRIC_SCHEMA
+    from evolm.constrained import rubric_schema
 
+    schema = rubric_schema(getattr(args, "max_criteria", 5)) if getattr(args, "constrained", False) else None
     return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
-                          {"enable_thinking": True} if getattr(args, "thinking", False) else {},
-                          json_schema=RUBRIC_SCHEMA if getattr(args, "constrained", False) else None)
+                          {"enable_thinking": True} if getattr(args, "thinking", False) else {}, json_schema=schema)
 
 
 AS_YOU_GO = ("Rows are written as they are done, to OUTPUT.partial (renamed to OUTPUT at the end): after a crash "

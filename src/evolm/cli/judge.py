@@ -43,7 +43,7 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-prompt", action="store_true",
                    help="print the prompt the judge of a run config sends (on an example question, rubric and "
                    "answer) and exit; loads nothing. The config is --config (default: the built-in defaults: "
-                   "generative judge, evolm's wording, defences on); the other judge flags are not read")
+                   "yesno judge, evolm's wording, defences on); the other judge flags are not read")
     p.add_argument("--config", default=None, metavar="CFG",
                    help="with --show-prompt: the run config (e.g. configs/paper-qwen3-8b.yaml) whose judge to show")
     add_judge_mode_arg(p)

@@ -132,6 +132,8 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     errors = launch_errors(cfg, n) + grpo_errors(cfg.grpo)
     if errors:
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+    if refused := _rubric_budget(cfg):
+        raise InputError(refused)
     table = Table(title=f"evolm train --dry-run: {cfg.output_dir}, {n} process(es)")
     table.add_column("plan")
     table.add_column("value")
@@ -142,6 +144,43 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     if refused:
         raise InputError(refused)
     say("dry run: the config is valid for this launch; nothing was loaded")
+
+
+def _rubric_budget(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
+    """With rubric.constrained: the refusal line when a rubric token budget cannot hold any whole rubric; a warning
+    when it cuts long ones (a cut rubric does not parse: validity 0 and no reward spread, found only after minutes)."""
+    from pathlib import Path
+
+    from evolm.constrained import rubric_token_bounds
+    from evolm.errors import EvolmError
+    from evolm.models import BUILTIN_MODELS, load_tokenizer
+
+    r, regime = cfg.rubric, cfg.schedule.regime
+    budgets = [("rubric.max_new_tokens", r.max_new_tokens)] if regime != "judge_only" else []
+    if regime in ("coevolve", "sequential", "rubric_only"):  # rubric steps sample rubrics within TRL's budget
+        budgets.append(("grpo.max_completion_length", cfg.grpo.get("max_completion_length")))
+    budgets = [(key, b) for key, b in budgets if isinstance(b, int)]
+    if not r.constrained or not budgets:
+        return None
+    name = cfg.model.name
+    local = name in BUILTIN_MODELS or Path(name).expanduser().exists()  # a hub id: counted with the built-in one
+    try:
+        tokenizer = load_tokenizer(name if local else "smollm2-135m-instruct")
+    except EvolmError:
+        return None  # the run itself says what is wrong with the model
+    shortest, long_plain = rubric_token_bounds(tokenizer, r.max_criteria)
+    counted = "" if local else f", counted with the built-in SmolLM2 tokenizer ({name} is not local)"
+    for key, budget in budgets:
+        if budget < shortest:
+            return (f"{key}={budget} cannot hold a whole rubric under the rubric grammar (rubric.constrained): the "
+                    f"shortest it allows is {shortest} tokens{counted}, so every rubric would be cut and none would "
+                    f"parse; raise it to {long_plain} or more")
+        if budget < long_plain:
+            say(f"evolm: warning: {key}={budget} is below a rubric of {r.max_criteria} criteria at the grammar's "
+                f"length limits ({long_plain} tokens of plain English{counted}; the shortest whole rubric is "
+                f"{shortest}): rubrics cut at the budget do not parse (validity 0, no reward spread); raise it to "
+                f"{long_plain} or lower rubric.max_criteria")
+    return None
 
 
 def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
@@ -204,11 +243,13 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
         return "-" if x is None else f"{x:.3f}"
 
     table = Table(title=f"EvoLM run: {run_dir}")
-    for col in ("phase", "cycle", "role", "steps", "mean reward", "judge pair acc.", "rubric validity", "seconds"):
+    for col in ("phase", "cycle", "role", "steps", "mean reward", "reward std", "judge pair acc.", "rubric validity",
+                "seconds"):
         table.add_column(col, justify="right")
     for ph in phases:
         table.add_row(str(ph["phase"]), str(ph["cycle"]), ph["role"], str(ph["steps"]), fmt(ph["reward"]),
-                      fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]), f"{ph['seconds']:.0f}")
+                      fmt(ph.get("reward_std")), fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]),
+                      f"{ph['seconds']:.0f}")
     Console().print(table)
     heldout = summary_rows(read_metrics(run_dir))
     if heldout:
