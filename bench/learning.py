@@ -456,10 +456,11 @@ def handwritten_rubrics() -> dict[str, str]:
     return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
 
 
-def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
+def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False) -> dict[str, Any] | None:
     """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
     ``runs/study/writers/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed
-    run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads."""
+    run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the
+    rubrics are written (their statistics show in ``writers-table``; a later run judges them)."""
     from evolm.backends.base import SamplingParams
     from evolm.config import RunConfig
     from evolm.constrained import RUBRIC_SCHEMA
@@ -509,6 +510,9 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int) -> dict[str, Any]:
             print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)", flush=True)
         del backend
     minutes_write = (time.time() - t0) / 60
+    if write_only:
+        print(f"{arm}: {len(rubrics)} rubrics in {rub_file} ({minutes_write:.1f} min); not judged (--write-only)")
+        return None
     written = {q: (WrittenRubric("", None, 0.0) if not rubrics[q] else read_written(rubrics[q])) for q in prompts}
     done = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(items_file)}
     todo_pairs = [p for p in pairs if (p.prompt, p.better, p.worse) not in done]
@@ -614,7 +618,7 @@ def _partial_arm(arm: str, order: list[tuple[str, str, str]]) -> dict[str, Any] 
 
     judged = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(WRITERS / f"{arm}-items.jsonl")}
     keys = [k for k in order if k in judged]
-    if not keys:
+    if not keys and not (WRITERS / f"{arm}-rubrics.jsonl").exists():
         return None
     sets = {(r["prompt"], r["chosen"], r["rejected"]): r["set"] for r in _jsonl(writers_pairs())}
     texts = ({q: json.dumps({"criteria": c}) for q, c in ((r["prompt"], r["criteria"]) for r in _jsonl(HANDWRITTEN)
@@ -651,6 +655,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
              "|---|---|---|---|---|---|"]
     for a, r in res.items():
         c = r["credits"]
+        if not c:
+            continue
         cells = []
         for s in ("Natural", "Adversarial_Neighbor"):
             cs = [x for x, t in zip(c, r["sets"], strict=True) if t == s]
@@ -661,7 +667,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{cells[0]} | {cells[1]} | {v} |")
     comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm", "warm"), ("warm-grpo", "warm"),
                                                          ("warm", "base"), ("hand", "base")]
-    tests = [_diff_row(a, b, res) for a, b in comps if a in res and b in res]
+    tests = [_diff_row(a, b, res) for a, b in comps if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
     lines += ["", "| comparison | pairs better / worse | exact sign test p | accuracy difference [95% paired bootstrap CI] |",
               "|---|---|---|---|"]
     for a, b, up, down, p, d, ci, n in tests:
@@ -968,6 +974,7 @@ def main() -> None:
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
                    "warm-grpo: a checkpoint directory)")
+    p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
     p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
@@ -986,7 +993,7 @@ def main() -> None:
         writer = None if arm in ("none", "hand") else args.writer or (MODEL if arm == "base" else None)
         if arm.startswith("warm") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
-        writer_arm(arm, writer, args.max_tokens)
+        writer_arm(arm, writer, args.max_tokens, args.write_only)
     elif args.study == "writers-table":
         writers_table()
     elif args.study == "results":
