@@ -5,7 +5,7 @@ Part ``step`` (in one process, one loaded judge, variants interleaved):
 - demo-like policy step: 1 question x 4 distinct answers under one 3-criterion rubric (configs/demo-cpu.yaml's
   policy step), judged by ``Judge.score`` (no cache) and by a ``CachedJudge`` with an empty cache (first sight:
   nothing to reuse, so this is the cache's overhead);
-- a step with duplicates: 2 questions x 8 answers of which 4 distinct per question (what a group sampled at low
+- a step with duplicates: ``--dup-questions`` (2) questions x 8 answers of which 4 distinct per question (what a group sampled at low
   temperature, or a short answer, often gives), no cache vs. empty cache (identical completions judged once);
 - the same step again with the cache kept (every judgment stored).
 
@@ -56,7 +56,7 @@ def step_part(args: argparse.Namespace) -> None:
         return [a, b, a[: len(a) // 2], b[: len(b) // 2]]
 
     demo = [JudgeItem(rows[0]["input"], a, rubric) for a in four(rows[0])]
-    dup = [JudgeItem(r["input"], a, rubric) for r in rows for a in four(r) * 2]
+    dup = [JudgeItem(r["input"], a, rubric) for r in rows[: args.dup_questions] for a in four(r) * 2]
     kept = CachedJudge(judge, JudgeCache())
     kept.score(dup)  # stored once: the repeat variant finds every judgment
     print_header("Judge time per step, with and without the judge cache",
@@ -71,13 +71,13 @@ def step_part(args: argparse.Namespace) -> None:
         "duplicates step, cache (empty)": lambda: CachedJudge(judge, JudgeCache()).score(dup),
         "duplicates step again, cache kept": lambda: kept.score(dup),
     }
-    timings = timed_interleaved(variants, repeats=args.repeats, warmup=1)
+    timings = timed_interleaved(variants, repeats=args.repeats, warmup=args.warmup)
     base = {"demo": timings["demo step, no cache"][0], "duplicates": timings["duplicates step, no cache"][0]}
     out = []
     for name, (seconds, scores) in timings.items():
         ref = base["demo" if name.startswith("demo") else "duplicates"]
         plain = timings["demo step, no cache" if name.startswith("demo") else "duplicates step, no cache"][1]
-        diff = max(abs(a.score - b.score) for a, b in zip(scores, plain, strict=True))
+        diff = max(abs(getattr(a, "score", a) - getattr(b, "score", b)) for a, b in zip(scores, plain, strict=True))
         out.append([name, seconds, seconds / ref, diff])
     print(table(["variant", "judge seconds (median)", "x no cache", "max |score - no cache|"], out))
 
@@ -92,7 +92,7 @@ def serve_part(args: argparse.Namespace) -> None:
     import httpx
 
     pairs = _pairs((args.rows + 1) // 2)
-    rows = [{"prompt": p["input"], "response": p[k], "rubric": GENERIC_RUBRIC} for p in pairs
+    rows = [{"prompt": p["input"], "response": p[k][: args.answer_chars], "rubric": GENERIC_RUBRIC} for p in pairs
             for k in ("output_1", "output_2")][: args.rows]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "judge_input.jsonl"  # what `evolm judge --input` reads
@@ -100,7 +100,7 @@ def serve_part(args: argparse.Namespace) -> None:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         port = _free_port()
         cmd = [sys.executable, "-m", "evolm.cli", "serve", "--judge", args.model, "--mode", args.mode,
-               "--dtype", "float32", "--port", str(port)]
+               "--dtype", "float32", "--port", str(port), "--deadline-s", "3600"]  # a slow machine: no 504
         server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         url = f"http://127.0.0.1:{port}"
         try:
@@ -119,7 +119,10 @@ def serve_part(args: argparse.Namespace) -> None:
             replies = []
             for _ in range(2):
                 t0 = time.perf_counter()
-                reply = httpx.post(url + "/get_reward", json=body, timeout=1200).json()
+                got = httpx.post(url + "/get_reward", json=body, timeout=3600)
+                if got.status_code != 200:
+                    raise SystemExit(f"evolm serve answered {got.status_code}: {got.text[:300]}")
+                reply = got.json()
                 replies.append((time.perf_counter() - t0, reply))
             health = httpx.get(url + "/health", timeout=10).json()
         finally:
@@ -127,6 +130,7 @@ def serve_part(args: argparse.Namespace) -> None:
             server.wait(timeout=30)
     print_header("The same evolm judge input twice through evolm serve",
                  {"judge": args.model, "mode": args.mode, "rows": len(rows), "criteria": 3,
+                  "answer chars": f"<= {args.answer_chars}",
                   "command": " ".join(["evolm", *cmd[3:]])})
     first_s = replies[0][0]
     out = []
@@ -145,8 +149,11 @@ def main() -> None:
     ap.add_argument("--parts", default="step,serve", help="step, serve or both (comma-separated)")
     ap.add_argument("--rows", type=int, default=16, help="serve part: rows of the evolm judge input")
     ap.add_argument("--repeats", type=int, default=3, help="step part: timed rounds (medians reported)")
-    ap.add_argument("--answer-chars", type=int, default=400, help="step part: answers cut to this many characters "
-                    "(a demo answer is at most 64 tokens)")
+    ap.add_argument("--warmup", type=int, default=1, help="step part: untimed rounds first")
+    ap.add_argument("--dup-questions", type=int, default=2, help="step part: questions of the duplicates step (8 "
+                    "answers each, 4 distinct)")
+    ap.add_argument("--answer-chars", type=int, default=400, help="answers cut to this many characters (a demo "
+                    "answer is at most 64 tokens)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     if "step" in parts:
