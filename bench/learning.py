@@ -8,6 +8,7 @@
     python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
     python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
     python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
+    python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -574,6 +575,71 @@ def training_overlap(pairs_file: Path) -> dict[str, int]:
             for name, path in sources.items() if path.exists()}
 
 
+# (question, a criterion naming the expected value, a right answer, a wrong answer): does the judge read the value?
+PROBES = (
+    ("How many integers are in the solution of the inequality |x + 5| < 10 ?",
+     "The final answer is 19 integers (from -14 to 4).", "There are 19 integers.", "There are 10 integers."),
+    ("Given a base number and a power, calculate the result.\n\nBase:5   Power:3", "The final answer is 125.",
+     "5 to the power 3 is 125.", "5 to the power 3 is 15."),
+    ("Convert from celsius to fahrenheit. Temperature in Celsius: 15", "The final answer is 59 degrees Fahrenheit.",
+     "15 degrees Celsius is 59 degrees Fahrenheit.", "15 degrees Celsius is 27 degrees Fahrenheit."),
+    ("Given a sequence of numbers, calculate the average 1, 2, 3, 4, 5", "The final answer is 3.",
+     "The average is 3.", "The average is 2.5."),
+    ("Detect if the following item is a prime number: 17", "Says 17 is a prime number.",
+     "Yes, 17 is a prime number.", "No, 17 is not a prime number."),
+    ("Which word does not belong to others?\n\nInch\nKilogram\nCentimeter\nYard", "The answer is Kilogram.",
+     "Kilogram does not belong.", "Yard does not belong."),
+    ("Find out what is the closest star to Earth.", "Says the Sun is the closest star to Earth.",
+     "The closest star to Earth is the Sun.", "The closest star to Earth is Sirius."),
+    ("What is the smallest positive integer number that is divisible by 5?", "The final answer is 5.",
+     "The smallest such number is 5.", "The smallest such number is 10."),
+    ("What is an antonym for the word \"cogent\"?", "Gives an antonym such as 'unconvincing', 'weak' or 'illogical'.",
+     "An antonym of cogent is unconvincing.", "An antonym of cogent is persuasive."),
+    ("List 10 synonyms for 'sad'.", "Lists exactly 10 words.",
+     "unhappy, sorrowful, gloomy, miserable, downcast, dejected, melancholy, glum, blue, forlorn",
+     "unhappy, gloomy, blue"),
+    ("Complete the following sentence: \"Yesterday it was raining, so I put on my ____.\"",
+     "Completes the blank with rain gear such as 'raincoat', 'umbrella' or 'rain boots'.",
+     "Yesterday it was raining, so I put on my raincoat.", "Yesterday it was raining, so I put on my sunglasses."),
+    ("Name three elements in the periodic table.", "Names three real chemical elements (e.g. hydrogen, oxygen, carbon).",
+     "Hydrogen, oxygen and carbon.", "Water, air and fire."),
+)
+
+
+def writers_probe() -> dict[str, Any]:
+    """P(Yes) of the frozen judge for a right and a wrong short answer, under a criterion that names the expected
+    value and under the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json``."""
+    from evolm.judge import JudgeItem
+    from evolm.rubrics import Criterion, Rubric
+
+    judge = load_judge()
+    items = []
+    for q, crit, right, wrong in PROBES:
+        rubric = Rubric((Criterion(crit, 1.0),))
+        items += [JudgeItem(q, a, r) for r in (rubric, None) for a in (right, wrong)]
+    scores = [j.score for j in judge.score(items)]
+    rows = [{"question": q, "criterion": c, "right_rubric": scores[4 * i], "wrong_rubric": scores[4 * i + 1],
+             "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
+            for i, (q, c, _, _) in enumerate(PROBES)]
+    WRITERS.mkdir(parents=True, exist_ok=True)
+    (WRITERS / "probe.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    print(_probe_line(rows))
+    return {"rows": rows}
+
+
+def _probe_line(rows: Sequence[dict[str, Any]]) -> str:
+    gap_r = [r["right_rubric"] - r["wrong_rubric"] for r in rows]
+    gap_n = [r["right_none"] - r["wrong_none"] for r in rows]
+    up, down, p = sign_test(gap_r, [0.0] * len(gap_r))
+    return (f"Probe ({len(rows)} short questions, a right and a wrong one-line answer each; `python bench/learning.py "
+            f"writers-probe`): P(Yes) right minus wrong under a criterion naming the expected value "
+            f"{fmt_ci(statistics.fmean(gap_r), bootstrap_mean(gap_r))} (right higher in {up}, wrong higher in {down}, "
+            f"sign test p {p:.3g}); under the judge's generic criterion (no rubric) "
+            f"{fmt_ci(statistics.fmean(gap_n), bootstrap_mean(gap_n))}; mean P(Yes) under the value criterion "
+            f"{statistics.fmean(r['right_rubric'] for r in rows):.3f} (right) vs "
+            f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
+
+
 def _length_line(res: dict[str, dict[str, Any]], order: Sequence[tuple[str, str, str]]) -> str:
     """How often each arm's judge prefers the longer answer, beside how often the human label does (a diagnosis:
     a judge that reads length, not the rubric, ranks pairs the same whatever the rubric says)."""
@@ -683,6 +749,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
     lines += ["", _length_line(res, order)]
+    if (WRITERS / "probe.json").exists():
+        lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8")))]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
@@ -969,7 +1037,8 @@ def write_results() -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table"])
+    p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table",
+                                          "writers-probe"])
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
@@ -994,6 +1063,8 @@ def main() -> None:
         if arm.startswith("warm") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
         writer_arm(arm, writer, args.max_tokens, args.write_only)
+    elif args.study == "writers-probe":
+        writers_probe()
     elif args.study == "writers-table":
         writers_table()
     elif args.study == "results":
