@@ -242,11 +242,11 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
             "items": str(items_file.relative_to(ROOT))}
 
 
-def load_judge() -> Any:
+def load_judge(model: str = MODEL) -> Any:
     from evolm.judge import Judge
     from evolm.models import load_backend
 
-    return Judge(load_backend(MODEL, dtype="float32", batch_size=16), mode="yesno")
+    return Judge(load_backend(model, dtype="float32", batch_size=16), mode="yesno")
 
 
 # ============================================================================= A. the writer on labelled pairs
@@ -606,13 +606,14 @@ PROBES = (
 )
 
 
-def writers_probe() -> dict[str, Any]:
-    """P(Yes) of the frozen judge for a right and a wrong short answer, under a criterion that names the expected
-    value and under the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json``."""
+def writers_probe(model: str = MODEL) -> dict[str, Any]:
+    """P(Yes) of the frozen ``yesno`` judge ``model`` for a right and a wrong short answer, under a criterion that names
+    the expected value and under the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json`` for
+    the study's judge, ``probe-NAME.json`` for another. A judge that cannot tell them apart here cannot use a rubric."""
     from evolm.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
-    judge = load_judge()
+    judge = load_judge(model)
     items = []
     for q, crit, right, wrong in PROBES:
         rubric = Rubric((Criterion(crit, 1.0),))
@@ -622,7 +623,8 @@ def writers_probe() -> dict[str, Any]:
              "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
             for i, (q, c, _, _) in enumerate(PROBES)]
     WRITERS.mkdir(parents=True, exist_ok=True)
-    (WRITERS / "probe.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    name = "probe.json" if model == MODEL else f"probe-{Path(model).name}.json"
+    (WRITERS / name).write_text(json.dumps({"judge": model, "rows": rows}, indent=1), encoding="utf-8")
     print(_probe_line(rows))
     return {"rows": rows}
 
@@ -750,7 +752,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
     lines += ["", _length_line(res, order)]
     if (WRITERS / "probe.json").exists():
-        lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8")))]
+        lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8"))["rows"])]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
@@ -1043,6 +1045,7 @@ def main() -> None:
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
                    "warm-grpo: a checkpoint directory)")
+    p.add_argument("--judge", help="writers-probe: the yesno judge to probe (default: the study's, SmolLM2-135M)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
@@ -1064,7 +1067,7 @@ def main() -> None:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
         writer_arm(arm, writer, args.max_tokens, args.write_only)
     elif args.study == "writers-probe":
-        writers_probe()
+        writers_probe(args.judge or MODEL)
     elif args.study == "writers-table":
         writers_table()
     elif args.study == "results":
