@@ -403,7 +403,8 @@ def backfill_policy(name: str) -> None:
 
 # ============================================================================= W. writers on held-out labelled pairs
 
-WRITERS = OUT / "writers"
+WRITERS = OUT / "writers"  # the study's judge; another judge's arms go to writers/judge-NAME (--judge)
+JUDGE = MODEL
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
 WRITER_ARMS = ("none", "hand", "base", "warm", "warm-evolm", "warm-grpo")
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
@@ -518,7 +519,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
     done = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(items_file)}
     todo_pairs = [p for p in pairs if (p.prompt, p.better, p.worse) not in done]
     if todo_pairs:
-        judge = load_judge()
+        judge = load_judge(JUDGE)
         cfg = RunConfig()
         cfg.rubric.invalid = "judge_raw"
         for i in range(0, len(todo_pairs), JUDGE_CHUNK):
@@ -1045,7 +1046,8 @@ def main() -> None:
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
                    "warm-grpo: a checkpoint directory)")
-    p.add_argument("--judge", help="writers-probe: the yesno judge to probe (default: the study's, SmolLM2-135M)")
+    p.add_argument("--judge", help="writers, writers-table, writers-probe: another yesno judge (default: the study's, "
+                   "SmolLM2-135M; its arms are kept apart in runs/study/writers/judge-NAME)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
@@ -1058,6 +1060,9 @@ def main() -> None:
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
+    if args.judge and args.study in ("writers", "writers-table"):
+        global WRITERS, JUDGE
+        WRITERS, JUDGE = OUT / "writers" / f"judge-{Path(args.judge).name}", args.judge
     if args.study == "writers":
         if len(args.runs) != 1 or args.runs[0] not in WRITER_ARMS:
             p.error(f"writers takes one arm: {', '.join(WRITER_ARMS)}")
@@ -1069,7 +1074,7 @@ def main() -> None:
     elif args.study == "writers-probe":
         writers_probe(args.judge or MODEL)
     elif args.study == "writers-table":
-        writers_table()
+        writers_table(write_doc=JUDGE == MODEL)  # docs/RESULTS.md holds the study's judge
     elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":
