@@ -547,16 +547,23 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
 
 def _copy_stats(written: dict[str, Any]) -> dict[str, float]:
     """What the base writer's rubrics go wrong with: a criterion repeated within its rubric, a criterion copied from
-    the rubric prompt's one-shot example, a criterion that repeats the question's own text (first 60 characters)."""
+    the rubric prompt's one-shot example (its first three words, or its scoring levels, are the example's), a
+    criterion that repeats the question's own text (first 60 characters)."""
     from evolm.rubrics import _EXAMPLE
 
-    example = {c["criterion"].strip().lower() for c in _EXAMPLE["criteria"]}
+    def head(text: str) -> str:
+        return " ".join(text.strip().lower().split()[:3])
+
+    heads = {head(c["criterion"]) for c in _EXAMPLE["criteria"]}
+    levels = [dict(c["scoring_levels"]) for c in _EXAMPLE["criteria"]]
     crits = [(q, [c.criterion.strip().lower() for c in w.rubric.criteria]) for q, w in written.items() if w.rubric]
+    copied = [head(c.criterion) in heads or dict(c.scoring_levels) in levels
+              for w in written.values() if w.rubric for c in w.rubric.criteria]
     flat = [(q, c) for q, cs in crits for c in cs]
     if not flat:
         return {}
     return {"rubrics_with_repeat": statistics.fmean(len(set(cs)) < len(cs) for _, cs in crits),
-            "criteria_from_example": statistics.fmean(c in example for _, c in flat),
+            "criteria_from_example": statistics.fmean(copied),
             "criteria_copying_question": statistics.fmean(q.strip().lower()[:60] in c for q, c in flat)}
 
 
