@@ -215,7 +215,7 @@ def test_fake_backend_is_a_backend() -> None:
 def test_unknown_mode() -> None:
     with pytest.raises(ValueError, match="unknown judge mode 'vote'"):
         Judge(FakeBackend(), mode="vote")
-    assert set(JUDGE_MODES) == {"generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit"}
+    assert set(JUDGE_MODES) == {"generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit", "listwise"}
     assert GENERATIVE_MODES == {"generative", "likert", "rar_implicit"}
 
 
@@ -360,7 +360,7 @@ def test_thinking_is_stripped_from_answers(mode: str) -> None:
     answers: list[str] = []
 
     def lp(conv: Conversation, cands: Sequence[str]) -> dict[str, float]:
-        answers.append(section(conv, "Answer"))
+        answers.append(_asked_answer(conv) if mode == "listwise" else section(conv, "Answer"))
         return {c: LOG(0.5) for c in cands}
 
     def reply(conv: Conversation) -> str:
@@ -377,10 +377,23 @@ def test_thinking_is_stripped_from_answers(mode: str) -> None:
     scores = scores_of(Judge(backend, mode=mode).score(items))
     assert len(scores) == 4 and all(s is not None and 0.0 <= s <= 1.0 for s in scores)
     per_item = len(RUBRIC.criteria) if mode in ("yesno", "rar_explicit") else 1
-    assert answers[::per_item] == ["The answer is 4.", "", "Four.", "plain answer"]
+    if mode == "listwise":  # one group of four, listed in two orders
+        assert sorted(answers) == sorted(["The answer is 4.", "", "Four.", "plain answer"] * 2)
+    else:
+        assert answers[::per_item] == ["The answer is 4.", "", "Four.", "plain answer"]
     every = [m["content"] for call in backend.logprob_calls for c in call[0] for m in c]
     every += [m["content"] for call in backend.generate_calls for c in call[0] for m in c]
     assert not any("secret plan" in t or "never finished" in t or "think>" in t for t in every)
+
+
+def _asked_answer(conv: Conversation) -> str:
+    """The answer a listwise prompt asks about (its last line names it by number)."""
+    text = user_text(conv)
+    k = re.search(r"Score of answer (\d+) \(0-9\):$", text).group(1)  # type: ignore[union-attr]
+    m = re.search(rf"(?:^|\n\n)Answer {k} of \d+:\n{re.escape(ANSWER_START)}\n(.*?)\n{re.escape(ANSWER_END)}", text,
+                  re.DOTALL)
+    assert m, "no such answer"
+    return m.group(1)
 
 
 def _joined(conv: Conversation) -> str:
@@ -500,7 +513,7 @@ def test_unparsed_rubric_text_is_judged_as_it_stands(mode: str) -> None:
     scores = scores_of(Judge(backend, mode=mode).score([item]))
     assert len(texts) == 1  # one prompt: the raw text is a single criterion where criteria are judged one by one
     expected = {"generative": 0.7, "prob": 7 / 9, "yesno": 0.75, "rar_explicit": 1.0, "likert": 6 / 9,
-                "rar_implicit": 6 / 9}[mode]
+                "rar_implicit": 6 / 9, "listwise": 7 / 9}[mode]
     assert scores == [pytest.approx(expected)]
     if mode == "likert":
         assert RAW not in texts[0]  # Direct-Likert never sees a rubric

@@ -29,7 +29,8 @@ from evolm.errors import InputError
 # act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse (tests/test_imports.py).
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")  # schedule.regime
-JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit")  # judge.mode with a judge model
+JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit",
+               "listwise")  # judge.mode with a judge model
 REWARD_MODEL_MODE = "reward_model"  # judge.mode: a scalar sequence-classification reward model instead of a judge
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # every judge.mode
 JUDGE_PROMPTS = ("evolm", "reference")  # judge.prompt: evolm's wording or the authors'
@@ -83,7 +84,9 @@ class JudgeConfig:
     model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
     mode: str = _f("yesno", "yesno (default: per criterion P(Yes), weighted by the rubric; one forward pass per "
                    "criterion, deterministic, never unreadable), generative (the paper's: per-criterion reasoning, "
-                   "JSON score, sampled; configs/paper-qwen3-8b.yaml), prob (expected 0-9 digit, one forward pass); "
+                   "JSON score, sampled; configs/paper-qwen3-8b.yaml), prob (expected 0-9 digit, one forward pass), "
+                   "listwise (not the paper's: all samples of a question listed in one prompt, an expected 0-9 digit "
+                   "per answer, averaged over a shuffled order and its reverse); "
                    "baselines: likert (1-10, no rubric), rar_implicit (1-10 given the rubric), rar_explicit (binary "
                    "verdict per criterion), reward_model (a scalar sequence-classification reward model, regime "
                    "judge_only)")
@@ -156,7 +159,8 @@ class JudgeConfig:
     cache: int = _f(10_000, "judge results kept (LRU, per judge): an answer judged before under the same question, "
                     "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
                     "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
-                    "off (the paper config: the authors re-judge every completion)")
+                    "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
+                    "score there depends on the whole group)")
 
     # Parameters that control several judges
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")

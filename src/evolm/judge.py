@@ -18,6 +18,16 @@ Modes, one contract (``JUDGE_MODES``):
 - ``rar_explicit`` (RaR explicit): a binary verdict per criterion, met when P(Yes) > P(No) for
   the ``yesno`` question; the score is the weight of the criteria met over the total weight.
   Deterministic; missing only as ``prob``.
+- ``listwise`` (not the paper's: it judges pointwise): the judge sees the question, the rubric and
+  every answer of a group, and is asked for each answer in turn for one digit 0-9 (the score is the
+  expected digit / 9, as ``prob``; one forward pass per answer over a prefix shared by the group).
+  A group is the items with the same question and rubric (or the same ``JudgeItem.group``): a
+  policy step's samples of one question, the two answers of an evaluation pair, the rows of
+  ``evolm judge`` with one prompt. The order the answers are shown in is shuffled (seeded by
+  ``Judge.seed`` and the group's text, so the same group is shown the same way in any batch) and
+  the group is judged twice, the second time in the reverse order; an answer's score is the mean
+  of its readings over the two orders (against position bias), missing only when neither order
+  gave one. Deterministic; a group alone is judged as a list of one.
 
 Rubric shown: the generative modes (``generative``, ``rar_implicit``) show the rubric as its writer
 wrote it, minus thinking (``JudgeItem.rubric_text``), as the reference does; only without that text
@@ -52,7 +62,7 @@ cut from the middle, with a marker saying so, or is refused (``Judge.max_context
 ``Judge.fit_to_context``, ``evolm.context``). Chat markup written in any text the prompt shows
 (``<|im_end|>``...) reaches the judge as its plain words (``plain_markup``).
 
-Answers are always scored one at a time (pointwise). In the probability modes the prompt puts
+Answers are scored one at a time (pointwise) in every mode but ``listwise``. In the probability modes the prompt puts
 everything an answer does not change (instructions, question, rubric or criterion) before the
 answer, so a backend can compute that shared prefix once for all answers to the same question.
 Without a rubric the judge scores alone (the "judge alone" baseline).
@@ -60,7 +70,10 @@ Without a rubric the judge scores alone (the "judge alone" baseline).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -86,12 +99,13 @@ from evolm.judge_prompts import (
     clean_answer,
     generative_messages,
     likert_messages,
+    listwise_messages,
     prob_messages,
     rar_implicit_messages,
     rubric_criteria,
     yesno_messages,
 )
-from evolm.rubrics import Rubric
+from evolm.rubrics import Rubric, render_rubric
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
 
 
@@ -115,6 +129,9 @@ class JudgeItem:
     rubric: Rubric | None = None
     rubric_text: str | None = None
     reference: str | None = None
+    group: Any = None
+    """``listwise`` mode: items with the same (hashable) ``group`` are judged together; ``None``: items with the same
+    question and rubric are. The other modes ignore it."""
 
 
 PROGRESS_BLOCK = 128  # answers per backend call when a progress bar is shown
@@ -154,6 +171,8 @@ def judge_conversations(judge: Judge, item: JudgeItem) -> list[Conversation]:
         return [_ONE_PROMPT[judge.mode](item, prompt=judge.prompt, defences=judge.defences)]
     if judge.mode in _ONE_PROMPT:
         return [_ONE_PROMPT[judge.mode](item, defences=judge.defences)]
+    if judge.mode == "listwise":  # the item as a group of one (the context guard checks each answer alone)
+        return [listwise_messages([item], 0, defences=judge.defences)]
     return [yesno_messages(item.question, text, item.answer, defences=judge.defences)
             for text, _ in rubric_criteria(item)]
 
@@ -220,7 +239,8 @@ class Judge:
     def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[Judgment]:
         """``score`` on items that fit the context."""
         score = SCORERS[self.mode]
-        if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES:  # those have their own bar
+        if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES or self.mode == "listwise":
+            # the generative modes have their own bar; a block must not split a listwise group
             return score(self, items, progress)
         from tqdm.auto import tqdm
 
@@ -382,6 +402,74 @@ def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) ->
                      crit) for crit in _criterion_p_yes(judge, items)]
 
 
+def listwise_group(item: JudgeItem) -> Any:
+    """The ``listwise`` group of an item: its ``group``, else its question and rubric (parsed and as written)."""
+    if item.group is not None:
+        return ("group", item.group)
+    parsed = render_rubric(item.rubric) if item.rubric is not None else None
+    return ("question", item.question, item.rubric_text, parsed)
+
+
+def listwise_orders(items: Sequence[JudgeItem], seed: int | None) -> list[list[int]]:
+    """The orders a ``listwise`` group is shown in: a seeded shuffle, then its reverse (one order for one answer).
+
+    The shuffle is seeded by ``seed`` and the group's texts, so the same group is shown the same way whatever else
+    is in the batch.
+
+    >>> items = [JudgeItem("q", a) for a in "abcd"]
+    >>> first, second = listwise_orders(items, 0)
+    >>> sorted(first) == [0, 1, 2, 3] and second == first[::-1], listwise_orders(items[:1], 0)
+    (True, [[0]])
+    """
+    digest = hashlib.sha256(json.dumps([seed, [(it.question, it.rubric_text, it.answer) for it in items]],
+                                       ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    first = list(range(len(items)))
+    random.Random(digest).shuffle(first)
+    return [first] if len(first) < 2 else [first, first[::-1]]
+
+
+def _fit_group(judge: Judge, group: list[int], items: list[JudgeItem]) -> list[list[int]]:
+    """``group`` (item indices) split in halves until each part's list prompt fits the judge's context (if known)."""
+    context = context_length(judge.backend, judge.max_context)
+    if context is None or len(group) < 2:
+        return [group]
+    shown = [items[i] for i in group]
+    n = prompt_tokens(judge.backend, [listwise_messages(shown, len(shown) - 1, defences=judge.defences)],
+                      judge.chat_template_kwargs, reads_one_token=True)[0]
+    if n <= context - PROBE_RESERVE:
+        return [group]
+    half = len(group) // 2
+    return _fit_group(judge, group[:half], items) + _fit_group(judge, group[half:], items)
+
+
+def _score_listwise(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
+    """Each group's answers listed in one prompt, one 0-9 reading per answer, averaged over two orders.
+
+    One batched backend call for every group, order and answer. A group whose list does not fit the judge's
+    context is judged in parts that do (halves, recursively). A reading with no score token is left out of
+    the mean; an answer with none in either order has no score.
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(listwise_group(it), []).append(i)
+    convs: list[Conversation] = []
+    owners: list[int] = []  # the item each conversation asks about
+    for group in groups.values():
+        for part in _fit_group(judge, group, items):
+            for order in listwise_orders([items[i] for i in part], judge.seed):
+                shown = [items[part[k]] for k in order]
+                for pos, k in enumerate(order):
+                    convs.append(listwise_messages(shown, pos, defences=judge.defences))
+                    owners.append(part[k])
+    lps = judge.backend.next_token_logprobs(convs, DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
+    readings: list[list[float]] = [[] for _ in items]
+    for i, lp in zip(owners, lps, strict=True):
+        value = expected_digit(lp)
+        if value is not None:
+            readings[i].append(value)
+    return [Judgment(sum(r) / len(r) if r else None) for r in readings]
+
+
 SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[Judgment]]] = {  # keys: config.JUDGE_MODES
     "generative": _score_generative,
     "prob": _score_prob,
@@ -389,6 +477,7 @@ SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[Judgment]]] = {
     "likert": _score_scale,
     "rar_implicit": _score_scale,
     "rar_explicit": _score_rar_explicit,
+    "listwise": _score_listwise,
 }
 _ONE_PROMPT: dict[str, Callable[..., Conversation]] = {
     "generative": generative_messages, "likert": likert_messages, "rar_implicit": rar_implicit_messages,

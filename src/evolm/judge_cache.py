@@ -206,5 +206,7 @@ class CachedJudge:
 
 
 def cached_judge(judge: Any, entries: int) -> Any:
-    """``judge`` behind a cache of ``entries`` results, or ``judge`` itself when ``entries`` is 0."""
-    return CachedJudge(judge, JudgeCache(entries)) if entries > 0 else judge
+    """``judge`` behind a cache of ``entries`` results, or ``judge`` itself when ``entries`` is 0 or the judge is
+    ``listwise`` (an answer's score there depends on the other answers of its group, which the key does not hold)."""
+    return CachedJudge(judge, JudgeCache(entries)) if entries > 0 and getattr(judge, "mode", None) != "listwise" \
+        else judge

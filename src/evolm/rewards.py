@@ -182,7 +182,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. With
     several judges, a policy score is their mean and a rubric's reward is ``multi_judge_reward``
     with ``aggregate``. All judging of the batch is one call per judge, so answers to one question
-    share the judge's prefix.
+    share the judge's prefix; a ``listwise`` judge lists the policy answers sharing a question and rubric (a
+    step's group) in one prompt, and a rubric row's pair in another.
     """
     from evolm.judge import JudgeItem
     from evolm.judge_cache import CachedJudge
@@ -206,8 +207,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             judged_as.append(_Judged((), written))
             continue
         judged_as.append(_Judged((len(items), len(items) + 1), written))
-        items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw),
-                  JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw)]
+        pair = ("pair", len(judged_as))  # a listwise judge lists a rubric row's two answers together, alone
+        items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw, group=pair),
+                  JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw, group=pair)]
     started, used = time.monotonic(), judge_usage(judges)
     judged: list[list[Judgment]] = []  # per judge, one judgment per item
     hits = lookups = 0

@@ -190,7 +190,9 @@ def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
         default="yesno",
         help="yesno (default): per criterion P(Yes), weighted by the rubric (one forward pass per criterion, "
         "deterministic); prob: expected value of a 0-9 score token (one forward pass); generative: the paper's "
-        "JSON-score mode (reasoning, then a score; sampled, temperature 0.6)",
+        "JSON-score mode (reasoning, then a score; sampled, temperature 0.6); listwise (not the paper's): the answers "
+        "sharing a question and rubric listed in one prompt, each scored by the expected value of a 0-9 score token "
+        "asked for it in turn, averaged over a seeded shuffled order and its reverse (deterministic)",
     )
     p.add_argument("--judge-max-new-tokens", type=positive_int, default=512,
                    help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "

@@ -35,7 +35,9 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
         "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). "
         "An answer too long for the judge's context is cut from its middle (the row adds \"truncated\": true and "
         "'chars_cut'); a row whose question and rubric alone do not fit has no score and 'overlong' (why). "
-        + AS_YOU_GO,
+        "--mode listwise judges the rows with the same prompt and rubric together, wherever they stand in the file "
+        "(all their responses in one prompt, scored in a shuffled order and its reverse); a row alone in its group is "
+        "judged listwise as a list of one answer. " + AS_YOU_GO,
     )
     p.add_argument("--judge", help=f"judge model: {MODEL_NAMES} (required unless --show-prompt)")
     p.add_argument("--input", help="JSONL with 'prompt', 'response' and optional 'rubric' ('-' for stdin)")
@@ -121,9 +123,28 @@ def main(args: argparse.Namespace) -> None:
 
     dropped = _GUARD_KEYS + (_DETAIL_KEYS if args.details else ())
 
+    groups: dict = {}  # listwise: group -> row indices, so that a batch's rows are judged with their whole group
+    if args.mode == "listwise":
+        from evolm.judge import listwise_group
+
+        for i, it in enumerate(items):
+            groups.setdefault(listwise_group(it), []).append(i)
+
+    def judged_rows(start: int, end: int) -> list:
+        """The judgments of rows start..end; listwise: judged with every row of their groups (the same groups give
+        the same scores in any batch, so a group met again in the next batch is judged as before)."""
+        if not groups:
+            return judge.score(items[start:end])
+        wanted = sorted({i for k in range(start, end) for i in groups[listwise_group(items[k])]})
+        try:
+            by_row = dict(zip(wanted, judge.score([items[i] for i in wanted]), strict=True))
+        except OverlongPrompt as e:  # its index in this file, relative to the batch as the caller reads it
+            raise OverlongPrompt(wanted[e.index] - start, e.reason) from None
+        return [by_row[k] for k in range(start, end)]
+
     def compute(start: int, end: int, _advance) -> list[dict]:  # noqa: ANN001 - the bar moves per batch
         try:
-            judged = judge.score(items[start:end])
+            judged = judged_rows(start, end)
         except OverlongPrompt as e:
             raise InputError(f"{args.input}: row {start + e.index + 1}: {e.reason}") from None
         # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none

@@ -230,7 +230,8 @@ def run_pairs(
         [None] * len(flat), prompts, rubric_backend=rubric_backend, rubric_params=rubric_params, progress=progress,
         prompt=rubric_prompt,
     )
-    items = [JudgeItem(p.prompt, a, r) for p, r in zip(flat, rubrics, strict=True) for a in (p.better, p.worse)]
+    items = [JudgeItem(p.prompt, a, r, group=n)  # group: a listwise judge lists the two answers of a pair together
+             for n, (p, r) in enumerate(zip(flat, rubrics, strict=True)) for a in (p.better, p.worse)]
     scores = [j.score for j in judge.score(items, progress=progress)] if items else []
     if len(scores) != len(items):
         raise RuntimeError(f"the judge returned {len(scores)} scores for {len(items)} answers")

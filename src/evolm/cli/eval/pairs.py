@@ -12,7 +12,8 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
     p = esub.add_parser(
         "pairs",
         help="pairwise accuracy of a rubric writer + judge on preference pairs",
-        description="Accuracy on preference pairs: each answer is judged separately from one rubric per prompt; "
+        description="Accuracy on preference pairs: each answer is judged separately from one rubric per prompt "
+        "(--mode listwise: the two answers of a pair listed together, in a shuffled order and its reverse); "
         "a pair counts 1 when the better answer scores higher, 1/2 on a tie or a missing score, else 0. Files: "
         "LLMBar JSON ({input, output_1, output_2, label}), JSONL {prompt, chosen, rejected}, temporal pairs "
         "{question, a_pos, a_neg} from a training run, HH-RLHF {chosen, rejected} dialogues (.gz ok).",
