@@ -782,8 +782,22 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     """Held-out pair accuracy per arm with its 95% Wilson interval (a PNG)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 3.4))
-    ax = fig.add_subplot(1, 1, 1)
+    probe = WRITERS / "probe.json"
+    fig = Figure(figsize=(11, 3.6) if probe.exists() else (8, 3.4))
+    ax = fig.add_subplot(1, 2, 1) if probe.exists() else fig.add_subplot(1, 1, 1)
+    if probe.exists():  # the probe: P(Yes) for the right vs the wrong answer under a criterion naming the value
+        rows = json.loads(probe.read_text(encoding="utf-8"))["rows"]
+        bx = fig.add_subplot(1, 2, 2)
+        bx.scatter([r["wrong_rubric"] for r in rows], [r["right_rubric"] for r in rows], s=18, label="criterion names the value")
+        bx.scatter([r["wrong_none"] for r in rows], [r["right_none"] for r in rows], s=18, marker="x", label="no rubric")
+        lo = min(min(r[k] for k in ("right_rubric", "wrong_rubric", "right_none", "wrong_none")) for r in rows) - 0.02
+        hi = max(max(r[k] for k in ("right_rubric", "wrong_rubric", "right_none", "wrong_none")) for r in rows) + 0.02
+        bx.plot([lo, hi], [lo, hi], color="#cc4444", linewidth=0.8, linestyle=":")
+        bx.set_xlabel("P(Yes), wrong answer", fontsize=8)
+        bx.set_ylabel("P(Yes), right answer", fontsize=8)
+        bx.set_title(f"Probe: {len(rows)} questions, right vs wrong one-line answer", fontsize=9)
+        bx.legend(fontsize=7)
+        bx.grid(alpha=0.3)
     for i, r in enumerate(res.values()):
         c = r["credits"]
         acc = sum(c) / len(c)
