@@ -755,7 +755,11 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         s, x = r.get("stats"), r.get("extra_stats") or {}
         if not s:
             continue
-        lines.append(f"| {r['label']} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
+        label = r["label"]
+        if r.get("partial") and (WRITERS / f"{a}-key.json").exists():
+            writer = json.loads((WRITERS / f"{a}-key.json").read_text(encoding="utf-8")).get("writer")
+            label += f" — partial{f', `{writer}`' if writer else ''}"
+        lines.append(f"| {label} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
     lines += ["", _length_line(res, order)]
