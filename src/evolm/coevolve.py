@@ -36,9 +36,9 @@ from typing import Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.config import RunConfig, path_errors, sequential_stages
 from evolm.constrained import rubric_schema
-from evolm.errors import InputError
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
+from evolm.errors import InputError
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
@@ -49,8 +49,7 @@ from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepReco
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
-                          load_buffer, open_run, read_frozen_rubrics, record_config,
-                          run_lock, write_checkpoint_extras)
+                          load_buffer, open_run, read_frozen_rubrics, record_config, run_lock, write_checkpoint_extras)
 
 # ============================================================================= the run
 
@@ -93,10 +92,9 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
-    loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,  # a judge of
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m)),  # the initial model
-                                cfg.judge.cache)  # reads TRL's frozen copy; judge.cache results kept
-                   for m in [cfg.judge.model, *cfg.judge.extra_models]]
+    loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache)
+                   for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
     trl_adapter.train(trainer, checkpoint)
     return run_dir
 
@@ -111,14 +109,12 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
     else:
         record_config(top, cfg, None)  # resume overrides: the stage that resumes records its step too
     writer_cfg, _ = sequential_stages(cfg)
-    writer_dir = Path(writer_cfg.output_dir)
-    done = complete_checkpoints(writer_dir)
+    done = complete_checkpoints(writer_dir := Path(writer_cfg.output_dir))
     if not done or checkpoint_state(done[-1]).step < writer_cfg.total_steps:
         run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start)
         done = complete_checkpoints(writer_dir)
     _, policy_cfg = sequential_stages(cfg, writer_checkpoint=str(done[-1]))
-    run(policy_cfg, resume=bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step=on_step,
-        on_start=on_start)
+    run(policy_cfg, bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step, on_start)
     return top
 
 
@@ -201,8 +197,8 @@ def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: Written
 
 
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
-    r = cfg.rubric
-    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, cfg.seed + info.step, cfg.model.chat_template_kwargs,
+    r, seed = cfg.rubric, cfg.seed + info.step
+    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, seed, cfg.model.chat_template_kwargs,
                           rubric_schema(r.max_criteria) if r.constrained else None)
 
 
@@ -216,7 +212,7 @@ def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[Wr
                 ) -> list[dict[str, Any]]:
     """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [{**_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w), "reference": plan.references.get(q, "")}
+    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w) | {"reference": plan.references.get(q, "")}
             for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
@@ -237,7 +233,8 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     def question(s: int) -> str:
         return picked[s][0].question if picked else plan.policy_question(info.policy_step, s)
 
-    pairs: dict[int, Pair] = dict(enumerate(plan.labelled.take(info.step - info.policy_step, n))) if plan.labelled else {}
+    labelled = plan.labelled.take(info.step - info.policy_step, n) if plan.labelled else []  # rubric steps done
+    pairs: dict[int, Pair] = dict(enumerate(labelled))
     temporal = [s for s in range(n) if builders[s] == "temporal" and picked]
     pairs.update(zip(temporal, temporal_pairs([picked[s] for s in temporal], answer, params, sys_prompt)))
     inferred = [s for s in range(n) if builders[s] == "inferred_question"]
@@ -254,12 +251,6 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
 def ask(cfg: RunConfig, question: str) -> Any:
     """The rubric role's conversation for ``question`` under the run's rubric prompt (``rubric.prompt``)."""
     return rubric_messages(question, cfg.rubric.prompt)
-
-
-def _criteria_json(scored: RowReward, answer: int) -> list[dict[str, Any]] | None:
-    """A row's ``answer``-th judged answer's criteria as samples write them (``None``: the mode reads none)."""
-    crit = scored.criteria[answer] if len(scored.criteria) > answer else ()
-    return [{"text": c.text, "weight": c.weight, "value": c.value} for c in crit] or None
 
 
 def _shared(engine: Generate, fixed: Generate) -> Generate:
@@ -316,8 +307,7 @@ class Loop:
         params = rubric_params(self.cfg, info)
         if self.plan.regime == "coevolve":
             return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
-        missing = [q for q in questions if q not in self.frozen]
-        if missing:
+        if missing := [q for q in questions if q not in self.frozen]:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
                 batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
                     convs, replace(p, chat_template_kwargs={})))
@@ -362,26 +352,13 @@ class Loop:
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
         if is_main:
             self.write_samples(info, rows, completions, scored)
-        self.pending[info.step + 1] = StepRecord(
-            step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
-            reward_mean=result.reward_mean, reward_std=result.reward_std, pair_accuracy=result.pair_accuracy,
-            rubric_validity=result.rubric_validity, missing_rewards=result.missing_rewards,
-            tied_groups=result.tied_groups, reward_components=result.reward_components,
-            judge_p_yes=result.judge_p_yes, judge_pass_rate=result.judge_pass_rate,
-            criterion_pass_rates=result.criterion_pass_rates, criteria_per_rubric=result.criteria_per_rubric,
-            flat_criteria=result.flat_criteria, judge_tokens=result.judge_tokens,
-            judge_latency_s=result.judge_latency_s, judge_prompt_tokens=result.judge_prompt_tokens,
-            judge_generated_tokens=result.judge_generated_tokens, judge_requests=result.judge_requests,
-            judge_cache_hit_rate=result.judge_cache_hit_rate,
-            completion_length=sum(lengths) / len(lengths) if lengths else None)
-        metrics = result.metrics()
-        if info.role == "policy":  # the reward-hacking monitor (evolm.monitor)
-            signals = answer_signals(rows, completions, [s.score for s in scored], lengths, groups)
-            for key, value in asdict(signals).items():
-                setattr(self.pending[info.step + 1], key, value)
-                if value is not None:
-                    metrics[key] = value
-        return result.rewards, metrics
+        logged = {k: v for k, v in vars(result).items() if k != "rewards"}  # StepRewards' numbers, by name
+        signals = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups)) \
+            if info.role == "policy" else {}  # the reward-hacking monitor (evolm.monitor)
+        self.pending[info.step + 1] = StepRecord(step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
+                                                 completion_length=sum(lengths) / len(lengths) if lengths else None,
+                                                 **logged, **signals)
+        return result.rewards, {**result.metrics(), **{k: v for k, v in signals.items() if v is not None}}
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []
@@ -391,12 +368,12 @@ class Loop:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, score=sc.score,
                                    rubric=json.loads(row["rubric"]) if row["rubric"] else None,
                                    rubric_text=row["rubric_text"] or None, reference=row["reference"] or None,
-                                   rubric_valid=row["rubric_valid"], criteria=_criteria_json(sc, 0))
+                                   rubric_valid=row["rubric_valid"], criteria=sc.criteria_json(0))
             else:
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, rubric=sc.parsed,
                                    rubric_valid=sc.rubric_valid, s_pos=sc.s_pos, s_neg=sc.s_neg,
                                    a_pos=row["a_pos"], a_neg=row["a_neg"], pair_source=row["pair_source"],
-                                   criteria_pos=_criteria_json(sc, 0), criteria_neg=_criteria_json(sc, 1))
+                                   criteria_pos=sc.criteria_json(0), criteria_neg=sc.criteria_json(1))
             recs.append(rec)
         append_records(samples_path(self.run_dir, info.phase, info.role), recs)  # one write and fsync per step
 

@@ -110,6 +110,11 @@ class RowReward:
     judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
     judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
 
+    def criteria_json(self, answer: int) -> list[dict[str, Any]] | None:
+        """The ``answer``-th judged answer's criteria as samples files write them (``None``: the mode reads none)."""
+        crit = self.criteria[answer] if len(self.criteria) > answer else ()
+        return [{"text": c.text, "weight": c.weight, "value": c.value} for c in crit] or None
+
 
 def multi_judge_reward(pos: Sequence[float | None], neg: Sequence[float | None], how: str = "majority_vote",
                        validity: float = 0.0, rubric_reward_kind: str = "binary") -> float | None:
@@ -172,9 +177,10 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
 
     A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
     empty), ``rubric_text`` (policy: that rubric as the writer wrote it, thinking stripped),
-    ``reference`` (policy, optional: the data's reference answer) and ``a_pos``/``a_neg`` (rubric: the pair). A policy row's reward is the judge's score of its
-    completion. A rubric row's completion is a written rubric: its reward comes from the judge's
-    scores of the pair under that rubric. The judge reads a rubric as it was written.
+    ``reference`` (policy, optional: the data's reference answer) and ``a_pos``/``a_neg`` (rubric: the
+    pair). A policy row's reward is the judge's score of its completion. A rubric row's completion is a
+    written rubric: its reward comes from the judge's scores of the pair under that rubric. The judge reads a
+    rubric as it was written.
 
     A rubric that does not parse: with ``invalid_rubrics="judge_raw"`` (the reference) the judge
     reads its raw text in both roles and the format term of ``margin_format`` does the rest; with
@@ -200,7 +206,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             if rubric is None and invalid_rubrics == "zero":
                 raw = None
             judged_as.append(_Judged((len(items),)))
-            items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw, reference=row.get("reference") or None))
+            items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw,
+                                   reference=row.get("reference") or None))
             continue
         written, raw = read_written(text), strip_thinking(text)
         if written.rubric is None and (invalid_rubrics == "zero" or not raw):
@@ -558,7 +565,7 @@ def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: boo
 
     ``asynchronous`` (``None``: when the judge is served, ``backend="openai"``) makes it an ``async def``:
     TRL awaits its async reward functions together, after the synchronous ones (trl 1.16's
-    ``GRPOTrainer._calculate_rewards``, which tells them apart with ``is_async_callable``), so two served
+    reward step tells them apart with ``is_async_callable``), so two served
     judges, or a judge and another async reward (a verifier behind HTTP), wait on their servers at the same
     time instead of one after the other. The judge's call runs in a worker thread meanwhile
     (``asyncio.to_thread``); the scores are those of the synchronous function. A local judge stays
