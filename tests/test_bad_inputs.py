@@ -1,4 +1,4 @@
-"""Every bad input of the hardening issues (#12, items 3-10; #23, the second table), in one place.
+r"""Every bad input of the hardening issues (#12, items 3-10; #23, the second table), in one place.
 
 Each case runs the real code path (``evolm.cli.main`` in-process, a subprocess where stdin or a
 kill is the point, or the library function the CLI calls) and asserts what the issue asks: one

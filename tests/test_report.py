@@ -152,7 +152,7 @@ def test_pick_early_late_falls_back_to_first_and_last(tmp_path):
     samples = RunSamples({(0, "policy"): [{"step": 1, "question": "A?", "rubric": EARLY_MATH}],
                           (1, "rubric"): [{"step": 4, "question": "B?", "rubric": LATE_MATH}]})
     pairs, shared = pick_early_late(samples)
-    assert not shared and [(e.question, l.question) for e, l in pairs] == [("A?", "B?")]
+    assert not shared and [(early.question, late.question) for early, late in pairs] == [("A?", "B?")]
     assert pick_early_late(RunSamples()) == ([], False)
 
 

@@ -31,9 +31,9 @@ from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
 
 __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "CriterionScore", "EvolmError", "InputError", "JUDGE_MODES",
-    "Judge", "JudgeItem", "Judgment", "ModelError", "Rubric", "RunError", "SamplingParams", "WrittenRubric", "aggregate_scores",
-    "fill_missing_with_group_mean", "fleiss_kappa", "format_validity", "load_backend", "load_model",
-    "majority_prefers", "make_trl_reward", "parse_rubric", "policy_reward", "render_rubric", "rubric_messages", "rubric_reward",
-    "score_with_judges", "scores_of", "strip_thinking", "write_rubrics",
+    "Judge", "JudgeItem", "Judgment", "ModelError", "Rubric", "RunError", "SamplingParams", "WrittenRubric",
+    "aggregate_scores", "fill_missing_with_group_mean", "fleiss_kappa", "format_validity", "load_backend", "load_model",
+    "majority_prefers", "make_trl_reward", "parse_rubric", "policy_reward", "render_rubric", "rubric_messages",
+    "rubric_reward", "score_with_judges", "scores_of", "strip_thinking", "write_rubrics",
 ]
 __version__ = "0.1.0"

@@ -197,7 +197,7 @@ class Judge:
     max_context: int = 0
     overlong: str = "truncate"
     constrained: bool = False
-    """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``evolm.constrained``), so it always has a score."""
+    """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``evolm.constrained``): it always has a score."""
     prompt: str = "evolm"
     """``generative`` mode's wording: ``evolm`` or ``reference`` (the authors'; ``generative_messages``)."""
     defences: bool = True
@@ -293,8 +293,8 @@ class Judge:
         for i, n in enumerate(tokens(items)):
             if n <= budget:
                 continue
-            where = f"the judge prompt is {n:,} tokens, over the {budget:,} that the judge's {context:,}-token context " \
-                    "leaves beside the reply"
+            where = (f"the judge prompt is {n:,} tokens, over the {budget:,} that the judge's {context:,}-token "
+                     "context leaves beside the reply")
             if self.overlong == "refuse":
                 raise OverlongPrompt(i, f"{where} (overlong=refuse; 'truncate' cuts the middle of the answer instead)")
             answer = clean_answer(items[i].answer)
@@ -350,8 +350,8 @@ def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[J
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     lps = judge.backend.next_token_logprobs(
-        [prob_messages(it, defences=judge.defences) for it in items], DIGITS, chat_template_kwargs=judge.chat_template_kwargs
-    )
+        [prob_messages(it, defences=judge.defences) for it in items], DIGITS,
+        chat_template_kwargs=judge.chat_template_kwargs)
     return [Judgment(expected_digit(lp)) for lp in lps]
 
 

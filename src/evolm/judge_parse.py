@@ -131,7 +131,7 @@ def copied_score(reply: str, answer: str) -> bool:
 
 
 def _scored_objects(text: str, limit: int = 64) -> list[dict]:
-    """The scored JSON objects in ``text``, in order, at most ``limit`` (the linear scan ``_score_source`` describes)."""
+    """The scored JSON objects in ``text``, in order, at most ``limit`` (the scan ``_score_source`` describes)."""
     found: list[dict] = []
     decoder, covered, failures = json.JSONDecoder(), 0, 0
     for m in _OPEN_BRACE.finditer(text):

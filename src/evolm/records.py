@@ -117,7 +117,7 @@ class StepRecord:
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)
-    heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs with the current writer's rubrics
+    heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs, the current writer's rubrics
     heldout_pairs: int | None = _typed(int)  # n of those pairs (a tie or missing score counts 1/2)
     heldout_validity: float | None = _typed(float)  # format-valid share of rubrics for eval.questions + eval.pairs
     heldout_policy_score: float | None = _typed(float)  # mean judge score of the policy's answers (fixed rubrics)
@@ -164,7 +164,7 @@ class SampleRecord:
     completion: str = _typed(str, "")
     reward: float | None = _typed(float)
     rubric: dict[str, Any] | None = None
-    rubric_text: str | None = _typed(str)  # policy rows: the rubric as written (thinking stripped), as the judge read it
+    rubric_text: str | None = _typed(str)  # policy rows: the rubric as written (thinking stripped), as judged
     reference: str | None = _typed(str)  # policy rows: the data's reference answer, when it has one
     rubric_valid: float | None = _typed(float)
     score: float | None = _typed(float)

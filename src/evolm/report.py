@@ -430,9 +430,10 @@ def _validity(d: RunData) -> str:
 
 # ----------------------------------------------------------------------------- reward hacking, judge cost
 
-MONITOR_ABOUT = ("Per policy step (evolm.monitor; docs/SECURITY.md says how to read it): the correlation of the judge's "
-                 "score with answer length within each question's group, the mean answer length, and the shares of "
-                 "answers that repeat rubric text or contain a score-like string. Dashed red lines: flagged steps.")
+MONITOR_ABOUT = ("Per policy step (evolm.monitor; docs/SECURITY.md says how to read it): the correlation of the "
+                 "judge's score with answer length within each question's group, the mean answer length, and the "
+                 "shares of answers that repeat rubric text or contain a score-like string. Dashed red lines: flagged "
+                 "steps.")
 
 
 def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
@@ -695,9 +696,9 @@ def _evals_section(d: RunData) -> str:
 
 def render_report(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
     """The report's HTML for loaded run data (``length_factor``: the monitor's length flag, ``hacking_flags``)."""
+    # built before the notes: a failed plot adds one
     body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _monitor(d, length_factor), _cost(d),
-            _criteria(d),
-            _phase_table(d), _stats_section(d), _examples_section(d), _evals_section(d)]  # built before the notes: a failed plot adds one
+            _criteria(d), _phase_table(d), _stats_section(d), _examples_section(d), _evals_section(d)]
     notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
              + "</ul></div>") if d.notes else ""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

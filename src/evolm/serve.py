@@ -578,7 +578,8 @@ def _body_doc(example: dict) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"example": example}}}}
 
 
-_RUBRIC = '{"criteria": [{"criterion": "The answer is 4.", "weight": 1.0, "scoring_levels": {"1.0": "yes", "0.0": "no"}}]}'
+_RUBRIC = ('{"criteria": [{"criterion": "The answer is 4.", "weight": 1.0, '
+           '"scoring_levels": {"1.0": "yes", "0.0": "no"}}]}')
 LOG_KEYS = (*SOURCES, "missing_score", "prompt_mismatch", "judge_cached")
 
 
@@ -738,7 +739,7 @@ def guarded_h11(header_timeout_s: float, body_timeout_s: float) -> type:
 
 
 def uvicorn_options(settings: ServeSettings) -> dict[str, Any]:
-    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, headers, connections."""
+    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, headers."""
     return {"http": guarded_h11(settings.header_timeout_s, settings.body_timeout_s),
             "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": settings.max_connections,
             "h11_max_incomplete_event_size": settings.max_header_kb * 1024}

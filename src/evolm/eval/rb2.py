@@ -317,7 +317,8 @@ def score_rows(rows: Sequence[ScoredRow]) -> RB2Result:
 
     A subset name outside the six is an ``InputError``.
 
-    >>> r = score_rows([ScoredRow("1", "Math", 1, (0.9, 0.9, 0.1, 0.1)), ScoredRow("2", "Math", 1, (0.2, 0.7, 0.1, 0.1))])
+    >>> r = score_rows([ScoredRow("1", "Math", 1, (0.9, 0.9, 0.1, 0.1)),
+    ...                 ScoredRow("2", "Math", 1, (0.2, 0.7, 0.1, 0.1))])
     >>> r.subsets, r.overall
     ({'Math': 0.25}, 0.25)
     """

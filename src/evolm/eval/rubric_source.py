@@ -36,7 +36,8 @@ class RubricCoverage:
     retried: int | None = None  # written rubrics whose first attempt did not parse (written again at 0.3, then 0.1)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed, "unparsed": self.prompts - self.parsed}
+        out = {"source": self.source, "prompts": self.prompts, "parsed": self.parsed,
+               "unparsed": self.prompts - self.parsed}
         if self.valid is not None:
             out["valid"] = self.valid
         if self.retried is not None:
@@ -138,8 +139,8 @@ def prompt_rubrics(
     if rubric_backend is not None and rubric_table is not None:
         raise InputError("give either a rubric model or a rubric file, not both")
     if rubric_backend is not None:
-        return write_prompt_rubrics(rubric_backend, prompts, rubric_params or SamplingParams(0.6, 0.95, 1024, 0), progress,
-                                    texts, prompt)
+        params = rubric_params or SamplingParams(0.6, 0.95, 1024, 0)
+        return write_prompt_rubrics(rubric_backend, prompts, params, progress, texts, prompt)
     if rubric_table is not None:
         return table_rubrics(rubric_table, ids, prompts)
     return [None] * len(prompts), RubricCoverage("none", len(set(prompts)), 0)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,9 @@ def rubric_stats(rubrics: Iterable[Any]) -> RubricStats:
     for w in max_ws:
         i = max(j for j, lo in enumerate(MAX_WEIGHT_BINS) if w >= lo - 1e-9)
         hist[labels[i]] += 1
-    share = (lambda pred: _mean([1.0 if pred(t) else 0.0 for t in texts]))
+    def share(pred: Callable[[str], bool]) -> float | None:
+        return _mean([1.0 if pred(t) else 0.0 for t in texts])
+
     return RubricStats(
         n_rubrics=len(parsed),
         n_unparsed=n_unparsed,
