@@ -635,7 +635,8 @@ def test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line(tiny_model_
             "demo-cpu.yaml"), f"model.name={tiny_model_dir}", f"judge.model={tiny_model_dir}", f"output_dir={run}",
             "schedule.prompts_per_step=2", "schedule.samples_per_prompt=2", "grpo.per_device_train_batch_size=4",
             "grpo.max_completion_length=8", "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]",
-            "rubric.constrained=false", "schedule.cycles=1", "schedule.steps_per_phase=2", f"schedule.regime={regime}"]
+            "rubric.constrained=false", "schedule.cycles=1", "schedule.steps_per_phase=2", f"schedule.regime={regime}",
+            "model.lora.r=0"]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.monotonic() + 120

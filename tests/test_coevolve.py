@@ -58,7 +58,9 @@ def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
         "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false",
         # the schedule these tests were written for (the demo's sizes before it was made smaller)
         "schedule.cycles=2", "schedule.steps_per_phase=2", "schedule.save_every=2", "contrast.min_age=1",
-        "contrast.max_age=4", "grpo.save_total_limit=2", "grpo.gradient_checkpointing=false", *extra,
+        "contrast.max_age=4", "grpo.save_total_limit=2", "grpo.gradient_checkpointing=false",
+        "model.lora.r=0",  # full fine-tuning (the demo trains a LoRA adapter; test_lora_wandb.py covers LoRA)
+        *extra,
     ]
 
 

@@ -49,7 +49,8 @@ def overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
         "schedule.cycles=2", "schedule.steps_per_phase=1", "schedule.save_every=1",
         "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=8", "rubric.max_new_tokens=8",
         "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false", "contrast.min_age=0",
-        "grpo.save_total_limit=null", "contrast.max_age=4", "grpo.gradient_checkpointing=false", *extra,
+        "grpo.save_total_limit=null", "contrast.max_age=4", "grpo.gradient_checkpointing=false", "model.lora.r=0",
+        *extra,
     ]
 
 

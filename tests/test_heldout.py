@@ -187,7 +187,7 @@ def test_no_eval_settings_evaluate_nothing(tmp_path: Path) -> None:
 def test_rubric_steps_take_labelled_pairs_without_an_answerer(tmp_path: Path) -> None:
     pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": f"P{i}", "chosen": f"C{i}", "rejected": f"R{i}"}
                                                     for i in range(3)])
-    cfg = load_config(DEMO, [f"data.pairs={pairs}", "contrast.pairs=labelled", "schedule.regime=coevolve",
+    cfg = load_config(DEMO, ["model.lora.r=0", f"data.pairs={pairs}", "contrast.pairs=labelled", "schedule.regime=coevolve",
                              "contrast.answerer=/no/such/model", f"output_dir={tmp_path / 'run'}",
                              "schedule.steps_per_phase=2", "schedule.prompts_per_step=2"])
     plan = Plan(cfg, ["q"])
@@ -213,13 +213,13 @@ def test_labelled_pairs_and_eval_files_are_checked_before_any_model_loads(tmp_pa
     with pytest.raises(InputError, match="contrast.pairs=labelled needs data.pairs"):
         load_config(None, ["contrast.pairs=labelled"])
     absent = tmp_path / "absent.jsonl"
-    cfg = load_config(DEMO, [f"data.pairs={absent}", "contrast.pairs=labelled", f"eval.pairs={absent}",
+    cfg = load_config(DEMO, ["model.lora.r=0", f"data.pairs={absent}", "contrast.pairs=labelled", f"eval.pairs={absent}",
                              f"eval.questions={absent}"])
     errors = launch_errors(cfg, 1)
     assert [e.split(":")[0] for e in errors] == ["data.pairs", "eval.pairs", "eval.questions"]
     assert all(f"no such file {absent}" in e for e in errors)
     ok = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
-    cfg = load_config(DEMO, [f"data.pairs={ok}", "contrast.pairs=labelled", "schedule.regime=rubric_only",
+    cfg = load_config(DEMO, ["model.lora.r=0", f"data.pairs={ok}", "contrast.pairs=labelled", "schedule.regime=rubric_only",
                              f"eval.pairs={ok}", "eval.every=2"])
     assert launch_errors(cfg, 1) == []
     plan = dict(launch_plan(cfg, 1))
@@ -228,7 +228,7 @@ def test_labelled_pairs_and_eval_files_are_checked_before_any_model_loads(tmp_pa
     # a real launch: one-line errors, before any model loads (the model does not exist)
     for overrides, message in (([f"data.pairs={absent}", "contrast.pairs=labelled"], r"^data.pairs: .*no such file"),
                                ([f"eval.questions={absent}"], r"^eval: .*no such file")):
-        cfg = load_config(DEMO, [f"output_dir={tmp_path / 'run'}", "model.name=/no/such/model", *overrides])
+        cfg = load_config(DEMO, ["model.lora.r=0", f"output_dir={tmp_path / 'run'}", "model.name=/no/such/model", *overrides])
         with pytest.raises(InputError, match=message):
             run(cfg)
 
@@ -246,7 +246,7 @@ def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, 
                                                  {"prompt": "Name a colour.", "chosen": "Red", "rejected": "Seven"}])
     questions = write_jsonl(tmp_path / "questions.jsonl", [{"prompt": "Say hello."}, {"prompt": "Count to 3."}])
     out = tmp_path / "run"
-    cfg = load_config(DEMO, [
+    cfg = load_config(DEMO, ["model.lora.r=0",
         f"model.name={tiny_model_dir}", f"judge.model={tiny_model_dir}", f"output_dir={out}",
         "schedule.prompts_per_step=2", "schedule.samples_per_prompt=2", "grpo.per_device_train_batch_size=4",
         "grpo.max_completion_length=8", "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]",
