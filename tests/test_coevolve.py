@@ -192,7 +192,9 @@ def test_rewards_dispatch_on_the_role(tiny_judge: Judge, kind: str) -> None:
             {"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"}]
     out = score_rows(rows, ["It is 4.", "Five.", VALID_RUBRIC, "not a rubric at all"], [tiny_judge], kind)
 
-    j = tiny_judge.score
+    def j(items: list[JudgeItem]) -> list[float | None]:
+        return scores_of(tiny_judge.score(items))
+
     (s_policy_rubric,) = j([JudgeItem(q, "It is 4.", rubric)])
     (s_policy_alone,) = j([JudgeItem(q, "Five.", None)])
     s_pos, s_neg = j([JudgeItem(q, "The answer is 4.", rubric), JudgeItem(q, "fish", rubric)])

@@ -198,13 +198,13 @@ def test_cli_judge_marks_cut_rows_and_counts_them(small_dir: Path, tmp_path: Pat
 
 def test_cli_judge_refuse_and_max_context(small_dir: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     inp = _rows(tmp_path, [{"prompt": "What is 2 + 2?", "response": "4."},
-                           {"prompt": "What is 2 + 2?", "response": "It is four. " * 10}])  # 366 and 443 tokens
+                           {"prompt": "What is 2 + 2?", "response": "It is four. " * 10}])  # 366 and 443 tokens (prob)
     out = tmp_path / "out.jsonl"
     assert main(["judge", "--judge", str(small_dir), "--input", str(inp), "--output", str(out), "--device", "cpu",
-                 "--overlong", "refuse"]) == 0  # both fit the model's 512 tokens
+                 "--mode", "prob", "--overlong", "refuse"]) == 0  # both fit the model's 512 tokens
     capsys.readouterr()
     assert main(["judge", "--judge", str(small_dir), "--input", str(inp), "--output", str(out), "--device", "cpu",
-                 "--overlong", "refuse", "--max-context", "420"]) == 2
+                 "--mode", "prob", "--overlong", "refuse", "--max-context", "420"]) == 2
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("evolm")]
     assert len(err) == 1 and err[0].startswith("evolm judge: error: ") and f"{inp}: row 2:" in err[0], err
 

@@ -404,7 +404,7 @@ def test_cli_end_to_end_with_a_tiny_model(tmp_path, tiny_model_dir):
     assert main(argv) == 0
     result = json.loads(out.read_text())
     assert set(result["subsets"]) == set(rb2.SUBSETS) and result["counts"]["Ties"] == 2
-    assert result["rubrics"]["prompts"] == 7 and result["settings"]["mode"] == "prob"
+    assert result["rubrics"]["prompts"] == 7 and result["settings"]["mode"] == "yesno"  # the default
     lines = [json.loads(x) for x in scores.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["f1", "p1", "m1", "s1", "fo1", "ref:1", "tied:1"]
     assert all(0.0 <= s <= 1.0 for x in lines for s in x["scores"])
