@@ -466,14 +466,20 @@ COST_PANELS = (
 )
 
 
-def _cost(d: RunData) -> str:
-    """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
+def _panel_series(d: RunData, panels: tuple[tuple[str, str, float], ...]) -> dict[str, plots.Series]:
+    """Each panel's key over the steps of both roles that logged it (steps without it left out)."""
     series = {}
-    for _, key, _ in COST_PANELS:
+    for _, key, _ in panels:
         rows = [r for r in d.metrics if not math.isnan(r.get(key, math.nan))]
         if rows:
             series[key] = plots.Series([r["step"] for r in rows], [r[key] for r in rows], None,
                                        [r["phase"] for r in rows])
+    return series
+
+
+def _cost(d: RunData) -> str:
+    """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
+    series = _panel_series(d, COST_PANELS)
     if not series:
         return ""
     totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:4]]
@@ -495,12 +501,7 @@ CRITERIA_PANELS = (
 def _criteria(d: RunData) -> str:
     """What the judge read per criterion, per step of both roles: the share of criteria whose value does not vary
     across the answers they judged, criteria per rubric, and the share of criteria passed."""
-    series = {}
-    for _, key, _ in CRITERIA_PANELS:
-        rows = [r for r in d.metrics if not math.isnan(r.get(key, math.nan))]
-        if rows:
-            series[key] = plots.Series([r["step"] for r in rows], [r[key] for r in rows], None,
-                                       [r["phase"] for r in rows])
+    series = _panel_series(d, CRITERIA_PANELS)
     if not series:
         return ""
     return ("<h2>Criteria</h2><p class='muted'>Per step, from the judge's per-criterion readings (judge modes that "
