@@ -10,6 +10,7 @@ into one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -64,6 +65,9 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # evolm's own bars are the only bars: transformers' weight-loading bar would interleave with them
+    # (transformers reads this when it is imported; export HF_HUB_DISABLE_PROGRESS_BARS=0 to see it)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         args.run(args)
     except EvolmError as e:
