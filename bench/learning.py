@@ -458,14 +458,15 @@ def handwritten_rubrics() -> dict[str, str]:
     return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
 
 
-def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False) -> dict[str, Any] | None:
+def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False,
+               max_criteria: int = 5) -> dict[str, Any] | None:
     """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
     ``runs/study/writers/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed
     run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the
     rubrics are written (their statistics show in ``writers-table``; a later run judges them)."""
     from evolm.backends.base import SamplingParams
     from evolm.config import RunConfig
-    from evolm.constrained import RUBRIC_SCHEMA
+    from evolm.constrained import rubric_schema
     from evolm.eval.pairs import load_pairs
     from evolm.heldout import judge_heldout
     from evolm.rubrics import WrittenRubric, read_written
@@ -476,7 +477,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
     prompts = list(dict.fromkeys(p.prompt for p in pairs))
     key = {"arm": arm, "writer": writer,  # judged pairs are kept per pair (prompt, answers): a new subset reuses them
            "decoding": None if writer is None else {"temperature": 0.0, "max_new_tokens": max_tokens,
-                                                    "constrained": True, "prompt": "v3"}}
+                                                    "constrained": True, "prompt": "v3",
+                                                    **({"max_criteria": max_criteria} if max_criteria != 5 else {})}}
     if arm == "hand":
         key["rubrics_sha"] = hashlib.sha256(HANDWRITTEN.read_bytes()).hexdigest()
     WRITERS.mkdir(parents=True, exist_ok=True)
@@ -500,7 +502,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
         from evolm.models import load_backend
 
         backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
-        params = SamplingParams(0.0, 1.0, max_tokens, SEED, json_schema=RUBRIC_SCHEMA)
+        params = SamplingParams(0.0, 1.0, max_tokens, SEED, json_schema=rubric_schema(max_criteria))
         todo = [q for q in prompts if q not in rubrics]
         for i in range(0, len(todo), WRITE_CHUNK):
             chunk = todo[i:i + WRITE_CHUNK]
@@ -1076,6 +1078,8 @@ def main() -> None:
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
+    p.add_argument("--max-criteria", type=int, choices=range(2, 6), default=5, help="writers: the most criteria the "
+                   "rubric grammar allows (default 5; 3 with --max-tokens 320 is what the learning configs train with)")
     p.add_argument("--steps", type=int, default=12, help="study A: rubric steps of training (default 12)")
     p.add_argument("--lr", type=float, default=2e-5, help="study A: learning rate (default 2e-5)")
     p.add_argument("--no-train", action="store_true", help="study A: compare the writers with A-writer's last "
@@ -1095,7 +1099,7 @@ def main() -> None:
         writer = None if arm in ("none", "hand") else args.writer or (MODEL if arm == "base" else None)
         if arm.startswith("warm") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
-        writer_arm(arm, writer, args.max_tokens, args.write_only)
+        writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria)
     elif args.study == "writers-probe":
         writers_probe(args.judge or MODEL)
     elif args.study == "writers-table":
