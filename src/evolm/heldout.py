@@ -182,7 +182,9 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
                   ) -> list[dict[str, Any]]:
     """Judge the pairs under ``written`` and the answers under ``fixed`` (one ``Judge.score`` call per judge).
 
-    Returns one row per pair (``kind`` "pair": its rubric, both scores, its credit) and per scored question
+    Returns one row per pair (``kind`` "pair": its rubric, both scores, its credit; with one judge whose mode reads
+    criteria, also each answer's ``[weight, value]`` per criterion: ``criteria_chosen``, ``criteria_rejected``) and per
+    scored question
     (``kind`` "question": the answer and its score; the rubric is the fixed set's), in input order: what
     ``heldout/step-NNNNNN.jsonl`` holds, so two evaluations can be compared item by item."""
     from evolm.eval.pairs import pair_credit
@@ -192,13 +194,23 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
     items = [_item(p.prompt, a, written[p.prompt], invalid) for p in pairs for a in (p.better, p.worse)]
     scored_qs = [q for q in answers if q in fixed]
     items += [_item(q, answers[q], read_written(fixed[q]), invalid) for q in scored_qs]
-    scores = score_with_judges(list(judges), items, "mean") if items and judges else [None] * len(items)
+    readings: list[Any] = [None] * len(items)  # one judge: each item's per-criterion [weight, value] pairs
+    if items and len(judges) == 1:
+        from evolm.scores import scores_of
+
+        judgments = judges[0].score(items)
+        scores = scores_of(judgments)
+        readings = [[[c.weight, c.value] for c in j.criteria] or None for j in judgments]
+    else:
+        scores = score_with_judges(list(judges), items, "mean") if items and judges else [None] * len(items)
     n = 2 * len(pairs)
     rows: list[dict[str, Any]] = []
-    for p, sb, sw in zip(pairs, scores[0:n:2], scores[1:n:2], strict=True):
+    for k, (p, sb, sw) in enumerate(zip(pairs, scores[0:n:2], scores[1:n:2], strict=True)):
         w = written[p.prompt]
         rows.append({"kind": "pair", "prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "rubric": w.text,
                      "rubric_valid": w.valid, "score_chosen": sb, "score_rejected": sw, "credit": pair_credit(sb, sw)})
+        if readings[2 * k] or readings[2 * k + 1]:
+            rows[-1] |= {"criteria_chosen": readings[2 * k], "criteria_rejected": readings[2 * k + 1]}
     rows += [{"kind": "question", "question": q, "answer": answers[q], "score": s}
              for q, s in zip(scored_qs, scores[n:], strict=True)]
     return rows
