@@ -140,6 +140,20 @@ def test_report_shows_early_and_late_rubrics_for_the_same_question(tmp_path):
     assert "label-only" in section and "value" in section
 
 
+def test_rubric_text_from_the_samples_is_escaped(tmp_path, monkeypatch):
+    """A rubric is model-written text: the report shows it as text, never as markup that would run."""
+    from evolm import plots
+
+    for name in ("reward_plot", "pairs_plot", "validity_plot", "rubric_stats_plot"):  # plots are not tested here
+        monkeypatch.setattr(plots, name, lambda *a: b"\x89PNG\r\n\x1a\n")
+    run = build_run(tmp_path / "run")
+    rubric = {"criteria": [{"criterion": "<script>alert(1)</script> & \"more\"", "weight": 1.0}]}
+    with open(run / "samples" / "phase-003-rubric.jsonl", "a", encoding="utf-8") as f:  # Q_POEM's late rubric
+        f.write(json.dumps(_rubric_row(3, 1, 11, Q_POEM, rubric)) + "\n")
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;more&#34;" in text and "<script" not in text
+
+
 def test_report_shows_eval_numbers_and_phase_table(tmp_path):
     text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")
     evals = text[text.index("<h2>Evaluation results"):]

@@ -25,7 +25,6 @@ single-run report.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from markupsafe import Markup
 
 from evolm import plots
 from evolm.errors import InputError, RunError
@@ -42,21 +42,18 @@ from evolm.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, hel
 from evolm.jsonl import atomic_writer, check_outputs_differ
 from evolm.records import METRICS_FILE
 from evolm.report import (
-    _CSS,
     EVAL_ROLE,
-    HELDOUT_ABOUT,
     HIGHLIGHTS,
     SEQUENTIAL_STAGES,
     Phase,
     _duration,
-    _e,
     _flatten,
-    _img,
     _nansum,
     _split_phases,
-    _table,
     heldout_points,
+    plot_html,
     read_metric_rows,
+    render_page,
 )
 
 DEFAULT_OUTPUT = "comparison.html"  # in the current directory: never inside one of the runs being compared
@@ -82,7 +79,6 @@ FINAL_TRAINING = (
     ("reward std, policy steps", "policy", "reward_std"),
     ("reward std, rubric steps", "rubric", "reward_std"),
 )
-_COMPARE_CSS = ".sw{display:inline-block;width:.8em;height:.8em;margin-right:.4em;border:1px solid #444}"
 
 
 # ----------------------------------------------------------------------------- loading
@@ -226,23 +222,15 @@ def first_last_heldout(run: CompareRun, key: str) -> tuple[Estimate, Estimate] |
     return (ests[0], ests[-1]) if ests else None
 
 
-# ----------------------------------------------------------------------------- html
+# ----------------------------------------------------------------------------- the page
 
 
-def _swatch(run: int, label: str) -> tuple[str, str]:
+def _swatch(run: int, label: str) -> Markup:
     colour, _ = plots.run_style(run)
-    return ("html", f"<span class='sw' style='background:{colour}'></span>{_e(label)}")
+    return Markup("<span class='sw' style='background:{}'></span>{}").format(colour, label)
 
 
-def _plot(notes: list[str], alt: str, fn, *args) -> str:  # noqa: ANN001 - a plots.* function
-    try:
-        return _img(fn(*args), alt)
-    except Exception as e:  # noqa: BLE001 - one odd value must not lose the whole page
-        notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
-        return f'<p class="muted">Plot "{_e(alt)}" could not be drawn ({_e(type(e).__name__)}).</p>'
-
-
-def _runs_section(runs: list[CompareRun]) -> str:
+def _run_rows(runs: list[CompareRun]) -> list[list[Any]]:
     rows = []
     for i, r in enumerate(runs):
         roles = Counter(x["role"] for x in r.rows)
@@ -254,33 +242,21 @@ def _runs_section(runs: list[CompareRun]) -> str:
         time = "—" if math.isnan(seconds) else _duration(seconds)
         rows.append([_swatch(i, r.label), where, regime if isinstance(regime, str) else "—", roles.get("policy", 0),
                      roles.get("rubric", 0), steps, len(r.heldout), time])
-    header = ["run", "directory", "regime", "policy steps", "rubric steps", "global steps", "held-out evaluations",
-              "training time"]
-    out = ["<h2>Runs</h2>", _table(header, rows, 3)]
+    return rows
+
+
+def _settings(runs: list[CompareRun]) -> list[list[Any]]:
+    """The header settings any run has, one column per run; a setting whose values differ in bold."""
     flat = [dict(_flatten(r.config)) if isinstance(r.config, dict) else {} for r in runs]
-    keys = [k for k in HIGHLIGHTS if any(k in f for f in flat)]
-    if keys:
-        hl = []
-        for k in keys:
+    rows = []
+    for k in HIGHLIGHTS:
+        if any(k in f for f in flat):
             values = [str(f[k]) if k in f else "—" for f in flat]
-            name = ("html", f"<b>{_e(k)}</b> ≠") if len(set(values)) > 1 else k
-            hl.append([name, *values])
-        out += ["<h3>Settings</h3><p class='muted'>Settings that differ between the runs are in bold.</p>",
-                _table(["setting", *[r.label for r in runs]], hl)]
-    for r in runs:
-        if r.config_text is not None:
-            out.append(f"<details><summary>Full configuration of {_e(r.label)}</summary>"
-                       f"<pre>{_e(r.config_text)}</pre></details>")
-    return "\n".join(out)
+            rows.append([Markup("<b>{}</b> ≠").format(k) if len(set(values)) > 1 else k, *values])
+    return rows
 
 
-def _final_section(runs: list[CompareRun]) -> str:
-    out = ["<h2>Final values with 95% confidence intervals</h2>",
-           "<p class='muted'>Held-out metrics: the first evaluation (normally step 0, before training) and the last; "
-           "Wilson intervals for the shares (n = pairs or questions), mean ± t·std/√n for the policy score. "
-           "<b>Change</b> is last − first with an <b>approximate, unpaired</b> interval (Newcombe's hybrid score "
-           "interval for a share, Welch's t for the score): the same held-out items are scored both times, so a "
-           "paired interval would usually be narrower.</p>"]
+def _final_heldout(runs: list[CompareRun]) -> list[list[Any]]:
     rows = []
     for key, title, _, _ in HELDOUT:
         for i, r in enumerate(runs):
@@ -295,10 +271,10 @@ def _final_section(runs: list[CompareRun]) -> str:
                 change = fmt_estimate(Estimate(d, ci, None))
             rows.append([title, _swatch(i, r.label), first.step, fmt_estimate(first), first.n if first.n else "—",
                          last.step, fmt_estimate(last), last.n if last.n else "—", change])
-    out.append(_table(["held-out metric", "run", "first step", "first [95% CI]", "n", "last step", "last [95% CI]",
-                       "n", "change [approx. 95% CI]"], rows, 2))
-    out.append("<p class='muted'>Training metrics: the mean over the last phase of the metric's role, with a "
-               "t-interval over that phase's steps (n = steps with a value; no interval below 2 steps).</p>")
+    return rows
+
+
+def _final_training(runs: list[CompareRun]) -> list[list[Any]]:
     rows = []
     for name, role, key in FINAL_TRAINING:
         for i, r in enumerate(runs):
@@ -309,15 +285,17 @@ def _final_section(runs: list[CompareRun]) -> str:
             phase, est = got
             rows.append([name, _swatch(i, r.label), f"{phase.index} (steps {phase.first}–{phase.last})",
                          est.n if est else "—", fmt_estimate(est)])
-    out.append(_table(["training metric", "run", "last phase of its role", "n (steps)", "mean [95% CI]"], rows, 2))
-    return "\n".join(out)
+    return rows
 
 
-def _curves_section(runs: list[CompareRun], notes: list[str]) -> str:
-    out = ["<h2>Training curves</h2>",
-           "<p class='muted'>Per optimizer step against the global step (a coevolve run alternates roles, so its "
-           "policy curve has gaps where its rubric phases are; a sequential run's policy stage starts after its "
-           "writer stage). Held-out evaluation lines are not steps and are not drawn here.</p>"]
+def _not_logged_by(runs: list[CompareRun], logged: set[int]) -> list[str]:
+    """The labels of the runs (by index) that have nothing in a plot."""
+    return [r.label for i, r in enumerate(runs) if i not in logged]
+
+
+def _curves(runs: list[CompareRun], notes: list[str]) -> list[tuple[str, list[str], Markup | None]]:
+    """Per curve of ``CURVES``: its title, the runs that did not log it, the overlaid plot (None: no run logged it)."""
+    out = []
     for title, roles, key, ylabel, ylim in CURVES:
         curves = []
         for i, r in enumerate(runs):
@@ -330,47 +308,30 @@ def _curves_section(runs: list[CompareRun], notes: list[str]) -> str:
                     series = plots.Series(steps, [x[key] for x in rows], None, segment)
                     text = r.label if len(roles) == 1 else f"{r.label} ({role} steps)"
                     curves.append(plots.RunCurve(text, i, series, dashed=j > 0))
-        out.append(f"<h3>{_e(title)}</h3>")
-        if not curves:
-            out.append("<p>— (no run logged it)</p>")
-            continue
-        out += _not_logged_by(runs, {c.run for c in curves})
-        out.append(_plot(notes, title, plots.overlay_plot, curves, title, ylabel, ylim))
-    return "\n".join(out)
+        plot = plot_html(notes, title, plots.overlay_plot, curves, title, ylabel, ylim) if curves else None
+        out.append((title, _not_logged_by(runs, {c.run for c in curves}), plot))
+    return out
 
 
-def _not_logged_by(runs: list[CompareRun], logged: set[int]) -> list[str]:
-    """The note naming the runs (by index) that have nothing in a plot, or no note."""
-    absent = [r.label for i, r in enumerate(runs) if i not in logged]
-    return [f"<p class='muted'>Not logged by: {_e(', '.join(absent))}.</p>"] if absent else []
-
-
-def _heldout_section(runs: list[CompareRun], notes: list[str]) -> str:
-    out = ["<h2>Held-out evaluations</h2>", f"<p class='muted'>{_e(HELDOUT_ABOUT)}</p>"]
+def _heldout(runs: list[CompareRun], notes: list[str]) -> list[tuple[str, list[str], Markup | None]]:
+    """Per held-out metric: its title, the runs that did not log it, the plot with 95% intervals (or None)."""
+    out = []
     for key, title, _, _ in HELDOUT:
         points = [p for i, r in enumerate(runs) if (p := heldout_points(r.heldout, key, r.label, i)) is not None]
-        out.append(f"<h3>{_e(title.capitalize())}</h3>")
-        if not points:
-            out.append("<p>— (no run logged it)</p>")
-            continue
-        out += _not_logged_by(runs, {p.run for p in points})
         ylim = None if key == "heldout_policy_score" else (-0.03, 1.03)
-        out.append(_plot(notes, title, plots.interval_plot, points, f"{title.capitalize()} (95% CI)", title, ylim))
-    return "\n".join(out)
+        plot = plot_html(notes, title, plots.interval_plot, points, f"{title.capitalize()} (95% CI)", title,
+                         ylim) if points else None
+        out.append((title.capitalize(), _not_logged_by(runs, {p.run for p in points}), plot))
+    return out
 
 
 def render_comparison(runs: list[CompareRun]) -> str:
     """The comparison page's HTML for loaded runs."""
     notes = [f"{r.label}: {n}" for r in runs for n in r.notes]
-    body = [_runs_section(runs), _final_section(runs), _heldout_section(runs, notes),
-            _curves_section(runs, notes)]  # built before the notes: a failed plot adds one
-    box = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes)
-           + "</ul></div>") if notes else ""
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"EvoLM run comparison: {', '.join(r.label for r in runs)}"
-    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{_CSS}{_COMPARE_CSS}</style></head><body><h1>{_e(title)}</h1>"
-            f"<p class='muted'>{len(runs)} runs — generated {now}</p>{box}\n" + "\n".join(body) + "</body></html>\n")
+    heldout, curves = _heldout(runs, notes), _curves(runs, notes)  # drawn before the page: a failed plot adds a note
+    return render_page("compare.html.j2", runs=runs, notes=notes, run_rows=_run_rows(runs), settings=_settings(runs),
+                       final_heldout=_final_heldout(runs), final_training=_final_training(runs), heldout=heldout,
+                       curves=curves)
 
 
 def write_comparison(run_dirs: Sequence[str | Path], output: str | Path | None = None,

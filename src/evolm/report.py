@@ -7,14 +7,14 @@ has only one role, a judge that failed to score leaves nulls. None of these stop
 is listed at the top under "What is missing". Held-out evaluations (role "eval" lines of
 ``metrics.jsonl``) are kept apart from the training steps: they get a section of their own, with 95%
 intervals, and never enter a training curve, a phase or a step count. Plots are PNG embedded as
-base64, and the HTML has no external CSS or JS, so the file can be mailed or archived alone.
+base64, and the HTML has no external CSS or JS, so the file can be mailed or archived alone. This
+module computes what each section shows; the words and markup are in ``templates/report.html.j2``.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
-import html
 import json
 import math
 from collections import Counter
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from evolm import plots
 from evolm.errors import RunError
@@ -231,54 +233,44 @@ def load_run(run_dir: str | Path) -> RunData:
     return data
 
 
-# ----------------------------------------------------------------------------- html helpers
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1060px;margin:2em auto;
-padding:0 1em;color:#111;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #bbb;padding-bottom:.2em;margin-top:2em}
-table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #bbb;padding:.25em .55em;
-vertical-align:top}th{background:#eee;text-align:left;white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.notes{background:#fff6e0;border:1px solid #d9a400;padding:.5em 1em}.muted{color:#555;font-size:.9em}
-img{max-width:100%;border:1px solid #ddd}pre{background:#f5f5f5;padding:.7em;overflow-x:auto;font-size:.85em}
-.pair{display:flex;gap:1em;flex-wrap:wrap}.pair>div{flex:1 1 440px;min-width:0}.q{background:#f5f5f5;
-padding:.5em;white-space:pre-wrap;font-size:.9em}
-"""
+# ----------------------------------------------------------------------------- page helpers
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _fmt(v: Any, pct: bool = False) -> str:
+def _fmt(v: Any, pct: bool = False) -> Any:
+    """A table cell or a number in words: text as given (the template escapes it; Markup stays), numbers rounded."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
+    if isinstance(v, str):
+        return v
     if isinstance(v, bool) or not isinstance(v, int | float):
-        return _e(v)
+        return str(v)
     if pct:
         return f"{100 * v:.1f}%"
     return str(v) if isinstance(v, int) else f"{v:.4g}"
 
 
-def _cell(c: Any) -> str:
-    """A table cell's HTML: ``("html", s)`` is trusted markup, text is escaped, numbers are formatted."""
-    if isinstance(c, tuple) and c[0] == "html":
-        return c[1]
-    return _e(c) if isinstance(c, str) else _fmt(c)
+# the page markup lives in templates/*.html.j2 (docs/ARCHITECTURE.md, "Reports: templates"); autoescaped, so a
+# rubric, a question or a label written by a model or a user is text, and only Markup built here is kept as HTML
+_PAGES = Environment(loader=PackageLoader("evolm", "templates"), autoescape=True, undefined=StrictUndefined,
+                    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+_PAGES.filters["fmt"] = _fmt
 
 
-def _table(header: list[str], rows: list[list[Any]], numeric_from: int = 1) -> str:
-    """An HTML table; columns from ``numeric_from`` on are right-aligned."""
-    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>"]
-    for row in rows:
-        out.append("<tr>" + "".join(
-            f'<td class="n">{_cell(c)}</td>' if i >= numeric_from else f"<td>{_cell(c)}</td>" for i, c in enumerate(row)
-        ) + "</tr>")
-    return "\n".join(out) + "</table>"
+def render_page(template: str, **context: Any) -> str:
+    """A page of templates/ with ``context`` and the time it was generated."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return _PAGES.get_template(template).render(now=now, **context)
 
 
-def _img(png: bytes, alt: str) -> str:
-    return f'<p><img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></p>'
+def plot_html(notes: list[str], alt: str, fn, *args) -> Markup:  # noqa: ANN001 - a plots.* function
+    """A plot as an embedded PNG <img>, or a line saying why it is missing (a note is added: one odd value in a
+    partial run must not lose the whole page)."""
+    try:
+        png = base64.b64encode(fn(*args)).decode("ascii")
+    except Exception as e:  # noqa: BLE001 - the report must survive any odd value in a partial run
+        notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
+        return Markup('<p class="muted">Plot "{}" could not be drawn ({}).</p>').format(alt, type(e).__name__)
+    return Markup('<p><img alt="{}" src="data:image/png;base64,{}"></p>').format(alt, png)
 
 
 def _duration(seconds: float) -> str:
@@ -297,10 +289,10 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, value)]
 
 
-# ----------------------------------------------------------------------------- sections
+# ----------------------------------------------------------------------------- sections: what each one shows
 
 
-def _header(d: RunData) -> str:
+def _summary(d: RunData) -> list[list[Any]]:
     m = d.metrics
     per_role = Counter(r["role"] for r in m)
     seconds = _nansum([r["seconds"] for r in m])
@@ -326,16 +318,12 @@ def _header(d: RunData) -> str:
         except (OverflowError, OSError, ValueError):  # a corrupt or hand-edited "time"
             last = "unreadable"
         rows.append(["last record", last])
-    out = ["<h2>Run summary</h2>", _table(["", "value"], rows)]
-    if isinstance(d.config, dict):
-        flat = dict(_flatten(d.config))
-        hl = [[k, flat[k]] for k in HIGHLIGHTS if k in flat]
-        if hl:
-            out += ["<h3>Configuration highlights</h3>", _table(["key", "value"], [[k, str(v)] for k, v in hl[:24]])]
-    if d.config_text is not None:
-        out.append("<details><summary>Full configuration (config.yaml)</summary>"
-                   f"<pre>{_e(d.config_text)}</pre></details>")
-    return "\n".join(out)
+    return rows
+
+
+def _highlights(d: RunData) -> list[list[str]]:
+    flat = dict(_flatten(d.config)) if isinstance(d.config, dict) else {}
+    return [[k, str(flat[k])] for k in HIGHLIGHTS if k in flat][:24]
 
 
 def _series(d: RunData, role: str, key: str, band: str | None = None) -> plots.Series | None:
@@ -357,24 +345,12 @@ def _phase_means(d: RunData, role: str, key: str) -> tuple[list[float], list[flo
     return ([x for x, _ in pts], [y for _, y in pts]) if pts else None
 
 
-def _plot(d: RunData, alt: str, fn, *args) -> str:
-    """A plot as an <img>, or a line saying why it is missing (a bad value must not lose the whole report)."""
-    try:
-        return _img(fn(*args), alt)
-    except Exception as e:  # noqa: BLE001 - the report must survive any odd value in a partial run
-        d.notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
-        return f'<p class="muted">Plot "{_e(alt)}" could not be drawn ({_e(type(e).__name__)}).</p>'
-
-
-def _rewards(d: RunData) -> str:
+def _rewards(d: RunData) -> Markup | None:
     series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "reward_mean", "reward_std"))}
     if not series:
-        return "<h2>Rewards</h2><p>No reward values logged yet.</p>"
+        return None
     means = {r: pm for r in series if (pm := _phase_means(d, r, "reward_mean")) is not None}
-    return ("<h2>Rewards</h2><p class='muted'>Mean reward of each optimizer step with a ±1 std band; rubric "
-            "phases are shaded. The policy's reward is the judge's score under the rubric; the rubric role's "
-            "reward is its discrimination reward on temporal pairs. Large hollow markers: phase means.</p>"
-            + _plot(d, "reward curves", plots.reward_plot, series, _spans(d), means))
+    return plot_html(d.notes, "reward curves", plots.reward_plot, series, _spans(d), means)
 
 
 def _age_window(d: RunData) -> str:
@@ -388,73 +364,40 @@ def _age_window(d: RunData) -> str:
             "old, the window is relaxed: docs/METHOD.md §2.4)")
 
 
-def _pairs(d: RunData) -> str:
-    out = ["<h2>Judge accuracy on temporal pairs, beside the policy's reward</h2>",
-           "<p class='muted'>Pair accuracy: share of temporal pairs (the current policy's answer vs. the answer it "
-           f"gave to the same question {_age_window(d)}) where the judge, reading the "
-           "rubric, scores the newer answer strictly higher. Watch it together "
-           "with the policy's reward (docs/METHOD.md §4): training assumes newer is better, which stops being true "
-           "if the policy degrades, and then the rubrics learn to reward the degradation.</p>"]
+def _pairs(d: RunData) -> dict[str, Any]:
+    """Pair accuracy beside the policy's reward, their first and last phase means, and whether the reward fell."""
+    out: dict[str, Any] = {"age_window": _age_window(d), "plot": None}
     acc = _series(d, "rubric", "pair_accuracy")
     if acc is None:
-        return "\n".join(out + ["<p>No rubric steps with a pair accuracy yet.</p>"])
+        return out
     pol = _series(d, "policy", "reward_mean")
     means: dict[str, tuple[list[float], list[float]]] = {}
     for name, role, key in (("pair accuracy", "rubric", "pair_accuracy"), ("policy reward", "policy", "reward_mean")):
         if (pm := _phase_means(d, role, key)) is not None:
             means[name] = pm
-    out.append(_plot(d, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means))
-    trend = []
-    for name in ("pair accuracy", "policy reward"):
-        if name in means and len(means[name][1]) > 1:
-            ys = means[name][1]
-            trend.append(f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)")
-    if trend:
-        out.append(f"<p>{_e('; '.join(trend))}.</p>")
+    out["plot"] = plot_html(d.notes, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means)
+    out["trend"] = [f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)"
+                    for name in ("pair accuracy", "policy reward") if len(ys := means.get(name, ([], []))[1]) > 1]
     policy_means = means.get("policy reward", ([], []))[1]
-    if len(policy_means) > 1 and policy_means[-1] < policy_means[0]:
-        out.append("<p class='notes'>The policy's reward fell from the first to the last policy phase: check the "
-                   "samples before trusting that newer answers are better.</p>")
-    return "\n".join(out)
+    out["fell"] = len(policy_means) > 1 and policy_means[-1] < policy_means[0]
+    return out
 
 
-def _validity(d: RunData) -> str:
+def _validity(d: RunData) -> Markup | None:
     series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "rubric_validity"))}
-    if not series:
-        return "<h2>Rubric validity</h2><p>No rubric validity logged yet.</p>"
-    return ("<h2>Rubric validity</h2><p class='muted'>Share of rubrics that are format-valid "
-            "(docs/METHOD.md §2.1): on rubric steps the rubrics being trained, on policy steps the rubrics written "
-            "to judge that step's questions.</p>"
-            + _plot(d, "rubric validity", plots.validity_plot, series, _spans(d)))
+    return plot_html(d.notes, "rubric validity", plots.validity_plot, series, _spans(d)) if series else None
 
 
-# ----------------------------------------------------------------------------- reward hacking, judge cost
-
-MONITOR_ABOUT = ("Per policy step (evolm.monitor; docs/SECURITY.md says how to read it): the correlation of the "
-                 "judge's score with answer length within each question's group, the mean answer length, and the "
-                 "shares of answers that repeat rubric text or contain a score-like string. Dashed red lines: flagged "
-                 "steps.")
-
-
-def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
+def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any] | None:
     """The reward-hacking monitor: its curves, and the flags of ``evolm.monitor.hacking_flags``."""
     keys = [key for _, key, _ in plots.MONITOR_PANELS]
     series = {k: s for k in keys if (s := _series(d, "policy", k)) is not None}
     if not series and not d.heldout:
-        return ""
+        return None
     flags = hacking_flags(d.metrics, d.heldout, length_factor)
-    out = ["<h2>Reward-hacking monitor</h2>", f"<p class='muted'>{_e(MONITOR_ABOUT)} Flags: the policy's reward "
-           "rose over an interval between two held-out evaluations while held-out pair accuracy or held-out policy "
-           f"score fell; or a policy step's mean length exceeds {length_factor:g}× the first policy steps'.</p>"]
-    if series:
-        out.append(_plot(d, "reward-hacking monitor", plots.panels_plot, series, plots.MONITOR_PANELS,
-                         sorted({f.step for f in flags})))
-    if flags:
-        out.append("<div class='notes'><b>Flagged steps</b><ul>"
-                   + "".join(f"<li>{_e(f.text)}</li>" for f in flags) + "</ul></div>")
-    else:
-        out.append("<p>No step flagged.</p>")
-    return "\n".join(out)
+    plot = plot_html(d.notes, "reward-hacking monitor", plots.panels_plot, series, plots.MONITOR_PANELS,
+                     sorted({f.step for f in flags})) if series else None
+    return {"plot": plot, "flags": flags, "length_factor": length_factor}
 
 
 COST_PANELS = (
@@ -477,18 +420,13 @@ def _panel_series(d: RunData, panels: tuple[tuple[str, str, float], ...]) -> dic
     return series
 
 
-def _cost(d: RunData) -> str:
+def _cost(d: RunData) -> dict[str, Any] | None:
     """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
     series = _panel_series(d, COST_PANELS)
     if not series:
-        return ""
+        return None
     totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:4]]
-    return ("<h2>Judge cost per step</h2><p class='muted'>What judging each step's rewards took, both roles: prompt "
-            "and generated tokens (a server's own usage counts; a local judge's counted from its inputs, one generated "
-            "token per probability read), wall seconds, requests (server attempts, retries included; local: prompts "
-            "run) and the share of judgments the judge cache answered.</p>"
-            + _plot(d, "judge cost per step", plots.panels_plot, series, COST_PANELS)
-            + _table(["whole run", "total"], totals))
+    return {"plot": plot_html(d.notes, "judge cost per step", plots.panels_plot, series, COST_PANELS), "totals": totals}
 
 
 CRITERIA_PANELS = (
@@ -498,18 +436,11 @@ CRITERIA_PANELS = (
 )
 
 
-def _criteria(d: RunData) -> str:
+def _criteria(d: RunData) -> Markup | None:
     """What the judge read per criterion, per step of both roles: the share of criteria whose value does not vary
     across the answers they judged, criteria per rubric, and the share of criteria passed."""
     series = _panel_series(d, CRITERIA_PANELS)
-    if not series:
-        return ""
-    return ("<h2>Criteria</h2><p class='muted'>Per step, from the judge's per-criterion readings (judge modes that "
-            "read criteria: yesno P(Yes), generative ratings). A criterion does not discriminate when its value "
-            "spans less than 0.05 across the answers it judged: a policy group's answers (one rubric), or a rubric "
-            "step's pair; it moves no advantage there (rewards.drop_flat_criteria drops it from the policy reward's "
-            "weighting). Passed: value above 0.5 (per criterion position: criterion_pass_rates in metrics.jsonl).</p>"
-            + _plot(d, "criteria per step", plots.panels_plot, series, CRITERIA_PANELS))
+    return plot_html(d.notes, "criteria per step", plots.panels_plot, series, CRITERIA_PANELS) if series else None
 
 
 # ----------------------------------------------------------------------------- held-out evaluations
@@ -527,27 +458,14 @@ def heldout_points(rows: list[dict[str, Any]], key: str, label: str, run: int) -
                            [e.ci[0] if e.ci else math.nan for e in ests], [e.ci[1] if e.ci else math.nan for e in ests])
 
 
-HELDOUT_ABOUT = ("Held-out evaluations are role \"eval\" lines of metrics.jsonl, written before the first step, every "
-                 "eval.every steps and at the end with the weights of that moment; they are not training steps. "
-                 "Judge pair accuracy: the judge's accuracy on eval.pairs with the current writer's rubrics (a tie "
-                 "counts 1/2; n = pairs). Rubric validity: format-valid share of the rubrics the evaluation wrote, "
-                 "one per distinct eval.pairs prompt and per eval.questions question (n = questions scored, a lower "
-                 "bound on the rubrics written, so its interval is conservative). Policy score: mean judge score of "
-                 "the policy's greedy answers to eval.questions under a fixed rubric set (n = answers scored). Bars "
-                 "and brackets are 95% intervals: Wilson for the two shares, mean ± t·s/√n for the score (s: the "
-                 "sample standard deviation, from the logged population one).")
-
-
-def _heldout(d: RunData) -> str:
+def _heldout(d: RunData) -> dict[str, Any] | None:
     """Only for a run that logged held-out evaluations (a run without eval.* settings keeps its usual report)."""
     if not d.heldout:
-        return ""
-    out = ["<h2>Held-out evaluation</h2>", f"<p class='muted'>{_e(HELDOUT_ABOUT)}</p>"]
+        return None
     label = d.run_dir.resolve().name
-    for key, title, _, _ in HELDOUT:
-        if (pts := heldout_points(d.heldout, key, label, 0)) is not None:
-            ylim = (-0.03, 1.03) if key != "heldout_policy_score" else None
-            out.append(_plot(d, title, plots.interval_plot, [pts], title.capitalize(), title, ylim))
+    plot_list = [plot_html(d.notes, title, plots.interval_plot, [pts], title.capitalize(), title,
+                           (-0.03, 1.03) if key != "heldout_policy_score" else None)
+                 for key, title, _, _ in HELDOUT if (pts := heldout_points(d.heldout, key, label, 0)) is not None]
     rows = []
     for r in d.heldout:
         cells: list[Any] = [r["step"]]
@@ -555,47 +473,29 @@ def _heldout(d: RunData) -> str:
             e = heldout_estimate(r, key)
             cells += [fmt_estimate(e), e.n if e and e.n else "—"]
         rows.append(cells)
-    header = ["step", "pair accuracy [95% CI]", "pairs", "validity [95% CI]", "questions", "policy score [95% CI]",
-              "questions"]
-    return "\n".join(out) + _table(header, rows)
+    return {"plots": plot_list, "rows": rows}
 
 
-def _phase_table(d: RunData) -> str:
-    if not d.phases:
-        return "<h2>Per-phase summary</h2><p>No phases yet.</p>"
-    rows = [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
+def _phase_rows(d: RunData) -> list[list[Any]]:
+    return [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
              p.mean("pair_accuracy"), p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
              _duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
-    header = ["phase", "cycle", "role", "steps", "n", "mean reward", "pair accuracy", "validity", "KL", "length (tok)",
-              "time"]
-    return "<h2>Per-phase summary</h2><p class='muted'>Means over the phase's steps.</p>" + _table(header, rows, 3)
 
 
-def _stats_section(d: RunData) -> str:
-    out = ["<h2>How the rubrics evolve</h2>",
-           "<p class='muted'>Statistics of docs/METHOD.md §3.3 per phase. <b>rubric</b>: the rubrics written in a "
-           "rubric phase (the ones being trained); <b>policy</b>: the rubrics written to judge a policy phase's "
-           "questions. Criterion classes follow plain regexes (<code>evolm.eval.rubric_stats</code>): label-only = "
-           "at most 5 words with no specific value and no constraint; specific value = a number, quoted text, math, "
-           "'equivalent to X'...; constraint = must/should not, length, format, inclusion, language. The paper "
-           "reports, from start to end of training: label-only 21.9% → 0.3%, specific values 6.9% → 19.3%, "
-           "constraints 7.7% → 20.3%, criterion length 59 → 112 chars, 3–4 criteria per rubric. A growing share of "
-           "rubrics with one weight ≥ 0.7 outside math questions is the drift towards narrow pattern matching that "
-           "docs/METHOD.md §4 warns about.</p>"]
+def _stats(d: RunData) -> dict[str, Any] | None:
     if not d.rubric_stats:
-        return "\n".join(out + ["<p>No rubrics in the samples.</p>"])
+        return None
     rows = [s.to_json() for s in d.rubric_stats]
     bins = list(rows[0]["max_weight_hist"])
+    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria/rubric", "chars/criterion", "label-only",
+              "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
+              f"max weight bins {' / '.join(bins)}"]
     table_rows = [[r["phase"], _fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
                    r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
                    _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
                    " / ".join(str(r["max_weight_hist"][b]) for b in bins)] for r in rows]
-    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria/rubric", "chars/criterion", "label-only",
-              "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
-              f"max weight bins {' / '.join(bins)}"]
-    out.append(_table(header, table_rows, 3))
-    out.append(_plot(d, "rubric statistics by phase", plots.rubric_stats_plot, rows))
-    return "\n".join(out)
+    return {"header": header, "rows": table_rows,
+            "plot": plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows)}
 
 
 @dataclass(frozen=True)
@@ -606,6 +506,15 @@ class _Example:
     cycle: Any
     question: str
     rubric: Rubric
+
+    def table_rows(self) -> list[list[Any]]:
+        """#, weight, criterion, the classes of ``evolm.eval.rubric_stats`` it falls in."""
+        rows = []
+        for i, c in enumerate(self.rubric.criteria, start=1):
+            tags = [t for t, f in (("label-only", is_label_only), ("value", has_specific_value),
+                                   ("constraint", is_constraint)) if f(c.criterion)]
+            rows.append([i, f"{c.weight:.2f}", c.criterion, ", ".join(tags) or "–"])
+        return rows
 
 
 def _examples(samples: RunSamples) -> list[_Example]:
@@ -638,58 +547,17 @@ def pick_early_late(samples: RunSamples, n: int = 2) -> tuple[list[tuple[_Exampl
     return ([(ex[0], ex[-1])] if ex else []), False
 
 
-def _rubric_html(e: _Example, title: str) -> str:
-    rows = []
-    for i, c in enumerate(e.rubric.criteria, start=1):
-        tags = [t for t, f in (("label-only", is_label_only), ("value", has_specific_value),
-                               ("constraint", is_constraint)) if f(c.criterion)]
-        rows.append([i, f"{c.weight:.2f}", c.criterion, ", ".join(tags) or "–"])
-    head = f"{title}: phase {e.phase}, cycle {_fmt(e.cycle)}, {e.role} samples, step {_fmt(e.step)}"
-    return f"<div><h4>{_e(head)}</h4>{_table(['#', 'weight', 'criterion', 'class'], rows, 4)}</div>"
-
-
-def _examples_section(d: RunData) -> str:
-    out = ["<h2>Example rubrics, early versus late</h2>"]
-    pairs, shared = pick_early_late(d.samples)
-    if not pairs:
-        return "\n".join(out + ["<p>No parsed rubric in the samples.</p>"])
-    if not shared:
-        out.append("<p class='notes'>No question has rubrics in two different phases; showing the first and the last "
-                   "rubric of the run instead (different questions).</p>")
-    for early, late in pairs:
-        if shared:
-            out.append(f"<p>Question (rubrics from phase {early.phase} and phase {late.phase}):</p>"
-                       f"<div class='q'>{_e(early.question[:1500])}</div>")
-        else:
-            out.append(f"<div class='q'>first: {_e(early.question[:600])}\n\nlast: {_e(late.question[:600])}</div>")
-        out.append(f"<div class='pair'>{_rubric_html(early, 'Early')}{_rubric_html(late, 'Late')}</div>")
-    return "\n".join(out)
-
-
-def _eval_html(name: str, value: Any) -> str:
-    parts = [f"<h3>{_e(name)}</h3>"]
-    rest = value
+def _eval_tables(value: Any) -> dict[str, Any]:
+    """An eval/*.json file as tables: its ``subsets`` (and ``overall``) if it has them, then its numeric leaves."""
+    subsets, rest = None, value
     if isinstance(value, dict) and isinstance(value.get("subsets"), dict):
-        rows = [[k, v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)]
-                for k, v in value["subsets"].items()]
+        subsets = [[k, v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)]
+                   for k, v in value["subsets"].items()]
         if "overall" in value:
-            rows.append([("html", "<b>overall</b>"), value["overall"]])
-        parts.append(_table(["subset", "score"], rows))
+            subsets.append([Markup("<b>overall</b>"), value["overall"]])
         rest = {k: v for k, v in value.items() if k not in ("subsets", "overall")}
     leaves = [[k, v] for k, v in _flatten(rest) if isinstance(v, int | float) and not isinstance(v, bool)]
-    if leaves:
-        parts.append(_table(["metric", "value"], leaves[:_MAX_EVAL_ROWS]))
-        if len(leaves) > _MAX_EVAL_ROWS:
-            parts.append(f"<p class='muted'>{len(leaves) - _MAX_EVAL_ROWS} more values not shown.</p>")
-    elif rest is value:
-        parts.append("<p class='muted'>No numeric values in this file.</p>")
-    return "\n".join(parts)
-
-
-def _evals_section(d: RunData) -> str:
-    if not d.evals:
-        return "<h2>Evaluation results</h2><p>None found in eval/.</p>"
-    return "<h2>Evaluation results</h2>" + "\n".join(_eval_html(k, v) for k, v in d.evals.items())
+    return {"subsets": subsets, "leaves": leaves}
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -697,16 +565,14 @@ def _evals_section(d: RunData) -> str:
 
 def render_report(d: RunData, length_factor: float = LENGTH_FACTOR) -> str:
     """The report's HTML for loaded run data (``length_factor``: the monitor's length flag, ``hacking_flags``)."""
-    # built before the notes: a failed plot adds one
-    body = [_header(d), _rewards(d), _pairs(d), _validity(d), _heldout(d), _monitor(d, length_factor), _cost(d),
-            _criteria(d), _phase_table(d), _stats_section(d), _examples_section(d), _evals_section(d)]
-    notes = ("<div class='notes'><b>What is missing</b><ul>" + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
-             + "</ul></div>") if d.notes else ""
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"EvoLM run report: {d.run_dir.resolve().name}"
-    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
-            f"<p class='muted'>{_e(d.run_dir)} — generated {now}</p>{notes}\n" + "\n".join(body) + "</body></html>\n")
+    sections = {  # drawn before the page is rendered: a failed plot adds a note to d.notes
+        "summary": _summary(d), "highlights": _highlights(d), "config_text": d.config_text, "rewards": _rewards(d),
+        "pairs": _pairs(d), "validity": _validity(d), "heldout": _heldout(d), "monitor": _monitor(d, length_factor),
+        "cost": _cost(d), "criteria": _criteria(d), "phases": _phase_rows(d), "stats": _stats(d),
+        "examples": dict(zip(("pairs", "shared"), pick_early_late(d.samples), strict=True)),
+        "evals": {name: _eval_tables(v) for name, v in d.evals.items()}, "max_eval_rows": _MAX_EVAL_ROWS}
+    return render_page("report.html.j2", run_name=d.run_dir.resolve().name, run_dir=d.run_dir, notes=d.notes,
+                       **sections)
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None, length_factor: float = LENGTH_FACTOR) -> Path:
