@@ -200,7 +200,7 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
 
         judgments = judges[0].score(items)
         scores = scores_of(judgments)
-        readings = [[[c.weight, c.value] for c in j.criteria] or None for j in judgments]
+        readings = [[[c.weight, c.value] for c in j.criteria or ()] or None for j in judgments]
     else:
         scores = score_with_judges(list(judges), items, "mean") if items and judges else [None] * len(items)
     n = 2 * len(pairs)
