@@ -676,6 +676,43 @@ def _length_line(res: dict[str, dict[str, Any]], order: Sequence[tuple[str, str,
             f"{'; '.join(cells)}. The human label prefers the longer answer in {human:.2f} of them.")
 
 
+def _drop_flat_line(res: dict[str, dict[str, Any]]) -> str:
+    """``rewards.drop_flat_criteria`` on the held-out pairs, for the arms whose items keep each answer's per-criterion
+    readings: a pair's two answers as one group, its flat criteria (``rewards.FLAT_SPREAD``) dropped from both scores
+    by the library's own ``drop_flat``, the credit recomputed; against the arm's credit, a sign test."""
+    from evolm.eval.pairs import pair_credit
+    from evolm.rewards import RowReward, drop_flat, flat_positions
+    from evolm.scores import CriterionScore
+
+    def crit(readings: list[list[float]]) -> tuple[CriterionScore, ...]:
+        return tuple(CriterionScore(str(k), w, v) for k, (w, v) in enumerate(readings))
+
+    cells = []
+    for r in res.values():
+        rows = [x for x in _jsonl(ROOT / r["items"]) if x.get("kind") == "pair"] if r.get("items") else []
+        rows = [x for x in rows if x.get("criteria_chosen") and x.get("criteria_rejected")]
+        if not rows or len(rows) < len(r["credits"]):
+            continue
+        before, after, flat_share = [], [], []
+        for x in rows:
+            raw = [RowReward(x["score_chosen"], score=x["score_chosen"], criteria=(crit(x["criteria_chosen"]),)),
+                   RowReward(x["score_rejected"], score=x["score_rejected"], criteria=(crit(x["criteria_rejected"]),))]
+            flat = flat_positions(raw, ["g", "g"], policy=True)
+            kept = drop_flat(raw, ["g", "g"], flat)
+            before.append(x["credit"])
+            after.append(pair_credit(kept[0].score, kept[1].score))
+            flat_share += flat.get("g", [])
+        up, down, p = sign_test(after, before)
+        cells.append(f"{r['label']} {statistics.fmean(after):.3f} against {statistics.fmean(before):.3f} "
+                     f"({up} pairs better, {down} worse, sign test p {p:.3g}; {statistics.fmean(flat_share):.2f} of "
+                     f"criteria flat across a pair)")
+    if not cells:
+        return ""
+    return ("With `rewards.drop_flat_criteria` (a criterion whose P(Yes) differs by less than 0.05 between a pair's "
+            "two answers dropped from both scores, as the option does in a policy group), held-out pair accuracy: "
+            + "; ".join(cells) + ".")
+
+
 def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     """Arm ``a`` against arm ``b`` on the pairs both judged: better / worse, sign test p, mean difference and its
     paired bootstrap interval, n."""
@@ -765,6 +802,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
                      f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
     lines += ["", _length_line(res, order)]
+    if drop_line := _drop_flat_line(res):
+        lines += ["", drop_line]
     if (WRITERS / "probe.json").exists():
         lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8"))["rows"])]
     overlap = training_overlap(writers_pairs())
