@@ -11,8 +11,8 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
 - ``state.fail_first = N`` answers the first N requests with ``state.fail_status``;
 - ``state.delay_s`` delays every request; ``state.jitter_s`` adds a delay derived from the message
   (deterministic, so tests can make later rows finish first);
-- every request body and Authorization header is recorded, and the most requests in flight at
-  once is counted;
+- every request body, Authorization header and client port (one per connection) is recorded, and
+  the most requests in flight at once is counted;
 - misbehaviour of real servers and proxies: ``state.delay_s = 3600`` accepts and never replies,
   ``state.drip_s`` answers HTTP 200 and then sends one byte every ``drip_s`` seconds (for a minute),
   ``state.raw_body`` answers HTTP 200 with that body verbatim (HTML, invalid JSON...),
@@ -90,6 +90,7 @@ class ServerState:
     flood_status: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
+    peers: list[int | None] = field(default_factory=list)  # each request's client port: one per connection
     failed: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
@@ -140,6 +141,7 @@ def create_app(state: ServerState) -> FastAPI:
         state.requests.append(body)
         authorization = request.headers.get("authorization")
         state.authorizations.append(authorization)
+        state.peers.append(request.client.port if request.client else None)
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:

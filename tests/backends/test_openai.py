@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -207,6 +209,41 @@ def test_works_from_several_threads(openai_server: RunningServer) -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(lambda batch: chosen.generate(batch, SamplingParams()), batches))
     assert results == [[f"echo: t{t} r{r}" for r in range(5)] for t in range(3)]
+
+
+def test_calls_share_their_connection(openai_server: RunningServer) -> None:
+    """The clients and their connections are kept between calls, from any thread or event loop."""
+    chosen = backend(openai_server)
+    chosen.generate([conv("a")], SamplingParams())
+    chosen.next_token_logprobs([conv("no")], ["No"])
+
+    async def in_a_loop() -> list[str]:
+        return chosen.generate([conv("b")], SamplingParams())
+
+    assert asyncio.run(in_a_loop()) == ["echo: b"]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(chosen.generate, [conv("c")], SamplingParams()).result() == ["echo: c"]
+    assert len(openai_server.state.peers) == 4
+    assert len(set(openai_server.state.peers)) == 1
+
+
+def test_close_and_garbage_collection_stop_the_loop_thread(openai_server: RunningServer) -> None:
+    def loop_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("evolm-openai-")}
+
+    before = loop_threads()
+    chosen = backend(openai_server)
+    chosen.generate([conv("a")], SamplingParams())
+    first = loop_threads() - before
+    assert len(first) == 1
+    chosen.close()
+    assert not any(t.is_alive() for t in first)
+    assert chosen.generate([conv("again")], SamplingParams()) == ["echo: again"]  # reopened
+    second = loop_threads() - before
+    assert len(second) == 1 and len(set(openai_server.state.peers)) == 2
+    del chosen
+    gc.collect()
+    assert not any(t.is_alive() for t in second)
 
 
 def test_progress_bar(openai_server: RunningServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,13 +1,19 @@
 """Backend for any OpenAI-compatible chat server (``vllm serve``, SGLang, the OpenAI API).
 
 This is how the judge runs at scale (docs/METHOD.md §6): a separate ``vllm serve <judge>`` process on its
-own GPUs, with many requests in flight from every training process. Each call opens one
-``AsyncOpenAI`` client per endpoint, sends every conversation as its own chat completion and
-returns the texts in input order. ``base_url`` may name several endpoints serving the same model
-(a list, or comma-separated): an ``EndpointPool`` (``evolm.backends.pool``) sends each request to
-the least-loaded one, with at most ``max_concurrency`` in flight to each, optional requests- and
-tokens-per-minute limits, and endpoints that keep failing skipped for a while. One URL is a pool of
+own GPUs, with many requests in flight from every training process. Each call sends every
+conversation as its own chat completion and returns the texts in input order. ``base_url`` may
+name several endpoints serving the same model (a list, or comma-separated): an ``EndpointPool``
+(``evolm.backends.pool``) sends each request to the least-loaded one, with at most
+``max_concurrency`` in flight to each, optional requests- and tokens-per-minute limits, and
+endpoints that keep failing skipped for a while. One URL is a pool of
 one. ``stats()`` counts attempts, tokens (the servers' ``usage``) and seconds per endpoint.
+
+The backend keeps one ``AsyncOpenAI`` client per endpoint, and its open connections, from call to
+call, on an event loop of its own in a daemon thread: every caller (any thread, inside a running
+event loop or not) hands its batch to that loop and waits. Opening the clients anew for each call
+cost about 65 ms of CPU (docs/PERFORMANCE.md). ``close()`` closes them (so does garbage collection,
+or the end of the process); a later call opens new ones.
 
 Deadlines and retries are ours, not the ``openai`` client's (which runs with ``max_retries=0``):
 its timeout is per socket read, so a server that drips a byte every few seconds keeps a request
@@ -56,10 +62,11 @@ import math
 import os
 import random
 import re
+import threading
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -171,6 +178,9 @@ class OpenAIBackend:
         self.neutralize_control_tokens = neutralize_control_tokens
         self._api_key = os.environ.get(api_key_env) or "EMPTY"
         self._pool = EndpointPool(urls, max_concurrency, requests_per_minute, tokens_per_minute)
+        self._loop: _ClientLoop | None = None  # started by the first call (and again after close() or a fork)
+        self._loop_lock = threading.Lock()
+        self._closer: weakref.finalize | None = None
 
     def __repr__(self) -> str:
         return (
@@ -186,6 +196,16 @@ class OpenAIBackend:
         if self._deadline_s is not None:
             return self._deadline_s
         return (self.max_retries + 1) * self.timeout_s + self.max_retries * MAX_BACKOFF_S
+
+    def close(self) -> None:
+        """Close the HTTP clients and stop the backend's event loop thread (a later call starts them again).
+
+        Call it when no call is in flight. Not needed at exit or when the backend is garbage-collected:
+        that closes them too."""
+        with self._loop_lock:
+            closer, self._loop, self._closer = self._closer, None, None
+        if closer is not None:
+            closer()
 
     def stats(self) -> PoolStats:
         """Counters since this backend was made, per endpoint (``.total`` sums them; ``a.since(b)`` for a delta):
@@ -226,7 +246,7 @@ class OpenAIBackend:
                 )
             return content or ""
 
-        return _run_sync(lambda: self._map(one, conversations, progress=progress))
+        return self._run(self._map(one, conversations, progress=progress))
 
     def next_token_logprobs(
         self,
@@ -275,7 +295,7 @@ class OpenAIBackend:
             # Variants of one candidate add up; a server whose probabilities sum past 1 is clamped.
             return {c: min(v, 0.0) for c, v in match_candidates(top[1:], candidates).items()}
 
-        rows = _run_sync(lambda: self._map(one, conversations, progress=False))
+        rows = self._run(self._map(one, conversations, progress=False))
         if unreadable:
             log.warning(
                 self._redact(f"openai backend: {len(unreadable)} of {len(rows)} replies had unreadable logprobs "
@@ -284,6 +304,28 @@ class OpenAIBackend:
         return rows
 
     # ------------------------------------------------------------------ internals
+
+    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on the backend's event loop (started here when needed) and wait for its result."""
+        with self._loop_lock:
+            loop = self._loop
+            if loop is None or loop.pid != os.getpid():  # a forked child has the loop but not its thread
+                loop = self._loop = _ClientLoop(f"evolm-openai-{self.model}"[:60])
+                self._closer = weakref.finalize(self, loop.close)
+        return loop.run(coroutine)
+
+    def _open_clients(self) -> dict[int, openai.AsyncOpenAI]:
+        """One client per endpoint, each with its own connection pool behind ``ReplyCap``."""
+        return {
+            e.index: openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=e.url,
+                timeout=httpx.Timeout(self.timeout_s),
+                max_retries=0,  # ours: see _complete
+                http_client=capped_client(self.timeout_s, int(self.max_reply_mb * 2**20)),
+            )
+            for e in self._pool.endpoints
+        }
 
     def _messages(self, conversation: Conversation) -> list[dict[str, Any]]:
         if not self.neutralize_control_tokens:
@@ -383,32 +425,21 @@ class OpenAIBackend:
         """
         if not conversations:
             return []
+        clients = _ClientLoop.clients(self._open_clients)
         bar = tqdm(total=len(conversations), desc=f"openai {self.model}", disable=not progress)
 
-        async with contextlib.AsyncExitStack() as stack:
-            clients = {
-                e.index: await stack.enter_async_context(openai.AsyncOpenAI(
-                    api_key=self._api_key,
-                    base_url=e.url,
-                    timeout=httpx.Timeout(self.timeout_s),
-                    max_retries=0,  # ours: see _complete
-                    http_client=capped_client(self.timeout_s, int(self.max_reply_mb * 2**20)),
-                ))
-                for e in self._pool.endpoints
-            }
+        async def guarded(index: int, conversation: Conversation) -> _T:
+            result = await one(clients, index, conversation)
+            bar.update(1)
+            return result
 
-            async def guarded(index: int, conversation: Conversation) -> _T:
-                result = await one(clients, index, conversation)
-                bar.update(1)
-                return result
-
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(guarded(i, c)) for i, c in enumerate(conversations)]
-            except BaseExceptionGroup as failures:
-                raise _first_error(failures) from None
-            finally:
-                bar.close()
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(guarded(i, c)) for i, c in enumerate(conversations)]
+        except BaseExceptionGroup as failures:
+            raise _first_error(failures) from None
+        finally:
+            bar.close()
         return [task.result() for task in tasks]
 
     def _extra_body(self, client: openai.AsyncOpenAI, template_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -692,20 +723,66 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
     return next((exc for exc in leaves if isinstance(exc, BackendError)), leaves[0] if leaves else group)
 
 
-def _run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
-    """Run a coroutine to completion from synchronous code, even inside a running event loop.
+class _ClientLoop:
+    """An event loop in a daemon thread, owned by one backend, where its HTTP clients live and are used.
 
-    Callers (TRL reward functions, notebooks) may already be inside an event loop, where
-    ``asyncio.run`` refuses to start; then the coroutine runs on a fresh loop in a private thread
-    and this call blocks until it is done, as a synchronous call should.
+    httpx clients belong to the event loop that opened them, so they cannot be kept in a caller's loop
+    (``asyncio.run`` makes a new one per call, TRL has its own): every call, from any thread, runs its
+    batch here instead (``run``) and blocks until it is done, as a synchronous call should. The clients
+    are opened by the first batch and kept, with their connections, until ``close``.
     """
 
-    async def main() -> _T:
-        return await make()
+    _current: threading.local = threading.local()  # the loop thread's own _ClientLoop
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evolm-openai") as pool:
-        return pool.submit(asyncio.run, main()).result()
+    def __init__(self, name: str) -> None:  # nothing here refers to the backend, which the garbage collector may end
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._clients: dict[int, openai.AsyncOpenAI] | None = None
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        _ClientLoop._current.value = self
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    @staticmethod
+    def clients(open_clients: Callable[[], dict[int, openai.AsyncOpenAI]]) -> dict[int, openai.AsyncOpenAI]:
+        """The clients of the loop running this coroutine, opened by ``open_clients`` on first use (only the loop's
+        thread touches them)."""
+        owner: _ClientLoop = _ClientLoop._current.value
+        if owner._clients is None:
+            owner._clients = open_clients()
+        return owner._clients
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` here and return its result; a caller interrupted while waiting cancels it."""
+        if getattr(_ClientLoop._current, "value", None) is self:
+            coroutine.close()
+            raise RuntimeError("openai backend: called from inside its own event loop (it would wait for itself)")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # KeyboardInterrupt and the like: the batch's requests stop and give back their slots
+            raise
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close the clients and stop the thread (in the process that started it; a fork's child only drops it)."""
+        if self.pid != os.getpid() or not self.thread.is_alive():
+            return
+        if threading.current_thread() is self.thread:  # the backend's last reference went away on its own loop
+            self.loop.create_task(self._close_clients()).add_done_callback(lambda _: self.loop.stop())
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._close_clients(), self.loop).result(timeout_s)
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout_s)
+
+    async def _close_clients(self) -> None:
+        clients, self._clients = self._clients, None
+        await asyncio.gather(*(c.close() for c in (clients or {}).values()), return_exceptions=True)
