@@ -162,3 +162,26 @@ def test_evolm_judge_listwise_groups_rows_by_prompt(tiny_model_dir: Path, tmp_pa
         listed = {frozenset(shown(c)[0]) for c in sent}
         assert listed == {frozenset({"4", "5", "22"}), frozenset({"Blue."})}
     assert scores["1"] == pytest.approx(scores["8"], abs=1e-4)
+
+
+def test_progress_bar_moves_by_whole_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    """Over ``PROGRESS_BLOCK`` answers, a bar moves block by block; no group is split between blocks, so the scores
+    are those of one call, each back at its item (the pairs' answers stand 70 items apart)."""
+    value = {f"a{k}": k % 10 for k in range(140)}
+    items = [JudgeItem(f"question {k % 70}", f"a{k}", RUBRIC) for k in range(140)]
+    whole = ListBackend(lambda answers, pos: value[answers[pos]])
+    expected = scores_of(Judge(whole, mode="listwise").score(items))  # type: ignore[arg-type]
+    assert expected == pytest.approx([(k % 10) / 9 for k in range(140)])
+    capsys.readouterr()
+    calls: list[int] = []  # prompts per backend call
+
+    class Counted(ListBackend):
+        def next_token_logprobs(self, conversations, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            calls.append(len(conversations))
+            return super().next_token_logprobs(conversations, *args, **kwargs)
+
+    backend = Counted(lambda answers, pos: value[answers[pos]])
+    assert scores_of(Judge(backend, mode="listwise").score(items, progress=True)) == expected  # type: ignore[arg-type]
+    assert calls == [2 * 128, 2 * 12]  # two orders of each answer: 64 pairs, then 6
+    assert "140/140" in capsys.readouterr().err
+    assert sorted(map(str, backend.prompts)) == sorted(map(str, whole.prompts))

@@ -239,16 +239,18 @@ class Judge:
     def _score_fitted(self, items: list[JudgeItem], progress: bool) -> list[Judgment]:
         """``score`` on items that fit the context."""
         score = SCORERS[self.mode]
-        if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES or self.mode == "listwise":
-            # the generative modes have their own bar; a block must not split a listwise group
-            return score(self, items, progress)
+        if not progress or len(items) <= PROGRESS_BLOCK or self.mode in GENERATIVE_MODES:
+            return score(self, items, progress)  # the generative modes have their own bar
         from tqdm.auto import tqdm
 
-        out: list[Judgment] = []
+        blocks = (_listwise_blocks(items) if self.mode == "listwise"  # a block must not split a listwise group
+                  else [range(start, min(start + PROGRESS_BLOCK, len(items)))
+                        for start in range(0, len(items), PROGRESS_BLOCK)])
+        out: list[Judgment] = [Judgment(None)] * len(items)
         with tqdm(total=len(items), desc=f"judge ({self.mode})", unit="answer") as bar:
-            for start in range(0, len(items), PROGRESS_BLOCK):
-                block = items[start : start + PROGRESS_BLOCK]
-                out += score(self, block, False)
+            for block in blocks:
+                for i, judged in zip(block, score(self, [items[i] for i in block], False), strict=True):
+                    out[i] = judged
                 bar.update(len(block))
         return out
 
@@ -408,6 +410,26 @@ def listwise_group(item: JudgeItem) -> Any:
         return ("group", item.group)
     parsed = render_rubric(item.rubric) if item.rubric is not None else None
     return ("question", item.question, item.rubric_text, parsed)
+
+
+def _listwise_blocks(items: Sequence[JudgeItem]) -> list[list[int]]:
+    """Item indices in blocks of whole ``listwise`` groups (in order of first appearance), each up to
+    ``PROGRESS_BLOCK`` answers (a larger group is a block of its own): the progress bar's steps.
+
+    >>> items = [JudgeItem(f"q{k % 70}", f"a{k}") for k in range(140)]  # 70 pairs, each pair 70 apart
+    >>> blocks = _listwise_blocks(items)
+    >>> [len(b) for b in blocks], blocks[0][:4], sorted(sum(blocks, [])) == list(range(140))
+    ([128, 12], [0, 70, 1, 71], True)
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, it in enumerate(items):
+        groups.setdefault(listwise_group(it), []).append(i)
+    blocks: list[list[int]] = [[]]
+    for group in groups.values():
+        if blocks[-1] and len(blocks[-1]) + len(group) > PROGRESS_BLOCK:
+            blocks.append([])
+        blocks[-1] += group
+    return blocks
 
 
 def listwise_orders(items: Sequence[JudgeItem], seed: int | None) -> list[list[int]]:
