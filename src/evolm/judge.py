@@ -224,7 +224,8 @@ class Judge:
         (``Judgment.cut``), or, with ``overlong="refuse"``, the call raises ``OverlongPrompt``
         (``fit_to_context``); an item whose prompt cannot fit is not sent (``Judgment.unscored``). With
         ``progress``, items go to the backend in blocks of ``PROGRESS_BLOCK`` under a progress bar; answers
-        to the same question should be adjacent so that a block keeps their shared prefix.
+        to the same question should be adjacent so that a block keeps their shared prefix (``listwise``: a block holds
+        whole groups, wherever their items stand).
         """
         items = list(items)
         if not items:
