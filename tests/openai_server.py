@@ -91,6 +91,7 @@ class ServerState:
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     peers: list[int | None] = field(default_factory=list)  # each request's client port: one per connection
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each request's (start, end), time.monotonic()
     failed: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
@@ -144,6 +145,7 @@ def create_app(state: ServerState) -> FastAPI:
         state.peers.append(request.client.port if request.client else None)
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        started = time.monotonic()
         try:
             prompt = _last_user(body.get("messages", []))
             delay = state.delay_s + state.jitter_s * (zlib.crc32(prompt.encode()) % 1000) / 1000
@@ -202,6 +204,7 @@ def create_app(state: ServerState) -> FastAPI:
             )
         finally:
             state.in_flight -= 1
+            state.spans.append((started, time.monotonic()))
 
     return app
 
