@@ -182,7 +182,11 @@ def _merge_adapter(model: Any, path: str) -> Any:
     except ImportError:
         raise ModelError(f"{path} is a LoRA adapter checkpoint: loading it needs peft (pip install 'evolm[lora]')") \
             from None
-    return PeftModel.from_pretrained(model, path).merge_and_unload()
+    import warnings
+
+    with warnings.catch_warnings():  # peft reads transformers' deprecated ``is_gradient_checkpointing``
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return PeftModel.from_pretrained(model, path).merge_and_unload()
 
 
 def require_hub_files(repo_id: str, what: str = "model") -> None:
