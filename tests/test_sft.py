@@ -64,7 +64,7 @@ def test_shared_prefix_loss_and_gradients_equal_the_full_sequences(tiny_model_di
     full = [{"ids": prefix + d["ids"], "labels": [-100] * len(prefix) + d["labels"]} for d in data]
     whole = shared_prefix_loss(model, [], full, tok.pad_token_id)
     whole.backward()
-    assert float(shared) == pytest.approx(float(whole), abs=1e-5)
+    assert shared.item() == pytest.approx(whole.item(), abs=1e-5)
     assert max(float((a - p.grad).abs().max()) for a, p in zip(grads, model.parameters(), strict=True)) < 1e-5
     assert torch.isfinite(shared)
 
