@@ -109,6 +109,12 @@ def test_run_pairs_with_rubrics():
     assert lo < 0.75 < hi and (round(lo, 3), round(hi, 3)) == (0.365, 0.94)
     assert pairs.percent_interval(result.total.interval) in table.splitlines()[-1]
     assert result.to_dict()["total"]["ci95"] == [lo, hi]
+    # per pair, in input order: the credits add up to the total and name their file (--save-scores writes these)
+    assert [Path(r["file"]).name for r in result.items] == ["pairs_llmbar.json"] * 3 + ["pairs_prompt.jsonl"] * 2 + [
+        "pairs_temporal.jsonl"]
+    assert [r["credit"] for r in result.items] == [1.0, 1.0, 0.0, 1.0, 0.5, 1.0]
+    assert all(r["prompt"] == p.prompt and r["chosen"] == p.better for r, p in
+               zip(result.items, [p for ps in FILES.values() for p in ps], strict=True))
 
 
 def test_run_pairs_judge_alone_is_at_chance():
@@ -119,9 +125,11 @@ def test_run_pairs_judge_alone_is_at_chance():
 def test_cli_pairs_with_a_tiny_model(tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "pairs.json"
     argv = ["eval", "pairs", str(LLMBAR), str(PROMPT), "--judge", str(tiny_model_dir), "--no-rubric",
-            "--device", "cpu", "--limit", "2", "--output", str(out)]
+            "--device", "cpu", "--limit", "2", "--output", str(out), "--save-scores", str(tmp_path / "s.jsonl")]
     assert main(argv) == 0
     result = json.loads(out.read_text())
+    saved = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(saved) == 4 and sum(r["credit"] for r in saved) / 4 == pytest.approx(result["total"]["accuracy"])
     assert [f["pairs"] for f in result["files"].values()] == [2, 2] and result["total"]["pairs"] == 4
     assert 0.0 <= result["total"]["accuracy"] <= 1.0 and result["settings"]["no_rubric"] is True
     assert "total" in capsys.readouterr().out

@@ -18,7 +18,7 @@ Accepted records (formats may mix within a file; ``.gz`` files are read too):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +107,8 @@ class PairsResult:
     files: dict[str, FileResult]
     total: FileResult
     rubrics: RubricCoverage
+    items: list[dict[str, Any]] = field(default_factory=list)
+    """One row per pair, in input order: its file, prompt, answers, both scores and its credit (``--save-scores``)."""
 
     @property
     def mean_of_files(self) -> float:
@@ -240,4 +242,8 @@ def run_pairs(
     for name, pairs in files.items():
         results[name] = summarize(pair_scores[i : i + len(pairs)])
         i += len(pairs)
-    return PairsResult(results, summarize(pair_scores), coverage)
+    names = [name for name, pairs in files.items() for _ in pairs]
+    items_out = [{"file": name, "prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "score_chosen": b,
+                  "score_rejected": w, "credit": pair_credit(b, w)}
+                 for name, p, (b, w) in zip(names, flat, pair_scores, strict=True)]
+    return PairsResult(results, summarize(pair_scores), coverage, items_out)

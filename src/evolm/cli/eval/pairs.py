@@ -22,6 +22,9 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
     add_rubric_judge_args(p)
     p.add_argument("--limit", type=positive_int, default=None, help="at most this many pairs per file (the first ones)")
     p.add_argument("--output", default=None, help="JSON result to write ('-' for stdout)")
+    p.add_argument("--save-scores", default=None, metavar="PATH",
+                   help="JSONL, one line per pair: its file, prompt, answers, both scores and its credit (to compare "
+                   "two runs pair by pair)")
     p.set_defaults(run=main)
 
 
@@ -29,14 +32,18 @@ def main(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
     from evolm.jsonl import check_outputs_differ, check_writable
 
-    check_outputs_differ([args.output], args.files)
-    check_writable([args.output])
+    check_outputs_differ([args.output, args.save_scores], args.files)
+    check_writable([args.output, args.save_scores])
     files = {path: pairs_eval.load_pairs(path, limit=args.limit) for path in args.files}
     rubric_backend, judge = rubric_and_judge(args)
     result = pairs_eval.run_pairs(files, judge, rubric_backend=rubric_backend, rubric_params=rubric_params(args),
                                   progress=True, rubric_prompt=args.rubric_prompt)
     out = {**result.to_dict(), "settings": {**rubric_judge_settings(args), "limit": args.limit}}
     write_result(args.output, out, pairs_eval.format_table(result))
+    if args.save_scores:
+        from evolm.jsonl import write_jsonl
+
+        write_jsonl(args.save_scores, result.items)
     say(f"pairwise accuracy {100 * result.total.accuracy:.1f} (95% CI "
         f"{pairs_eval.percent_interval(result.total.interval)}) over {result.total.pairs} pairs"
           + rubric_note(result.rubrics) + judge_context_note(judge)
