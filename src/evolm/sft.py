@@ -208,15 +208,6 @@ def tokenize_examples(tokenizer: Any, examples: list[dict[str, Any]], max_length
     return prefix, kept
 
 
-def _cache_kw(model: Any) -> str:
-    """The KV cache's name in the model's forward and output: ``cache`` from transformers 5.2x (the old
-    ``past_key_values`` still works there but warns), ``past_key_values`` before; as ``backends.hf`` reads it."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper takes **kwargs
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
 def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id: int, detach_prefix: bool = False
                        ) -> Any:
     """Mean next-token loss over the batch's completion tokens, the shared prefix run once for the batch.
@@ -242,7 +233,9 @@ def shared_prefix_loss(model: Any, prefix: list[int], batch: list[dict], pad_id:
     if p:
         with torch.no_grad() if detach_prefix else contextlib.nullcontext():
             out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
-        kw = _cache_kw(model)
+        from evolm.backends.hf import cache_kwarg
+
+        kw = cache_kwarg(model)
         cache = getattr(out, kw)
         cache.batch_repeat_interleave(n)
         logits = model(input_ids=ids, attention_mask=torch.cat([torch.ones((n, p), dtype=torch.long, device=device),

@@ -47,6 +47,14 @@ from evolm.context import model_context_length
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
 
 
+def cache_kwarg(model: Any) -> str:
+    """The KV cache's name in ``model``'s forward arguments and outputs: transformers >= 5.2x names it ``cache`` (the
+    old ``past_key_values`` still works there but warns), earlier 5.x ``past_key_values``. A PEFT wrapper's forward
+    takes ``**kwargs``, so its base model is asked."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 class HFBackend:
     """A transformers causal LM + tokenizer behind the ``Backend`` protocol.
 
@@ -86,8 +94,7 @@ class HFBackend:
         self._controls, self._escaped = control_pattern(controls), escaped_pattern(controls)
         self._candidate_ids: dict[str, list[int]] = {}
         params = inspect.signature(model.forward).parameters
-        # transformers >= 5.2x names the KV cache argument ``cache``; earlier 5.x ``past_key_values``.
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_kwarg(model)
         # Only the last position's logits are needed: ``logits_to_keep=1`` skips the lm_head on every
         # other position (for SmolLM2 a fifth of the FLOPs and a [B, L, 49152] float tensor per batch).
         self._last_only: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
