@@ -2,9 +2,10 @@
 
 Two reward functions per step, each a served judge (``Judge(OpenAIBackend, mode="prob")``) against its own real
 local OpenAI-compatible server (tests/openai_server.py on 127.0.0.1, in a process of its own) that sleeps
-``--delays`` seconds per request, as a busy judge server would. TRL 1.16's ``_calculate_rewards`` calls its synchronous reward functions one after
-the other, then gathers its async ones on a daemon event loop (``start_event_loop_in_daemon``,
-``asyncio.run_coroutine_threadsafe``); the bench does exactly that with TRL's own helpers:
+``--delays`` seconds per request, as a busy judge server would. TRL 1.16's ``_calculate_rewards`` calls its
+synchronous reward functions one after the other, then gathers its async ones on a daemon event loop
+(``start_event_loop_in_daemon``, ``asyncio.run_coroutine_threadsafe``); the bench does exactly that with TRL's
+own helpers:
 
 - sync:  ``make_trl_reward(judge, asynchronous=False)`` x 2, called in turn;
 - async: ``make_trl_reward(judge)`` x 2 (async: the judges are served), gathered on TRL's daemon loop.

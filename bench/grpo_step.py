@@ -349,8 +349,8 @@ def main() -> None:
                      "share of EvoLM step"], over))
 
     print("\nMemory and whole-run time:\n")
-    mem = [[f"demo ({len(demo['steps'])} steps{', as shipped' if not args.set else ''})", demo["peak_rss_mib"], demo["total_seconds"],
-            sum(s["wall"] for s in demo["steps"])]]
+    mem = [[f"demo ({len(demo['steps'])} steps{', as shipped' if not args.set else ''})", demo["peak_rss_mib"],
+            demo["total_seconds"], sum(s["wall"] for s in demo["steps"])]]
     if before in results:
         r = results[before]
         mem.append([f"{before} ({len(r['steps'])} steps)", r["peak_rss_mib"], r["total_seconds"],
@@ -378,7 +378,7 @@ def main() -> None:
     if scaling:
         print(f"\nScaling of a policy step (median of steps 2..{args.scaling_steps}):\n")
         srows = []
-        for label, g, length in scaling:
+        for label, g, _length in scaling:
             b = breakdown(results[label]["steps"][1:])
             srows.append([label, b["wall"], b["wall"] / (2 * g), b["generation"], b["judging"], b["update"],
                           b["completion_length"], results[label]["peak_rss_mib"]])

@@ -56,7 +56,8 @@ def main() -> None:
                 scores[bs] = [j.score for j in judge.score(items)]
             gaps = [abs(a - b) for a, b in zip(scores[1], scores[16], strict=True) if a is not None and b is not None]
             out.append([mode, dtype, len(gaps), max(gaps), statistics.fmean(gaps), time.perf_counter() - t0])
-            print(f"{mode} {dtype}: max {max(gaps):.3g}, mean {statistics.fmean(gaps):.3g}", file=sys.stderr, flush=True)
+            print(f"{mode} {dtype}: max {max(gaps):.3g}, mean {statistics.fmean(gaps):.3g}", file=sys.stderr,
+                  flush=True)
         del backend
     print(table(["mode", "weights", "answers", "max |bs1 - bs16|", "mean |bs1 - bs16|", "seconds"], out))
 

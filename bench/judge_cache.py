@@ -5,8 +5,9 @@ Part ``step`` (in one process, one loaded judge, variants interleaved):
 - demo-like policy step: 1 question x 4 distinct answers under one 3-criterion rubric (configs/demo-cpu.yaml's
   policy step), judged by ``Judge.score`` (no cache) and by a ``CachedJudge`` with an empty cache (first sight:
   nothing to reuse, so this is the cache's overhead);
-- a step with duplicates: ``--dup-questions`` (2) questions x 8 answers of which 4 distinct per question (what a group sampled at low
-  temperature, or a short answer, often gives), no cache vs. empty cache (identical completions judged once);
+- a step with duplicates: ``--dup-questions`` (2) questions x 8 answers of which 4 distinct per question (what a
+  group sampled at low temperature, or a short answer, often gives), no cache vs. empty cache (identical completions
+  judged once);
 - the same step again with the cache kept (every judgment stored).
 
 Part ``serve``: ``evolm serve --judge MODEL --mode yesno`` as a subprocess; the rows of an ``evolm judge`` input

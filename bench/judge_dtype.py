@@ -1,4 +1,5 @@
-"""Judge weights in bfloat16 vs float32: pairwise accuracy and speed on LLMBar (the evidence behind ``judge.dtype: auto``).
+"""Judge weights in bfloat16 vs float32: pairwise accuracy and speed on LLMBar (the evidence behind
+``judge.dtype: auto``).
 
 Same judge model, same rubric (the generic three-criterion rubric of ``bench/common.py``, so that only the
 weights differ), same answers: both answers of every pair in the chosen LLMBar files, read in place from
@@ -19,7 +20,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -80,7 +80,8 @@ def main() -> None:
         up, down, p = sign_test(a, b)
         diff = [x - y for x, y in zip(a, b)]
         lo, hi = bootstrap_mean(diff)
-        gaps = [abs(x - y) for x, y in zip(scores[mode, "bfloat16"], scores[mode, "float32"]) if x is not None and y is not None]
+        gaps = [abs(x - y) for x, y in zip(scores[mode, "bfloat16"], scores[mode, "float32"])
+                if x is not None and y is not None]
         rows.append([mode, f"{up} / {down}", p, f"{statistics.fmean(diff):+.3f} [{lo:+.3f}, {hi:+.3f}]",
                      max(gaps) if gaps else float("nan"), statistics.fmean(gaps) if gaps else float("nan")])
     print(table(["mode", "pairs bf16 better / worse", "sign test p", "accuracy difference [95% CI]",

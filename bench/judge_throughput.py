@@ -44,7 +44,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="generation budget of the generative judge")
     ap.add_argument("--rubric-tokens", type=int, default=256, help="generation budget of the rubric writer")
     ap.add_argument("--batch-size", type=int, default=16, help="judge batch size (demo config: 16)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed rounds of the probability modes, interleaved (median)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed rounds of the probability modes, interleaved (median)")
     ap.add_argument("--modes", default="generative,prob,yesno", help="comma-separated judge modes")
     ap.add_argument("--prob-batch-sizes", default="1,4",
                     help="extra prob-mode rows at these judge batch sizes (empty: none)")
@@ -122,7 +123,8 @@ def main() -> None:
 
     answer_tokens = [len(backend.tokenizer.encode(it.answer)) for it in items]
     print_header("Judge throughput: generative vs probability modes", {
-        "model": args.model, "dtype": args.dtype, "data": Path(args.data).name, "pairs": len(rows), "answers": len(items),
+        "model": args.model, "dtype": args.dtype, "data": Path(args.data).name, "pairs": len(rows),
+        "answers": len(items),
         "answer_tokens_mean": round(sum(answer_tokens) / len(answer_tokens)),
         "rubrics": f"{n_written} written by the model, {len(rows) - n_written} generic fallback",
         "generative_max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,

@@ -110,7 +110,8 @@ def main() -> None:
                 list(pool.map(client, range(args.clients)))
             seconds = time.perf_counter() - t0
             batcher = app.state.batcher
-        return seconds, [x for r in range(len(requests)) for x in results[r]], latencies, batcher.batches, batcher.busy_s
+        return (seconds, [x for r in range(len(requests)) for x in results[r]], latencies, batcher.batches,
+                batcher.busy_s)
 
     n = len(rows)
     out = []
