@@ -358,3 +358,23 @@ def test_judge_show_prompt_default_has_the_defences(capsys: pytest.CaptureFixtur
 def test_judge_without_show_prompt_needs_its_files(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["judge", "--judge", "x"]) == 2
     assert "--input, --output required" in capsys.readouterr().err
+
+
+def test_the_run_summary_fits_80_columns_without_cutting_a_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`evolm train` ends with a table of its phases; in an 80-column terminal every header is shown whole."""
+    from evolm.cli.train import _print_summary
+
+    monkeypatch.setenv("COLUMNS", "80")
+    phases = [{"phase": 0, "cycle": 0, "role": "policy", "steps": 1, "reward": 0.258, "reward_std": 0.043,
+               "pair_accuracy": None, "rubric_validity": None, "seconds": 127.0},
+              {"phase": 1, "cycle": 0, "role": "rubric", "steps": 1, "reward": 0.293, "reward_std": 0.007,
+               "pair_accuracy": 0.25, "rubric_validity": 1.0, "seconds": 292.0}]
+    monkeypatch.chdir(tmp_path)
+    Path("run").mkdir()
+    Path("run", "metrics.jsonl").write_text("", encoding="utf-8")
+    _print_summary(Path("run"), phases)
+    table = capsys.readouterr().out.splitlines()[:-1]  # the last line is the run directory's, printed plainly
+    assert not any("…" in line for line in table) and max(len(line) for line in table) <= 80
+    for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292"):
+        assert any(word in line for line in table), word

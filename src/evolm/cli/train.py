@@ -242,12 +242,12 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
+    # short headers, so the table fits an 80-column terminal without cutting one (the phases are its rows, in order)
     table = Table(title=f"EvoLM run: {run_dir}")
-    for col in ("phase", "cycle", "role", "steps", "mean reward", "reward std", "judge pair acc.", "rubric validity",
-                "seconds"):
+    for col in ("cycle", "role", "steps", "reward", "reward std", "pair acc.", "validity", "seconds"):
         table.add_column(col, justify="right")
     for ph in phases:
-        table.add_row(str(ph["phase"]), str(ph["cycle"]), ph["role"], str(ph["steps"]), fmt(ph["reward"]),
+        table.add_row(str(ph["cycle"]), ph["role"], str(ph["steps"]), fmt(ph["reward"]),
                       fmt(ph.get("reward_std")), fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]),
                       f"{ph['seconds']:.0f}")
     Console().print(table)
