@@ -110,7 +110,7 @@ def fmt_ci(v: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
     return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
-# ============================================================================= data (read in place, filtered into runs/)
+# ============================================================================ data (read in place, filtered into runs/)
 
 
 def _short_pairs(src: Path, dst: Path, n: int, max_chars: int) -> Path:
@@ -141,7 +141,8 @@ def study_data() -> dict[str, Path]:
 
     d = OUT / "data"
     out = {
-        "train_pairs": _short_pairs(DATA / "ultrafeedback_sample" / "train_clean.jsonl", d / "uf_train.jsonl", 400, 1200),
+        "train_pairs": _short_pairs(DATA / "ultrafeedback_sample" / "train_clean.jsonl", d / "uf_train.jsonl",
+                                    400, 1200),
         "uf_eval": _short_pairs(DATA / "ultrafeedback_sample" / "eval_clean.jsonl", d / "uf_eval.jsonl", 60, 1200),
         "llmbar": _short_pairs(DATA / "llmbar" / "Natural.json", d / "llmbar_natural.jsonl", 60, 1200),
         "questions": d / "heldout_questions.jsonl",
@@ -497,7 +498,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
         rubrics = handwritten_rubrics()
         missing = [q for q in prompts if q not in rubrics]
         if missing:
-            raise SystemExit(f"{HANDWRITTEN}: no rubric for {len(missing)} held-out prompts (first: {missing[0][:60]!r})")
+            raise SystemExit(f"{HANDWRITTEN}: no rubric for {len(missing)} held-out prompts "
+                             f"(first: {missing[0][:60]!r})")
     elif any(q not in rubrics for q in prompts):
         from evolm.models import load_backend
 
@@ -511,7 +513,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             texts = backend.generate([rubric_messages(q, "v3") for q in chunk], params)
             _append(rub_file, [{"prompt": q, "text": t} for q, t in zip(chunk, texts, strict=True)])
             rubrics.update(zip(chunk, texts, strict=True))
-            print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)", flush=True)
+            print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)",
+                  flush=True)
         del backend
     minutes_write = (time.time() - t0) / 60
     if write_only:
@@ -543,7 +546,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
               "rubrics": str(rub_file.relative_to(ROOT)) if writer else None,
               "items": str(items_file.relative_to(ROOT))}
     (WRITERS / f"{arm}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(f"{arm}: pair accuracy {statistics.fmean(result['credits']):.3f} (n={len(rows)}) -> {WRITERS / f'{arm}.json'}")
+    print(f"{arm}: pair accuracy {statistics.fmean(result['credits']):.3f} (n={len(rows)}) "
+          f"-> {WRITERS / f'{arm}.json'}")
     return result
 
 
@@ -611,7 +615,8 @@ PROBES = (
     ("Complete the following sentence: \"Yesterday it was raining, so I put on my ____.\"",
      "Completes the blank with rain gear such as 'raincoat', 'umbrella' or 'rain boots'.",
      "Yesterday it was raining, so I put on my raincoat.", "Yesterday it was raining, so I put on my sunglasses."),
-    ("Name three elements in the periodic table.", "Names three real chemical elements (e.g. hydrogen, oxygen, carbon).",
+    ("Name three elements in the periodic table.",
+     "Names three real chemical elements (e.g. hydrogen, oxygen, carbon).",
      "Hydrogen, oxygen and carbon.", "Water, air and fire."),
 )
 
@@ -658,7 +663,7 @@ def _length_line(res: dict[str, dict[str, Any]], order: Sequence[tuple[str, str,
     cells = []
     differ = [k for k in order if len(k[1]) != len(k[2])]
     human = statistics.fmean(len(k[1]) > len(k[2]) for k in differ) if differ else None
-    for a, r in res.items():
+    for _a, r in res.items():
         rows = [x for x in _jsonl(ROOT / r["items"]) if x.get("kind") == "pair"] if r.get("items") else []
         keys = {(x["prompt"], x["chosen"], x["rejected"]): x for x in rows}
         pairs = [keys[k] for k in keys if len(k[1]) != len(k[2])]
@@ -768,7 +773,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     res = {a: res[a] for a in WRITER_ARMS if a in res}
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
-    for a, r in res.items():
+    for _a, r in res.items():
         c = r["credits"]
         if not c:
             continue
@@ -784,14 +789,16 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                                                          ("warm-evolm2", "warm-evolm"), ("warm-grpo", "warm"),
                                                          ("warm-grpo", "warm-evolm2"), ("warm", "base"),
                                                          ("hand", "base")]
-    tests = [_diff_row(a, b, res) for a, b in comps if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
-    lines += ["", "| comparison | pairs better / worse | exact sign test p | accuracy difference [95% paired bootstrap CI] |",
-              "|---|---|---|---|"]
+    tests = [_diff_row(a, b, res) for a, b in comps
+             if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
+    lines += ["", "| comparison | pairs better / worse | exact sign test p | "
+              "accuracy difference [95% paired bootstrap CI] |", "|---|---|---|---|"]
     for a, b, up, down, p, d, ci, n in tests:
         on = f" (on the {n} pairs both judged)" if n < len(order) else ""
         lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
-    lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | criterion chars "
-              "| rubrics repeating a criterion | criteria copied from the prompt's example |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | "
+              "criterion chars | rubrics repeating a criterion | criteria copied from the prompt's example |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for a, r in res.items():
         s, x = r.get("stats"), r.get("extra_stats") or {}
         if not s:
@@ -800,9 +807,10 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         if r.get("partial") and (WRITERS / f"{a}-key.json").exists():
             writer = json.loads((WRITERS / f"{a}-key.json").read_text(encoding="utf-8")).get("writer")
             label += f" — partial{f', `{writer}`' if writer else ''}"
-        lines.append(f"| {label} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | {_f(s['criteria_per_rubric'])} "
-                     f"| {_f(s['label_only'])} | {_f(s['specific_value'])} | {_f(s['constraint'])} | "
-                     f"{_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | {_f(x.get('criteria_from_example'))} |")
+        lines.append(f"| {label} | {s['n_rubrics']}/{s['n_rubrics'] + s['n_unparsed']} | "
+                     f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
+                     f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
+                     f"{_f(x.get('criteria_from_example'))} |")
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
@@ -835,8 +843,10 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     if probe.exists():  # the probe: P(Yes) for the right vs the wrong answer under a criterion naming the value
         rows = json.loads(probe.read_text(encoding="utf-8"))["rows"]
         bx = fig.add_subplot(1, 2, 2)
-        bx.scatter([r["wrong_rubric"] for r in rows], [r["right_rubric"] for r in rows], s=18, label="criterion names the value")
-        bx.scatter([r["wrong_none"] for r in rows], [r["right_none"] for r in rows], s=18, marker="x", label="no rubric")
+        bx.scatter([r["wrong_rubric"] for r in rows], [r["right_rubric"] for r in rows], s=18,
+                   label="criterion names the value")
+        bx.scatter([r["wrong_none"] for r in rows], [r["right_none"] for r in rows], s=18, marker="x",
+                   label="no rubric")
         lo = min(min(r[k] for k in ("right_rubric", "wrong_rubric", "right_none", "wrong_none")) for r in rows) - 0.02
         hi = max(max(r[k] for k in ("right_rubric", "wrong_rubric", "right_none", "wrong_none")) for r in rows) + 0.02
         bx.plot([lo, hi], [lo, hi], color="#cc4444", linewidth=0.8, linestyle=":")
@@ -851,11 +861,11 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
         lo, hi = wilson(sum(c), len(c))
         ax.errorbar([i], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=4, color="#1f77b4")
     ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
-    ax.set_xticks(range(len(res)), [r["label"].split(" (")[0].replace("warm start + ", "warm+\n") for r in res.values()],
-                  fontsize=7)
+    ax.set_xticks(range(len(res)),
+                  [r["label"].split(" (")[0].replace("warm start + ", "warm+\n") for r in res.values()], fontsize=7)
     ax.set_ylabel("held-out pair accuracy")
-    ax.set_title(f"Frozen SmolLM2-135M yesno judge, LLMBar held-out pairs (n={len(next(iter(res.values()))['credits'])})",
-                 fontsize=9)
+    ax.set_title("Frozen SmolLM2-135M yesno judge, LLMBar held-out pairs "
+                 f"(n={len(next(iter(res.values()))['credits'])})", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -892,9 +902,10 @@ def _load() -> dict[str, dict[str, Any]]:
 def _section_a(r: dict[str, Any]) -> list[str]:
     out = ["## A. The rubric writer on labelled pairs", "",
            f"Training: `{r['command'].replace(f'{ROOT}/', '')}`; the trained writer is `{r['checkpoint']}` "
-           f"({r.get('trained_steps', '?')} of {r.get('planned_steps', '?')} planned rubric steps). Evaluation: `{r['eval_command']}` "
-           "(SmolLM2-135M judge, `yesno` mode; one rubric per distinct prompt at T=0.6, constrained decoding, judged as the "
-           "runs' held-out evaluation judges: `heldout.judge_heldout`; per-pair rows in `runs/study/A-items-*.jsonl`).", ""]
+           f"({r.get('trained_steps', '?')} of {r.get('planned_steps', '?')} planned rubric steps). "
+           f"Evaluation: `{r['eval_command']}` (SmolLM2-135M judge, `yesno` mode; one rubric per distinct prompt at "
+           "T=0.6, constrained decoding, judged as the runs' held-out evaluation judges: `heldout.judge_heldout`; "
+           "per-pair rows in `runs/study/A-items-*.jsonl`).", ""]
     for set_name, label in (("uf_eval", "UltraFeedback held-out pairs (eval_clean.jsonl, answers <= 1200 chars)"),
                             ("llmbar", "LLMBar Natural")):
         arms = r["sets"][set_name]
@@ -911,7 +922,8 @@ def _section_a(r: dict[str, Any]) -> list[str]:
             ca, cb = arms[a]["credits"], arms[b]["credits"]
             up, down, p = sign_test(ca, cb)
             diff = [x - y for x, y in zip(ca, cb, strict=True)]
-            out.append(f"| {a} vs {b} | {up} / {down} | {p:.3f} | {fmt_ci(statistics.fmean(diff), bootstrap_mean(diff))} |")
+            out.append(f"| {a} vs {b} | {up} / {down} | {p:.3f} | "
+                       f"{fmt_ci(statistics.fmean(diff), bootstrap_mean(diff))} |")
         out.append("")
     curve = [e for e in r["curve"] if e.get("heldout_pair_accuracy") is not None]
     if curve:
@@ -965,9 +977,11 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> lis
     names = " ".join(f"runs/study/{n}" for n in arms)
     out = [title, "", f"![start and end of each arm, 95% intervals]({figure})", "",
            "Pair accuracy and validity measure the model in the rubric role at the start and after training (a "
-           "sequential run: its stage-1 writer, the one its policy stage uses); the policy score, the final policy.", "",
+           "sequential run: its stage-1 writer, the one its policy stage uses); the policy score, the final policy.",
+           "",
            f"Every curve of these runs overlaid, with a table of final values: `evolm report {names} --output "
-           f"comparison.html`.", "", "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
+           f"comparison.html`.", "",
+           "| arm | minutes | policy judge score, start → end [95% CI] | held-out pair accuracy start → end "
            "| rubric validity start → end |", "|---|---|---|---|---|"]
     for name, r in arms.items():
         cells = []
@@ -980,9 +994,9 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> lis
             cells.append("—" if v1 is None else f"{v0:.3f} → {fmt_ci(v1, ci)} (n={n1})")
         out.append(f"| {name} | {r['minutes_training']} | " + " | ".join(cells) + " |")
     paired = {name: r.get("paired") for name, r in arms.items()}
-    out += ["", "The same change item by item (first vs last held-out evaluation; `heldout/step-*.jsonl`): policy score "
-            "end minus start per question (same fixed rubrics), pair credit end minus start per pair; exact sign test "
-            "on the items that changed, paired bootstrap 95% CI of the mean difference:", "",
+    out += ["", "The same change item by item (first vs last held-out evaluation; `heldout/step-*.jsonl`): "
+            "policy score end minus start per question (same fixed rubrics), pair credit end minus start per "
+            "pair; exact sign test on the items that changed, paired bootstrap 95% CI of the mean difference:", "",
             "| arm | policy score change [95% CI] (n) | up / down, sign test p | pair credit change [95% CI] (n) "
             "| up / down, sign test p |", "|---|---|---|---|---|"]
     for name, pr in paired.items():
@@ -1000,8 +1014,9 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> lis
         rows = [s for s in r.get("rubric_stats", []) if s.get("source") == "policy"] or r.get("rubric_stats", [])
         for s in (rows[:1] + rows[-1:]) if len(rows) > 1 else rows:
             st = s
-            out.append(f"| {name} | {s.get('phase', '?')} | {st.get('n_rubrics')} | {_f(st.get('criteria_per_rubric'))} "
-                       f"| {_f(st.get('label_only'))} | {_f(st.get('specific_value'))} | {_f(st.get('criterion_chars'), 0)} |")
+            out.append(f"| {name} | {s.get('phase', '?')} | {st.get('n_rubrics')} | "
+                       f"{_f(st.get('criteria_per_rubric'))} | {_f(st.get('label_only'))} | "
+                       f"{_f(st.get('specific_value'))} | {_f(st.get('criterion_chars'), 0)} |")
     out.append("")
     out += ["Commands (from the repository root; `python bench/learning.py B|C` writes runs/study/data first):", ""]
     out += [f"- {name}: `{r['command'].replace(f'{ROOT}/', '')}`" for name, r in arms.items()] + [""]
@@ -1017,13 +1032,14 @@ def _figure_bc(arms: dict[str, dict[str, Any]], path: Path) -> None:
               ("heldout_pair_accuracy", "heldout_pairs", "held-out judge pair accuracy (writer's rubrics)"))
     for i, (key, n_key, title) in enumerate(panels):
         ax = fig.add_subplot(1, 2, i + 1)
-        for j, (name, r) in enumerate(arms.items()):
+        for j, (_name, r) in enumerate(arms.items()):
             lines = _writer_curve(r, key)
             for k, (e, marker) in enumerate(((lines[0], "o"), (lines[-1], "s")) if lines else ()):
                 v, n = e[key], e.get(n_key) or 0
                 lo, hi = _policy_ci(e) if key == "heldout_policy_score" else wilson(v * n, n)
                 ax.errorbar([j + (0.15 if k else -0.15)], [v], yerr=[[v - lo], [hi - v]], fmt=marker, capsize=3,
-                            color="#888888" if k == 0 else "#1f77b4", label=("start" if k == 0 else "end") if j == 0 else None)
+                            color="#888888" if k == 0 else "#1f77b4",
+                            label=("start" if k == 0 else "end") if j == 0 else None)
         ax.set_xticks(range(len(arms)), [n.split("-", 1)[1] for n in arms], fontsize=8)
         ax.set_xlim(-0.6, len(arms) - 0.4)
         ax.set_title(title, fontsize=9)
@@ -1051,26 +1067,29 @@ def demo_compare(runs: Sequence[str]) -> None:
         valid = [float(r.get("rubric_valid") or 0) for r in samples]
         steps = [m for m in read_metrics(d) if m.role == "rubric"]
         stds = [m.reward_std for m in steps if m.reward_std is not None]
-        wins = [1.0 if (r.get("s_pos") or 0) > (r.get("s_neg") or 0) else 0.5 if r.get("s_pos") == r.get("s_neg") else 0.0
-                for r in samples]
+        wins = [1.0 if (r.get("s_pos") or 0) > (r.get("s_neg") or 0)
+                else 0.5 if r.get("s_pos") == r.get("s_neg") else 0.0 for r in samples]
         rows.append({"run": d.name, "config": (d / "config.yaml").read_text(encoding="utf-8"), "n_samples": len(valid),
                      "validity": sum(valid) / max(1, len(valid)), "validity_ci": wilson(sum(valid), len(valid)),
                      "reward_std": stds, "pair_credit": sum(wins) / max(1, len(wins)),
                      "pair_credit_ci": bootstrap_mean(wins), "steps": len(steps)})
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "demo-compare.json").write_text(json.dumps({"arm": "demo-compare", "rows": rows}, indent=1), encoding="utf-8")
+    (OUT / "demo-compare.json").write_text(json.dumps({"arm": "demo-compare", "rows": rows}, indent=1),
+                                           encoding="utf-8")
     write_results()
 
 
 def _section_demo(r: dict[str, Any]) -> list[str]:
     out = ["## Demo runs: rubric steps, unconstrained vs constrained rubric decoding", "",
            "`python bench/learning.py demo-compare RUN...` over `bash scripts/demo.sh` runs (rubric-step samples).", "",
-           "| run | rubric steps | rubric samples | validity [95% CI] | reward std per step | pair credit (a+ over a-) [95% CI] |",
+           "| run | rubric steps | rubric samples | validity [95% CI] | reward std per step | "
+           "pair credit (a+ over a-) [95% CI] |",
            "|---|---|---|---|---|---|"]
     for row in r["rows"]:
         stds = ", ".join(f"{x:.3f}" for x in row["reward_std"]) or "—"
-        out.append(f"| {row['run']} | {row['steps']} | {row['n_samples']} | {fmt_ci(row['validity'], row['validity_ci'], 2)} "
-                   f"| {stds} | {fmt_ci(row['pair_credit'], row['pair_credit_ci'], 2)} |")
+        out.append(f"| {row['run']} | {row['steps']} | {row['n_samples']} | "
+                   f"{fmt_ci(row['validity'], row['validity_ci'], 2)} | {stds} | "
+                   f"{fmt_ci(row['pair_credit'], row['pair_credit_ci'], 2)} |")
     return out + [""]
 
 
@@ -1080,15 +1099,16 @@ def write_results() -> None:
              "Generated by `python bench/learning.py results` from `runs/study/*.json` (each arm: "
              "`python bench/learning.py A|B|C`). SmolLM2-135M-Instruct in both roles, a frozen SmolLM2-135M judge "
              "(`yesno`), the demo's sizes (configs/demo-cpu.yaml) with constrained rubric decoding unless an arm says "
-             "otherwise; 2 CPU cores, no GPU (A's earlier attempts and the demo comparison: an Intel Xeon; A's final run, B and C: "
-             "an AMD EPYC; a judge of the initial model reads TRL's float32 reference copy). Intervals are 95%.", "",
+             "otherwise; 2 CPU cores, no GPU (A's earlier attempts and the demo comparison: an Intel Xeon; A's final "
+             "run, B and C: an AMD EPYC; a judge of the initial model reads TRL's float32 reference copy). Intervals "
+             "are 95%.", "",
              "**In short** (details and diagnosis at the end): at the demo's scale (135M model and judge, 8 steps) "
-             "no arm changes a held-out number in a way a sign test tells from noise (p >= 0.12); the policy's held-out judge score rises by "
-             "0.005-0.015, the writer's held-out pair accuracy does not move, and the judge ranks most pairs the "
-             "same whatever the rubric. Study A: the writer trained on labelled pairs does not beat the base writer "
-             "on held-out pairs (UltraFeedback 2 better / 2 worse of 60, sign test p 1.00; LLMBar Natural 3 / 4, p 1.00). "
-             "Study C: unconstrained, no rubric parses (validity 0.00) and rubric steps have almost no reward "
-             "spread; constrained, every rubric parses, which is all it changes here.", ""]
+             "no arm changes a held-out number in a way a sign test tells from noise (p >= 0.12); the policy's "
+             "held-out judge score rises by 0.005-0.015, the writer's held-out pair accuracy does not move, and the "
+             "judge ranks most pairs the same whatever the rubric. Study A: the writer trained on labelled pairs does "
+             "not beat the base writer on held-out pairs (UltraFeedback 2 better / 2 worse of 60, sign test p 1.00; "
+             "LLMBar Natural 3 / 4, p 1.00). Study C: unconstrained, no rubric parses (validity 0.00) and rubric steps "
+             "have almost no reward spread; constrained, every rubric parses, which is all it changes here.", ""]
     if "A" in results:
         lines += _section_a(results["A"])
     b = {k: v for k, v in results.items() if k.startswith("B-")}
