@@ -407,10 +407,12 @@ def backfill_policy(name: str) -> None:
 WRITERS = OUT / "writers"  # the study's judge; another judge's arms go to writers/judge-NAME (--judge)
 JUDGE = MODEL
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
-WRITER_ARMS = ("none", "hand", "base", "warm", "warm-evolm", "warm-evolm2", "warm-grpo")
+WRITER_ARMS = ("none", "hand", "base", "warm", "warm-evolm", "warm-evolm2", "warm-seq", "warm-grpo")
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
               "warm": "warm-started writer (SFT)", "warm-evolm": "warm start + EvoLM (temporal contrast)",
-              "warm-evolm2": "warm start + EvoLM, 2 cycles", "warm-grpo": "warm start + labelled-pair GRPO"}
+              "warm-evolm2": "warm start + EvoLM, 2 cycles",
+              "warm-seq": "warm start + sequential (writer stage, policy frozen)",
+              "warm-grpo": "warm start + labelled-pair GRPO"}
 HELDOUT_SETS = (("Natural.json", None), ("Adversarial_Neighbor.json", 33))  # (LLMBar file, pairs kept; None: all)
 HELDOUT_MAX_CHARS, HELDOUT_PAIRS = 1200, 100
 WRITE_CHUNK, JUDGE_CHUNK = 8, 10  # prompts per saved rubric chunk, pairs per saved judging chunk (resume points)
@@ -786,7 +788,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines.append(f"| {label} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
                      f"{cells[0]} | {cells[1]} | {v} |")
     comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm", "warm"), ("warm-evolm2", "warm"),
-                                                         ("warm-evolm2", "warm-evolm"), ("warm-grpo", "warm"),
+                                                         ("warm-evolm2", "warm-evolm"), ("warm-seq", "warm"),
+                                                         ("warm-evolm2", "warm-seq"), ("warm-grpo", "warm"),
                                                          ("warm-grpo", "warm-evolm2"), ("warm", "base"),
                                                          ("hand", "base")]
     tests = [_diff_row(a, b, res) for a, b in comps
@@ -1133,7 +1136,7 @@ def main() -> None:
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
-                   "warm-evolm2, warm-grpo: a checkpoint directory)")
+                   "warm-evolm2, warm-seq, warm-grpo: a checkpoint directory)")
     p.add_argument("--judge", help="writers, writers-table, writers-probe: another yesno judge (default: the study's, "
                    "SmolLM2-135M; its arms are kept apart in runs/study/writers/judge-NAME)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
