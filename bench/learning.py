@@ -243,11 +243,11 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
             "items": str(items_file.relative_to(ROOT))}
 
 
-def load_judge(model: str = MODEL) -> Any:
+def load_judge(model: str = MODEL, mode: str = "yesno") -> Any:
     from evolm.judge import Judge
     from evolm.models import load_backend
 
-    return Judge(load_backend(model, dtype="float32", batch_size=16), mode="yesno")
+    return Judge(load_backend(model, dtype="float32", batch_size=16), mode=mode)
 
 
 # ============================================================================= A. the writer on labelled pairs
@@ -623,14 +623,16 @@ PROBES = (
 )
 
 
-def writers_probe(model: str = MODEL) -> dict[str, Any]:
-    """P(Yes) of the frozen ``yesno`` judge ``model`` for a right and a wrong short answer, under a criterion that names
-    the expected value and under the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json`` for
-    the study's judge, ``probe-NAME.json`` for another. A judge that cannot tell them apart here cannot use a rubric."""
+def writers_probe(model: str = MODEL, mode: str = "yesno") -> dict[str, Any]:
+    """P(Yes) of the frozen ``yesno`` judge ``model`` (or its score in another probability ``mode``: ``prob``, the
+    expected 0-9 digit) for a right and a wrong short answer, under a criterion that names the expected value and under
+    the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json`` for the study's judge,
+    ``probe-NAME.json`` for another model, ``probe[-NAME]-MODE.json`` for another mode. A judge that cannot tell them
+    apart here cannot use a rubric."""
     from evolm.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
-    judge = load_judge(model)
+    judge = load_judge(model, mode)
     items = []
     for q, crit, right, wrong in PROBES:
         rubric = Rubric((Criterion(crit, 1.0),))
@@ -640,21 +642,24 @@ def writers_probe(model: str = MODEL) -> dict[str, Any]:
              "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
             for i, (q, c, _, _) in enumerate(PROBES)]
     WRITERS.mkdir(parents=True, exist_ok=True)
-    name = "probe.json" if model == MODEL else f"probe-{Path(model).name}.json"
-    (WRITERS / name).write_text(json.dumps({"judge": model, "rows": rows}, indent=1), encoding="utf-8")
-    print(_probe_line(rows))
+    name = "probe" + ("" if model == MODEL else f"-{Path(model).name}") + ("" if mode == "yesno" else f"-{mode}")
+    (WRITERS / f"{name}.json").write_text(json.dumps({"judge": model, "mode": mode, "rows": rows}, indent=1),
+                                          encoding="utf-8")
+    print(_probe_line(rows, mode))
     return {"rows": rows}
 
 
-def _probe_line(rows: Sequence[dict[str, Any]]) -> str:
+def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno") -> str:
+    value = "P(Yes)" if mode == "yesno" else f"{mode} score"
     gap_r = [r["right_rubric"] - r["wrong_rubric"] for r in rows]
     gap_n = [r["right_none"] - r["wrong_none"] for r in rows]
     up, down, p = sign_test(gap_r, [0.0] * len(gap_r))
     return (f"Probe ({len(rows)} short questions, a right and a wrong one-line answer each; `python bench/learning.py "
-            f"writers-probe`): P(Yes) right minus wrong under a criterion naming the expected value "
+            f"writers-probe{'' if mode == 'yesno' else f' --judge-mode {mode}'}`): {value} right minus wrong under "
+            "a criterion naming the expected value "
             f"{fmt_ci(statistics.fmean(gap_r), bootstrap_mean(gap_r))} (right higher in {up}, wrong higher in {down}, "
             f"sign test p {p:.3g}); under the judge's generic criterion (no rubric) "
-            f"{fmt_ci(statistics.fmean(gap_n), bootstrap_mean(gap_n))}; mean P(Yes) under the value criterion "
+            f"{fmt_ci(statistics.fmean(gap_n), bootstrap_mean(gap_n))}; mean {value} under the value criterion "
             f"{statistics.fmean(r['right_rubric'] for r in rows):.3f} (right) vs "
             f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
 
@@ -819,6 +824,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines += ["", drop_line]
     if (WRITERS / "probe.json").exists():
         lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8"))["rows"])]
+    if (WRITERS / "probe-prob.json").exists():  # the same judge in its other probability mode
+        prob = json.loads((WRITERS / "probe-prob.json").read_text(encoding="utf-8"))["rows"]
+        lines += ["", _probe_line(prob, "prob")]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
@@ -1139,6 +1147,8 @@ def main() -> None:
                    "warm-evolm2, warm-seq, warm-grpo: a checkpoint directory)")
     p.add_argument("--judge", help="writers, writers-table, writers-probe: another yesno judge (default: the study's, "
                    "SmolLM2-135M; its arms are kept apart in runs/study/writers/judge-NAME)")
+    p.add_argument("--judge-mode", choices=["yesno", "prob"], default="yesno", help="writers-probe: the judge's "
+                   "probability mode (default yesno, the study's; prob: the expected 0-9 digit)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
@@ -1165,7 +1175,7 @@ def main() -> None:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
         writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria)
     elif args.study == "writers-probe":
-        writers_probe(args.judge or MODEL)
+        writers_probe(args.judge or MODEL, args.judge_mode)
     elif args.study == "writers-table":
         writers_table(write_doc=JUDGE == MODEL)  # docs/RESULTS.md holds the study's judge
     elif args.study == "results":
