@@ -541,3 +541,17 @@ def test_the_reply_cap_is_validated() -> None:
     for bad in (0, -1, math.inf, math.nan):
         with pytest.raises(BackendError, match="max_reply_mb must be a positive number"):
             OpenAIBackend(MODEL_ID, base_url="http://127.0.0.1:1/v1", max_reply_mb=bad)
+
+
+def test_idle_connections_are_dropped_before_the_server_drops_them() -> None:
+    """A kept-alive connection expires on the client side before uvicorn (under `vllm serve`) closes it, so a request
+    is never sent on a connection the server is closing."""
+    import inspect
+
+    import uvicorn
+
+    from evolm.backends.openai import capped_client
+
+    server_idle = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
+    pool = capped_client(5.0, 1000)._transport.inner._pool
+    assert pool._keepalive_expiry < server_idle

@@ -526,10 +526,17 @@ class ReplyCap(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+KEEPALIVE_EXPIRY_S = 4.0  # below uvicorn's timeout_keep_alive (5 s)
+
+
 def capped_client(timeout_s: float, max_bytes: int) -> httpx.AsyncClient:
     """The ``openai`` client's HTTP client (its defaults: 1000 connections, redirects followed, proxies from the
-    environment) with every transport, the proxies' too, behind ``ReplyCap``."""
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    environment) with every transport, the proxies' too, behind ``ReplyCap``.
+
+    An idle kept-alive connection is dropped after ``KEEPALIVE_EXPIRY_S``, before the server drops it: uvicorn (under
+    `vllm serve` and most OpenAI-compatible servers) closes one idle for 5 s, httpx's own default, so a request sent
+    on a connection idle for just under 5 s could meet the server's close and cost a retry."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_EXPIRY_S)
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, follow_redirects=True,
                                transport=ReplyCap(httpx.AsyncHTTPTransport(limits=limits), max_bytes))
     mounts = getattr(client, "_mounts", None)  # the environment's proxies, each its own transport
