@@ -849,7 +849,7 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     from matplotlib.figure import Figure
 
     probe = WRITERS / "probe.json"
-    fig = Figure(figsize=(11, 3.6) if probe.exists() else (8, 3.4))
+    fig = Figure(figsize=(11, 4.4) if probe.exists() else (8, 4.2))
     ax = fig.add_subplot(1, 2, 1) if probe.exists() else fig.add_subplot(1, 1, 1)
     if probe.exists():  # the probe: P(Yes) for the right vs the wrong answer under a criterion naming the value
         rows = json.loads(probe.read_text(encoding="utf-8"))["rows"]
@@ -872,8 +872,8 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
         lo, hi = wilson(sum(c), len(c))
         ax.errorbar([i], [acc], yerr=[[acc - lo], [hi - acc]], fmt="o", capsize=4, color="#1f77b4")
     ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
-    ax.set_xticks(range(len(res)),
-                  [r["label"].split(" (")[0].replace("warm start + ", "warm+\n") for r in res.values()], fontsize=7)
+    names = [r["label"].split(" (")[0].replace("warm start + ", "warm + ") for r in res.values()]
+    ax.set_xticks(range(len(res)), names, fontsize=7, rotation=35, ha="right")
     ax.set_ylabel("held-out pair accuracy")
     ax.set_title("Frozen SmolLM2-135M yesno judge, LLMBar held-out pairs "
                  f"(n={len(next(iter(res.values()))['credits'])})", fontsize=9)
