@@ -642,11 +642,16 @@ def writers_probe(model: str = MODEL, mode: str = "yesno") -> dict[str, Any]:
              "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
             for i, (q, c, _, _) in enumerate(PROBES)]
     WRITERS.mkdir(parents=True, exist_ok=True)
-    name = "probe" + ("" if model == MODEL else f"-{Path(model).name}") + ("" if mode == "yesno" else f"-{mode}")
-    (WRITERS / f"{name}.json").write_text(json.dumps({"judge": model, "mode": mode, "rows": rows}, indent=1),
-                                          encoding="utf-8")
+    probe_file(model, mode).write_text(json.dumps({"judge": model, "mode": mode, "rows": rows}, indent=1),
+                                       encoding="utf-8")
     print(_probe_line(rows, mode))
     return {"rows": rows}
+
+
+def probe_file(model: str = MODEL, mode: str = "yesno") -> Path:
+    """Where ``writers_probe`` keeps the probe of judge ``model`` in ``mode`` (see its docstring)."""
+    name = "probe" + ("" if model == MODEL else f"-{Path(model).name}") + ("" if mode == "yesno" else f"-{mode}")
+    return WRITERS / f"{name}.json"
 
 
 def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno") -> str:
@@ -822,11 +827,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
-    if (WRITERS / "probe.json").exists():
-        lines += ["", _probe_line(json.loads((WRITERS / "probe.json").read_text(encoding="utf-8"))["rows"])]
-    if (WRITERS / "probe-prob.json").exists():  # the same judge in its other probability mode
-        prob = json.loads((WRITERS / "probe-prob.json").read_text(encoding="utf-8"))["rows"]
-        lines += ["", _probe_line(prob, "prob")]
+    for mode in ("yesno", "prob"):  # the study's judge in each probability mode probed
+        if (path := probe_file(mode=mode)).exists():
+            lines += ["", _probe_line(json.loads(path.read_text(encoding="utf-8"))["rows"], mode)]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
@@ -848,7 +851,7 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     """Held-out pair accuracy per arm with its 95% Wilson interval (a PNG)."""
     from matplotlib.figure import Figure
 
-    probe = WRITERS / "probe.json"
+    probe = probe_file()
     fig = Figure(figsize=(11, 4.4) if probe.exists() else (8, 4.2))
     ax = fig.add_subplot(1, 2, 1) if probe.exists() else fig.add_subplot(1, 1, 1)
     if probe.exists():  # the probe: P(Yes) for the right vs the wrong answer under a criterion naming the value

@@ -30,7 +30,7 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
-    from evolm.jsonl import check_outputs_differ, check_writable
+    from evolm.jsonl import check_outputs_differ, check_writable, write_jsonl
 
     check_outputs_differ([args.output, args.save_scores], args.files)
     check_writable([args.output, args.save_scores])
@@ -41,8 +41,6 @@ def main(args: argparse.Namespace) -> None:
     out = {**result.to_dict(), "settings": {**rubric_judge_settings(args), "limit": args.limit}}
     write_result(args.output, out, pairs_eval.format_table(result))
     if args.save_scores:
-        from evolm.jsonl import write_jsonl
-
         write_jsonl(args.save_scores, result.items)
     say(f"pairwise accuracy {100 * result.total.accuracy:.1f} (95% CI "
         f"{pairs_eval.percent_interval(result.total.interval)}) over {result.total.pairs} pairs"
