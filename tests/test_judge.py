@@ -416,7 +416,7 @@ def test_prompt_puts_answer_after_shared_part(kind: str) -> None:
     a1, a2 = "Alpha: 4.", "Beta: five."
     question = "What is 2 + 2? Explain."
     shared_parts = {"prob-rubric": [question, render_rubric(RUBRIC)], "prob-alone": [question],
-                    "yesno": [question, "Shows the addition."]}[kind]
+                    "yesno": [question]}[kind]
 
     def make(answer: str) -> Conversation:
         if kind == "yesno":
@@ -429,6 +429,39 @@ def test_prompt_puts_answer_after_shared_part(kind: str) -> None:
     assert _common_prefix(t1, t2) == start  # everything before the answer is shared
     assert all(part in t1[:start] for part in shared_parts)
     assert t1[start + len(a1) :] == t2[start + len(a2) :]  # the same closing text after the answer
+
+
+def test_an_answers_yesno_criteria_share_everything_up_to_the_end_of_the_answer() -> None:
+    """The criterion comes after the answer, so a backend reads an answer once for all its criteria."""
+    answer, question = "2 + 2 = 4, so four.", "What is 2 + 2? Explain."
+    t1 = _joined(yesno_messages(question, "Shows the addition.", answer))
+    t2 = _joined(yesno_messages(question, "States the result, 4.", answer))
+    end = t1.index(answer) + len(answer)
+    assert _common_prefix(t1, t2) >= end
+    assert t1.index("Shows the addition.") > end
+
+
+def test_the_yesno_judge_reads_an_answer_once_for_all_its_criteria(tiny_backend) -> None:  # noqa: ANN001
+    """Tokens the model runs for answers under 3 criteria stay close to those under 1 (not 3x): each criterion
+    continues from the answer's shared prefix."""
+    from evolm.judge import Judge
+    from evolm.rubrics import Criterion, Rubric
+
+    answers = [" ".join(f"word{k}{i}" for i in range(60)) for k in range(4)]
+    criteria = ["Says what the sum is.", "Shows each step.", "Is short."]
+    ran: list[int] = []
+    handle = tiny_backend.model.register_forward_pre_hook(
+        lambda module, args, kwargs: ran.append(kwargs["input_ids"].numel()), with_kwargs=True)
+    try:
+        counts = []
+        for k in (1, 3):
+            rubric = Rubric(tuple(Criterion(c, 1.0) for c in criteria[:k]))
+            ran.clear()
+            Judge(tiny_backend).score([JudgeItem("What is 2 + 2?", a, rubric) for a in answers])
+            counts.append(sum(ran))
+    finally:
+        handle.remove()
+    assert counts[1] < 1.5 * counts[0], counts
 
 
 def test_generative_messages_hold_question_rubric_answer() -> None:

@@ -399,9 +399,15 @@ def prob_messages(item: PromptItem, *, defences: bool = True) -> Conversation:
 
 
 def yesno_messages(question: str, criterion: str, answer: str, *, defences: bool = True) -> Conversation:
+    """The ``yesno`` question for one criterion: instructions, question, answer, then the criterion.
+
+    The answer comes before the criterion so that an answer's criteria share its prefix: a backend that reuses a
+    shared prefix (``HFBackend``, a server with prefix caching) reads the answer once per answer, not once per
+    criterion (docs/PERFORMANCE.md measures the cost and the judge's accuracy in both orders).
+    """
     user = "\n\n".join(
-        [_YESNO_TASK, *_note(defences), f"Question:\n{question}", f"Criterion:\n{criterion}",
-         f"Answer:\n{_answer(answer, defences)}", "Does the answer meet the criterion (Yes or No)?"]
+        [_YESNO_TASK, *_note(defences), f"Question:\n{question}", f"Answer:\n{_answer(answer, defences)}",
+         f"Criterion:\n{criterion}", "Does the answer meet the criterion (Yes or No)?"]
     )
     return _conversation(user)
 
