@@ -404,11 +404,16 @@ def backfill_policy(name: str) -> None:
 
 # ============================================================================= W. writers on held-out labelled pairs
 
-WRITERS = OUT / "writers"  # the study's judge; another judge's arms go to writers/judge-NAME (--judge)
-JUDGE = MODEL
+# The study's judge, and where its arms are kept: in the repository (rubrics, judged items, summaries as text), so that
+# `writers-table` regenerates the tables on a fresh clone. Another judge's arms (--judge) go to
+# runs/study/writers/judge-NAME, on this machine only.
+JUDGE = "qwen2.5-coder-1.5b-instruct"
+WRITERS = FIGURES / "writers"
+HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
-WRITER_ARMS = ("none", "hand", "base", "warm", "warm-evolm", "warm-evolm2", "warm-seq", "warm-grpo")
+WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm", "warm-evolm2", "warm-seq", "warm-grpo")
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
+              "strong": "stronger fixed writer (untrained)",
               "warm": "warm-started writer (SFT)", "warm-evolm": "warm start + EvoLM (temporal contrast)",
               "warm-evolm2": "warm start + EvoLM, 2 cycles",
               "warm-seq": "warm start + sequential (writer stage, policy frozen)",
@@ -426,7 +431,9 @@ def writers_pairs() -> Path:
     forward pass costs ~1.7 CPU-seconds, and an arm reads 200-1000 of them."""
     from evolm.eval.pairs import load_pairs
 
-    dst = OUT / "data" / "writers_heldout.jsonl"
+    dst = HELDOUT_FILE
+    if dst.exists():  # kept in the repository: the study's pairs whether or not the data sets are on this machine
+        return dst
     rows = []
     for name, n in HELDOUT_SETS:
         keep = [p for p in load_pairs(DATA / "llmbar" / name)
@@ -623,12 +630,11 @@ PROBES = (
 )
 
 
-def writers_probe(model: str = MODEL, mode: str = "yesno") -> dict[str, Any]:
+def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
     """P(Yes) of the frozen ``yesno`` judge ``model`` (or its score in another probability ``mode``: ``prob``, the
     expected 0-9 digit) for a right and a wrong short answer, under a criterion that names the expected value and under
-    the judge's own generic criterion (no rubric): ``runs/study/writers/probe.json`` for the study's judge,
-    ``probe-NAME.json`` for another model, ``probe[-NAME]-MODE.json`` for another mode. A judge that cannot tell them
-    apart here cannot use a rubric."""
+    the judge's own generic criterion (no rubric): ``probe_file``. A judge that cannot tell them apart here cannot
+    use a rubric."""
     from evolm.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
@@ -644,23 +650,24 @@ def writers_probe(model: str = MODEL, mode: str = "yesno") -> dict[str, Any]:
     WRITERS.mkdir(parents=True, exist_ok=True)
     probe_file(model, mode).write_text(json.dumps({"judge": model, "mode": mode, "rows": rows}, indent=1),
                                        encoding="utf-8")
-    print(_probe_line(rows, mode))
+    print(_probe_line(rows, mode, model))
     return {"rows": rows}
 
 
-def probe_file(model: str = MODEL, mode: str = "yesno") -> Path:
-    """Where ``writers_probe`` keeps the probe of judge ``model`` in ``mode`` (see its docstring)."""
-    name = "probe" + ("" if model == MODEL else f"-{Path(model).name}") + ("" if mode == "yesno" else f"-{mode}")
-    return WRITERS / f"{name}.json"
+def probe_file(model: str = JUDGE, mode: str = "yesno") -> Path:
+    """Where ``writers_probe`` keeps the probe of judge ``model`` in ``mode``: ``probe-NAME[-MODE].json`` beside the
+    study's arms (in the repository), whichever judge the arms use."""
+    return FIGURES / "writers" / f"probe-{Path(model).name}{'' if mode == 'yesno' else f'-{mode}'}.json"
 
 
-def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno") -> str:
+def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str = JUDGE) -> str:
     value = "P(Yes)" if mode == "yesno" else f"{mode} score"
     gap_r = [r["right_rubric"] - r["wrong_rubric"] for r in rows]
     gap_n = [r["right_none"] - r["wrong_none"] for r in rows]
     up, down, p = sign_test(gap_r, [0.0] * len(gap_r))
-    return (f"Probe ({len(rows)} short questions, a right and a wrong one-line answer each; `python bench/learning.py "
-            f"writers-probe{'' if mode == 'yesno' else f' --judge-mode {mode}'}`): {value} right minus wrong under "
+    flags = ("" if model == JUDGE else f" --judge {model}") + ("" if mode == "yesno" else f" --judge-mode {mode}")
+    return (f"Probe of `{Path(model).name}` ({len(rows)} short questions, a right and a wrong one-line answer each; "
+            f"`python bench/learning.py writers-probe{flags}`): {value} right minus wrong under "
             "a criterion naming the expected value "
             f"{fmt_ci(statistics.fmean(gap_r), bootstrap_mean(gap_r))} (right higher in {up}, wrong higher in {down}, "
             f"sign test p {p:.3g}); under the judge's generic criterion (no rubric) "
@@ -827,9 +834,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
-    for mode in ("yesno", "prob"):  # the study's judge in each probability mode probed
-        if (path := probe_file(mode=mode)).exists():
-            lines += ["", _probe_line(json.loads(path.read_text(encoding="utf-8"))["rows"], mode)]
+    for path in sorted((FIGURES / "writers").glob("probe-*.json")):  # every judge probed, in each mode
+        probe = json.loads(path.read_text(encoding="utf-8"))
+        lines += ["", _probe_line(probe["rows"], probe["mode"], probe["judge"])]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
@@ -878,7 +885,7 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     names = [r["label"].split(" (")[0].replace("warm start + ", "warm + ") for r in res.values()]
     ax.set_xticks(range(len(res)), names, fontsize=7, rotation=35, ha="right")
     ax.set_ylabel("held-out pair accuracy")
-    ax.set_title("Frozen SmolLM2-135M yesno judge, LLMBar held-out pairs "
+    ax.set_title(f"Frozen {Path(JUDGE).name} yesno judge, LLMBar held-out pairs "
                  f"(n={len(next(iter(res.values()))['credits'])})", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -1166,7 +1173,7 @@ def main() -> None:
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
-    if args.judge and args.study in ("writers", "writers-table"):
+    if args.judge and args.judge != JUDGE and args.study in ("writers", "writers-table"):
         global WRITERS, JUDGE
         WRITERS, JUDGE = OUT / "writers" / f"judge-{Path(args.judge).name}", args.judge
     if args.study == "writers":
@@ -1174,13 +1181,13 @@ def main() -> None:
             p.error(f"writers takes one arm: {', '.join(WRITER_ARMS)}")
         arm = args.runs[0]
         writer = None if arm in ("none", "hand") else args.writer or (MODEL if arm == "base" else None)
-        if arm.startswith("warm") and not writer:
+        if (arm.startswith("warm") or arm == "strong") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
         writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria)
     elif args.study == "writers-probe":
-        writers_probe(args.judge or MODEL, args.judge_mode)
+        writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":
-        writers_table(write_doc=JUDGE == MODEL)  # docs/RESULTS.md holds the study's judge
+        writers_table(write_doc=not args.judge or args.judge == JUDGE)  # docs/RESULTS.md holds the study's judge
     elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":
