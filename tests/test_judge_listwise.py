@@ -193,6 +193,34 @@ def test_evolm_judge_listwise_groups_rows_by_prompt(tiny_model_dir: Path, tmp_pa
     assert scores["1"] == pytest.approx(scores["8"], abs=1e-4)
 
 
+def test_evolm_judge_listwise_judges_each_group_once_whatever_the_batch_size(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 rows of one prompt at --batch-size 4: the group is judged once (the prompts of one batch of 16), not again
+    in each of the 4 batches, and the scores are the same."""
+    from evolm.backends.hf import HFBackend
+    from evolm.cli import main
+
+    sent: list[Conversation] = []
+    real = HFBackend.next_token_logprobs
+
+    def spy(self, conversations, candidates, **kw):  # noqa: ANN001, ANN202
+        sent.extend(conversations)
+        return real(self, conversations, candidates, **kw)
+
+    monkeypatch.setattr(HFBackend, "next_token_logprobs", spy)
+    inp = tmp_path / "a.jsonl"
+    inp.write_text("".join(json.dumps({"prompt": "Name a number.", "response": str(k)}) + "\n" for k in range(16)),
+                   encoding="utf-8")
+    counts, scores = {}, {}
+    for batch in ("16", "4"):
+        sent.clear()
+        out = tmp_path / f"s{batch}.jsonl"
+        assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(inp), "--output", str(out),
+                     "--mode", "listwise", "--device", "cpu", "--batch-size", batch]) == 0
+        counts[batch], scores[batch] = len(sent), [json.loads(x)["score"] for x in out.read_text().splitlines()]
+    assert counts["4"] == counts["16"] and scores["4"] == pytest.approx(scores["16"], abs=1e-5)  # micro-batches differ
+
+
 def test_progress_bar_moves_by_whole_groups(capsys: pytest.CaptureFixture[str]) -> None:
     """Over ``PROGRESS_BLOCK`` answers, a bar moves block by block; no group is split between blocks, so the scores
     are those of one call, each back at its item (the pairs' answers stand 70 items apart)."""
