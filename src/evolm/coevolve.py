@@ -93,7 +93,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache)
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache,
+                                cfg.judge.cache_mb)
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
     trl_adapter.train(trainer, checkpoint)
     return run_dir

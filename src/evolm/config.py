@@ -161,6 +161,9 @@ class JudgeConfig:
                     "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
                     "score there depends on the whole group)")
+    cache_mb: float = _f(256.0, "MiB the judge results kept may take, at most (least recently used dropped first): "
+                         "a generative result keeps its reasoning (up to about 64 KB), so the entry bound alone could "
+                         "reach gigabytes")
 
     # Parameters that control several judges
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
@@ -814,6 +817,7 @@ def validate(cfg: RunConfig) -> None:
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
+        (j.cache_mb > 0 and math.isfinite(j.cache_mb), f"judge.cache_mb must be a positive number, not {j.cache_mb}"),
         (j.timeout > 0 and cfg.rubric.writer_timeout > 0,
          "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,
