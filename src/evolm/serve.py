@@ -425,6 +425,9 @@ def whole_shares(left: Sequence[int], room: int) -> list[int]:
     return shares
 
 
+COLD_BATCH = 8  # answers in a batch before the judge's time per answer is known (``Batcher.room``)
+
+
 @dataclass
 class Batcher:
     """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
@@ -528,9 +531,11 @@ class Batcher:
                 await self._score(loop, parts)
 
     def room(self) -> int:
-        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them."""
+        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them;
+        ``COLD_BATCH`` at most before any call has been timed (a cold server's first call of 64 answers took 17 s on
+        a loaded CPU, and a request arriving then waited for all of it)."""
         if self.answer_s <= 0:
-            return self.settings.max_batch
+            return min(self.settings.max_batch, COLD_BATCH)
         return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.answer_s)))
 
     async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
