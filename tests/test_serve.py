@@ -567,3 +567,25 @@ def test_listwise_requests_are_one_group_each_never_mixed_or_split() -> None:
     with running(create_app(judge, settings=ServeSettings(max_batch=2, max_wait_ms=1))) as url:
         big = httpx.post(url + "/get_reward", json=_body("Q?", [str(k) for k in range(4)]), timeout=30).json()
     assert big["rewards"] == [4 / 9] * 4  # one list of 4, though a batch holds 2
+
+
+def test_serve_threads_sets_the_judges_cpu_threads_before_it_loads(monkeypatch) -> None:
+    """--threads N: the judge's forward passes run on N threads, set before the judge loads."""
+    import torch
+
+    from evolm.errors import InputError
+
+    seen = []
+
+    def judge_from_args(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(torch.get_num_threads())
+        raise InputError("stop here")
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr("evolm.cli.serve.judge_from_args", judge_from_args)
+    torch.set_num_threads(2)
+    try:
+        assert main(["serve", "--judge", "j", "--threads", "1"]) == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

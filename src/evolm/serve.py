@@ -100,6 +100,10 @@ class ServeSettings:
     """Open connections (or requests in progress) at once; beyond it uvicorn answers 503 (``limit_concurrency``)."""
     max_header_kb: int = 64
     """KiB of an unfinished request head buffered at most (h11's incomplete-event limit); more is answered 400."""
+    threads: int = 0
+    """CPU threads of a local judge's forward passes (torch's intra-op threads); 0: torch's default (the cores). On
+    a CPU shared with other work, fewer threads than cores keep a call from stalling: SmolLM2 scored one answer in
+    7-11 s with 2 threads on a loaded 2-core machine, 1.9-2.0 s with 1 (docs/SECURITY.md)."""
 
 
 # ----------------------------------------------------------------------------- the two protocols
