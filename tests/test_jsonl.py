@@ -308,3 +308,18 @@ def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: 
             for f in d.glob("*.jsonl"):
                 text = f.read_text(encoding="utf-8")
                 assert text.splitlines() == text.split("\n")[:-1], f.name
+
+
+def test_writers_write_strict_json_a_non_finite_number_as_null(tmp_path: Path) -> None:
+    from evolm.cli._common import write_result
+    from evolm.jsonl import dumps_line, write_jsonl
+
+    nan, inf = float("nan"), float("inf")
+    line = dumps_line({"score": nan, "xs": [inf, -inf, 0.5], "nested": {"s": (nan,)}})
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == \
+        {"score": None, "xs": [None, None, 0.5], "nested": {"s": [None]}}
+    write_jsonl(tmp_path / "rows.jsonl", [{"score": nan}])
+    write_result(str(tmp_path / "result.json"), {"accuracy": nan, "n": 3}, "table")
+    for name in ("rows.jsonl", "result.json"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert "NaN" not in text and json.loads(text.strip())["accuracy" if name == "result.json" else "score"] is None

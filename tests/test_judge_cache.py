@@ -107,3 +107,45 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
     assert first["extra_logs"]["judge_cached"] == [0.0] * 6 and second["extra_logs"]["judge_cached"] == [1.0] * 6
     assert second["rewards"] == first["rewards"]
     assert health["judge_cache"]["hit_rate"] == 0.5 and health["judge_cache"]["sent"] == 6
+
+
+def test_overlong_refuse_names_the_callers_row_not_the_reordered_one(tiny_backend) -> None:  # noqa: ANN001
+    """The cache sends items ordered by question; a refused prompt is still named by its place in the caller's list."""
+    from evolm.judge import OverlongPrompt
+
+    judge = CachedJudge(Judge(tiny_backend, mode="prob", max_context=256, overlong="refuse"))
+    items = [JudgeItem("b: what is 2 + 2?", "4"), JudgeItem("a: what is 3 + 3?", "six " * 2000),
+             JudgeItem("c: what is 1 + 1?", "2")]
+    with pytest.raises(OverlongPrompt) as e:
+        judge.score(items)
+    assert e.value.index == 1
+
+
+def test_each_reward_model_has_its_own_identity() -> None:
+    """A reward model's model, reading and length limit are in its identity: two reward models never share results."""
+    from types import SimpleNamespace
+
+    from evolm.reward_model import RewardModel
+
+    def model(name: str) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(name_or_path=name))
+
+    a = model("rm-a")
+    base = judge_identity(RewardModel(a, None))
+    assert judge_identity(RewardModel(a, None)) == base
+    for other in (RewardModel(model("rm-b"), None), RewardModel(a, None, reading="reference"),
+                  RewardModel(a, None, max_length=512)):
+        assert judge_identity(other) != base
+
+
+def test_memory_is_bounded_in_bytes() -> None:
+    """Results with long reasoning (a generative judge) fill the byte bound long before the entry bound."""
+    cache = JudgeCache(max_entries=1000, max_mb=1.0)
+    for k in range(40):
+        cache.put(f"key{k}", Judgment(0.5, reasoning="x" * 100_000))
+    assert 5 <= len(cache) <= 10 and cache.bytes <= 2**20
+    assert cache.get("key39")[0] and not cache.get("key0")[0]  # the least recently used went first
+    cache.put("huge", Judgment(0.5, reasoning="x" * 2_000_000))  # larger than the whole bound: not kept
+    assert not cache.get("huge")[0] and cache.get("key39")[0]
+    cache.clear()
+    assert len(cache) == 0 and cache.bytes == 0

@@ -272,3 +272,26 @@ def test_multi_judge_margin_format_blend_matches_the_authors(pos, neg, how, vali
 
     assert multi_judge_reward(pos, neg, how, valid, "margin_format") == pytest.approx(expected)
     assert multi_judge_reward(pos, neg, how, valid, "binary") == pytest.approx((expected - 0.3 * valid) / 0.7)
+
+
+def test_listwise_groups_are_grpo_slots_not_shared_questions() -> None:
+    """Two GRPO groups (slots) of one step that share a question and rubric are listed apart: each prompt shows
+    its own group's two answers, never all four."""
+    import re
+
+    from evolm.judge import Judge
+    from evolm.rewards import score_rows
+
+    prompts: list = []
+
+    class Recording:
+        def next_token_logprobs(self, conversations, candidates, **_):  # noqa: ANN001, ANN202
+            prompts.extend(conversations)
+            return [{"9": 0.0} for _ in conversations]
+
+    rubric = '{"criteria": [{"criterion": "Says 4.", "weight": 1}]}'
+    rows = [{"role": "policy", "question": "2+2?", "rubric": rubric, "rubric_text": rubric, "step": 3, "slot": s}
+            for s in (0, 0, 1, 1)]
+    out = score_rows(rows, ["4.", "5.", "four", "3."], [Judge(Recording(), mode="listwise")])  # type: ignore[arg-type]
+    assert [r.score for r in out] == [1.0] * 4 and len(prompts) == 8  # 2 groups x 2 orders x 2 answers
+    assert {m.group(1) for c in prompts for m in re.finditer(r"Answer \d+ of (\d+):", c[1]["content"])} == {"2"}

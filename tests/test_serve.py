@@ -498,7 +498,7 @@ def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
     from evolm.serve import Batcher
 
     batcher = Batcher(score=lambda answers: [], settings=ServeSettings(max_batch=64, max_batch_s=2.0))
-    assert batcher.room() == 64  # nothing measured yet
+    assert batcher.room() == 8  # nothing measured yet: a small first call, to time the judge
     batcher.answer_s = 0.5
     assert batcher.room() == 4
     batcher.answer_s = 10.0
@@ -535,3 +535,57 @@ def test_a_newcomer_goes_first_when_a_batch_has_room_for_one_answer() -> None:
         calls_then = len(judge.calls)
         assert big.result().status_code == 200
     assert small.status_code == 200 and calls_then < 10  # within a call or two, not after the 200
+
+
+class CountingListBackend:
+    """A listwise judge's backend whose digit is the number of answers the list shows: a score says which group
+    an answer was judged in."""
+
+    def next_token_logprobs(self, conversations, candidates, **_):  # noqa: ANN001, ANN202
+        import math
+        import re
+
+        out = []
+        for conv in conversations:
+            n = int(re.search(r"Rate answer \d+ of (\d+)\.", conv[1]["content"]).group(1))  # type: ignore[union-attr]
+            out.append({str(d): 0.0 if d == min(n, 9) else -math.inf for d in range(10)})
+        return out
+
+
+def test_listwise_requests_are_one_group_each_never_mixed_or_split() -> None:
+    """Two clients' concurrent listwise requests to one question score as each does alone (each a list of its own
+    answers, not one list of both), and a request larger than --max-batch is still one list."""
+    judge = Judge(CountingListBackend(), mode="listwise")  # type: ignore[arg-type]
+    a, b = _body("Q?", ["4", "four"]), _body("Q?", ["5"])
+    app = create_app(judge, settings=ServeSettings(max_batch=64, max_wait_ms=300))
+    with running(app) as url:
+        alone = [r.json()["rewards"] for r in (httpx.post(url + "/get_reward", json=x) for x in (a, b))]
+        together = [r.json()["rewards"] for r in asyncio.run(_post_all(url, [a, b]))]
+    assert app.state.batcher.batches == 3  # the two together were judged in one batch
+    assert alone == [[2 / 9, 2 / 9], [1 / 9]]
+    assert together == alone
+    with running(create_app(judge, settings=ServeSettings(max_batch=2, max_wait_ms=1))) as url:
+        big = httpx.post(url + "/get_reward", json=_body("Q?", [str(k) for k in range(4)]), timeout=30).json()
+    assert big["rewards"] == [4 / 9] * 4  # one list of 4, though a batch holds 2
+
+
+def test_serve_threads_sets_the_judges_cpu_threads_before_it_loads(monkeypatch) -> None:
+    """--threads N: the judge's forward passes run on N threads, set before the judge loads."""
+    import torch
+
+    from evolm.errors import InputError
+
+    seen = []
+
+    def judge_from_args(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(torch.get_num_threads())
+        raise InputError("stop here")
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr("evolm.cli.serve.judge_from_args", judge_from_args)
+    torch.set_num_threads(2)
+    try:
+        assert main(["serve", "--judge", "j", "--threads", "1"]) == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

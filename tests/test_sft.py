@@ -95,3 +95,92 @@ def test_cli_refuses_a_seed_row_without_a_valid_rubric(tiny_model_dir: Path, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not format-valid" in err[0]
     assert not (tmp_path / "w").exists()
+
+
+def test_cli_refuses_an_unusable_output_before_loading_any_model(tiny_model_dir: Path, tmp_path: Path, capsys,
+                                                                 monkeypatch):
+    """An existing file, or a directory that is not a model, as --output: exit 2 in one line, in seconds, before any
+    model loads (the training would have run first, then failed to save)."""
+    import time
+
+    import evolm.models
+
+    def no_load(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(evolm.models, "load_model", no_load)
+    existing = tmp_path / "existing.txt"
+    existing.write_text("keep me\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.md").write_text("keep me too\n")
+    for output, said in ((existing, "not a directory"), (notes, "not a model directory")):
+        t0 = time.perf_counter()
+        assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(output)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0] and str(output) in err[0] and time.perf_counter() - t0 < 10
+    assert existing.read_text() == "keep me\n" and (notes / "todo.md").read_text() == "keep me too\n"
+
+
+def _save_then_die(out: str) -> None:
+    """A child process: save over ``out`` with a model whose save is killed (SIGKILL) halfway through its weights."""
+    import os
+    import signal
+
+    from evolm.sft import _save
+
+    class Model:
+        def save_pretrained(self, directory: Path) -> None:
+            Path(directory, "config.json").write_text('{"new": true}')
+            with open(Path(directory, "model.safetensors"), "wb") as f:
+                f.write(b"half of the new weights")
+                f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    _save(Model(), None, Path(out), {"step": 2})
+
+
+def test_a_save_killed_midway_leaves_the_previous_model_intact(tmp_path: Path):
+    """--output over an existing model (the --model directory, or partial/): killed while saving, the previous model
+    is still there, whole; the next save replaces it whole and leaves nothing beside it."""
+    import multiprocessing
+
+    from evolm.sft import _save
+
+    out = tmp_path / "writer"
+    out.mkdir()
+    old = {"config.json": '{"old": true}', "model.safetensors": "the old weights", "sft_rubrics.json": "{}"}
+    for name, text in old.items():
+        (out / name).write_text(text)
+    child = multiprocessing.get_context("fork").Process(target=_save_then_die, args=(str(out),))
+    child.start()
+    child.join(30)
+    assert child.exitcode == -9  # killed mid-save
+    assert {p.name: p.read_text() for p in out.iterdir()} == old
+
+    class Model:
+        def save_pretrained(self, directory: Path) -> None:
+            Path(directory, "config.json").write_text('{"new": true}')
+            Path(directory, "model.safetensors").write_text("the new weights")
+
+    class Tokenizer:
+        def save_pretrained(self, directory: Path) -> None:
+            Path(directory, "tokenizer.json").write_text("{}")
+
+    _save(Model(), Tokenizer(), out, {"step": 3, "loss": float("nan")})
+    assert (out / "model.safetensors").read_text() == "the new weights"
+    assert json.loads((out / "sft_rubrics.json").read_text()) == {"step": 3, "loss": None}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["writer"]  # the killed save's leftovers removed
+
+
+@pytest.mark.parametrize("line", ['{"prompt": "Q", "rubric": [{"criterion": "Says 4.", "weight": 1}]}',
+                                  '{"prompt": "Q", "rubric": "Here it is: {\\"criteria\\": []} thanks"}',
+                                  '{"prompt": "Q", "rubric": 7}'])
+def test_a_bad_seed_rubric_is_one_line_naming_file_and_line(tiny_model_dir: Path, tmp_path: Path, capsys, line: str):
+    seed = tmp_path / "seed.jsonl"
+    good = json.dumps({"prompt": "P", "rubric": load_seed("builtin:seed")[0]["rubric"]})
+    seed.write_text(f"{good}\n\n{line}\n")
+    assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(tmp_path / "w"),
+                 "--seed-set", str(seed)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{seed}:3" in err[0] and "'rubric'" in err[0]

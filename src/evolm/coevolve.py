@@ -42,10 +42,10 @@ from evolm.errors import InputError
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
-from evolm.monitor import answer_signals
+from evolm.monitor import LENGTH_FACTOR, LengthDrift, MonitorStop, answer_signals, flagged
 from evolm.prompts import load_prompt_set
 from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
-                           samples_path)
+                           read_metrics, samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
@@ -93,7 +93,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache)
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache,
+                                cfg.judge.cache_mb)
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
     trl_adapter.train(trainer, checkpoint)
     return run_dir
@@ -277,11 +278,16 @@ class Loop:
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
     pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
     last_time: float = field(default_factory=time.time)
+    drift: LengthDrift = field(default_factory=LengthDrift)  # the monitor's length baseline (first policy steps)
     _fixed: dict[str, Backend] = field(default_factory=dict)
     is_main: bool = True  # the process that writes files (set by ``begin`` from TRL's state)
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
+        if self.resume_step:  # the length baseline from the policy steps already logged
+            for rec in read_metrics(self.run_dir):
+                if rec.role == "policy" and rec.step <= self.resume_step:
+                    self.drift.update(rec.completion_length)
 
     def begin(self, is_main: bool) -> None:
         """TRL has loaded the checkpoint: only now are the logs cut back to it (a failed load changes nothing)."""
@@ -344,6 +350,9 @@ class Loop:
         info = self.plan.info(int(rows[0]["step"]) - 1)
         groups = [int(r["slot"]) for r in rows]
         firsts = {g: i for i, g in reversed(list(enumerate(groups)))}  # each question's first row
+        signals: dict[str, Any] = {}
+        if info.role == "policy":  # the reward-hacking monitor (evolm.monitor); it may act (rewards.monitor)
+            signals, scored = self.monitor(info, rows, completions, scored, lengths, groups)
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
                               drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
@@ -353,12 +362,31 @@ class Loop:
         if is_main:
             self.write_samples(info, rows, completions, scored)
         logged = {k: v for k, v in vars(result).items() if k != "rewards"}  # StepRewards' numbers, by name
-        signals = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups)) \
-            if info.role == "policy" else {}  # the reward-hacking monitor (evolm.monitor)
         self.pending[info.step + 1] = StepRecord(step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
                                                  completion_length=sum(lengths) / len(lengths) if lengths else None,
                                                  **logged, **signals)
         return result.rewards, {**result.metrics(), **{k: v for k, v in signals.items() if v is not None}}
+
+    def monitor(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward],
+                lengths: list[int], groups: list[int]) -> tuple[dict[str, Any], list[RowReward]]:
+        """A policy step's monitor signals, and its rewards with flagged answers' judge rewards dropped
+        (``rewards.monitor: mask``); ``MonitorStop`` at a step past its bounds (``stop``)."""
+        signals: dict[str, Any] = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups))
+        signals["length_drift"] = self.drift.update(sum(lengths) / len(lengths) if any(lengths) else None)
+        act = self.cfg.rewards.monitor
+        if act == "report":
+            return signals, scored
+        flags = [flagged(r, c) for r, c in zip(rows, completions, strict=True)]
+        signals["monitor_flagged"] = share = sum(flags) / len(flags) if flags else 0.0
+        if act == "mask":
+            return signals, [replace(s, reward=None) if f else s for s, f in zip(scored, flags, strict=True)]
+        drift = signals["length_drift"]
+        if share >= self.cfg.rewards.monitor_stop_share or (drift is not None and drift > LENGTH_FACTOR):
+            raise MonitorStop(f"step {info.step + 1}: the reward-hacking monitor stopped the run (rewards.monitor: "
+                              f"stop): {share:.0%} of the answers flagged (a score string or a rubric copy; stop at "
+                              f"{self.cfg.rewards.monitor_stop_share:.0%}), length drift {drift}; resume from the "
+                              "last checkpoint with other settings")
+        return signals, scored
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []

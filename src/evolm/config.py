@@ -43,6 +43,7 @@ RUBRIC_PROMPTS = ("v3", "older")  # rubric.prompt: v3 (the paper's: 2-5 criteria
 RUBRIC_REWARDS = ("binary", "margin_format", "separation")  # rubric.reward
 INVALID_RUBRICS = ("judge_raw", "zero")  # rubric.invalid: what a rubric that does not parse gets
 MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")  # judge.aggregate
+MONITOR_ACTIONS = ("report", "mask", "stop")  # rewards.monitor: what the reward-hacking monitor may do
 PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")  # contrast.combined_weights keys
 PAIR_MODES = (*PAIR_BUILDERS, "combined", "labelled")  # contrast.pairs: one builder, or a weighted mix of them
 
@@ -161,6 +162,9 @@ class JudgeConfig:
                     "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
                     "score there depends on the whole group)")
+    cache_mb: float = _f(256.0, "MiB the judge results kept may take, at most (least recently used dropped first): "
+                         "a generative result keeps its reasoning (up to about 64 KB), so the entry bound alone could "
+                         "reach gigabytes")
 
     # Parameters that control several judges
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
@@ -287,6 +291,13 @@ class RewardsConfig:
                                   "criteria that separate its group's answers (a criterion whose P(Yes) spans less "
                                   "than 0.05 across the group is dropped from the weighting). Off in the paper; the "
                                   "share of such criteria is logged per step either way (flat_criteria)")
+    monitor: str = _f("report", "what the reward-hacking monitor (evolm.monitor) does on policy steps: report (only "
+                      "log its signals; the paper has no monitor), mask (also drop the judge reward of each answer it "
+                      "flags, a score string or a copy of the rubric: that answer gets its group's mean, zero "
+                      "advantage), stop (end the run at a policy step whose flagged share reaches monitor_stop_share "
+                      "or whose length_drift passes 2; the last checkpoint stays)")
+    monitor_stop_share: float = _f(0.5, "monitor=stop: the share of a policy step's answers flagged (score string or "
+                                   "rubric copy) that ends the run")
 
 
 @dataclass
@@ -776,6 +787,9 @@ def validate(cfg: RunConfig) -> None:
         (c.pairs in PAIR_MODES, _choice("contrast.pairs", c.pairs, PAIR_MODES)),
         (cfg.rubric.reward in RUBRIC_REWARDS, _choice("rubric.reward", cfg.rubric.reward, RUBRIC_REWARDS)),
         (cfg.rubric.invalid in INVALID_RUBRICS, _choice("rubric.invalid", cfg.rubric.invalid, INVALID_RUBRICS)),
+        (cfg.rewards.monitor in MONITOR_ACTIONS, _choice("rewards.monitor", cfg.rewards.monitor, MONITOR_ACTIONS)),
+        (0 < cfg.rewards.monitor_stop_share <= 1,
+         f"rewards.monitor_stop_share must be in (0, 1], not {cfg.rewards.monitor_stop_share}"),
         (j.mode in SCORER_MODES, _choice("judge.mode", j.mode, SCORER_MODES)),
         (j.mode != REWARD_MODEL_MODE or s.regime == "judge_only",
          "judge.mode=reward_model (a scalar reward model reads no rubric) needs schedule.regime=judge_only"),
@@ -814,6 +828,7 @@ def validate(cfg: RunConfig) -> None:
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
+        (j.cache_mb > 0 and math.isfinite(j.cache_mb), f"judge.cache_mb must be a positive number, not {j.cache_mb}"),
         (j.timeout > 0 and cfg.rubric.writer_timeout > 0,
          "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
         (j.max_retries >= 0 and cfg.rubric.writer_max_retries >= 0,

@@ -14,6 +14,10 @@ record in two. So readers split with ``split_lines`` (``\n`` only; a ``\r`` befo
 whitespace), and writers go through ``dumps_line``: ``json.dumps`` escapes ``\n``, ``\r`` and the
 other control characters, and U+0085, U+2028 and U+2029 are escaped too, so that other tools that
 split on them read evolm's files whole as well.
+
+Every writer writes strict JSON: Python's ``json`` writes a non-finite float as ``NaN`` or ``Infinity``,
+which is not JSON and which other readers (``jq``, JavaScript, Go) refuse. ``dumps_line`` and ``dumps``
+write ``null`` for it instead (``finite_json``): a reading that is not a number is a missing one.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import fcntl
 import gzip
 import io
 import json
+import math
 import os
 import re
 import socket
@@ -43,9 +48,39 @@ LINE_END = "\n"
 _UNSAFE_RAW = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # line breaks to splitlines()
 
 
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, +-inf) inside it, at any depth, replaced by ``None``.
+
+    >>> finite_json({"score": float("nan"), "xs": [1.0, float("inf")], "n": 2})
+    {'score': None, 'xs': [1.0, None], 'n': 2}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that writes strict JSON: a non-finite float becomes ``null`` (``finite_json``), never ``NaN``."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError as e:  # a NaN or an infinity somewhere (a circular reference stays an error)
+        if "Circular" in str(e):
+            raise
+        return json.dumps(finite_json(value), allow_nan=False, **kwargs)
+
+
 def dumps_line(row: Any) -> str:
-    r"""``row`` as one JSONL line, ``\n`` included; nothing inside it is a line break to any reader."""
-    text = json.dumps(row, ensure_ascii=False)
+    r"""``row`` as one JSONL line of strict JSON (``dumps``: NaN written ``null``), ``\n`` included; nothing inside
+    it is a line break to any reader.
+
+    >>> dumps_line({"score": float("nan")})
+    '{"score": null}\n'
+    """
+    text = dumps(row, ensure_ascii=False)
     if any(c in text for c in _UNSAFE_RAW):  # only inside strings: JSON allows them nowhere else
         for raw, escaped in _UNSAFE_RAW.items():
             text = text.replace(raw, escaped)

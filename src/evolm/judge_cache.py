@@ -1,9 +1,11 @@
 """Never pay twice for a judgment: a bounded cache of judge results, and duplicates within a call scored once.
 
 ``CachedJudge`` wraps a judge (anything with ``score(items, progress)``, whatever per-item result it returns)
-and keeps its results in a ``JudgeCache``: an LRU of at most ``max_entries`` results, keyed by the sha256 of
+and keeps its results in a ``JudgeCache``: an LRU of at most ``max_entries`` results and ``max_mb`` MiB (each result
+counted at its size: a generative judgment keeps its reasoning, which can be long), keyed by the sha256 of
 
     (the judge: its backend and model, mode, decoding settings, prompt wording, defences, parse, context guard;
+     a reward model: its model, reading and maximum length;
      the prompt template version: a digest of the prompts the judge sends for a fixed example;
      question, parsed rubric, rubric text as written, reference answer, answer)
 
@@ -19,20 +21,44 @@ is not kept, so it is asked again next time. A sampled judge (``generative`` at 
 answer its first sample again rather than a fresh draw; ``judge.cache: 0`` turns the cache off (the paper config
 does, as the authors' code re-judges every completion). Hit rates: ``JudgeCache.stats`` (whole life) and the
 ``CacheCall`` each ``score_with_hits`` returns; training logs ``judge_cache_hit_rate`` per step.
+
+The cache lives in memory, for one process, and one loaded model is one identity (its object's ``id`` is in the key).
+A judge behind a server is known only by its model name and URL: when the weights served under that name change, the
+cache cannot tell. Then clear it (``JudgeCache.clear``), restart the process (``evolm serve``, a training run), serve
+the new weights under a new model name, or run with the cache off (``judge.cache: 0``, ``--judge-cache 0``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-CACHE_ENTRIES = 10_000  # default bound: at most this many results are kept (a probability-mode result is a few
-# hundred bytes; a generative one keeps its reasoning, up to the reply's length: size judge.cache to the replies)
+CACHE_ENTRIES = 10_000  # default bound: at most this many results are kept
+CACHE_MB = 256.0  # and at most this many MiB of them (``result_bytes``): a probability-mode result is about a kilobyte;
+# a generative one keeps its reasoning, up to the reply's length (16,384 tokens: about 64 KB), so 10,000 of those
+# would be gigabytes
+
+
+def result_bytes(key: str, value: Any) -> int:
+    """About what a cached result takes in memory: its key, the result and the texts it holds (reasoning, criteria).
+
+    >>> from evolm.scores import Judgment
+    >>> result_bytes("k" * 64, Judgment(0.5, reasoning="x" * 100_000)) > 100_000
+    True
+    """
+    size = sys.getsizeof(key) + sys.getsizeof(value) + 64  # the LRU's own entry
+    for name in ("reasoning", "unscored"):
+        text = getattr(value, name, None)
+        size += sys.getsizeof(text) if isinstance(text, str) else 0
+    for c in getattr(value, "criteria", None) or ():
+        size += sys.getsizeof(c) + sys.getsizeof(getattr(c, "text", "")) + 64
+    return size
 
 
 @dataclass
@@ -51,14 +77,16 @@ class CacheStats:
 
 
 class JudgeCache:
-    """A bounded LRU of judge results by key (``judgment_key``), safe to share between threads."""
+    """A bounded LRU of judge results by key (``judgment_key``), safe to share between threads: at most
+    ``max_entries`` results and ``max_mb`` MiB of them (``result_bytes``; a result larger than that is not kept)."""
 
-    def __init__(self, max_entries: int = CACHE_ENTRIES) -> None:
-        if max_entries < 1:
-            raise ValueError(f"a judge cache holds at least 1 entry, not {max_entries}")
-        self.max_entries = max_entries
+    def __init__(self, max_entries: int = CACHE_ENTRIES, max_mb: float = CACHE_MB) -> None:
+        if max_entries < 1 or not max_mb > 0:
+            raise ValueError(f"a judge cache holds at least 1 entry and some bytes, not {max_entries} and {max_mb} MiB")
+        self.max_entries, self.max_bytes = max_entries, int(max_mb * 2**20)
         self.stats = CacheStats()
-        self._store: OrderedDict[str, Any] = OrderedDict()
+        self.bytes = 0  # what the kept results take (``result_bytes``)
+        self._store: OrderedDict[str, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -69,14 +97,25 @@ class JudgeCache:
             if key not in self._store:
                 return False, None
             self._store.move_to_end(key)
-            return True, self._store[key]
+            return True, self._store[key][0]
 
     def put(self, key: str, value: Any) -> None:
+        size = result_bytes(key, value)
         with self._lock:
-            self._store[key] = value
-            self._store.move_to_end(key)
-            while len(self._store) > self.max_entries:
-                self._store.popitem(last=False)
+            if key in self._store:
+                self.bytes -= self._store.pop(key)[1]
+            if size > self.max_bytes:
+                return
+            self._store[key] = (value, size)
+            self.bytes += size
+            while len(self._store) > self.max_entries or self.bytes > self.max_bytes:
+                self.bytes -= self._store.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        """Forget every result (the judge's weights changed under the same name: module docstring); counts stay."""
+        with self._lock:
+            self._store.clear()
+            self.bytes = 0
 
 
 def _text(x: Any) -> str:
@@ -89,8 +128,17 @@ def _rubric(item: Any) -> str:
 
 
 def judge_identity(judge: Any) -> str:
-    """Everything about ``judge`` that can change a result, with its prompt template version, as one string."""
+    """Everything about ``judge`` that can change a result, with its prompt template version, as one string.
+
+    A judge without a backend (a reward model, ``evolm.reward_model.RewardModel``) is its class, its model (name and
+    object) and its reading settings."""
     backend = getattr(judge, "backend", None)
+    if backend is None:
+        model = getattr(judge, "model", None)
+        config = getattr(model, "config", None)
+        own = {k: getattr(judge, k, None) for k in ("reading", "max_length", "batch_size")}
+        return json.dumps({"judge": type(judge).__name__, "model": str(getattr(config, "name_or_path", None)),
+                           "id": id(model), **own}, sort_keys=True, default=str)
     model = getattr(backend, "model", None)
     name = model if isinstance(model, str) else getattr(model, "name_or_path", None) or type(model).__name__
     settings = {k: getattr(judge, k, None) for k in ("mode", "temperature", "top_p", "max_new_tokens", "seed",
@@ -192,7 +240,14 @@ class CachedJudge:
                 todo[k] = [i]
         firsts = sorted((ix[0] for ix in todo.values()), key=lambda i: (_text(items[i].question), _rubric(items[i]),
                                                                        _text(items[i].rubric_text), i))
-        fresh = self.judge.score([items[i] for i in firsts], progress) if firsts else []
+        try:
+            fresh = self.judge.score([items[i] for i in firsts], progress) if firsts else []
+        except Exception as e:
+            from evolm.judge import OverlongPrompt
+
+            if isinstance(e, OverlongPrompt):  # its index is into the items sent (reordered): name the caller's
+                raise OverlongPrompt(firsts[e.index], e.reason) from None
+            raise
         for i, value in zip(firsts, fresh, strict=True):
             for t in todo[keys[i]]:
                 results[t] = value
@@ -205,8 +260,9 @@ class CachedJudge:
         return CacheCall(results, cached, len(firsts))
 
 
-def cached_judge(judge: Any, entries: int) -> Any:
-    """``judge`` behind a cache of ``entries`` results, or ``judge`` itself when ``entries`` is 0 or the judge is
-    ``listwise`` (an answer's score there depends on the other answers of its group, which the key does not hold)."""
-    return CachedJudge(judge, JudgeCache(entries)) if entries > 0 and getattr(judge, "mode", None) != "listwise" \
-        else judge
+def cached_judge(judge: Any, entries: int, max_mb: float = CACHE_MB) -> Any:
+    """``judge`` behind a cache of ``entries`` results and ``max_mb`` MiB, or ``judge`` itself when ``entries`` is 0
+    or the judge is ``listwise`` (an answer's score there depends on the other answers of its group, which the key
+    does not hold)."""
+    return CachedJudge(judge, JudgeCache(entries, max_mb)) \
+        if entries > 0 and getattr(judge, "mode", None) != "listwise" else judge

@@ -114,6 +114,8 @@ class StepRecord:
     length_reward_corr: float | None = _typed(float)  # within-group correlation of judge score and answer length
     rubric_copy_share: float | None = _typed(float)  # share of answers repeating rubric text
     score_string_share: float | None = _typed(float)  # share of answers with a score-like string ("score: 9")
+    length_drift: float | None = _typed(float)  # mean answer length over the first policy steps' mean
+    monitor_flagged: float | None = _typed(float)  # share of answers flagged (score string or rubric copy)
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)

@@ -188,8 +188,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. With
     several judges, a policy score is their mean and a rubric's reward is ``multi_judge_reward``
     with ``aggregate``. All judging of the batch is one call per judge, so answers to one question
-    share the judge's prefix; a ``listwise`` judge lists the policy answers sharing a question and rubric (a
-    step's group) in one prompt, and a rubric row's pair in another.
+    share the judge's prefix; a ``listwise`` judge lists the policy answers of one GRPO group (the rows of one
+    ``slot`` of one ``step``; rows without a slot: those sharing a question and rubric) in one prompt, and a rubric
+    row's pair in another.
     """
     from evolm.judge import JudgeItem
     from evolm.judge_cache import CachedJudge
@@ -206,8 +207,11 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             if rubric is None and invalid_rubrics == "zero":
                 raw = None
             judged_as.append(_Judged((len(items),)))
+            # a listwise judge lists one GRPO group: the answers of one slot of one step, never two groups that
+            # happen to share a question and rubric (rows without a slot: those sharing question and rubric)
+            slot = ("slot", row.get("step"), row["slot"]) if row.get("slot") is not None else None
             items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw,
-                                   reference=row.get("reference") or None))
+                                   reference=row.get("reference") or None, group=slot))
             continue
         written, raw = read_written(text), strip_thinking(text)
         if written.rubric is None and (invalid_rubrics == "zero" or not raw):

@@ -22,7 +22,7 @@ from evolm.config import RunConfig, load_config, save_config, to_dict
 from evolm.contrast import ReplayBuffer
 from evolm.dist import is_main
 from evolm.errors import RunError
-from evolm.jsonl import atomic_writer, write_jsonl
+from evolm.jsonl import atomic_writer, dumps, write_jsonl
 from evolm.records import (
     BUFFER_FILE,
     CHECKPOINTS_DIR,
@@ -210,7 +210,7 @@ def write_checkpoint_extras(ckpt: Path, buffer: ReplayBuffer, state: CheckpointS
     """Save the replay buffer into a checkpoint TRL has just written, then the completeness marker."""
     buffer.save(ckpt / BUFFER_FILE)
     with atomic_writer(ckpt / STATE_FILE) as f:
-        f.write(json.dumps(state.to_json()))
+        f.write(dumps(state.to_json()))
 
 
 def load_buffer(cfg: RunConfig, ckpt: Path | None) -> ReplayBuffer:

@@ -26,7 +26,9 @@ milliseconds (up to ``max_batch`` answers) and scores it in one ``Judge.score`` 
 thread, answers to one question next to each other, so they share the judge's prompt prefix as in
 training. A request larger than a batch is scored over several, each shared fairly with the
 requests waiting (``fair_shares``), and a batch is cut to about ``max_batch_s`` seconds of judging,
-so one client cannot hold the judge from the others. A full queue answers 503 with
+so one client cannot hold the judge from the others. A ``listwise`` judge is the exception: there a
+request's answers to one question are one list, judged with no other client's answers and never
+split between batches (``whole_shares``: a large request is a batch of its own). A full queue answers 503 with
 ``Retry-After``; a request past its deadline 504, and one whose client has gone is dropped: their
 answers not yet scored never are. A malformed request is a 4xx, one over a size limit (body,
 answers, characters per text) 413; every error body is ``{"error": ...}`` and the server keeps
@@ -49,7 +51,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
@@ -98,6 +100,10 @@ class ServeSettings:
     """Open connections (or requests in progress) at once; beyond it uvicorn answers 503 (``limit_concurrency``)."""
     max_header_kb: int = 64
     """KiB of an unfinished request head buffered at most (h11's incomplete-event limit); more is answered 400."""
+    threads: int = 0
+    """CPU threads of a local judge's forward passes (torch's intra-op threads); 0: torch's default (the cores). On
+    a CPU shared with other work, fewer threads than cores keep a call from stalling: SmolLM2 scored one answer in
+    7-11 s with 2 threads on a loaded 2-core machine, 1.9-2.0 s with 1 (docs/SECURITY.md)."""
 
 
 # ----------------------------------------------------------------------------- the two protocols
@@ -119,6 +125,8 @@ class Answer:
     response: str
     label: Any = None
     prompt_mismatch: bool = False  # the query did not start with its prompt (see ``response_from_query``)
+    request: int | None = None  # the request it came in (set by the batcher): a listwise judge lists one request's
+    # answers to one question together, never another client's
 
 
 _USER_TURN = (("<|im_start|>user\n", "<|im_end|>"),  # ChatML (Qwen, SmolLM2)
@@ -341,7 +349,10 @@ def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) 
     chosen = rubrics.resolve(answers)
     key = [json.dumps(r.to_dict(), sort_keys=True) if r is not None else "" for r, _ in chosen]
     order = sorted(range(len(answers)), key=lambda i: (answers[i].question, key[i]))
-    items = [JudgeItem(answers[i].question, answers[i].response, chosen[i][0]) for i in order]
+    # listwise: a group is one request's answers to one question under one rubric (the other modes ignore it)
+    items = [JudgeItem(answers[i].question, answers[i].response, chosen[i][0],
+                       group=None if answers[i].request is None else (answers[i].request, answers[i].question, key[i]))
+             for i in order]
     if isinstance(judge, CachedJudge):  # evolm serve's judge: results kept (--judge-cache), said per answer
         call = judge.score_with_hits(items)
         raw, hits = call.results, call.cached
@@ -366,6 +377,7 @@ class _Job:
 
     answers: list[Answer]
     future: asyncio.Future
+    request: int = 0  # the request's number, carried by its answers (``Answer.request``)
     sent: int = 0
     results: list[Scored] = field(default_factory=list)
 
@@ -400,6 +412,26 @@ def fair_shares(left: Sequence[int], room: int) -> list[int]:
     return shares
 
 
+def whole_shares(left: Sequence[int], room: int) -> list[int]:
+    """``fair_shares`` for requests that must not be split (a ``listwise`` judge: a request is one list): the first
+    request whole, whatever its size, then each next one whole while the batch has room for it, else none of it.
+
+    >>> whole_shares([3, 5000, 2], 8)
+    [3, 0, 2]
+    >>> whole_shares([5000, 1], 8)
+    [5000, 0]
+    """
+    shares = [0] * len(left)
+    for i, n in enumerate(left):
+        if i == 0 or n <= room:
+            shares[i] = n
+            room -= n
+    return shares
+
+
+COLD_BATCH = 8  # answers in a batch before the judge's time per answer is known (``Batcher.room``)
+
+
 @dataclass
 class Batcher:
     """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
@@ -413,6 +445,9 @@ class Batcher:
 
     score: Callable[[list[Answer]], list[Scored]]
     settings: ServeSettings = field(default_factory=ServeSettings)
+    whole: bool = False
+    """Never split a request between batches (``whole_shares``): a ``listwise`` judge lists a request's answers
+    together."""
     batches: int = 0
     answers: int = 0
     dropped: int = 0  # requests given up (deadline, client gone) before all their answers were scored
@@ -421,6 +456,7 @@ class Batcher:
     last_batch_answers: int = 0
     answer_s: float = 0.0  # seconds per answer of recent judge calls (a moving average; 0 before the first)
     jobs: list[_Job] = field(default_factory=list)  # admitted requests, in arrival order
+    _requests: int = 0  # requests admitted so far (each one's number)
     _wake: asyncio.Event | None = None
     _executor: ThreadPoolExecutor | None = None
     _task: asyncio.Task | None = None
@@ -457,7 +493,9 @@ class Batcher:
             wait = min(600, max(1, math.ceil(left * per)))
             raise RequestRejected(503, f"{waiting} requests queued (--max-queue); retry later",
                                   {"Retry-After": str(wait)})
-        job = _Job(answers, asyncio.get_running_loop().create_future())
+        self._requests += 1
+        job = _Job([replace(a, request=self._requests) for a in answers], asyncio.get_running_loop().create_future(),
+                   self._requests)
         self.jobs.append(job)
         self._wake.set()
         deadline = self.settings.deadline_s if deadline_s is None else deadline_s
@@ -489,7 +527,7 @@ class Batcher:
             # least served first: when the batch has less room than there are requests, a newcomer goes before a
             # large request that has had batches already (and large ones take turns)
             jobs = sorted(self.jobs, key=lambda j: j.sent)
-            shares = fair_shares([len(j.answers) - j.sent for j in jobs], self.room())
+            shares = (whole_shares if self.whole else fair_shares)([len(j.answers) - j.sent for j in jobs], self.room())
             parts = [(j, j.sent, j.sent + n) for j, n in zip(jobs, shares, strict=True) if n]
             for j, _, end in parts:
                 j.sent = end
@@ -497,9 +535,11 @@ class Batcher:
                 await self._score(loop, parts)
 
     def room(self) -> int:
-        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them."""
+        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them;
+        ``COLD_BATCH`` at most before any call has been timed (a cold server's first call of 64 answers took 17 s on
+        a loaded CPU, and a request arriving then waited for all of it)."""
         if self.answer_s <= 0:
-            return self.settings.max_batch
+            return min(self.settings.max_batch, COLD_BATCH)
         return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.answer_s)))
 
     async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
@@ -596,7 +636,8 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
 
     rubrics = rubrics if rubrics is not None else RubricSource()
     settings = settings or ServeSettings()
-    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings)
+    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings,
+                      whole=getattr(judge, "mode", None) == "listwise")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan contract

@@ -19,8 +19,10 @@ place from a user's copy, GSM8K *train* questions whose reference answers become
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +63,18 @@ class WarmStartConfig:
 # ----------------------------------------------------------------------------- seed rows
 
 def _check_rubric(value: Any, where: str) -> dict[str, Any]:
-    rubric = Rubric.from_obj(value)
-    if rubric is None:
+    """The seed row's rubric as an object; a one-line ``InputError`` naming ``where`` for anything but a rubric object
+    (or JSON text holding exactly one) that is format-valid."""
+    obj = value
+    if isinstance(value, str):
+        try:
+            obj = json.loads(value)
+        except ValueError:
+            raise InputError(f"{where}: 'rubric' is text that is not one JSON object (text around the JSON?)") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: 'rubric' must be an object {{\"criteria\": [...]}}, not a {type(obj).__name__}")
+    if Rubric.from_obj(obj) is None:
         raise InputError(f"{where}: 'rubric' holds no criterion")
-    obj = value if isinstance(value, dict) else json.loads(value)
     if format_validity(json.dumps(obj)) != 1.0:
         raise InputError(f"{where}: 'rubric' is not format-valid (2+ criteria with weights summing to 1)")
     return obj
@@ -76,13 +86,28 @@ def load_seed(spec: str) -> list[dict[str, Any]]:
         raise InputError(f"{spec}: no such built-in seed set (known: {', '.join(BUILTIN_SEEDS)})")
     path = BUILTIN_SEEDS.get(spec, Path(spec))
     rows = []
-    for i, row in enumerate(read_jsonl(path, required=["prompt", "rubric"]), 1):
+    lines = _line_numbers(path)
+    for i, row in enumerate(read_jsonl(path, required=["prompt", "rubric"])):
+        where = f"{spec}:{lines[i]}" if i < len(lines) else f"{spec}: row {i + 1}"
         prompt = row["prompt"]
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InputError(f"{spec}: row {i}: 'prompt' is not a non-empty string")
-        rows.append({"prompt": prompt, "rubric": _check_rubric(row["rubric"], f"{spec}: row {i}"),
+            raise InputError(f"{where}: 'prompt' is not a non-empty string")
+        rows.append({"prompt": prompt, "rubric": _check_rubric(row["rubric"], where),
                      "source": str(row.get("source", spec))})
     return rows
+
+
+def _line_numbers(path: Path) -> list[int]:
+    """The line number of each non-blank line of a JSONL file (what ``read_jsonl`` reads as its rows, in order)."""
+    from evolm.jsonl import split_lines
+
+    if path.name.endswith(".gz"):
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [n for n, line in enumerate(split_lines(text), 1) if line.strip()]
 
 
 _CALC = re.compile(r"<<([^<>=]+)=([^<>]+)>>")
@@ -168,6 +193,65 @@ def sft_examples(rows: list[dict[str, Any]], rubric_prompt: str = "v3",
             ex["chat_template_kwargs"] = dict(chat_template_kwargs)
         out.append(ex)
     return out
+
+
+# ----------------------------------------------------------------------------- the output directory
+
+_MODEL_FILES = ("config.json", "sft_rubrics.json")  # a directory holding one of these is a model evolm may replace
+
+
+def check_output_dir(output: str | Path) -> Path:
+    """The output directory, refused in one line before any model loads when it cannot be written.
+
+    The writer is saved into a new sibling directory that then replaces ``output`` whole (``save_atomically``), so
+    ``output`` must be a path that is not a file, whose parent can hold a new directory, and, if it exists, an empty
+    directory or a model directory (one with ``config.json`` or ``sft_rubrics.json``, or a run's ``partial/`` holding
+    one): any other directory would lose its files.
+    """
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output {output}: exists and is not a directory (the writer is a model directory)")
+    if out.is_dir() and any(out.iterdir()) and not any((out / f).is_file() or (out / "partial" / f).is_file()
+                                                        for f in _MODEL_FILES):
+        raise InputError(f"--output {output}: a directory that is not a model directory; the save replaces it whole, "
+                         "so give a new or empty directory, or a model directory")
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"--output {output}: cannot create a directory in {parent}")
+    return out
+
+
+def save_atomically(out: Path, write: Any) -> None:
+    """``write(directory)`` into a new sibling of ``out``, then that directory renamed into place as ``out``.
+
+    A run killed while writing leaves ``out`` as it was (the previous model, or nothing) and a
+    ``.<name>.saving-<pid>`` sibling that the next save removes; only between the two renames at the end (the old
+    ``out`` moved aside, the new one moved in) is ``out`` briefly absent, with the old one intact beside it as
+    ``.<name>.old-<pid>``.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.saving-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = out.parent / f".{out.name}.saving-{os.getpid()}"
+    tmp.mkdir()
+    write(tmp)
+    for f in tmp.rglob("*"):  # on disk before the rename makes them the model
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    fd = os.open(out.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- training
@@ -265,8 +349,8 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
 
     from evolm.models import load_model, resolve_device
 
+    out = check_output_dir(cfg.output_dir)
     rows = seed_rows(cfg)
-    out = Path(cfg.output_dir)
     device = resolve_device(cfg.device)
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model(cfg.model, device=device, dtype=cfg.dtype)
@@ -325,21 +409,23 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
     model.eval()
     if cfg.lora_r:
         model = model.merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
     sources: dict[str, int] = {}
     for r in rows:
         sources[r["source"]] = sources.get(r["source"], 0) + 1
     summary = {"config": asdict(cfg), "examples": len(data), "sources": sources, "shared_prefix_tokens": len(prefix),
                "steps": total, "losses": [round(x, 4) for x in losses]}
-    (out / "sft_rubrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _save(model, tokenizer, out, summary)
     return out
 
 
 def _save(model: Any, tokenizer: Any, where: Path, state: dict[str, Any]) -> None:
-    """A checkpoint mid-run: the model (a LoRA adapter on its base, with ``lora_r``), loadable by evolm as a model."""
-    where.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(where)
-    tokenizer.save_pretrained(where)
-    (where / "sft_rubrics.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
+    """The model (mid-run: a LoRA adapter on its base, with ``lora_r``), loadable by evolm as a model, with ``state``
+    as ``sft_rubrics.json``; saved whole or not at all (``save_atomically``): a kill mid-save keeps the previous one."""
+    from evolm.jsonl import dumps
+
+    def write(directory: Path) -> None:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        (directory / "sft_rubrics.json").write_text(dumps(state, indent=2) + "\n", encoding="utf-8")
+
+    save_atomically(where, write)

@@ -381,12 +381,10 @@ def write_result(output: str | None, result: dict, table: str) -> None:
     """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on
     stdout."""
     if output:
-        import json
-
-        from evolm.jsonl import atomic_writer
+        from evolm.jsonl import atomic_writer, dumps
 
         with atomic_writer(output) as f:
-            f.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+            f.write(dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(table, file=sys.stderr if output in ("-", "/dev/stdout") else sys.stdout)
 
 

@@ -130,17 +130,19 @@ def main(args: argparse.Namespace) -> None:
         for i, it in enumerate(items):
             groups.setdefault(listwise_group(it), []).append(i)
 
+    listed: dict = {}  # listwise: row index -> its judgment, for the rows of the groups judged so far
+
     def judged_rows(start: int, end: int) -> list:
-        """The judgments of rows start..end; listwise: judged with every row of their groups (the same groups give
-        the same scores in any batch, so a group met again in the next batch is judged as before)."""
+        """The judgments of rows start..end; listwise: each group judged once, whole, the first time a batch holds
+        one of its rows, and its judgments kept for its rows in later batches (dropped once written)."""
         if not groups:
             return judge.score(items[start:end])
-        wanted = sorted({i for k in range(start, end) for i in groups[listwise_group(items[k])]})
+        wanted = sorted({i for k in range(start, end) if k not in listed for i in groups[listwise_group(items[k])]})
         try:
-            by_row = dict(zip(wanted, judge.score([items[i] for i in wanted]), strict=True))
+            listed.update(zip(wanted, judge.score([items[i] for i in wanted]), strict=True) if wanted else ())
         except OverlongPrompt as e:  # its index in this file, relative to the batch as the caller reads it
             raise OverlongPrompt(wanted[e.index] - start, e.reason) from None
-        return [by_row[k] for k in range(start, end)]
+        return [listed.pop(k) for k in range(start, end)]
 
     def compute(start: int, end: int, _advance) -> list[dict]:  # noqa: ANN001 - the bar moves per batch
         try:

@@ -60,7 +60,7 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.sft import WarmStartConfig, seed_rows, warm_start
+    from evolm.sft import WarmStartConfig, check_output_dir, seed_rows, warm_start
 
     if min(args.lora_r, args.gsm8k_limit, args.max_examples, args.save_every, args.train_layers) < 0:
         raise InputError("--lora-r, --gsm8k-limit, --max-examples, --save-every and --train-layers must be >= 0")
@@ -71,6 +71,7 @@ def main(args: argparse.Namespace) -> None:
                           max_examples=args.max_examples, save_every=args.save_every,
                           train_layers=args.train_layers, detach_prefix=args.detach_prefix,
                           max_length=args.max_length, seed=args.seed, dtype=args.dtype, device=args.device)
+    check_output_dir(cfg.output_dir)  # an output that cannot take the writer stops here, before the model loads
     rows = seed_rows(cfg)  # a bad seed file stops here, before the model loads
     say(f"sft-rubrics: {len(rows)} seed rubrics, {cfg.epochs:g} epochs")
     out = warm_start(cfg)
