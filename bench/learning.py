@@ -1173,8 +1173,8 @@ def main() -> None:
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
+    global WRITERS, JUDGE
     if args.judge and args.judge != JUDGE and args.study in ("writers", "writers-table"):
-        global WRITERS, JUDGE
         WRITERS, JUDGE = OUT / "writers" / f"judge-{Path(args.judge).name}", args.judge
     if args.study == "writers":
         if len(args.runs) != 1 or args.runs[0] not in WRITER_ARMS:

@@ -69,18 +69,19 @@ def items_for(pairs: list[Any], rubrics: dict[str, str]) -> list[Any]:
     return [JudgeItem(p.prompt, a, parse_rubric(rubrics[p.prompt])) for p in pairs for a in (p.better, p.worse)]
 
 
-def cost(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, str], repeats: int) -> dict[str, Any]:
-    three = [p for p in pairs if len(json.loads(rubrics[p.prompt])["criteria"]) == 3][:8]
+def cost(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, str], n_pairs: int, repeats: int,
+         warmup: int) -> dict[str, Any]:
+    three = [p for p in pairs if len(json.loads(rubrics[p.prompt])["criteria"]) == 3][:n_pairs]
     items = items_for(three, rubrics)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
-    scores: dict[str, list[float]] = {}
-    for r in range(repeats + 1):  # the first round warms up
+    for r in range(warmup + repeats):  # round-robin: load from other jobs falls on both orders alike
         for name, fn in fns.items():
             use(fn)
             w0, c0 = time.perf_counter(), time.process_time()
-            scores[name] = [j.score for j in judge.score(items)]
-            if r:
+            judge.score(items)
+            if r >= warmup:
                 times[name].append((time.perf_counter() - w0, time.process_time() - c0))
+            print(f"cost: {name}, round {r + 1} of {warmup + repeats}: {time.perf_counter() - w0:.0f} s", flush=True)
     out = {}
     for name, ts in times.items():
         wall = statistics.median(t[0] for t in ts) / len(items)
@@ -125,7 +126,11 @@ def accuracy(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[st
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--judge", default="qwen2.5-coder-1.5b-instruct", help="the yesno judge (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="timed rounds of the cost measurement (default 2)")
+    p.add_argument("--cost-pairs", type=int, default=4, help="held-out pairs (2 answers, 3 criteria each) the cost is "
+                   "measured on (default 4)")
+    p.add_argument("--repeats", type=int, default=1, help="timed rounds of the cost measurement (default 1)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed rounds first (default 0: CPU seconds, the measure "
+                   "that holds on a shared machine, need none)")
     p.add_argument("--skip-accuracy", action="store_true", help="cost and probe only (the accuracy run is the long "
                    "part: 100 pairs in each order)")
     args = p.parse_args()
@@ -139,7 +144,8 @@ def main() -> None:
     judge = Judge(load_backend(args.judge, dtype="float32", batch_size=16), mode="yesno")
     fns = orders()
     print_header("yesno prompt order", {"judge": args.judge, "pairs": len(pairs)})
-    res: dict[str, Any] = {"judge": args.judge, "cost": cost(judge, fns, pairs, rubrics, args.repeats),
+    res: dict[str, Any] = {"judge": args.judge, "cost": cost(judge, fns, pairs, rubrics, args.cost_pairs, args.repeats,
+                                                                         args.warmup),
                            "probe": probe(judge, fns)}
     if not args.skip_accuracy:
         res["accuracy"] = accuracy(judge, fns, pairs, rubrics)
