@@ -157,6 +157,40 @@ def test_launch_problems_are_refused_before_any_model_loads(tmp_path: Path, over
     assert not (tmp_path / "r").exists()  # and nothing was written
 
 
+# ----------------------------------------------------------------------------- the policy loads after its GRPOConfig
+
+
+def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ZeRO-3, ``GRPOConfig`` registers DeepSpeed's config with transformers; only a policy loaded after it
+    is built under ``deepspeed.zero.Init`` (a shard per process) instead of whole on every GPU and in host memory."""
+    import trl
+    from test_coevolve import tiny_config
+
+    from evolm import models
+    from evolm.coevolve import run
+
+    order: list[str] = []
+
+    class RecordedConfig(trl.GRPOConfig):
+        def __post_init__(self) -> None:
+            order.append("GRPOConfig")
+            super().__post_init__()
+
+    class Stop(Exception):
+        pass
+
+    def load_model(name, device="auto", dtype="auto", sharded=False):  # noqa: ANN001, ANN202
+        order.append(f"policy (sharded={sharded})")
+        raise Stop
+
+    monkeypatch.setattr(trl, "GRPOConfig", RecordedConfig)
+    monkeypatch.setattr(models, "load_model", load_model)
+    with pytest.raises(Stop):
+        run(tiny_config(tiny_model_dir, tmp_path / "run"))
+    assert order == ["GRPOConfig", "policy (sharded=True)"]
+
+
 # ----------------------------------------------------------------------------- one frozen copy for judge and reference
 
 

@@ -83,7 +83,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))  # and data.pairs for labelled pairs
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
-    model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
+    args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
+    model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
@@ -91,7 +92,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #   3. loop.score, finish   rewards (missing -> group mean), replay buffer, samples
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
-    trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
+    trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
                                             loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache)
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy

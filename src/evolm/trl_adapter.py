@@ -222,12 +222,14 @@ def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
                             category=FutureWarning, module=r"transformers\.modeling_utils")
 
 
-def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
-    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
+def training_args(cfg: RunConfig) -> Any:
+    """The run's ``GRPOConfig``, built before the policy loads (``coevolve.run``).
 
-    The caller has passed ``check_launch(cfg)`` (``coevolve.run`` does, before loading any model).
+    Under DeepSpeed ZeRO-3 it registers its config with transformers, so the policy's ``from_pretrained`` that follows
+    builds the model under ``deepspeed.zero.Init``: each process holds its shard of the weights, not the whole model
+    (at 8B, 16 GB per GPU and as much host memory per process, while colocated vLLM wants its share free). It also
+    creates the process group (with ``grpo.ddp_timeout``). The caller has passed ``check_launch(cfg)``.
     """
-    import datasets
     from trl import GRPOConfig
 
     from evolm.dist import world_size
@@ -244,6 +246,16 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
         raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
                        "launch with torchrun or `accelerate launch` with a config that starts every process")
+    return args
+
+
+def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
+    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
+
+    ``args`` is ``training_args(cfg)``, built before ``model`` loaded.
+    """
+    import datasets
+
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra))],
@@ -579,7 +591,8 @@ class TrainerGenerate:
         with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
                                          gather_deepspeed3_params=t.args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model:
-            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size))
+            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size),
+                                synced_gpus=None)  # ZeRO-3 shards (ds3_gather_for_generation off): transformers syncs
             return backend.generate(convs, params)
 
     def _vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
