@@ -88,8 +88,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
-    #   2. TRL generates G completions per row
-    #   3. loop.score, finish   rewards (missing -> group mean), replay buffer, samples
+    #   2. TRL generates G completions per row; 3. loop.score, finish: rewards (missing -> group mean), buffer, samples
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, loop)
