@@ -44,8 +44,8 @@ from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
 from evolm.monitor import answer_signals
 from evolm.prompts import load_prompt_set
-from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
-                           samples_path)
+from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
+                           append_records, samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
@@ -383,7 +383,7 @@ class Loop:
         rec = self.pending.pop(step, None)
         if rec is not None and is_main:
             now = time.time()
-            rec.kl, rec.loss = trl_logs.get("kl"), trl_logs.get("loss")
+            rec.kl, rec.loss, rec.vllm_weight_syncs, rec.vllm_generate_calls = (trl_logs.get(k) for k in TRL_LOGGED)
             rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
             append_record(self.run_dir / METRICS_FILE, rec)
             if self.on_step is not None:
