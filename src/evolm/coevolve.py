@@ -43,7 +43,7 @@ from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
 from evolm.monitor import answer_signals
-from evolm.prompts import load_prompt_set
+from evolm.prompts import fit_prompt_set
 from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
                            append_records, samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
@@ -70,21 +70,21 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     ``on_start`` gets where the run starts once the directory and settings are validated (before any
     model loads), ``on_step`` each step's record on the main process (the CLI prints with them).
     """
-    from evolm import trl_adapter
-    from evolm.models import load_model
+    from evolm import models, trl_adapter
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start)
     trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
+    fit = fit_prompt_set(cfg)  # data.prompts without those over data.max_prompt_tokens (counted, said at the start)
     if on_start is not None:
-        on_start(start)
-    plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))  # and data.pairs for labelled pairs
+        on_start(replace(start, prompts_skipped=fit.note()))
+    plan = Plan(cfg, fit.questions, fit.references)  # and data.pairs for labelled pairs
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
-    model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
+    model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights

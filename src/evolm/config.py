@@ -254,6 +254,11 @@ class DataConfig:
 
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
     limit: int = _f(0, "use only the first N prompts (0: all)")
+    max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
+                                "writer's conversation, in the model's chat template) is longer than this many tokens; "
+                                "counted and reported at the start of the run and by the dry run (0: keep every "
+                                "prompt). A prompt longer than vLLM's context (grpo.vllm_max_model_length) stops the "
+                                "run on the process that holds it")
     pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
                            "the pair files `evolm eval pairs` reads)")
 
@@ -820,6 +825,8 @@ def validate(cfg: RunConfig) -> None:
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
         (0 <= cfg.seed < 2**32, f"seed must be >= 0 and < 2**32 (numpy's limit), not {cfg.seed}"),
         (cfg.data.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {cfg.data.limit}"),
+        (cfg.data.max_prompt_tokens >= 0,
+         f"data.max_prompt_tokens must be >= 0 (0: keep every prompt), not {cfg.data.max_prompt_tokens}"),
         (cfg.output_dir.strip() != "", "output_dir must name a directory"),
         (not _system_dir(cfg.output_dir), f"output_dir {cfg.output_dir} is the filesystem root or a system directory "
          "(/proc, /sys, /dev): choose a directory of its own for the run"),
