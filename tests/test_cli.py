@@ -405,3 +405,18 @@ def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_
     assert 100 < longest < 4096
     assert main(["train", "--config", *paper, "--dry-run", "--num-processes", "4"]) == 0
     assert f"1 x {longest + 16384:,} tokens, checkpointed" in capsys.readouterr().out
+
+
+def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import torch
+    from test_examples import fake_nvidia_smi
+
+    if torch.cuda.is_available():
+        pytest.skip("torch drives this machine's GPUs")
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "nvidia-smi lists 2 GPU(s) but torch" in err and "cannot use them" in err
