@@ -83,7 +83,7 @@ def test_reward_refuses_rows_evolm_did_not_fill() -> None:
 # ----------------------------------------------------------------------------- the shape of the code
 
 _PRIVATE_TRL = re.compile(r"\._generate_and_score_completions|_calculate_rewards|\._metrics\b|_last_loaded_step"
-                          r"|vllm_generation")
+                          r"|vllm_generation|_llm_weights_sleeping")
 
 
 def test_only_the_adapter_touches_trl_internals() -> None:
