@@ -392,7 +392,7 @@ def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from evolm.config import load_config
     from evolm.models import load_tokenizer
-    from evolm.prompts import fit_prompt_set
+    from evolm.prompt_length import fit_prompt_set
 
     prompts = _long_prompts(tmp_path / "p.jsonl")
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"data.prompts={prompts}",

@@ -43,7 +43,7 @@ from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
 from evolm.monitor import answer_signals
-from evolm.prompts import fit_prompt_set
+from evolm.prompt_length import fit_prompt_set
 from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
                            append_records, samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards

@@ -158,14 +158,15 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     say("dry run: the config is valid for this launch; nothing was loaded")
 
 
-def _prompt_fit(cfg):  # noqa: ANN001, ANN202 - evolm.config.RunConfig -> (prompts.PromptFit, str)
+def _prompt_fit(cfg):  # noqa: ANN001, ANN202 - evolm.config.RunConfig -> (prompt_length.PromptFit, str)
     """The prompts the run keeps under data.max_prompt_tokens and the longest, counted with the model's tokenizer, or
     the built-in SmolLM2 one when the model is not local (said in the second value); uncounted if neither loads."""
     from pathlib import Path
 
     from evolm.errors import EvolmError
     from evolm.models import BUILTIN_MODELS, load_tokenizer
-    from evolm.prompts import PromptFit, fit_prompt_set, load_prompt_set
+    from evolm.prompt_length import PromptFit, fit_prompt_set
+    from evolm.prompts import load_prompt_set
 
     name = cfg.model.name
     local = name in BUILTIN_MODELS or Path(name).expanduser().exists()
