@@ -639,10 +639,11 @@ def vllm_plan(cfg: RunConfig) -> str | None:
     g, s, c = cfg.grpo, cfg.schedule, cfg.contrast
     if not g.get("use_vllm"):
         return None
-    policy = {"coevolve": "1 (its rubrics)", "judge_only": "0",
+    policy = {"coevolve": "1 (its rubrics)", "judge_only": "0", "sequential": "0 (the writer stage's checkpoint)",
               "frozen_rubric": "0 (a fixed writer)" if cfg.rubric.writer else "1 on the first (the frozen rubrics), 0 "
               "after"}.get(s.regime)
-    fixed = bool(c.answerer) and c.pairs != "labelled"  # the pairs' answers come from a fixed model, not vLLM
+    # the pairs' answers come from a fixed model, not vLLM (sequential: the base model, config.sequential_stages)
+    fixed = (bool(c.answerer) or s.regime == "sequential") and c.pairs != "labelled"
     rubric = "0" if c.pairs == "labelled" else {
         "temporal": "0, or 1 while the buffer is empty" if fixed else "1 (fresh answers), 2 while the buffer is empty",
         "rubric_conditioned": "1" if fixed else "2", "inferred_question": "0" if fixed else "3",
