@@ -225,3 +225,9 @@ def test_models_loaded_in_the_training_processes_are_counted_whole_under_zero3()
     assert rows["fixed answerer (in process)"] == 15.3
     assert rows["fixed answerer's KV cache (transformers)"] == round(8 * 17_408 * 147_456 / GIB, 1)
     assert "fixed answerer (in process)" not in _rows("base-rubrics.yaml")  # a served or absent fixed model: no row
+    # an hf judge loads in float32 unless judge.dtype says otherwise (models.judge_dtype): 4 bytes a weight
+    cfg = load_config(str(CONFIGS / "paper-qwen3-8b.yaml"), ["data.prompts=builtin:demo", "judge.backend=hf",
+                                                             "judge.base_url=null"])
+    setup = setup_for(cfg, QWEN3_8B, 4, read_sharding(CONFIGS / "accelerate-zero3.yaml"), 80.0)
+    judge = {t.name: t.gib for t in estimate(QWEN3_8B, setup).terms}["judge (in process)"]
+    assert judge == pytest.approx(KNOWN_MODELS["Qwen/Qwen3-1.7B"].parameters() * 4 / GIB)

@@ -257,6 +257,8 @@ class Setup:
     cast_lm_head_to_fp32: bool = False
     judge_parameters: int = 0  # a judge loaded in the training process (judge.backend hf, another model)
     judge_name: str = "judge (in process)"  # its row: the judge, or the reward model (judge.mode reward_model)
+    judge_dtype_bytes: int = 2  # its weights: judge.dtype auto is float32 for a judge (models.judge_dtype), the
+    # policy's dtype for a reward model
     fixed_role: str = ""  # a fixed rubric writer or answerer loaded in the training process (backend hf): its role
     fixed_parameters: int = 0  # ... its weights, whole on each training GPU
     fixed_kv_tokens: int = 0  # ... tokens its generation keeps in the KV cache at once (a batch at full length)
@@ -332,7 +334,8 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
             "reference)")
     whole = ", whole (outside ZeRO-3)" if z == 3 else ""
     if s.judge_parameters:
-        add(s.judge_name, s.judge_parameters * wb, f"{s.judge_parameters / 1e9:.2f}B x {wb} B on each training GPU"
+        jb = s.judge_dtype_bytes
+        add(s.judge_name, s.judge_parameters * jb, f"{s.judge_parameters / 1e9:.2f}B x {jb} B on each training GPU"
             f"{whole}", knob="a judge served on its own GPUs (judge.backend=openai, judge.base_url)")
     if s.fixed_parameters:
         where = "rubric.writer" if s.fixed_role == "writer" else "contrast.answerer"
@@ -430,8 +433,16 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
         vllm_max_model_length=g.get("vllm_max_model_length"),
         rows_per_process=max(1, rows // processes), cast_lm_head_to_fp32=bool(g.get("cast_lm_head_to_fp32")),
         judge_parameters=judge_params, judge_name="reward model (in process)" if rm else "judge (in process)",
+        judge_dtype_bytes=_dtype_bytes(cfg.judge.dtype, cfg.model.dtype if rm else "float32",
+                                       4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2),
         fixed_role=fixed[0] if fixed else "", fixed_parameters=fixed_facts.parameters() if fixed_facts else 0,
         fixed_kv_tokens=fixed_tokens, fixed_kv_bytes_per_token=fixed_facts.kv_bytes_per_token() if fixed_facts else 0)
+
+
+def _dtype_bytes(dtype: str, auto: str, auto_bytes: int) -> int:
+    """Bytes per weight of a model loaded in ``dtype`` (``auto``: what ``auto`` resolves to for it)."""
+    name = auto if dtype == "auto" else dtype
+    return 4 if name == "float32" else auto_bytes if name == "auto" else 2
 
 
 def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
