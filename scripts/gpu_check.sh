@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# GPU check: a 2-process co-evolution (2 policy + 2 rubric steps) of a tiny Qwen3-architecture model built here,
-# in bfloat16, under DeepSpeed ZeRO-3 when deepspeed is installed and with TRL's colocated vLLM (sleep mode on, as in
-# the paper config) when vllm is installed. Nothing is downloaded. Prints a pass/fail table and the peak GPU memory
-# of each process (nvidia-smi, sampled every 0.5 s). Under 10 minutes; the launch is stopped at 9.
+# GPU check: a 2-process co-evolution (2 policy + 2 rubric steps) of a tiny Qwen3-architecture model built here, on
+# the paper's path: full fine-tuning (model.lora.r=0: TRL's ZeRO-3 reference model, per-parameter weight sync), in
+# bfloat16, under DeepSpeed ZeRO-3 when deepspeed is installed and with TRL's colocated vLLM in sleep mode when vllm is
+# installed. Nothing is downloaded. Prints a pass/fail table and the peak GPU memory of each process (nvidia-smi,
+# sampled every 0.5 s). Under 10 minutes; the launch (every process it started) is stopped at 9.
 #
 #   bash scripts/gpu_check.sh            # uses ./.venv/bin/python if present, else python3
 #   NPROC=1 bash scripts/gpu_check.sh    # processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU
 #                                        # per process)
 #   KEEP=1 bash scripts/gpu_check.sh     # keep the work directory (model, run, log)
 #
-# On a machine without a CUDA GPU it says so and exits 0 without running anything.
+# Exit status: 0 when every check passed, or on a machine with no GPU at all (nvidia-smi lists none and torch sees
+# none: it says so and runs nothing); 1 when a check failed, or when nvidia-smi lists GPUs that torch cannot use
+# (e.g. a torch built for a newer CUDA than the driver runs: docs/GPU.md, "Install").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CUDA_DEVICE_ORDER=PCI_BUS_ID  # GPU numbers as nvidia-smi prints them (CUDA's default puts the fastest first)
 PY="${PYTHON:-.venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 
-NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
+LISTED=$(timeout 20 nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+read -r NGPU TORCH_VERSION TORCH_CUDA <<<"$("$PY" -c 'import torch
+print(torch.cuda.device_count() if torch.cuda.is_available() else 0, torch.__version__, torch.version.cuda)' \
+    2>/dev/null || echo "0 - -")"
 if [ "$NGPU" = "0" ]; then
-    echo "gpu_check: needs a CUDA GPU (torch sees none here); nothing was run"
+    if [ "${LISTED:-0}" -gt 0 ]; then
+        DRIVER=$(timeout 20 nvidia-smi 2>/dev/null | grep -o 'Driver Version: [0-9.]*\|CUDA Version: [0-9.]*' \
+                 | paste -sd ' ' - || true)
+        if [ "$TORCH_VERSION" = "-" ]; then
+            WHY="$PY cannot import torch"
+        elif [ "$TORCH_CUDA" = "None" ]; then
+            WHY="torch $TORCH_VERSION is a CPU-only build"
+        else
+            WHY="torch $TORCH_VERSION (built for CUDA $TORCH_CUDA) sees none of them"
+        fi
+        echo "gpu_check: FAIL: nvidia-smi lists $LISTED GPU(s) (${DRIVER:-its driver version not reported}) but" \
+             "$WHY: a torch built for a newer CUDA than the driver runs (nvidia-smi's 'CUDA Version' is the newest" \
+             "it runs), a CPU-only torch, or CUDA_VISIBLE_DEVICES hiding them; install the torch and vLLM built for" \
+             "the driver's CUDA (docs/GPU.md, 'Install')" >&2
+        exit 1
+    fi
+    echo "gpu_check: no GPU here (nvidia-smi lists none, torch sees none); nothing was run"
     exit 0
 fi
 
@@ -25,7 +48,9 @@ exec "$PY" - "$NGPU" <<'PYEOF'
 import importlib.util
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,24 +59,45 @@ import time
 from pathlib import Path
 
 REPO = Path.cwd()
-sys.path.insert(0, str(REPO))  # tests/conftest.py: the tiny tokenizer the test suite uses
 NGPU = int(sys.argv[1])
 NPROC = int(os.environ.get("NPROC", "2" if NGPU >= 2 else "1"))
 LIMIT_S = 540
 HAS_DS = importlib.util.find_spec("deepspeed") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+STEPS = 4  # 2 policy + 2 rubric steps
 work = Path(tempfile.mkdtemp(prefix="evolm-gpu-check-"))
 model_dir, run_dir, log = work / "tiny-qwen3", work / "run", work / "train.log"
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CORPUS = ["The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 Yes No yes no",
+          '{"criteria": [{"criterion": "The final answer is 42.", "weight": 0.8, "scoring_levels": {"1.0": "a"}}]}',
+          "Question: What is 2 + 2? Answer: 4. Rubric criterion weight score reasoning.",
+          "You are a helpful assistant. Write a short poem about the sea. Explain gravity to a child."]
+
+
+def build_tokenizer():  # noqa: ANN201
+    """A byte-level BPE with ChatML tokens, trained here (the test suite's tiny tokenizer, without pytest)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    return fast
 
 
 def build_model() -> None:
-    """A 2-layer Qwen3 (head_dim 64: every vLLM attention backend takes it) for the tests' trained-here tokenizer."""
+    """A 2-layer Qwen3 (head_dim 64: every vLLM attention backend takes it) for the tokenizer trained here."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from tests.conftest import build_tiny_tokenizer
-
-    tok = build_tiny_tokenizer()
+    tok = build_tokenizer()
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=4096,
@@ -80,9 +126,9 @@ def launch_command() -> list[str]:
 
 
 def overrides() -> list[str]:
-    o = [f"model.name={model_dir}", "model.dtype=bfloat16", f"judge.model={model_dir}", "judge.backend=hf",
-         "judge.mode=yesno", "judge.dtype=bfloat16", f"output_dir={run_dir}",
-         "schedule.cycles=1", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2",
+    o = [f"model.name={model_dir}", "model.dtype=bfloat16", "model.lora.r=0",  # the paper's full fine-tuning
+         f"judge.model={model_dir}", "judge.backend=hf", "judge.mode=yesno", "judge.dtype=bfloat16",
+         f"output_dir={run_dir}", "schedule.cycles=1", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2",
          "schedule.samples_per_prompt=4", "schedule.save_every=2", "schedule.samples_logged_per_step=0",
          "contrast.min_age=0", "contrast.max_new_tokens=32", "rubric.max_new_tokens=32", "rubric.constrained=false",
          "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=32", "grpo.use_cpu=false",
@@ -102,18 +148,44 @@ def physical_gpus() -> list[int]:
     return (ids or list(range(NGPU)))[:NPROC]
 
 
+def sample_once(peaks: dict[int, int]) -> None:
+    """One nvidia-smi reading of memory.used per GPU (MiB), kept where it is a new peak."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        for line in out.strip().splitlines():
+            i, used = (int(x) for x in line.split(","))
+            peaks[i] = max(peaks.get(i, 0), used)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+
+
 def sample_memory(peaks: dict[int, int], stop: threading.Event) -> None:
-    """Peak memory.used per GPU (MiB) while the run lasts; one process per GPU, so per process."""
+    """Peak memory.used per GPU (MiB) until ``stop`` is set; one process per GPU, so per process."""
     while not stop.is_set():
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10).stdout
-            for line in out.strip().splitlines():
-                i, used = (int(x) for x in line.split(","))
-                peaks[i] = max(peaks.get(i, 0), used)
-        except (OSError, ValueError, subprocess.SubprocessError):
-            pass
+        sample_once(peaks)
         stop.wait(0.5)
+
+
+def run_launch(cmd: list[str], env: dict[str, str]) -> int:
+    """The launch in a session of its own, so that on the time limit every process it started (launcher, workers,
+    vLLM's) is stopped: SIGTERM to the group, SIGKILL 20 s later. 124 when stopped."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return 124
 
 
 def main() -> int:
@@ -122,19 +194,15 @@ def main() -> int:
         return 1
     start = time.time()
     build_model()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VLLM_LOGGING_LEVEL": "INFO"}  # vLLM's sleep and wake-up lines are the proof read below
     baseline: dict[int, int] = {}
-    sample_memory(baseline, threading.Event())  # one sample before: memory other work holds
+    sample_once(baseline)  # memory other work holds before the launch
     peaks: dict[int, int] = {}
     stop = threading.Event()
     sampler = threading.Thread(target=sample_memory, args=(peaks, stop), daemon=True)
     sampler.start()
-    cmd = [*launch_command(), "--config", str(REPO / "configs" / "demo-cpu.yaml"), *overrides()]
-    with open(log, "w") as out:
-        try:
-            rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=LIMIT_S).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+    rc = run_launch([*launch_command(), "--config", str(REPO / "configs" / "demo-cpu.yaml"), *overrides()], env)
     stop.set()
     sampler.join()
     seconds = time.time() - start
@@ -142,35 +210,52 @@ def main() -> int:
 
     metrics = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-    roles = [r["role"] for r in rows if r.get("role") != "eval"]
+    steps = [r for r in rows if r.get("role") in ("policy", "rubric")]
+    roles = [r["role"] for r in steps]
     ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*")) if (run_dir / "checkpoints").is_dir() else []
     last = ckpts[-1] if ckpts else None
     zero3 = last is not None and any(last.glob("global_step*"))  # DeepSpeed's own checkpoint layout
-    rewards = [r.get("reward_mean") for r in rows if r.get("role") in ("policy", "rubric")]
+    rewards = [r.get("reward_mean") for r in steps]
+    kls = [r.get("kl") for r in steps]
+    syncs = [r.get("vllm_weight_syncs") for r in steps]
+    calls = [r.get("vllm_generate_calls") for r in steps]
+    asleep = len(re.findall(r"seconds to fall asleep", text))
+    woken = len(re.findall(r"seconds to wake up tags", text))
     checks = [
-        ("launch exits 0", rc == 0, f"exit {rc}" + (" (stopped at 9 minutes)" if rc == 124 else "")),
+        ("launch exits 0", rc == 0, f"exit {rc}" + (" (stopped at 9 minutes, every process)" if rc == 124 else "")),
         ("2 policy + 2 rubric steps, one metrics line each", roles == ["policy", "policy", "rubric", "rubric"],
          f"roles {roles}"),
-        ("rewards computed", len(rewards) == 4 and all(x is not None for x in rewards),
+        ("rewards computed", len(rewards) == STEPS and all(x is not None for x in rewards),
          " ".join("-" if x is None else f"{x:.3f}" for x in rewards)),
+        ("full fine-tuning: KL to TRL's reference model", len(kls) == STEPS and all(x is not None for x in kls),
+         "kl " + " ".join("-" if x is None else f"{x:.2g}" for x in kls)),
         ("one start line (rank 0 prints)", sum(" run in " in ln for ln in text.splitlines()
                                                   if ln.startswith("evolm: ")) == 1, ""),
         ("checkpoint at the phase end", last is not None and last.name == "checkpoint-4",
          last.name if last else "none"),
         ("DeepSpeed ZeRO-3 checkpoint" if HAS_DS else "DeepSpeed (not installed: plain DDP)",
          zero3 if HAS_DS else True, "global_step* in the checkpoint" if HAS_DS else "skipped"),
-        ("vLLM colocate, sleep mode" if HAS_VLLM else "vLLM (not installed: transformers generation)",
-         rc == 0, "grpo.use_vllm=true" if HAS_VLLM else "skipped"),
-        ("under 10 minutes", seconds < 600, f"{seconds:.0f} s"),
     ]
-    print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, "
-          f"{'ZeRO-3' if HAS_DS else 'DDP'}, {'vLLM colocate' if HAS_VLLM else 'transformers generation'}")
+    if HAS_VLLM:
+        checks += [
+            ("vLLM generated every step (TRL's generate called)", len(calls) == STEPS and all(c for c in calls),
+             f"generate calls per step {calls}"),
+            ("one weight sync per step (sleep level 2)", syncs == [1] * STEPS, f"syncs per step {syncs}"),
+            ("vLLM slept and woke (its own log lines)", asleep >= STEPS * NPROC and woken >= STEPS * NPROC,
+             f"'fall asleep' x {asleep}, 'wake up tags' x {woken}"),
+        ]
+    else:
+        checks += [("vLLM (not installed: transformers generation)", True, "skipped")]
+    checks += [("under 10 minutes", seconds < 600, f"{seconds:.0f} s")]
+    print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, full fine-tuning, "
+          f"{'ZeRO-3' if HAS_DS else 'DDP'}, {'vLLM colocate, sleep mode' if HAS_VLLM else 'transformers generation'}")
     width = max(len(c[0]) for c in checks)
     for name, ok, detail in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
     print("  peak GPU memory per process (nvidia-smi memory.used of its GPU, MiB):")
     for rank, gpu in enumerate(physical_gpus()):
-        print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB (held before the run: {baseline.get(gpu, 0):,})")
+        print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
+              f"(held before the run: {baseline.get(gpu, 0):,})")
     passed = all(ok for _, ok, _ in checks)
     if not passed:
         print(f"\n--- last lines of {log} ---\n" + "\n".join(text.splitlines()[-40:]))

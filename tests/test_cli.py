@@ -378,3 +378,45 @@ def test_the_run_summary_fits_80_columns_without_cutting_a_header(tmp_path: Path
     assert not any("…" in line for line in table) and max(len(line) for line in table) <= 80
     for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292"):
         assert any(word in line for line in table), word
+
+
+def _long_prompts(path: Path) -> Path:
+    """One 60,000-word prompt and 3 short ones."""
+    long = " ".join(["lorem", "ipsum", "dolor", "sit"] * 15_000)
+    path.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in [long, "What is 2 + 2?", "Write a haiku.",
+                                                                        "Why is the sky blue?"]))
+    return path
+
+
+def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_the_longest_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from evolm.config import load_config
+    from evolm.models import load_tokenizer
+    from evolm.prompt_length import fit_prompt_set
+
+    prompts = _long_prompts(tmp_path / "p.jsonl")
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"data.prompts={prompts}",
+                 "data.max_prompt_tokens=4096"]) == 0
+    assert "1 of 4 prompts over data.max_prompt_tokens (4096): skipped" in capsys.readouterr().err
+    # the memory estimate reads a training row of the longest kept prompt (not a fixed 1,024 tokens)
+    monkeypatch.setenv("COLUMNS", "250")
+    paper = [str(CONFIGS / "paper-qwen3-8b.yaml"), f"data.prompts={prompts}", "data.max_prompt_tokens=4096"]
+    longest = fit_prompt_set(load_config(paper[0], paper[1:]), load_tokenizer("smollm2-135m-instruct")).longest
+    assert 100 < longest < 4096
+    assert main(["train", "--config", *paper, "--dry-run", "--num-processes", "4"]) == 0
+    assert f"1 x {longest + 16384:,} tokens, checkpointed" in capsys.readouterr().out
+
+
+def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import torch
+    from test_examples import fake_nvidia_smi
+
+    if torch.cuda.is_available():
+        pytest.skip("torch drives this machine's GPUs")
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "nvidia-smi lists 2 GPU(s) but torch" in err and "cannot use them" in err

@@ -737,3 +737,45 @@ def test_rubric_prompt_setting_reaches_both_roles(tmp_path: Path, tiny_model_dir
     engine = FakeEngine()
     loop.step_rows(0, engine.generate)
     assert all(c[:-1] == rubric_messages("x", "older")[:-1] for c in engine.calls[0])
+
+
+def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_model_dir: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_cli import _long_prompts
+
+    from evolm import trl_adapter
+
+    class Stop(Exception):
+        pass
+
+    seen: dict[str, Any] = {}
+
+    def stop(cfg: Any) -> None:
+        raise Stop
+
+    monkeypatch.setattr(trl_adapter, "training_args", stop)  # the plan is made by then; nothing loads
+    plan_init = Plan.__init__
+
+    def recorded(self: Plan, cfg: Any, questions: Any, references: Any = None) -> None:
+        seen["questions"] = list(questions)
+        plan_init(self, cfg, questions, references)
+
+    monkeypatch.setattr(Plan, "__init__", recorded)
+    prompts = _long_prompts(tmp_path / "p.jsonl")
+    with pytest.raises(Stop):
+        run(tiny_config(tiny_model_dir, tmp_path / "run", f"data.prompts={prompts}", "data.max_prompt_tokens=4096"),
+            on_start=lambda start: seen.setdefault("note", start.prompts_skipped))
+    assert seen["note"] == "1 of 4 prompts over data.max_prompt_tokens (4096): skipped"
+    assert seen["questions"] == ["What is 2 + 2?", "Write a haiku.", "Why is the sky blue?"]
+
+
+def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_path: Path) -> None:
+    from evolm.records import StepRecord
+
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    loop = Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    loop.pending[1] = StepRecord(step=1, role="policy")
+    loop.end_step(1, {"kl": 0.01, "loss": 0.2, "evolm/vllm_weight_syncs": 1.0, "evolm/vllm_generate_calls": 2.0},
+                  is_main=True)
+    row = metrics(tmp_path)[0]
+    assert (row["kl"], row["vllm_weight_syncs"], row["vllm_generate_calls"]) == (0.01, 1.0, 2.0)

@@ -338,3 +338,13 @@ def test_a_retired_setting_at_its_old_default_still_loads() -> None:
     assert not hasattr(load_config(None, ["rubric.with_answers=false"]).rubric, "with_answers")
     with pytest.raises(InputError, match="'rubric.with_answers' is no longer a setting: the one-pass"):
         load_config(None, ["rubric.with_answers=true"])
+
+
+def test_the_dry_run_plan_counts_vllm_calls_and_weight_syncs_per_step() -> None:
+    from evolm.config import launch_plan
+
+    paper = Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"
+    rows = dict(launch_plan(load_config(paper, ["data.prompts=builtin:demo"]), 4))
+    assert "policy steps 1 (its rubrics); rubric steps 1 (fresh answers)" in rows["vLLM per step"]
+    assert "weight syncs: 1 per step" in rows["vLLM per step"]
+    assert "vLLM per step" not in dict(launch_plan(load_config(None, ["grpo.use_vllm=false"]), 1))

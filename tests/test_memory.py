@@ -205,3 +205,29 @@ def test_without_deepspeed_the_refusal_points_at_zero3(capsys: pytest.CaptureFix
                  *PAPER[1:]]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "optimizer (Adam) (30.5 GiB)" in err and "DeepSpeed ZeRO-3 (configs/accelerate-zero3.yaml" in err
+
+
+def _rows(config: str) -> dict[str, float]:
+    cfg = load_config(str(CONFIGS / "baselines" / config), ["data.prompts=builtin:demo"])
+    setup = setup_for(cfg, QWEN3_8B, 4, read_sharding(CONFIGS / "accelerate-zero3.yaml"), 80.0)
+    return {t.name: round(t.gib, 1) for t in estimate(QWEN3_8B, setup).terms}
+
+
+def test_models_loaded_in_the_training_processes_are_counted_whole_under_zero3() -> None:
+    # Skywork-Reward (Llama-3.1-8B, vocabulary 128,257, a 4096 x 1 score head): 128257 x 4096 = 525,340,672
+    # embeddings; a layer 2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096 = 218,112,000, x 32 =
+    # 6,979,584,000; + final norm 4096 + head 4096 = 7,504,932,864 -> x 2 B = 14.0 GiB on every GPU, not / 4.
+    assert KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"].parameters() == 7_504_932_864
+    assert _rows("skywork-rm.yaml")["reward model (in process)"] == 14.0
+    # sequential: the writer stage's fixed answerer is the base Qwen3-8B, whole: 8,190,735,360 x 2 B = 15.3 GiB,
+    # and its generation's KV cache: 8 rows x (1,024 + 16,384) tokens x 147,456 B (36 layers x 2 x 1024 x 2 B)
+    rows = _rows("sequential.yaml")
+    assert rows["fixed answerer (in process)"] == 15.3
+    assert rows["fixed answerer's KV cache (transformers)"] == round(8 * 17_408 * 147_456 / GIB, 1)
+    assert "fixed answerer (in process)" not in _rows("base-rubrics.yaml")  # a served or absent fixed model: no row
+    # an hf judge loads in float32 unless judge.dtype says otherwise (models.judge_dtype): 4 bytes a weight
+    cfg = load_config(str(CONFIGS / "paper-qwen3-8b.yaml"), ["data.prompts=builtin:demo", "judge.backend=hf",
+                                                             "judge.base_url=null"])
+    setup = setup_for(cfg, QWEN3_8B, 4, read_sharding(CONFIGS / "accelerate-zero3.yaml"), 80.0)
+    judge = {t.name: t.gib for t in estimate(QWEN3_8B, setup).terms}["judge (in process)"]
+    assert judge == pytest.approx(KNOWN_MODELS["Qwen/Qwen3-1.7B"].parameters() * 4 / GIB)

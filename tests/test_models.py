@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -117,3 +119,89 @@ def test_the_builtin_judges_extras_pin_every_chunk_the_registry_reads() -> None:
         assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+", p) for p in pins), pins
         assert [p.split("==")[0].replace("-", "_") for p in pins] == [pkg for pkg, _ in BUILTIN_MODELS[name].parts]
         assert BUILTIN_MODELS[name].install == f"pip install 'evolm[{extra}]'"
+
+
+# ----------------------------------------------------------------------------- in-process models under ZeRO-3
+
+
+class _Zero3Config:
+    """What transformers reads of TrainingArguments' DeepSpeed config under a ZeRO-3 launch."""
+
+    config: dict = {"zero_optimization": {"stage": 3}}
+
+    def is_zero3(self) -> bool:
+        return True
+
+
+@pytest.fixture
+def rm_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
+    from test_baselines import _tiny_reward_model
+
+    return _tiny_reward_model(tiny_model_dir, tmp_path / "rm")
+
+
+@pytest.fixture
+def zero3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``is_deepspeed_zero3_enabled()`` true, as while a ZeRO-3 ``GRPOConfig`` is alive, and ``deepspeed.zero.Init``
+    stubbed: a model built under it fails at once, naming it (DeepSpeed is not installed here)."""
+    import sys
+    import types
+    import weakref
+    from contextlib import contextmanager
+
+    from transformers.integrations import deepspeed as hf_deepspeed
+    from transformers.modeling_utils import is_deepspeed_zero3_enabled
+
+    @contextmanager
+    def init(config_dict_or_path=None):  # noqa: ANN001, ANN202
+        raise AssertionError("deepspeed.zero.Init entered: this model would be sharded, and nothing gathers it")
+        yield
+
+    stub = types.ModuleType("deepspeed")
+    stub.zero = types.SimpleNamespace(Init=init)  # type: ignore[attr-defined]
+    partition = types.SimpleNamespace(zero_wrapper_for_fp_tensor_constructor=None, _orig_torch_arange=None)
+    monkeypatch.setitem(sys.modules, "deepspeed", stub)
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime", types.SimpleNamespace(zero=None))
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.zero", types.SimpleNamespace(partition_parameters=partition))
+    config = _Zero3Config()
+    monkeypatch.setattr(hf_deepspeed, "_hf_deepspeed_config_weak_ref", weakref.ref(config))
+    monkeypatch.setattr(sys.modules[__name__], "_zero3_alive", config, raising=False)  # keep the referent alive
+    assert is_deepspeed_zero3_enabled()  # what from_pretrained asks
+
+
+def test_in_process_models_load_whole_outside_zero3_init(tiny_model_dir: Path, rm_dir: Path, zero3: None) -> None:
+    """The judge, reward model and a fixed writer or answerer load whole on their process under ZeRO-3: transformers
+    never enters ``deepspeed.zero.Init`` for them (nothing would gather the shards), and ZeRO-3 is on again after."""
+    from transformers.modeling_utils import is_deepspeed_zero3_enabled
+
+    from evolm.config import JudgeConfig
+    from evolm.judge import build_judge
+    from evolm.models import load_backend
+    from evolm.reward_model import load_reward_model
+
+    writer = load_backend(str(tiny_model_dir), backend="hf", device="cpu", dtype="float32")
+    judge = build_judge(JudgeConfig(model=str(tiny_model_dir), backend="hf"), device="cpu")
+    rm = load_reward_model(str(rm_dir), device="cpu", dtype="float32")
+    for model in (writer.model, judge.backend.model, rm.model):
+        assert all(p.numel() > 0 and not hasattr(p, "ds_id") for p in model.parameters())
+    assert is_deepspeed_zero3_enabled()  # put back: the policy and TRL's reference model still shard
+
+
+def test_in_process_generation_never_syncs_the_processes(tiny_backend) -> None:  # noqa: ANN001
+    """``synced_gpus=False`` reaches ``generate`` for a model evolm loaded: left unset, transformers would turn it on
+    under ZeRO-3 (an all_reduce per token, a deadlock when processes make different numbers of calls)."""
+    from evolm.backends.base import SamplingParams
+
+    seen: list[dict] = []
+    generate = tiny_backend.model.generate
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(kwargs)
+        return generate(*args, **kwargs)
+
+    tiny_backend.model.generate = spy
+    try:
+        tiny_backend.generate([[{"role": "user", "content": "Say yes."}]], SamplingParams(0.0, 1.0, 2))
+    finally:
+        del tiny_backend.model.generate
+    assert [k.get("synced_gpus", "unset") for k in seen] == [False]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ def test_reward_refuses_rows_evolm_did_not_fill() -> None:
 # ----------------------------------------------------------------------------- the shape of the code
 
 _PRIVATE_TRL = re.compile(r"\._generate_and_score_completions|_calculate_rewards|\._metrics\b|_last_loaded_step"
-                          r"|vllm_generation")
+                          r"|vllm_generation|_llm_weights_sleeping")
 
 
 def test_only_the_adapter_touches_trl_internals() -> None:
@@ -142,6 +143,105 @@ def test_extra_text_goes_through_trl_vllm_generation(tiny_model_dir: Path) -> No
     assert generate([], SamplingParams()) == [] and len(vg.calls) == 2
 
 
+class _FakeLLM:
+    """vLLM's ``LLM`` as TRL's colocate mode uses it, with the executor's sleep bookkeeping (vllm/v1/executor/
+    abstract.py, 0.30): level 2 discards the weights, a wake-up of an awake tag is a no-op. Counts each weight push."""
+
+    def __init__(self) -> None:
+        self.sleeping: set[str] = set()
+        self.weights_current, self.pushes, self.generated = False, 0, 0
+        model = SimpleNamespace(load_weights=self._load)
+        self.llm_engine = SimpleNamespace(is_sleeping=lambda: bool(self.sleeping), model_executor=SimpleNamespace(
+            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model))))
+
+    def sleep(self, level: int = 1) -> None:
+        if not self.sleeping:
+            self.sleeping, self.weights_current = {"weights", "kv_cache"}, level < 2
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        if self.sleeping and all(t in self.sleeping for t in tags or []):
+            self.sleeping -= set(tags or self.sleeping)
+
+    def _load(self, weights: list) -> None:
+        assert "weights" not in self.sleeping
+        self.pushes += sum(name == "weight" for name, _ in weights)
+        self.weights_current = True
+
+    def reset_prefix_cache(self) -> None:
+        pass
+
+    def generate(self, prompts: list, sampling_params: Any = None, use_tqdm: bool = False) -> list:
+        assert not self.sleeping and self.weights_current, "generating on a sleeping engine or stale weights"
+        self.generated += 1
+        token = SimpleNamespace(logprob=-1.0, rank=1)
+        return [SimpleNamespace(prompt_token_ids=p["prompt_token_ids"],
+                                outputs=[SimpleNamespace(token_ids=[5, 6], logprobs=[{5: token}, {6: token}])])
+                for p in prompts]
+
+
+def _colocated_sleeping_vllm(monkeypatch: pytest.MonkeyPatch, tokenizer: Any) -> tuple[Any, Any, _FakeLLM]:
+    """(trainer, its VLLMGeneration, the fake engine): TRL's own VLLMGeneration and _generate_single_turn, colocate
+    mode, sleep mode on (level 2, as TRL sets it), over a model of one parameter named ``weight``."""
+    import torch
+    from trl import GRPOTrainer
+    from trl.generation import vllm_generation
+
+    llm = _FakeLLM()
+
+    def init_vllm(self) -> None:  # noqa: ANN001 - TRL's _init_vllm, colocate, with the engine faked
+        self.llm = llm
+        if self.enable_sleep_mode:
+            self.llm.sleep(level=2)
+        self._llm_weights_sleeping = self.enable_sleep_mode
+
+    monkeypatch.setattr(vllm_generation.VLLMGeneration, "_init_vllm", init_vllm)
+    monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kw: kw, raising=False)  # vLLM is not installed
+    accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=None), num_processes=1,
+                                  process_index=0, local_process_index=0, is_main_process=True,
+                                  device=torch.device("cpu"))
+    model = torch.nn.Module()
+    model.weight = torch.nn.Parameter(torch.zeros(2))
+    vg = vllm_generation.VLLMGeneration(model, accelerator, tokenizer, mode="colocate", enable_sleep_mode=True)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None, report_to=[]), use_vllm=True,
+        vllm_generation=vg, processing_class=tokenizer, state=SimpleNamespace(global_step=0), _last_loaded_step=-1,
+        accelerator=accelerator)
+    trainer.trl_generate = lambda ids: GRPOTrainer._generate_single_turn(trainer, ids, None, {}, 1)
+    return trainer, vg, llm
+
+
+def test_one_weight_sync_per_step_with_sleeping_colocated_vllm(tiny_model_dir: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sleep level 2 discards vLLM's weights, and TRL's generate re-pushes them whenever they sleep: a policy step
+    (rubrics, then TRL's answers) and a rubric step (fresh answers, rubric-conditioned rubrics and answers, then
+    TRL's rubrics) would each push every weight once per call. evolm keeps the engine awake from its first call of
+    a step through TRL's, which sleeps it: one push per step, and the counts reach the step's metrics."""
+    from transformers import AutoTokenizer
+
+    from evolm.backends.base import SamplingParams
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    trainer, vg, llm = _colocated_sleeping_vllm(monkeypatch, tok)
+    counts = trl_adapter.VLLMCounts()
+    trl_adapter.count_vllm_calls(vg, counts)
+    convs = [[{"role": "user", "content": "What is 2 + 2?"}]]
+    ids = [tok.apply_chat_template(convs[0], tokenize=True, add_generation_prompt=True, return_dict=False)]
+    pushes = []
+    for step, evolm_calls in enumerate([1, 3]):  # a policy step, then a rubric step
+        trainer.state.global_step = step
+        before = llm.pushes
+        trainer.evolm_materialising = True  # as _materialise sets it around the step's rows
+        for _ in range(evolm_calls):
+            trl_adapter.TrainerGenerate(trainer)(convs, SamplingParams(0.6, 0.9, 8))
+        trainer.evolm_materialising = False
+        trainer.trl_generate(ids)  # TRL's own generation of the step
+        pushes.append(llm.pushes - before)
+        assert llm.sleeping == {"weights", "kv_cache"}  # asleep for the update, as TRL leaves it
+        assert counts.take() == {"vllm_weight_syncs": 1.0, "vllm_generate_calls": evolm_calls + 1.0}
+    assert pushes == [1, 1] and llm.generated == 6
+    assert vg.enable_sleep_mode  # TRL's setting, restored after each of evolm's calls
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("grpo.learning_rat=1e-5", "grpo.learning_rat is not a TRL GRPOConfig setting"),
     ("grpo.learning_rate=fast", "grpo.learning_rate must be a number"),
@@ -155,6 +255,40 @@ def test_launch_problems_are_refused_before_any_model_loads(tmp_path: Path, over
     with pytest.raises(InputError, match=re.escape(message)):
         run(cfg)  # a model load would fail differently: the check comes first
     assert not (tmp_path / "r").exists()  # and nothing was written
+
+
+# ----------------------------------------------------------------------------- the policy loads after its GRPOConfig
+
+
+def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ZeRO-3, ``GRPOConfig`` registers DeepSpeed's config with transformers; only a policy loaded after it
+    is built under ``deepspeed.zero.Init`` (a shard per process) instead of whole on every GPU and in host memory."""
+    import trl
+    from test_coevolve import tiny_config
+
+    from evolm import models
+    from evolm.coevolve import run
+
+    order: list[str] = []
+
+    class RecordedConfig(trl.GRPOConfig):
+        def __post_init__(self) -> None:
+            order.append("GRPOConfig")
+            super().__post_init__()
+
+    class Stop(Exception):
+        pass
+
+    def load_model(name, device="auto", dtype="auto", sharded=False):  # noqa: ANN001, ANN202
+        order.append(f"policy (sharded={sharded})")
+        raise Stop
+
+    monkeypatch.setattr(trl, "GRPOConfig", RecordedConfig)
+    monkeypatch.setattr(models, "load_model", load_model)
+    with pytest.raises(Stop):
+        run(tiny_config(tiny_model_dir, tmp_path / "run"))
+    assert order == ["GRPOConfig", "policy (sharded=True)"]
 
 
 # ----------------------------------------------------------------------------- one frozen copy for judge and reference

@@ -43,9 +43,9 @@ from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
 from evolm.monitor import LENGTH_FACTOR, LengthDrift, MonitorStop, answer_signals, flagged
-from evolm.prompts import load_prompt_set
-from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
-                           read_metrics, samples_path)
+from evolm.prompt_length import fit_prompt_set
+from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
+                           append_records, read_metrics, samples_path)
 from evolm.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
@@ -70,28 +70,28 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     ``on_start`` gets where the run starts once the directory and settings are validated (before any
     model loads), ``on_step`` each step's record on the main process (the CLI prints with them).
     """
-    from evolm import trl_adapter
-    from evolm.models import load_model
+    from evolm import models, trl_adapter
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start)
     trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
+    fit = fit_prompt_set(cfg)  # data.prompts without those over data.max_prompt_tokens (counted, said at the start)
     if on_start is not None:
-        on_start(start)
-    plan = Plan(cfg, *load_prompt_set(cfg.data.prompts, cfg.data.limit))  # and data.pairs for labelled pairs
+        on_start(replace(start, prompts_skipped=fit.note()))
+    plan = Plan(cfg, fit.questions, fit.references)  # and data.pairs for labelled pairs
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
-    model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
+    args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
+    model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
-    #   2. TRL generates G completions per row
-    #   3. loop.score, finish   rewards (missing -> group mean), replay buffer, samples
+    #   2. TRL generates G completions per row; 3. loop.score, finish: rewards (missing -> group mean), buffer, samples
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
-    trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
+    trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
                                             loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache,
                                 cfg.judge.cache_mb)
@@ -411,7 +411,7 @@ class Loop:
         rec = self.pending.pop(step, None)
         if rec is not None and is_main:
             now = time.time()
-            rec.kl, rec.loss = trl_logs.get("kl"), trl_logs.get("loss")
+            rec.kl, rec.loss, rec.vllm_weight_syncs, rec.vllm_generate_calls = (trl_logs.get(k) for k in TRL_LOGGED)
             rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
             append_record(self.run_dir / METRICS_FILE, rec)
             if self.on_step is not None:

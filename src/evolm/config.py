@@ -258,6 +258,11 @@ class DataConfig:
 
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
     limit: int = _f(0, "use only the first N prompts (0: all)")
+    max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
+                                "writer's conversation, in the model's chat template) is longer than this many tokens; "
+                                "counted and reported at the start of the run and by the dry run (0: keep every "
+                                "prompt). A prompt longer than vLLM's context (grpo.vllm_max_model_length) stops the "
+                                "run on the process that holds it")
     pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
                            "the pair files `evolm eval pairs` reads)")
 
@@ -635,7 +640,35 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \
       + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
-         if cfg.rewards.extra else [])
+         if cfg.rewards.extra else []) \
+      + ([("vLLM per step", plan)] if (plan := vllm_plan(cfg)) else [])
+
+
+def vllm_plan(cfg: RunConfig) -> str | None:
+    """The vLLM work of a step with ``grpo.use_vllm``: evolm's generate calls per role before TRL's own, and the
+    weight syncs (``trl_adapter`` contract item 4; metrics.jsonl logs both per step)."""
+    g, s, c = cfg.grpo, cfg.schedule, cfg.contrast
+    if not g.get("use_vllm"):
+        return None
+    policy = {"coevolve": "1 (its rubrics)", "judge_only": "0", "sequential": "0 (the writer stage's checkpoint)",
+              "frozen_rubric": "0 (a fixed writer)" if cfg.rubric.writer else "1 on the first (the frozen rubrics), 0 "
+              "after"}.get(s.regime)
+    # the pairs' answers come from a fixed model, not vLLM (sequential: the base model, config.sequential_stages)
+    fixed = (bool(c.answerer) or s.regime == "sequential") and c.pairs != "labelled"
+    rubric = "0" if c.pairs == "labelled" else {
+        "temporal": "0, or 1 while the buffer is empty" if fixed else "1 (fresh answers), 2 while the buffer is empty",
+        "rubric_conditioned": "1" if fixed else "2", "inferred_question": "0" if fixed else "3",
+        "combined": "up to 1" if fixed else "up to 6"}[c.pairs]
+    roles = [f"policy steps {policy}" if s.regime != "rubric_only" and policy else "",
+             f"rubric steps {rubric}" if s.regime in ("coevolve", "rubric_only", "sequential") else ""]
+    calls = "; ".join(r for r in roles if r)
+    if g.get("vllm_mode", "colocate") == "colocate" and g.get("vllm_enable_sleep_mode"):
+        syncs = ("1 per step: evolm wakes the sleeping engine once for its calls and TRL's generation puts it back "
+                 "to sleep (sleep level 2 drops the weights: one sync per call otherwise)")
+    else:
+        syncs = "1 per step, after the update"
+    heldout = ", and 1 more after a held-out evaluation (eval.*)" if cfg.eval.pairs or cfg.eval.questions else ""
+    return f"evolm's generate calls before TRL's: {calls}; weight syncs: {syncs}{heldout}"
 
 
 def importance_sampling_rule(grpo: dict[str, Any]) -> str:
@@ -807,6 +840,8 @@ def validate(cfg: RunConfig) -> None:
         (s.save_every >= 1, "schedule.save_every must be >= 1"),
         (0 <= cfg.seed < 2**32, f"seed must be >= 0 and < 2**32 (numpy's limit), not {cfg.seed}"),
         (cfg.data.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {cfg.data.limit}"),
+        (cfg.data.max_prompt_tokens >= 0,
+         f"data.max_prompt_tokens must be >= 0 (0: keep every prompt), not {cfg.data.max_prompt_tokens}"),
         (cfg.output_dir.strip() != "", "output_dir must name a directory"),
         (not _system_dir(cfg.output_dir), f"output_dir {cfg.output_dir} is the filesystem root or a system directory "
          "(/proc, /sys, /dev): choose a directory of its own for the run"),

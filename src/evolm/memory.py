@@ -72,6 +72,7 @@ class ModelFacts:
     tied_embeddings: bool
     max_positions: int = 0  # the context vLLM allocates for when grpo.vllm_max_model_length is unset
     qk_norm: bool = False  # Qwen3 normalises queries and keys per head (two head_dim weights per layer)
+    score_head: bool = False  # a sequence-classification reward model: one output (hidden x 1) instead of the LM head
 
     @property
     def q_dim(self) -> int:
@@ -93,7 +94,7 @@ class ModelFacts:
         >>> KNOWN_MODELS["Qwen/Qwen3-8B"].parameters()
         8190735360
         """
-        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        head = self.hidden if self.score_head else 0 if self.tied_embeddings else self.vocab * self.hidden
         return self.vocab * self.hidden + self.layers * self.layer_parameters() + self.hidden + head
 
     def lora_parameters(self, rank: int, targets: list[str]) -> int:
@@ -131,6 +132,11 @@ KNOWN_MODELS: dict[str, ModelFacts] = {  # read from each model's config.json on
     "HuggingFaceTB/SmolLM2-135M-Instruct": ModelFacts(30, 576, 1536, 9, 3, 64, 49152, True, 8192),
 }
 KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the built-in model
+# The Skywork reward-model baseline (configs/baselines/skywork-rm.yaml): Llama-3.1-8B with a one-output score head,
+# vocabulary 128,257 (a pad token added), as Skywork-Reward-Llama-3.1-8B's config.json states
+KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"] = ModelFacts(32, 4096, 14336, 32, 8, 128, 128257, False,
+                                                                         131072, score_head=True)
+KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B"] = KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"]
 
 
 def model_facts(name: str) -> ModelFacts | None:
@@ -148,7 +154,8 @@ def model_facts(name: str) -> ModelFacts | None:
                 head_dim=int(c.get("head_dim") or c["hidden_size"] // heads), vocab=int(c["vocab_size"]),
                 tied_embeddings=bool(c.get("tie_word_embeddings", False)),
                 max_positions=int(c.get("max_position_embeddings") or 0),
-                qk_norm=str(c.get("model_type", "")).startswith("qwen3"))
+                qk_norm=str(c.get("model_type", "")).startswith("qwen3"),
+                score_head=any(str(a).endswith("ForSequenceClassification") for a in c.get("architectures") or []))
         except (KeyError, TypeError, ValueError):
             return None  # not a dense decoder config this estimate knows
     return KNOWN_MODELS.get(name)
@@ -249,6 +256,13 @@ class Setup:
     rows_per_process: int = 1  # a step's rows on one process (transformers generation holds all of them at once)
     cast_lm_head_to_fp32: bool = False
     judge_parameters: int = 0  # a judge loaded in the training process (judge.backend hf, another model)
+    judge_name: str = "judge (in process)"  # its row: the judge, or the reward model (judge.mode reward_model)
+    judge_dtype_bytes: int = 2  # its weights: judge.dtype auto is float32 for a judge (models.judge_dtype), the
+    # policy's dtype for a reward model
+    fixed_role: str = ""  # a fixed rubric writer or answerer loaded in the training process (backend hf): its role
+    fixed_parameters: int = 0  # ... its weights, whole on each training GPU
+    fixed_kv_tokens: int = 0  # ... tokens its generation keeps in the KV cache at once (a batch at full length)
+    fixed_kv_bytes_per_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -318,9 +332,16 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         add("reference model", params * wb / (n if z == 3 else 1), f"grpo.beta != 0: {shard_note(3)}",
             knob="ZeRO-3, grpo.beta=0 (no KL term, TRL loads no reference) or model.lora.r (the adapter off is the "
             "reference)")
+    whole = ", whole (outside ZeRO-3)" if z == 3 else ""
     if s.judge_parameters:
-        add("judge (in process)", s.judge_parameters * wb, "judge.backend hf: a full copy on each training GPU",
-            knob="judge.backend=openai with the judge served on its own GPUs")
+        jb = s.judge_dtype_bytes
+        add(s.judge_name, s.judge_parameters * jb, f"{s.judge_parameters / 1e9:.2f}B x {jb} B on each training GPU"
+            f"{whole}", knob="a judge served on its own GPUs (judge.backend=openai, judge.base_url)")
+    if s.fixed_parameters:
+        where = "rubric.writer" if s.fixed_role == "writer" else "contrast.answerer"
+        add(f"fixed {s.fixed_role} (in process)", s.fixed_parameters * wb,
+            f"{s.fixed_parameters / 1e9:.2f}B x {wb} B on each training GPU{whole}",
+            knob=f"the fixed {s.fixed_role} served on its own GPUs ({where}_backend=openai, {where}_base_url)")
     add("CUDA context, NCCL, slack", OVERHEAD_GIB * GIB, "assumed")
     if z == 3:
         add("ZeRO-3 gathered parameters", max(2 * facts.layer_parameters(), facts.vocab * facts.hidden) * wb,
@@ -366,6 +387,10 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         if z == 3:
             add("ZeRO-3 gather for generation", params * wb, "ds3_gather_for_generation (TRL's default)",
                 "generation", knob="grpo.use_vllm=true")
+    if s.fixed_kv_tokens:
+        add(f"fixed {s.fixed_role}'s KV cache (transformers)", s.fixed_kv_tokens * s.fixed_kv_bytes_per_token,
+            f"{s.fixed_kv_tokens:,} tokens at once (a batch of 8 at full length)", "generation",
+            knob=f"the fixed {s.fixed_role} served on its own GPUs")
     if lora and z == 3 and s.vllm_mode is not None:
         add("LoRA merge for vLLM", params * wb, "TRL gathers the whole model to merge the adapter", "generation",
             knob="fewer parameters per GPU (ZeRO-3 cannot shard this gather)")
@@ -387,9 +412,13 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
     # a judge of the initial model reads TRL's reference instead of a copy, on one process without DeepSpeed only
     # (trl_adapter.reference_model); a judge served elsewhere (openai) costs nothing here; backend vllm is not counted
     shares_reference = cfg.judge.model == cfg.model.name and reference and processes == 1 and not sharding.deepspeed
-    if cfg.judge.backend == "hf" and not shares_reference:
-        judge = model_facts(cfg.judge.model)
-        judge_params = judge.parameters() if judge else 0
+    rm = cfg.judge.mode == "reward_model"  # a reward model always runs in process
+    if (cfg.judge.backend == "hf" or rm) and not shares_reference:
+        judges = [model_facts(m) for m in [cfg.judge.model, *cfg.judge.extra_models]]
+        judge_params = sum(j.parameters() for j in judges if j)
+    fixed = fixed_model(cfg)
+    fixed_facts = (model_facts(fixed[1]) or model_facts(cfg.model.name)) if fixed else None
+    fixed_tokens = 8 * (prompt_tokens + fixed[2]) if fixed_facts and fixed else 0  # load_backend's batch of 8
     return Setup(
         processes=processes, sharding=sharding, gpu_gib=gpu_gib, micro_batch=per_device, prompt_tokens=prompt_tokens,
         completion_tokens=int(g.get("max_completion_length") or 512),
@@ -403,7 +432,35 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
         vllm_tensor_parallel=int(g.get("vllm_tensor_parallel_size", 1)),
         vllm_max_model_length=g.get("vllm_max_model_length"),
         rows_per_process=max(1, rows // processes), cast_lm_head_to_fp32=bool(g.get("cast_lm_head_to_fp32")),
-        judge_parameters=judge_params)
+        judge_parameters=judge_params, judge_name="reward model (in process)" if rm else "judge (in process)",
+        judge_dtype_bytes=_dtype_bytes(cfg.judge.dtype, cfg.model.dtype if rm else "float32",
+                                       4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2),
+        fixed_role=fixed[0] if fixed else "", fixed_parameters=fixed_facts.parameters() if fixed_facts else 0,
+        fixed_kv_tokens=fixed_tokens, fixed_kv_bytes_per_token=fixed_facts.kv_bytes_per_token() if fixed_facts else 0)
+
+
+def _dtype_bytes(dtype: str, auto: str, auto_bytes: int) -> int:
+    """Bytes per weight of a model loaded in ``dtype`` (``auto``: what ``auto`` resolves to for it)."""
+    name = auto if dtype == "auto" else dtype
+    return 4 if name == "float32" else auto_bytes if name == "auto" else 2
+
+
+def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
+    """The fixed rubric writer or answerer a run loads in its training processes (backend hf), as ``(role, model,
+    max_new_tokens)``, or None (served elsewhere, or none).
+
+    ``sequential`` holds one per stage (``config.sequential_stages``): the base model answering in the writer stage,
+    then the writer stage's checkpoint writing in the policy stage, both of the model's shape; the answerer is named.
+    """
+    r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
+    answerer = (c.answerer or (cfg.model.name if regime == "sequential" else None)) if c.pairs != "labelled" else None
+    if answerer and c.answerer_backend == "hf" and regime in ("coevolve", "rubric_only", "sequential"):
+        return "answerer", answerer, c.max_new_tokens
+    if regime == "sequential":
+        return "writer", cfg.model.name, r.max_new_tokens
+    if regime == "frozen_rubric" and r.writer and r.writer_backend == "hf":
+        return "writer", r.writer, r.max_new_tokens
+    return None
 
 
 def refusal(e: Estimate, s: Setup, gpu_gib: float) -> str | None:

@@ -15,6 +15,8 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,31 +309,73 @@ def load_tokenizer(name_or_path: str) -> Any:
     return tok
 
 
-def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for a local dir, a built-in name, or a hub id the user gave."""
+def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto", sharded: bool = False
+               ) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for a local dir, a built-in name, or a hub id the user gave.
+
+    ``sharded=True`` is for the policy alone, loaded after its ``GRPOConfig`` (``coevolve.run``): under ZeRO-3,
+    transformers then builds it under ``deepspeed.zero.Init``, each process holding its shard, and the trainer's
+    DeepSpeed engine gathers what it uses. Every other model (judge, reward model, fixed writer or answerer) is
+    loaded whole (``whole_model``): no engine ever wraps it.
+    """
     from transformers import AutoModelForCausalLM
 
-    model = load_weights(AutoModelForCausalLM, name_or_path, device, dtype)
+    model = load_weights(AutoModelForCausalLM, name_or_path, device, dtype, sharded=sharded)
     return model, load_tokenizer(name_or_path)
 
 
-def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype: str = "auto", what: str = "model"
-                 ) -> Any:
+@contextmanager
+def whole_model() -> Iterator[None]:
+    """Models loaded inside it are whole on this process, also under a ZeRO-3 training launch.
+
+    While a ZeRO-3 DeepSpeed config is alive (TRL's ``GRPOConfig`` under ``accelerate launch`` with ZeRO-3 registers
+    it with transformers), ``from_pretrained`` builds every model under ``deepspeed.zero.Init``: its weights
+    partitioned over the processes and gathered only by a DeepSpeed engine's hooks. evolm's in-process judge,
+    reward model and fixed writer or answerer are never wrapped in an engine, so sharded their first forward would
+    fail. transformers reads that config through one module global (``is_deepspeed_zero3_enabled``); it is unset
+    while the model loads and put back after, so the trainer's own models still shard.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    if not hf_deepspeed.is_deepspeed_zero3_enabled():
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+
+
+def _is_partitioned(model: Any) -> bool:
+    """A model built under ``deepspeed.zero.Init``: its parameters carry DeepSpeed's ``ds_id``."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype: str = "auto", what: str = "model",
+                 sharded: bool = False) -> Any:
     """``auto_class.from_pretrained`` on the resolved path, on the resolved device, in eval mode.
 
     A LoRA checkpoint loads its base (``adapter_config.json``'s ``base_model_name_or_path``) with the adapter merged in.
+    The model is whole on this process (``whole_model``) unless ``sharded`` (the policy: see ``load_model``); a
+    model ZeRO-3 partitioned stays where DeepSpeed put its shards.
     """
+    from contextlib import nullcontext
+
     path = resolve_model_path(name_or_path)
     dev = resolve_device(device)
     base = adapter_base(path)
     require_hub_files(resolve_model_path(base) if base else path, what)
     try:
-        model = auto_class.from_pretrained(resolve_model_path(base) if base else path, dtype=resolve_dtype(dtype, dev))
-        if base:
-            model = _merge_adapter(model, path)
+        with nullcontext() if sharded else whole_model():
+            model = auto_class.from_pretrained(resolve_model_path(base) if base else path,
+                                               dtype=resolve_dtype(dtype, dev))
+            if base:
+                model = _merge_adapter(model, path)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {what} '{name_or_path}': {str(e).splitlines()[0]}") from None
-    return model.to(dev).eval()
+    return (model if _is_partitioned(model) else model.to(dev)).eval()
 
 
 def load_backend(

@@ -36,3 +36,4 @@ def load_prompts(spec: str, limit: int = 0) -> list[str]:
 def load_references(spec: str) -> dict[str, str]:
     """question -> reference answer, from the prompts file's optional ``reference`` field."""
     return load_prompt_set(spec)[1]
+

@@ -78,13 +78,16 @@ def _typed(base: type, default: Any = None) -> Any:
 # ----------------------------------------------------------------------------- metrics.jsonl
 
 
+TRL_LOGGED = ("kl", "loss", "evolm/vllm_weight_syncs", "evolm/vllm_generate_calls")  # StepRecord's from TRL's log
+
+
 @dataclass
 class StepRecord:
     """One optimizer step of either role (a line of ``metrics.jsonl``; steps count from 1).
 
-    Every value is computed by evolm from its own rows, except ``loss`` and ``kl``, which are
-    taken from TRL's log when TRL reports them (``None`` otherwise): a renamed TRL log key can
-    blank those two columns, never stop the log that resume relies on.
+    Every value is computed by evolm from its own rows, except those of ``TRL_LOGGED`` (``loss``, ``kl``, the vLLM
+    counts), which are taken from TRL's log when TRL reports them (``None`` otherwise): a renamed TRL log key can
+    blank those columns, never stop the log that resume relies on.
     """
 
     step: int = _typed(int, 0)
@@ -118,6 +121,9 @@ class StepRecord:
     monitor_flagged: float | None = _typed(float)  # share of answers flagged (score string or rubric copy)
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
+    # grpo.use_vllm: the step's vLLM work since the previous step's rewards (mean over processes; trl_adapter item 4)
+    vllm_weight_syncs: float | None = _typed(float)  # every weight pushed to the engine (sleep level 2: 1 per step)
+    vllm_generate_calls: float | None = _typed(float)  # evolm's rubrics and fresh answers, then TRL's completions
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)
     heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs, the current writer's rubrics
     heldout_pairs: int | None = _typed(int)  # n of those pairs (a tie or missing score counts 1/2)

@@ -99,6 +99,7 @@ class RunStart:
     run_dir: Path
     checkpoint: Path | None = None
     skipped: list[str] = field(default_factory=list)  # newer checkpoints that failed validation, with why
+    prompts_skipped: str | None = None  # prompt_length.PromptFit.note(): those over data.max_prompt_tokens
 
     @property
     def step(self) -> int:

@@ -35,6 +35,15 @@ at every optimizer step:
      trainer._last_loaded_step``, then ``_last_loaded_step`` is set (the one private attribute
      used: it keeps TRL from syncing the same weights twice in a step). ``generate`` is a
      collective in server and TP modes, so every process calls it with equally long lists.
+   - Colocated vLLM in sleep mode (level 2 discards the weights): TRL's ``generate`` re-pushes every weight whenever
+     ``_llm_weights_sleeping`` (private) is set and puts the engine back to sleep after each call, so each of evolm's
+     calls in a step would cost a full weight sync. While a step's rows are materialised, evolm instead wakes the
+     engine once (``sync_weights`` if its weights sleep, then vLLM's public ``LLM.wake_up(tags=["kv_cache"])`` when
+     ``llm.llm_engine.is_sleeping()``) and runs its calls with ``enable_sleep_mode`` off for the call (no wake, no
+     sleep). TRL's own ``generate`` of the step then finds the weights current (no sync), wakes an awake KV cache
+     (vLLM's executor ignores it, with a warning evolm filters out) and puts the engine to sleep before the update:
+     one weight sync per step. ``sync_weights`` and ``generate`` are wrapped (instance attributes) to count both
+     per step (``evolm/vllm_weight_syncs``, ``evolm/vllm_generate_calls``; metrics.jsonl).
    - transformers: ``trl.models.unwrap_model_for_generation`` (gathers ZeRO-3 shards for the call).
    Both honour ``SamplingParams.json_schema`` (vLLM: ``structured_outputs`` in ``generation_kwargs``,
    as below; transformers: ``HFBackend``'s xgrammar processor).
@@ -69,8 +78,9 @@ at every optimizer step:
 
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
 ``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
-``sync_weights``; run ``pytest tests/test_trl_adapter.py tests/test_coevolve.py tests/test_constrained.py``;
-add the version to ``TESTED_TRL`` and widen the pin in pyproject.toml.
+``sync_weights`` (and its ``_llm_weights_sleeping``); run
+``pytest tests/test_trl_adapter.py tests/test_coevolve.py tests/test_constrained.py``; add the version to
+``TESTED_TRL`` and widen the pin in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -222,12 +232,14 @@ def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
                             category=FutureWarning, module=r"transformers\.modeling_utils")
 
 
-def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
-    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
+def training_args(cfg: RunConfig) -> Any:
+    """The run's ``GRPOConfig``, built before the policy loads (``coevolve.run``).
 
-    The caller has passed ``check_launch(cfg)`` (``coevolve.run`` does, before loading any model).
+    Under DeepSpeed ZeRO-3 it registers its config with transformers, so the policy's ``from_pretrained`` that follows
+    builds the model under ``deepspeed.zero.Init``: each process holds its shard of the weights, not the whole model
+    (at 8B, 16 GB per GPU and as much host memory per process, while colocated vLLM wants its share free). It also
+    creates the process group (with ``grpo.ddp_timeout``). The caller has passed ``check_launch(cfg)``.
     """
-    import datasets
     from trl import GRPOConfig
 
     from evolm.dist import world_size
@@ -244,9 +256,21 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
         raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
                        "launch with torchrun or `accelerate launch` with a config that starts every process")
+    return args
+
+
+def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
+    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
+
+    ``args`` is ``training_args(cfg)``, built before ``model`` loaded.
+    """
+    import datasets
+
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
-    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra))],
+    counts = VLLMCounts() if args.use_vllm else None
+    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra),
+                                                                           counts)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
                                peft_config=_peft_config(cfg))
     trainer.evolm_hooks = hooks
@@ -254,6 +278,8 @@ def build_trainer(cfg: RunConfig, model: Any, tokenizer: Any, hooks: StepHooks) 
     trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
+    if counts is not None:
+        count_vllm_calls(trainer.vllm_generation, counts)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)
@@ -343,7 +369,11 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
         if int(r["plan_index"]) // slots != step:
             raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
                            f"order (trl {check_trl()}); the adapter's contract is broken")
-    full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
+    trainer.evolm_materialising = True  # colocated vLLM stays awake until TRL's generation (contract item 4)
+    try:
+        full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
+    finally:
+        trainer.evolm_materialising = False
     _check_same_rows(trainer.accelerator, step, full)
     return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
 
@@ -432,7 +462,8 @@ def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Itera
 # ============================================================================= rewards
 
 
-def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = ()) -> Any:
+def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_counts: VLLMCounts | None = None
+                     ) -> Any:
     def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
                      log_metric: Any = None, **cols: Any) -> list[float]:
         from accelerate import PartialState
@@ -459,6 +490,8 @@ def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = ()) -> An
         everyone = [x for part in parts for x in part]
         rewards, metrics = hooks.finish([x[0] for x in everyone], [x[1] for x in everyone],
                                         [x[2] for x in everyone], [x[3] for x in everyone], state.is_main_process)
+        if vllm_counts is not None:  # TRL's generation of the step is done: the step's vLLM work, since the last
+            metrics = {**metrics, **vllm_counts.take()}
         if log_metric is not None:
             for k, v in metrics.items():
                 log_metric(f"evolm/{k}", v)
@@ -579,7 +612,8 @@ class TrainerGenerate:
         with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
                                          gather_deepspeed3_params=t.args.ds3_gather_for_generation,
                                          gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model:
-            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size))
+            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size),
+                                synced_gpus=None)  # ZeRO-3 shards (ds3_gather_for_generation off): transformers syncs
             return backend.generate(convs, params)
 
     def _vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
@@ -595,9 +629,73 @@ class TrainerGenerate:
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
         try:
-            with _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
-                                  params.json_schema is not None and tokenizer_thinks(tok)):
+            with _awake_for_step(vg, getattr(t, "evolm_materialising", False)), \
+                    _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
+                                     params.json_schema is not None and tokenizer_thinks(tok)):
                 _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
         finally:
             vg.temperature, vg.top_p, vg.max_completion_length = saved
         return tok.batch_decode(completion_ids, skip_special_tokens=True)
+
+
+# ============================================================================= vLLM weight syncs (contract item 4)
+
+
+class VLLMCounts:
+    """Weight syncs and ``generate`` calls of the trainer's vLLM engine since the last step's rewards."""
+
+    def __init__(self) -> None:
+        self.syncs = self.generates = 0
+
+    def take(self) -> dict[str, float]:
+        """The counts as step metrics (``vllm_weight_syncs``, ``vllm_generate_calls``), then zero again."""
+        taken = {"vllm_weight_syncs": float(self.syncs), "vllm_generate_calls": float(self.generates)}
+        self.syncs = self.generates = 0
+        return taken
+
+
+def count_vllm_calls(vg: Any, counts: VLLMCounts) -> None:
+    """Count ``vg.sync_weights`` and ``vg.generate`` calls, TRL's own included (instance attributes shadow the
+    methods; TRL calls them through ``self``)."""
+    sync, generate = vg.sync_weights, vg.generate
+
+    def counted_sync(*args: Any, **kwargs: Any) -> Any:
+        counts.syncs += 1
+        return sync(*args, **kwargs)
+
+    def counted_generate(*args: Any, **kwargs: Any) -> Any:
+        counts.generates += 1
+        return generate(*args, **kwargs)
+
+    vg.sync_weights, vg.generate = counted_sync, counted_generate
+
+
+class _AwakeWarning:
+    """Drops vLLM's warning about waking an awake engine: TRL's ``generate`` wakes the KV cache evolm already woke."""
+
+    def filter(self, record: Any) -> bool:
+        return "is not sleeping" not in record.getMessage()
+
+
+@contextmanager
+def _awake_for_step(vg: Any, materialising: bool) -> Iterator[None]:
+    """Colocated vLLM in sleep mode, awake for evolm's calls while a step materialises and left awake for TRL's
+    generation of the step, which sleeps it (contract item 4): one weight sync per step instead of one per call.
+    Outside a step (held-out evaluation after the update, next to a checkpoint save) TRL's own handling stays."""
+    if not (materialising and getattr(vg, "mode", None) == "colocate" and getattr(vg, "enable_sleep_mode", False)):
+        yield
+        return
+    import logging
+
+    if getattr(vg, "_llm_weights_sleeping", True):
+        vg.sync_weights()  # wakes the weights and pushes the current ones
+    if vg.llm.llm_engine.is_sleeping():
+        vg.llm.wake_up(tags=["kv_cache"])
+    awake_warning = logging.getLogger("vllm.v1.executor.abstract")
+    if not any(isinstance(f, _AwakeWarning) for f in awake_warning.filters):
+        awake_warning.addFilter(_AwakeWarning())
+    vg.enable_sleep_mode = False  # this call: no wake-up, no re-push, no sleep after
+    try:
+        yield
+    finally:
+        vg.enable_sleep_mode = True

@@ -75,13 +75,21 @@ class HFBackend:
 
     ``usage`` counts what the backend ran, as a server's ``usage`` would (``evolm.backends.pool.Usage``):
     requests (prompts), prompt tokens, generated tokens (a next-token read counts one), seconds.
+
+    ``synced_gpus`` goes to ``model.generate``. ``False`` (default): the model is whole on this process (every model
+    evolm loads itself, ``models.whole_model``), so generation never waits for the other processes. Left unset,
+    transformers turns it on under ZeRO-3 with several processes: an all_reduce per generated token, which deadlocks
+    as soon as the processes make different numbers of calls (judge cache hits, held-out judging on the main process
+    only). ``None`` lets transformers decide: the policy while TRL trains it (``trl_adapter.TrainerGenerate``), whose
+    ZeRO-3 shards every process must gather together.
     """
 
     name = "hf"
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8, share_prefix: bool = True,
-                 thinking: bool | None = None, escape_special: bool = True) -> None:
+                 thinking: bool | None = None, escape_special: bool = True, synced_gpus: bool | None = False) -> None:
         self.model = model
+        self.synced_gpus = synced_gpus
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.share_prefix = share_prefix
@@ -244,6 +252,7 @@ class HFBackend:
                             attention_mask=mask,
                             pad_token_id=self.tokenizer.pad_token_id,
                             use_cache=True,
+                            synced_gpus=self.synced_gpus,
                             **kwargs,
                         )
                     if on_rows is not None:

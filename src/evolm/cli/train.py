@@ -57,8 +57,9 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                      "(default: grpo.deepspeed, else plain data parallel)")
     mem.add_argument("--zero-stage", type=int, default=None, choices=(0, 1, 2, 3),
                      help="DeepSpeed ZeRO stage, instead of reading it from --accelerate-config")
-    mem.add_argument("--prompt-tokens", type=positive_int, default=1024, metavar="N",
-                     help="prompt length assumed for a training row (default 1024)")
+    mem.add_argument("--prompt-tokens", type=positive_int, default=None, metavar="N",
+                     help="prompt length assumed for a training row (default: the longest training prompt kept under "
+                     "data.max_prompt_tokens, as counted by the model's tokenizer)")
     mem.add_argument("--judge-tokens-per-second", type=float, default=50.0, metavar="R",
                      help="decode speed assumed for one judge request on a busy server, to time the judge's longest "
                      "reply against judge.timeout (default 50)")
@@ -96,6 +97,8 @@ def main(args: argparse.Namespace) -> None:
             return
         for why in start.skipped:
             print(f"evolm: passing over a checkpoint that does not validate: {why}", file=sys.stderr)
+        if start.prompts_skipped:
+            print(f"evolm: {start.prompts_skipped}", file=sys.stderr)
         where = f"resuming after step {start.step}" if start.checkpoint else "fresh start"
         print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
               file=sys.stderr, flush=True)
@@ -134,16 +137,68 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
     if refused := _rubric_budget(cfg):
         raise InputError(refused)
+    fit, counted = _prompt_fit(cfg)
+    if fit.note():
+        say(f"evolm: {fit.note()}")
     table = Table(title=f"evolm train --dry-run: {cfg.output_dir}, {n} process(es)")
     table.add_column("plan")
     table.add_column("value")
     for k, v in launch_plan(cfg, n):
         table.add_row(k, v)
+    table.add_row("prompts", f"{len(fit.questions):,} of {fit.total:,} kept" + (
+        f" ({fit.over:,} over data.max_prompt_tokens {fit.limit:,})" if fit.over else "")
+        + (f"; the longest training prompt {fit.longest:,} tokens{counted}" if fit.longest else ""))
+    _cuda_check()
     Console().print(table)
+    if args.prompt_tokens is None:
+        args.prompt_tokens = fit.longest or 1024
     refused = _memory_plan(cfg, n, args)
     if refused:
         raise InputError(refused)
     say("dry run: the config is valid for this launch; nothing was loaded")
+
+
+def _prompt_fit(cfg):  # noqa: ANN001, ANN202 - evolm.config.RunConfig -> (prompt_length.PromptFit, str)
+    """The prompts the run keeps under data.max_prompt_tokens and the longest, counted with the model's tokenizer, or
+    the built-in SmolLM2 one when the model is not local (said in the second value); uncounted if neither loads."""
+    from pathlib import Path
+
+    from evolm.errors import EvolmError
+    from evolm.models import BUILTIN_MODELS, load_tokenizer
+    from evolm.prompt_length import PromptFit, fit_prompt_set
+    from evolm.prompts import load_prompt_set
+
+    name = cfg.model.name
+    local = name in BUILTIN_MODELS or Path(name).expanduser().exists()
+    try:
+        tokenizer = load_tokenizer(name if local else "smollm2-135m-instruct")
+    except EvolmError:  # nothing to count with: the run's start counts with the model's tokenizer
+        questions, references = load_prompt_set(cfg.data.prompts, cfg.data.limit)
+        return PromptFit(questions, references, len(questions), cfg.data.max_prompt_tokens), ""
+    counted = "" if local else f" (counted with the built-in SmolLM2 tokenizer: {name} is not local)"
+    return fit_prompt_set(cfg, tokenizer), counted
+
+
+def _cuda_check() -> None:
+    """On a machine with NVIDIA GPUs (nvidia-smi lists them), say when torch cannot drive them: a torch built for a
+    newer CUDA than the driver runs (a vLLM wheel's torch on a CUDA 12 driver), or a CPU-only build."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    gpus = sum(line.startswith("GPU ") for line in listed.splitlines())
+    import torch
+
+    if gpus and not (torch.cuda.is_available() and torch.cuda.device_count()):
+        built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        say(f"evolm: warning: nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} ({built}) cannot use them: "
+            "its CUDA is newer than the driver runs (nvidia-smi's 'CUDA Version'), or it has none; install the torch "
+            "and vLLM built for the driver's CUDA (docs/GPU.md, 'Install')")
 
 
 def _rubric_budget(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
