@@ -131,7 +131,10 @@ KNOWN_MODELS: dict[str, ModelFacts] = {  # read from each model's config.json on
     "Qwen/Qwen3-14B": _qwen3(40, 5120, 17408, 40, False),
     "HuggingFaceTB/SmolLM2-135M-Instruct": ModelFacts(30, 576, 1536, 9, 3, 64, 49152, True, 8192),
 }
-KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the built-in model
+KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the built-in models
+# Qwen2.5-Coder-Instruct as evolm converts its GGUF (config.json of the converted model: both GGUFs hold an untied head)
+KNOWN_MODELS["qwen2.5-coder-1.5b-instruct"] = ModelFacts(28, 1536, 8960, 12, 2, 128, 151936, False, 32768)
+KNOWN_MODELS["qwen2.5-coder-0.5b-instruct"] = ModelFacts(24, 896, 4864, 14, 2, 64, 151936, False, 32768)
 # The Skywork reward-model baseline (configs/baselines/skywork-rm.yaml): Llama-3.1-8B with a one-output score head,
 # vocabulary 128,257 (a pad token added), as Skywork-Reward-Llama-3.1-8B's config.json states
 KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"] = ModelFacts(32, 4096, 14336, 32, 8, 128, 128257, False,
