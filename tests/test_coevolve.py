@@ -465,6 +465,56 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
     assert fresh == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)
 
 
+# ============================================================================= a judge server that fails
+
+
+def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_run(
+        tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A judge request that fails after its retries costs its reward (the group mean), counted per step; a step where
+    more than judge.max_failure_share of them fail stops the run in one line, and --resume continues it."""
+    import threading
+
+    from openai_server import serve
+
+    from evolm.cli import main
+
+    def overrides(server: Any, out: Path, *extra: str) -> list[str]:
+        return tiny_overrides(tiny_model_dir, out, "judge.backend=openai", f"judge.base_url={server.base_url}",
+                              "judge.model=test-echo-model", "judge.max_retries=0", "judge.cache=0",
+                              "schedule.cycles=1", "schedule.steps_per_phase=1", *extra)
+
+    with serve() as server:
+        server.state.fail_every, server.state.fail_status = 3, 500  # every third request: HTTP 500
+        assert main(["train", "--config", str(DEMO), *overrides(server, tmp_path / "soft")]) == 0
+        logged = metrics(tmp_path / "soft")
+        assert [r["role"] for r in logged] == ["policy", "rubric"]
+        assert all(r["judge_failures"] >= 1 and 0 < r["judge_failure_share"] <= 0.5 for r in logged)
+        assert sum(r["judge_failures"] for r in logged) == server.state.failed
+        capsys.readouterr()
+
+        server.state.fail_every, server.state.failed = 0, 0
+        out = tmp_path / "hard"
+        marker = out / "checkpoints" / "checkpoint-1" / STATE_FILE
+
+        def fail_after_step_1() -> None:  # every request fails from step 2 (the rubric step) on
+            deadline = time.time() + 600
+            while not marker.exists() and time.time() < deadline:
+                time.sleep(0.02)
+            server.state.fail_every = 1
+
+        watcher = threading.Thread(target=fail_after_step_1, daemon=True)
+        watcher.start()
+        assert main(["train", "--config", str(DEMO), *overrides(server, out, "schedule.save_every=1")]) == 2
+        watcher.join()
+        err = capsys.readouterr().err.strip().split("\n")[-1].split("\r")[-1]  # after the start line and the bar
+        assert err.startswith("evolm train: error: step 2: 8 of 8 judgments failed")
+        assert "judge.max_failure_share=0.5" in err and "--resume" in err and "HTTP 500" in err
+        assert [r["step"] for r in metrics(out)] == [1]
+        server.state.fail_every = 0
+        assert main(["train", "--resume", str(out)]) == 0
+        assert [(r["step"], r["judge_failures"]) for r in metrics(out)] == [(1, 0), (2, 0)]
+
+
 # ============================================================================= the other regimes
 
 

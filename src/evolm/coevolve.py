@@ -38,7 +38,7 @@ from evolm.config import RunConfig, path_errors, sequential_stages
 from evolm.constrained import rubric_schema
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
-from evolm.errors import InputError
+from evolm.errors import InputError, RunError
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
@@ -93,7 +93,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache)
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
+                                cfg.judge.cache)  # a failed request: a missing score (Loop.finish bounds their share)
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
     trl_adapter.train(trainer, checkpoint)
     return run_dir
@@ -262,6 +263,21 @@ def _shared(engine: Generate, fixed: Generate) -> Generate:
 # ============================================================================= the step body, around TRL
 
 
+def check_failures(result: Any, step: int, limit: float) -> None:
+    """Stop the run (``RunError``, one line) when step ``step``'s share of failed judge requests exceeds ``limit``
+    (``judge.max_failure_share``). Below it the failures stay missing scores: zero advantage, as the reference's NaN.
+
+    Raised before the step touches the replay buffer or the logs, so ``evolm train --resume`` continues from the
+    last checkpoint as if the step had not begun.
+    """
+    share = result.judge_failure_share
+    if share is None or share <= limit:
+        return
+    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judgments failed "
+                   f"after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
+                   f"`evolm train --resume` continues it from its last checkpoint. First error: {result.judge_error}")
+
+
 @dataclass
 class Loop:
     """The per-step work around TRL (``trl_adapter.StepHooks``): rows, rewards, buffer, records."""
@@ -347,12 +363,13 @@ class Loop:
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
                               drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
+        check_failures(result, info.step + 1, self.cfg.judge.max_failure_share)  # every process: the same rows
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
         if is_main:
             self.write_samples(info, rows, completions, scored)
-        logged = {k: v for k, v in vars(result).items() if k != "rewards"}  # StepRewards' numbers, by name
+        logged = {k: v for k, v in vars(result).items() if k not in ("rewards", "judge_error")}  # numbers, by name
         signals = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups)) \
             if info.role == "policy" else {}  # the reward-hacking monitor (evolm.monitor)
         self.pending[info.step + 1] = StepRecord(step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,

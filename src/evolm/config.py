@@ -37,6 +37,7 @@ JUDGE_PROMPTS = ("evolm", "reference")  # judge.prompt: evolm's wording or the a
 JUDGE_PARSERS = ("evolm", "reference")  # judge.parse: how a generative reply is read
 REWARD_MODEL_READINGS = ("evolm", "reference")  # judge.reward_model_reading
 OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
+JUDGE_SEEDS = ("same", "per_row")  # judge.seeds: every sampled judge request gets the run's seed, or seed + its row
 BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
 RUBRIC_PROMPTS = ("v3", "older")  # rubric.prompt: v3 (the paper's: 2-5 criteria) or older (5-10 criteria)
@@ -114,6 +115,12 @@ class JudgeConfig:
                                   "until the server reports its usage")
     max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; "
                              "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
+    max_failure_share: float = _f(0.5, "training: a judge request that still fails after its retries is a missing "
+                                  "score (its reward becomes the group mean: zero advantage, as the reference's NaN), "
+                                  "counted per step as judge_failures; a step whose share of failed judgments exceeds "
+                                  "this stops the run with one line (evolm train --resume continues it). 1: never "
+                                  "stop; 0: stop at the first failure. `evolm judge` / `eval` fail at the first "
+                                  "failure unless given --judge-failures missing")
 
     # Parameters that control the generative judge's reply
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
@@ -123,6 +130,10 @@ class JudgeConfig:
     constrained: bool = _f(False, "decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")
+    seeds: str = _f("same", "seed of each sampled judge request: same (the reference: the run's seed on every request, "
+                    "so the same question, rubric and answer get the same verdict and duplicate answers in a group "
+                    "tie; on servers and vLLM, which seed each request) or per_row (seed + the row's place in its "
+                    "batch: duplicates are sampled afresh, a departure)")
 
     # Parameters that control an in-process judge (backend=hf)
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
@@ -805,6 +816,8 @@ def validate(cfg: RunConfig) -> None:
          "which the rubric grammar (rubric.constrained: 2-5 criteria) cannot write: use rubric.prompt=v3"),
         (2 <= cfg.rubric.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {cfg.rubric.max_criteria}"),
         (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
+        (j.seeds in JUDGE_SEEDS, _choice("judge.seeds", j.seeds, JUDGE_SEEDS)),
+        (0 <= j.max_failure_share <= 1, f"judge.max_failure_share must be in [0, 1], not {j.max_failure_share}"),
         (j.reward_model_reading in REWARD_MODEL_READINGS,
          _choice("judge.reward_model_reading", j.reward_model_reading, REWARD_MODEL_READINGS)),
         (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),

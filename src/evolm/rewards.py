@@ -109,6 +109,9 @@ class RowReward:
     judge_requests: int | None = field(default=None, compare=False)
     judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
     judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
+    judge_judgments: int | None = field(default=None, compare=False)  # judgments asked (items x judges)
+    judge_failures: int | None = field(default=None, compare=False)  # of those, failed requests (Judgment.failed)
+    judge_error: str | None = field(default=None, compare=False)  # the first failure's one-line error
 
     def criteria_json(self, answer: int) -> list[dict[str, Any]] | None:
         """The ``answer``-th judged answer's criteria as samples files write them (``None``: the mode reads none)."""
@@ -228,6 +231,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         else:
             judged.append(j.score(items))
     per_judge = [scores_of(js) for js in judged]
+    failed = [j.failed for js in judged for j in js if j is not None and j.failed]
     scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
     criteria = [merged_criteria([js[k] for js in judged]) for k in range(len(items))]
     out: list[RowReward] = []
@@ -255,7 +259,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_prompt_tokens=None if spent is None else spent.prompt_tokens,
                          judge_generated_tokens=None if spent is None else spent.completion_tokens,
                          judge_requests=None if spent is None else spent.requests,
-                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None)
+                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None,
+                         judge_judgments=len(items) * len(judges), judge_failures=len(failed),
+                         judge_error=failed[0] if failed else None)
     return out
 
 
@@ -324,6 +330,9 @@ class StepRewards:
     judge_generated_tokens: int | None = None  # the judges' generated tokens (a probability read counts one)
     judge_requests: int | None = None  # judge requests (server attempts, retries included; local: prompts run)
     judge_cache_hit_rate: float | None = None  # share of the step's judgments the judge cache answered (judge.cache)
+    judge_failures: int | None = None  # judgments whose request failed after its retries (missing scores)
+    judge_failure_share: float | None = None  # their share of the step's judgments (judge.max_failure_share bounds it)
+    judge_error: str | None = field(default=None, compare=False)  # the first failure's error line (not logged)
 
     def metrics(self) -> dict[str, float]:
         """The step's numbers for TRL's loggers (the reward function's ``log_metric``); absent ones left out."""
@@ -335,6 +344,7 @@ class StepRewards:
                  "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
                  "judge_prompt_tokens": self.judge_prompt_tokens, "judge_generated_tokens": self.judge_generated_tokens,
                  "judge_requests": self.judge_requests, "judge_cache_hit_rate": self.judge_cache_hit_rate,
+                 "judge_failures": self.judge_failures, "judge_failure_share": self.judge_failure_share,
                  **{f"reward/{k}": v for k, v in (self.reward_components or {}).items()}}
         return {k: v for k, v in named.items() if v is not None}
 
@@ -399,6 +409,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     def total(key: str) -> int | None:
         counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
         return sum(counts) if counts else None
+    asked, failures = total("judge_judgments"), total("judge_failures")
     return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
                        missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
@@ -414,7 +425,9 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        judge_prompt_tokens=total("judge_prompt_tokens"),
                        judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"),
                        judge_cache_hit_rate=None if not total("judge_lookups") else
-                       (total("judge_cache_hits") or 0) / total("judge_lookups"))
+                       (total("judge_cache_hits") or 0) / total("judge_lookups"),
+                       judge_failures=failures, judge_failure_share=failures / asked if asked else None,
+                       judge_error=next((r.judge_error for r in raw if r.judge_error), None))
 
 
 FLAT_SPREAD = 0.05
