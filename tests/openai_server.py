@@ -292,3 +292,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def main() -> None:
+    """Serve the fake app from the command line until interrupted, e.g. a judge that fails every third request:
+    ``python tests/openai_server.py --port 8011 --fail-every 3 --fail-status 500``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--fail-every", type=int, default=0, help="answer every N-th request with --fail-status (1: all)")
+    p.add_argument("--fail-status", type=int, default=500)
+    args = p.parse_args()
+    state = ServerState(fail_every=args.fail_every, fail_status=args.fail_status)
+    uvicorn.run(create_app(state), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
-from evolm.config import RunConfig, path_errors, sequential_stages
+from evolm.config import RunConfig, path_errors, sequential_stages, writer_sampling
 from evolm.constrained import rubric_schema
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
@@ -325,8 +325,7 @@ class Loop:
             return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
         if missing := [q for q in questions if q not in self.frozen]:
             if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
-                batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
-                    convs, replace(p, chat_template_kwargs={})))
+                batch, gen = missing, _shared(generate, self.write_fixed)
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             texts = dict(zip(batch, gen([ask(self.cfg, q) for q in batch], params), strict=True))
@@ -335,13 +334,32 @@ class Loop:
                 append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
 
+    def write_fixed(self, convs: list[Any], params: SamplingParams) -> list[str]:
+        """The fixed writer's rubrics (``rubric.writer``), sampled as ``rubric.writer_*`` say; with
+        ``rubric.writer_fallback``, a request still failing after its retries is written by that model instead (as
+        litellm's ``fallbacks`` do for the reference's API writer)."""
+        temperature, top_p, tokens = writer_sampling(self.cfg)
+        params = replace(params, temperature=temperature, top_p=top_p, max_new_tokens=tokens, chat_template_kwargs={})
+        if self.cfg.rubric.writer_fallback is None:
+            return self.fixed_model("writer").generate(convs, params)
+        failed: dict[int, str] = {}
+        texts = self.fixed_model("writer").generate(convs, params, failures=failed)  # type: ignore[call-arg]
+        if failed:
+            order = sorted(failed)
+            for i, t in zip(order, self.fixed_model("fallback").generate([convs[i] for i in order], params),
+                            strict=True):
+                texts[i] = t
+        return texts
+
     def fixed_model(self, role: str) -> Backend:
-        """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
+        """The fixed rubric writer (``rubric.writer``), its fallback or the answerer (``contrast.answerer``), loaded
+        once."""
         if role not in self._fixed:
             from evolm.models import load_backend
 
             r, c = self.cfg.rubric, self.cfg.contrast
             name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
+                (r.writer_fallback, r.writer_backend, r.writer_base_url) if role == "fallback" else \
                 (c.answerer, c.answerer_backend, c.answerer_base_url)
             self._fixed[role] = load_backend(name or self.cfg.model.name, backend=backend, base_url=url,
                                              dtype=self.cfg.model.dtype, timeout=r.writer_timeout,

@@ -213,6 +213,14 @@ class RubricConfig:
     writer_base_url: str | None = _f(None, "server URL of the fixed writer for writer_backend=openai")
     writer_timeout: float = _f(120.0, "writer_backend=openai: seconds one request attempt may take in all")
     writer_max_retries: int = _f(2, "writer_backend=openai: retries of a failed request")
+    writer_temperature: float | None = _f(None, "rubric.writer's temperature (none: rubric.temperature); the "
+                                          "reference's API writer (GPT-4.1): 0")
+    writer_top_p: float | None = _f(None, "rubric.writer's top-p (none: rubric.top_p); the reference's API writer: 1.0")
+    writer_max_new_tokens: int | None = _f(None, "rubric.writer's token budget (none: rubric.max_new_tokens); the "
+                                           "reference's API writer: 800")
+    writer_fallback: str | None = _f(None, "writer_backend=openai: a model at the same endpoint that writes the rubric "
+                                     "of a request still failing after its retries (the reference's API writer: "
+                                     "gpt-4.1-mini, through litellm's fallbacks); none: the failure stops the run")
 
 
 @dataclass
@@ -597,6 +605,17 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     return errors
 
 
+def writer_sampling(cfg: RunConfig) -> tuple[float, float, int]:
+    """``rubric.writer``'s temperature, top-p and token budget: ``rubric.writer_*``, else ``rubric.*`` (a frozen base
+    model writes as the trained one does: ``rubric.*``)."""
+    r = cfg.rubric
+    if r.writer is None:
+        return r.temperature, r.top_p, r.max_new_tokens
+    return (r.temperature if r.writer_temperature is None else r.writer_temperature,
+            r.top_p if r.writer_top_p is None else r.writer_top_p,
+            r.max_new_tokens if r.writer_max_new_tokens is None else r.writer_max_new_tokens)
+
+
 def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
     s = cfg.schedule
@@ -631,11 +650,22 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
                      if cfg.judge.base_url else ")")),
-    ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
+    ] + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
+      + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \
       + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
          if cfg.rewards.extra else [])
+
+
+def _writer_row(cfg: RunConfig) -> str:
+    """The fixed writer of a frozen_rubric run and how it samples, for the dry run."""
+    r = cfg.rubric
+    temperature, top_p, tokens = writer_sampling(cfg)
+    who = f"{r.writer} ({r.writer_backend})" if r.writer else f"{cfg.model.name} (the base model, frozen)"
+    served = (f", {r.writer_max_retries} retries of {r.writer_timeout:g} s, fallback {r.writer_fallback or 'none'}"
+              if r.writer and r.writer_backend == "openai" else "")
+    return f"{who}: temperature {temperature:g}, top-p {top_p:g}, up to {tokens:,} tokens{served}"
 
 
 def importance_sampling_rule(grpo: dict[str, Any]) -> str:
@@ -824,6 +854,9 @@ def validate(cfg: RunConfig) -> None:
         (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
+        *_sampling_checks("rubric.writer_*", *writer_sampling(cfg)),
+        (cfg.rubric.writer_fallback is None or cfg.rubric.writer_backend == "openai",
+         "rubric.writer_fallback needs rubric.writer_backend=openai (a model at the same endpoint)"),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
