@@ -841,3 +841,17 @@ def test_a_request_failing_after_its_retries_is_a_missing_score_only_when_asked(
                    mode == "generative" for j in judged)
         with pytest.raises(BackendError, match="HTTP 500"):  # the CLI's judge: loud
             Judge(backend, mode=mode).score(items)
+
+
+@pytest.mark.parametrize(("reply", "score"), [
+    ('<think>"score": 0.1</think>{"reasoning": "ok", "score": 0.75}', 0.75),  # thinking stripped first
+    ('Reasoning... "score": 1.4 and later "score": 0.2', 1.4),  # the first match, not clipped
+    ('{"score": "0.7"}', None), ('"score": -0.5', None), ("Score: 0.9", None), ("", None),  # -1 there: missing here
+    ('{"reasoning": "x", "score": .5}', 0.5),
+])
+def test_rb2_reading_is_the_authors_evaluation_regex(reply: str, score: float | None) -> None:
+    """JudgeBench RubricJudge._parse_score: re.search(r'"score"\\s*:\\s*([0-9]*\\.?[0-9]+)') on the reply with its
+    thinking stripped, else -1 (here: missing, which ranks below every score as -1 does)."""
+    judge = Judge(FakeBackend(reply=lambda conv: reply), mode="generative", prompt="reference", defences=False,
+                  parse="rb2")
+    assert scores_of(judge.score([JudgeItem("q", "a", RUBRIC)])) == [score]

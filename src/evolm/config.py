@@ -34,7 +34,7 @@ JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_exp
 REWARD_MODEL_MODE = "reward_model"  # judge.mode: a scalar sequence-classification reward model instead of a judge
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # every judge.mode
 JUDGE_PROMPTS = ("evolm", "reference")  # judge.prompt: evolm's wording or the authors'
-JUDGE_PARSERS = ("evolm", "reference")  # judge.parse: how a generative reply is read
+JUDGE_PARSERS = ("evolm", "reference", "rb2")  # judge.parse: how a generative reply is read
 REWARD_MODEL_READINGS = ("evolm", "reference")  # judge.reward_model_reading
 OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
 JUDGE_SEEDS = ("same", "per_row")  # judge.seeds: every sampled judge request gets the run's seed, or seed + its row
@@ -157,8 +157,9 @@ class JudgeConfig:
                         "it and that length and polish earn nothing no criterion asks for; off only in the paper "
                         "config (the authors' prompt; docs/SECURITY.md). Chat markup stays neutralised either way")
     parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score after the "
-                    "thinking, else 'score: x'; clipped to [0, 1]) or reference (the authors' reading, not clipped; "
-                    "the paper config, docs/FIDELITY.md)")
+                    "thinking, else 'score: x'; clipped to [0, 1]), reference (the authors' reading in training, not "
+                    "clipped; the paper config, docs/FIDELITY.md) or rb2 (their evaluation judge's: the first "
+                    "\"score\": x after the thinking; `evolm eval rb2 --protocol paper`)")
     reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking "
                                    "stripped) or reference (the authors' 10 x sigmoid(logit), thinking kept; "
                                    "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)")

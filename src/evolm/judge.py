@@ -98,6 +98,7 @@ from evolm.judge_parse import (
     parse_criterion_ratings,
     parse_judge_reasoning,
     parse_judge_score,
+    parse_judge_score_rb2,
     parse_judge_score_reference,
     parse_rating_reference,
     parse_scale_score,
@@ -210,8 +211,9 @@ class Judge:
     defences: bool = True
     """Fence the answer as data and say that length and polish earn nothing (``generative_messages``)."""
     parse: str = "evolm"
-    """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``) or ``reference``
-    (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1])."""
+    """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``), ``reference``
+    (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1]) or ``rb2``
+    (``parse_judge_score_rb2``: their evaluation judge's regex)."""
     seeds: str = "same"
     """Sampled modes: ``same`` sends every request ``seed`` (the reference), ``per_row`` ``seed`` + the row's index."""
     failures: str = "raise"
@@ -372,8 +374,8 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
 
     The reasoning is kept, and per-criterion ratings when the reasoning gives one per parsed criterion.
     """
-    reference = judge.parse == "reference"
-    read = parse_judge_score_reference if reference else parse_judge_score
+    reference = judge.parse != "evolm"
+    read = {"reference": parse_judge_score_reference, "rb2": parse_judge_score_rb2}.get(judge.parse, parse_judge_score)
     out = []
     replies, failed = _generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None)
     for t, it in zip(replies, items, strict=True):
@@ -393,7 +395,7 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
 def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """``likert`` (the judge alone rates 1-10; rubric ignored, reference answer shown if any) and ``rar_implicit``
     (one holistic 1-10 rating given the rubric): the rating mapped to [0, 1], with the reply's reasoning."""
-    reference = judge.parse == "reference"
+    reference = judge.parse != "evolm"  # rb2 has no rating reading of its own: the authors' training one
     read = parse_rating_reference if reference else parse_scale_score
     replies, failed = _generate(judge, items, progress)
     return _failed([Judgment(read(t), reasoning=parse_judge_reasoning(t, reference=reference)) for t in replies],

@@ -208,7 +208,8 @@ def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
                    "missing (that answer gets no score, the rest go on; counted in the summary), as training does")
     p.add_argument("--judge-parse", choices=JUDGE_PARSERS, default="evolm",
                    help="reading of a generative reply: evolm (first JSON object with a score after the thinking, "
-                   "clipped to [0, 1]) or reference (the authors': first { to last } via json_repair, not clipped)")
+                   "clipped to [0, 1]), reference (the authors' in training: first { to last } via json_repair, not "
+                   "clipped) or rb2 (their evaluation judge's: the first \"score\": x after the thinking)")
 
 
 def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
