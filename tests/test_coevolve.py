@@ -227,6 +227,29 @@ def test_invalid_rubrics_zero_option(tiny_judge: Judge) -> None:
     assert empty[0] == RowReward(0.0, rubric_valid=0.0)  # nothing to read: 0 either way
 
 
+def test_an_empty_policy_rubric_reaches_the_authors_judge_prompt_as_an_empty_rubric() -> None:
+    """Their judge is sent its own template with "Rubric: " and nothing after it when the writer's rubric is empty
+    once its thinking is removed; evolm's prompt judges such a question alone; judge_only rows have no rubric."""
+    class Recording:
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.users: list[str] = []
+
+        def generate(self, convs: list, params: Any, *, progress: bool = False) -> list[str]:
+            self.users += [c[-1]["content"] for c in convs]
+            return ['{"reasoning": "", "score": 0.5}'] * len(convs)
+
+    empty = {"role": "policy", "question": "Q?", "rubric": "", "rubric_text": "", "rubric_valid": 0.0}
+    alone = {**empty, "rubric_valid": None}  # judge_only: no rubric was written
+    reference, ours = Recording(), Recording()
+    score_rows([empty, alone], ["A.", "A."], [Judge(reference, mode="generative", prompt="reference", defences=False)])
+    assert "Rubric: \n\nAnswer to evaluate: A." in reference.users[0]
+    assert "Rubric:" not in reference.users[1]
+    score_rows([empty], ["A."], [Judge(ours, mode="generative")])
+    assert "Rubric" not in ours.users[0]
+
+
 def test_step_rewards_by_hand() -> None:
     raw = [RowReward(0.7, s_pos=0.9, s_neg=0.1, rubric_valid=1.0), RowReward(0.3, s_pos=0.2, s_neg=0.2, rubric_valid=1.0),
            RowReward(0.0, rubric_valid=0.0), RowReward(None, s_pos=0.3, s_neg=0.6, rubric_valid=0.0)]

@@ -188,7 +188,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     A rubric that does not parse: with ``invalid_rubrics="judge_raw"`` (the reference) the judge
     reads its raw text in both roles and the format term of ``margin_format`` does the rest; with
     ``"zero"`` it earns a flat 0 in the rubric role and its policy question is judged without a
-    rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. With
+    rubric. An empty rubric earns 0 in the rubric role either way: there is nothing to read; in the policy role
+    (``judge_raw``) the judge gets it as empty text, which ``judge.prompt: reference`` shows as an empty
+    "Rubric:" (the authors' judge does) and evolm's prompts read as no rubric. With
     several judges, a policy score is their mean and a rubric's reward is ``multi_judge_reward``
     with ``aggregate``. All judging of the batch is one call per judge, so answers to one question
     share the judge's prefix; a ``listwise`` judge lists the policy answers sharing a question and rubric (a
@@ -208,6 +210,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             raw = strip_thinking(row.get("rubric_text") or "") or None
             if rubric is None and invalid_rubrics == "zero":
                 raw = None
+            elif raw is None and row.get("rubric_valid") is not None:  # a rubric was written, but nothing to read:
+                raw = ""  # the authors' prompt shows it empty ("Rubric: "), as theirs does; evolm's judge alone
             judged_as.append(_Judged((len(items),)))
             items.append(JudgeItem(row["question"], text, rubric, rubric_text=raw,
                                    reference=row.get("reference") or None))
