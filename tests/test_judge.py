@@ -834,7 +834,9 @@ def test_a_request_failing_after_its_retries_is_a_missing_score_only_when_asked(
     with serve() as server:
         server.state.fail_every, server.state.fail_status = every, 500  # every n-th request answers HTTP 500
         backend = OpenAIBackend("test-echo-model", base_url=server.base_url, max_retries=0, max_concurrency=1)
-        judged = Judge(backend, mode=mode, failures="missing").score(items)
+        judge = Judge(backend, mode=mode, failures="missing")
+        judged = judge.score(items)
+        assert (judge.requests, judge.failed_requests) == (len(server.state.requests), 1)  # a step's share counts these
         failed = [j.failed is not None for j in judged]
         assert any(failed) and not all(failed)
         assert all(("HTTP 500" in j.failed and j.score is None) if j.failed else j.criteria is not None or

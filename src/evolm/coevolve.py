@@ -273,8 +273,8 @@ def check_failures(result: Any, step: int, limit: float) -> None:
     share = result.judge_failure_share
     if share is None or share <= limit:
         return
-    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judgments failed "
-                   f"after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
+    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judge requests "
+                   f"failed after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
                    f"`evolm train --resume` continues it from its last checkpoint. First error: {result.judge_error}")
 
 

@@ -117,7 +117,7 @@ class JudgeConfig:
                              "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
     max_failure_share: float = _f(0.5, "training: a judge request that still fails after its retries is a missing "
                                   "score (its reward becomes the group mean: zero advantage, as the reference's NaN), "
-                                  "counted per step as judge_failures; a step whose share of failed judgments exceeds "
+                                  "counted per step as judge_failures; a step whose share of failed requests exceeds "
                                   "this stops the run with one line (evolm train --resume continues it). 1: never "
                                   "stop; 0: stop at the first failure. `evolm judge` / `eval` fail at the first "
                                   "failure unless given --judge-failures missing")

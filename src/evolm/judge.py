@@ -219,6 +219,10 @@ class Judge:
     failures: str = "raise"
     """A request that fails after the backend's retries: ``raise`` (``BackendError``; the CLI) or ``missing`` (its
     items get no score and ``Judgment.failed``; training, where a step's share of them is bounded instead)."""
+    requests: int = field(default=0, init=False, repr=False, compare=False)
+    """Requests (prompts) sent to the backend so far; with ``failed_requests``, what a step's failure share counts."""
+    failed_requests: int = field(default=0, init=False, repr=False, compare=False)
+    """Of those, requests that failed after the backend's retries (``failures="missing"``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES:
@@ -342,16 +346,20 @@ def _ask(judge: Judge, method: str, convs: list[Conversation], *args: Any, **kwa
     conversation's reply reads as no score: ``""``, or every candidate at ``-inf``.
     """
     call = getattr(judge.backend, method)
+    judge.requests += len(convs)
     if judge.failures == "raise" or not convs:
         return call(convs, *args, **kwargs), {}
     failed: dict[int, str] = {}
     if "failures" in inspect.signature(call).parameters:
-        return call(convs, *args, failures=failed, **kwargs), failed
-    try:
-        return call(convs, *args, **kwargs), {}
-    except BackendError as exc:
-        blank: Any = "" if method == "generate" else {c: -math.inf for c in args[0]}
-        return [blank] * len(convs), dict.fromkeys(range(len(convs)), str(exc))
+        out = call(convs, *args, failures=failed, **kwargs)
+    else:
+        try:
+            out = call(convs, *args, **kwargs)
+        except BackendError as exc:
+            blank: Any = "" if method == "generate" else {c: -math.inf for c in args[0]}
+            out, failed = [blank] * len(convs), dict.fromkeys(range(len(convs)), str(exc))
+    judge.failed_requests += len(failed)
+    return out, failed
 
 
 def _failed(judgments: list[Judgment], failed: dict[int, str], owners: Sequence[int] | None = None) -> list[Judgment]:

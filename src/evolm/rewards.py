@@ -109,8 +109,8 @@ class RowReward:
     judge_requests: int | None = field(default=None, compare=False)
     judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
     judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
-    judge_judgments: int | None = field(default=None, compare=False)  # judgments asked (items x judges)
-    judge_failures: int | None = field(default=None, compare=False)  # of those, failed requests (Judgment.failed)
+    judge_sent: int | None = field(default=None, compare=False)  # judge requests (prompts) sent (Judge.requests)
+    judge_failures: int | None = field(default=None, compare=False)  # of those, failed after their retries
     judge_error: str | None = field(default=None, compare=False)  # the first failure's one-line error
 
     def criteria_json(self, answer: int) -> list[dict[str, Any]] | None:
@@ -224,7 +224,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         pair = ("pair", len(judged_as))  # a listwise judge lists a rubric row's two answers together, alone
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw, group=pair),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw, group=pair)]
-    started, used = time.monotonic(), judge_usage(judges)
+    started, used, sent = time.monotonic(), judge_usage(judges), judge_requests(judges)
     judged: list[list[Judgment]] = []  # per judge, one judgment per item
     hits = lookups = 0
     for j in judges if items else []:
@@ -264,9 +264,15 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_generated_tokens=None if spent is None else spent.completion_tokens,
                          judge_requests=None if spent is None else spent.requests,
                          judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None,
-                         judge_judgments=len(items) * len(judges), judge_failures=len(failed),
-                         judge_error=failed[0] if failed else None)
+                         judge_sent=judge_requests(judges)[0] - sent[0],
+                         judge_failures=judge_requests(judges)[1] - sent[1], judge_error=failed[0] if failed else None)
     return out
+
+
+def judge_requests(judges: Sequence[Any]) -> tuple[int, int]:
+    """Requests the judges sent so far and how many of them failed after their retries (``Judge.requests``,
+    ``Judge.failed_requests``; a cached judge reads its judge's; a reward model counts none)."""
+    return (sum(getattr(j, "requests", 0) for j in judges), sum(getattr(j, "failed_requests", 0) for j in judges))
 
 
 @dataclass(frozen=True)
@@ -334,8 +340,8 @@ class StepRewards:
     judge_generated_tokens: int | None = None  # the judges' generated tokens (a probability read counts one)
     judge_requests: int | None = None  # judge requests (server attempts, retries included; local: prompts run)
     judge_cache_hit_rate: float | None = None  # share of the step's judgments the judge cache answered (judge.cache)
-    judge_failures: int | None = None  # judgments whose request failed after its retries (missing scores)
-    judge_failure_share: float | None = None  # their share of the step's judgments (judge.max_failure_share bounds it)
+    judge_failures: int | None = None  # judge requests that failed after their retries (their scores: missing)
+    judge_failure_share: float | None = None  # their share of the step's judge requests (judge.max_failure_share)
     judge_error: str | None = field(default=None, compare=False)  # the first failure's error line (not logged)
 
     def metrics(self) -> dict[str, float]:
@@ -413,7 +419,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     def total(key: str) -> int | None:
         counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
         return sum(counts) if counts else None
-    asked, failures = total("judge_judgments"), total("judge_failures")
+    asked, failures = total("judge_sent"), total("judge_failures")
     return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
                        missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
