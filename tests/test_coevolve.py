@@ -492,6 +492,22 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
 # ============================================================================= a judge server that fails
 
 
+def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(tmp_path: Path) -> None:
+    from evolm.coevolve import check_failures
+
+    def step(failed: int, sent: int) -> Any:
+        return step_rewards(["policy"], [RowReward(0.5, judge_sent=sent, judge_failures=failed, judge_error="HTTP 500")],
+                            ["q"])
+
+    assert step(3, 6).judge_failure_share == 0.5 and step(3, 6).metrics()["judge_failures"] == 3
+    check_failures(step(3, 6), 4, 0.5, tmp_path)  # at the limit: the failures stay missing scores
+    check_failures(step(0, 0), 4, 0.0, tmp_path)  # nothing judged (a reward model, an empty step): no share
+    with pytest.raises(RunError, match=r"^step 4: 4 of 6 judge requests failed after their retries \(67%, over "
+                       r"judge.max_failure_share=0.5\); the run stops, it has no checkpoint yet: remove .* and start "
+                       r"it again. First error: HTTP 500$"):
+        check_failures(step(4, 6), 4, 0.5, tmp_path)
+
+
 def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_run(
         tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A judge request that fails after its retries costs its reward (the group mean), counted per step; a step where
@@ -532,7 +548,8 @@ def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_ru
         watcher.join()
         err = capsys.readouterr().err.strip().split("\n")[-1].split("\r")[-1]  # after the start line and the bar
         assert re.match(r"evolm train: error: step 2: (\d+) of \1 judge requests failed after their retries", err), err
-        assert "judge.max_failure_share=0.5" in err and "--resume" in err and "HTTP 500" in err
+        assert "judge.max_failure_share=0.5" in err and f"--resume {out}` continues it from step 1" in err
+        assert "HTTP 500" in err
         assert [r["step"] for r in metrics(out)] == [1]
         server.state.fail_every = 0
         assert main(["train", "--resume", str(out)]) == 0

@@ -263,7 +263,7 @@ def _shared(engine: Generate, fixed: Generate) -> Generate:
 # ============================================================================= the step body, around TRL
 
 
-def check_failures(result: Any, step: int, limit: float) -> None:
+def check_failures(result: Any, step: int, limit: float, run_dir: Path) -> None:
     """Stop the run (``RunError``, one line) when step ``step``'s share of failed judge requests exceeds ``limit``
     (``judge.max_failure_share``). Below it the failures stay missing scores: zero advantage, as the reference's NaN.
 
@@ -273,9 +273,12 @@ def check_failures(result: Any, step: int, limit: float) -> None:
     share = result.judge_failure_share
     if share is None or share <= limit:
         return
+    done = complete_checkpoints(run_dir)
+    then = (f"`evolm train --resume {run_dir}` continues it from step {checkpoint_state(done[-1]).step}" if done else
+            f"it has no checkpoint yet: remove {run_dir} (or choose another output_dir) and start it again")
     raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judge requests "
                    f"failed after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
-                   f"`evolm train --resume` continues it from its last checkpoint. First error: {result.judge_error}")
+                   f"{then}. First error: {result.judge_error}")
 
 
 @dataclass
@@ -381,7 +384,7 @@ class Loop:
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
                               drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
-        check_failures(result, info.step + 1, self.cfg.judge.max_failure_share)  # every process: the same rows
+        check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
