@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
-from evolm.config import RunConfig, path_errors, sequential_stages, writer_sampling
+from evolm.config import RunConfig, fixed_model_spec, path_errors, sequential_stages, writer_sampling
 from evolm.constrained import rubric_schema
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
-from evolm.errors import InputError, RunError
+from evolm.errors import InputError
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
@@ -46,7 +46,7 @@ from evolm.monitor import answer_signals
 from evolm.prompts import load_prompt_set
 from evolm.records import (METRICS_FILE, CheckpointState, SampleRecord, StepRecord, append_record, append_records,
                            samples_path)
-from evolm.rewards import RowReward, score_rows, step_rewards
+from evolm.rewards import RowReward, check_failures, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
                           load_buffer, open_run, read_frozen_rubrics, record_config, run_lock, write_checkpoint_extras)
@@ -263,24 +263,6 @@ def _shared(engine: Generate, fixed: Generate) -> Generate:
 # ============================================================================= the step body, around TRL
 
 
-def check_failures(result: Any, step: int, limit: float, run_dir: Path) -> None:
-    """Stop the run (``RunError``, one line) when step ``step``'s share of failed judge requests exceeds ``limit``
-    (``judge.max_failure_share``). Below it the failures stay missing scores: zero advantage, as the reference's NaN.
-
-    Raised before the step touches the replay buffer or the logs, so ``evolm train --resume`` continues from the
-    last checkpoint as if the step had not begun.
-    """
-    share = result.judge_failure_share
-    if share is None or share <= limit:
-        return
-    done = complete_checkpoints(run_dir)
-    then = (f"`evolm train --resume {run_dir}` continues it from step {checkpoint_state(done[-1]).step}" if done else
-            f"it has no checkpoint yet: remove {run_dir} (or choose another output_dir) and start it again")
-    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judge requests "
-                   f"failed after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
-                   f"{then}. First error: {result.judge_error}")
-
-
 @dataclass
 class Loop:
     """The per-step work around TRL (``trl_adapter.StepHooks``): rows, rewards, buffer, records."""
@@ -327,8 +309,9 @@ class Loop:
         if self.plan.regime == "coevolve":
             return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
         if missing := [q for q in questions if q not in self.frozen]:
-            if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
-                batch, gen = missing, _shared(generate, self.write_fixed)
+            if self.cfg.rubric.writer is not None:  # another model, sampled as rubric.writer_* say (no template kwargs)
+                batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
+                    convs, replace(p, **writer_sampling(self.cfg))))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             texts = dict(zip(batch, gen([ask(self.cfg, q) for q in batch], params), strict=True))
@@ -337,36 +320,13 @@ class Loop:
                 append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
 
-    def write_fixed(self, convs: list[Any], params: SamplingParams) -> list[str]:
-        """The fixed writer's rubrics (``rubric.writer``), sampled as ``rubric.writer_*`` say; with
-        ``rubric.writer_fallback``, a request still failing after its retries is written by that model instead (as
-        litellm's ``fallbacks`` do for the reference's API writer)."""
-        temperature, top_p, tokens = writer_sampling(self.cfg)
-        params = replace(params, temperature=temperature, top_p=top_p, max_new_tokens=tokens, chat_template_kwargs={})
-        if self.cfg.rubric.writer_fallback is None:
-            return self.fixed_model("writer").generate(convs, params)
-        failed: dict[int, str] = {}
-        texts = self.fixed_model("writer").generate(convs, params, failures=failed)  # type: ignore[call-arg]
-        if failed:
-            order = sorted(failed)
-            for i, t in zip(order, self.fixed_model("fallback").generate([convs[i] for i in order], params),
-                            strict=True):
-                texts[i] = t
-        return texts
-
     def fixed_model(self, role: str) -> Backend:
-        """The fixed rubric writer (``rubric.writer``), its fallback or the answerer (``contrast.answerer``), loaded
-        once."""
+        """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
         if role not in self._fixed:
             from evolm.models import load_backend
 
-            r, c = self.cfg.rubric, self.cfg.contrast
-            name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
-                (r.writer_fallback, r.writer_backend, r.writer_base_url) if role == "fallback" else \
-                (c.answerer, c.answerer_backend, c.answerer_base_url)
-            self._fixed[role] = load_backend(name or self.cfg.model.name, backend=backend, base_url=url,
-                                             dtype=self.cfg.model.dtype, timeout=r.writer_timeout,
-                                             max_retries=r.writer_max_retries)
+            name, settings = fixed_model_spec(self.cfg, role)
+            self._fixed[role] = load_backend(name, **settings)
         return self._fixed[role]
 
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)

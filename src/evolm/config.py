@@ -606,15 +606,27 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     return errors
 
 
-def writer_sampling(cfg: RunConfig) -> tuple[float, float, int]:
-    """``rubric.writer``'s temperature, top-p and token budget: ``rubric.writer_*``, else ``rubric.*`` (a frozen base
-    model writes as the trained one does: ``rubric.*``)."""
+def writer_sampling(cfg: RunConfig) -> dict[str, Any]:
+    """``rubric.writer``'s sampling (``SamplingParams`` fields): ``rubric.writer_*``, else ``rubric.*`` (a frozen base
+    model writes as the trained one does: ``rubric.*``); no chat-template kwargs (the policy model's are not its)."""
     r = cfg.rubric
     if r.writer is None:
-        return r.temperature, r.top_p, r.max_new_tokens
-    return (r.temperature if r.writer_temperature is None else r.writer_temperature,
-            r.top_p if r.writer_top_p is None else r.writer_top_p,
-            r.max_new_tokens if r.writer_max_new_tokens is None else r.writer_max_new_tokens)
+        return {"temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens}
+    return {"temperature": r.temperature if r.writer_temperature is None else r.writer_temperature,
+            "top_p": r.top_p if r.writer_top_p is None else r.writer_top_p,
+            "max_new_tokens": r.max_new_tokens if r.writer_max_new_tokens is None else r.writer_max_new_tokens,
+            "chat_template_kwargs": {}}
+
+
+def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
+    """The model of a fixed ``writer`` (``rubric.writer``) or ``answerer`` (``contrast.answerer``), default the model
+    being trained, and its ``models.load_backend`` settings."""
+    r, c = cfg.rubric, cfg.contrast
+    name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
+        (c.answerer, c.answerer_backend, c.answerer_base_url)
+    return name or cfg.model.name, {"backend": backend, "base_url": url, "dtype": cfg.model.dtype,
+                                    "timeout": r.writer_timeout, "max_retries": r.writer_max_retries,
+                                    "fallback_model": r.writer_fallback if role == "writer" else None}
 
 
 def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
@@ -662,7 +674,7 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
 def _writer_row(cfg: RunConfig) -> str:
     """The fixed writer of a frozen_rubric run and how it samples, for the dry run."""
     r = cfg.rubric
-    temperature, top_p, tokens = writer_sampling(cfg)
+    temperature, top_p, tokens = (writer_sampling(cfg)[k] for k in ("temperature", "top_p", "max_new_tokens"))
     who = f"{r.writer} ({r.writer_backend})" if r.writer else f"{cfg.model.name} (the base model, frozen)"
     served = (f", {r.writer_max_retries} retries of {r.writer_timeout:g} s, fallback {r.writer_fallback or 'none'}"
               if r.writer and r.writer_backend == "openai" else "")
@@ -855,7 +867,8 @@ def validate(cfg: RunConfig) -> None:
         (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
-        *_sampling_checks("rubric.writer_*", *writer_sampling(cfg)),
+        *_sampling_checks("rubric.writer_*", *(writer_sampling(cfg)[k] for k in ("temperature", "top_p",
+                                                                                   "max_new_tokens"))),
         (cfg.rubric.writer_fallback is None or cfg.rubric.writer_backend == "openai",
          "rubric.writer_fallback needs rubric.writer_backend=openai (a model at the same endpoint)"),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),

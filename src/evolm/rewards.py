@@ -15,10 +15,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from evolm.config import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, ExtraReward
-from evolm.errors import InputError
+from evolm.errors import InputError, RunError
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, is_missing, scores_of
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
@@ -438,6 +439,26 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        (total("judge_cache_hits") or 0) / total("judge_lookups"),
                        judge_failures=failures, judge_failure_share=failures / asked if asked else None,
                        judge_error=next((r.judge_error for r in raw if r.judge_error), None))
+
+
+def check_failures(result: StepRewards, step: int, limit: float, run_dir: Path) -> None:
+    """Stop the run (``RunError``, one line) when step ``step``'s share of failed judge requests exceeds ``limit``
+    (``judge.max_failure_share``). Below it the failures stay missing scores: zero advantage, as the reference's NaN.
+
+    Raised before the step touches the replay buffer or the logs, so ``evolm train --resume`` continues from the
+    last checkpoint as if the step had not begun.
+    """
+    share = result.judge_failure_share
+    if share is None or share <= limit:
+        return
+    from evolm.rundir import checkpoint_state, complete_checkpoints
+
+    done = complete_checkpoints(run_dir)
+    then = (f"`evolm train --resume {run_dir}` continues it from step {checkpoint_state(done[-1]).step}" if done else
+            f"it has no checkpoint yet: remove {run_dir} (or choose another output_dir) and start it again")
+    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judge requests "
+                   f"failed after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
+                   f"{then}. First error: {result.judge_error}")
 
 
 FLAT_SPREAD = 0.05

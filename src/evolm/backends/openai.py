@@ -141,6 +141,10 @@ class OpenAIBackend:
 
     ``max_reply_mb``: the most of a reply body read, in MiB after decompression (``ReplyCap``); a
     larger reply (an error body too) fails its request at once, one line, not retried.
+
+    ``fallback_model``: in ``generate``, a request still failing after its retries is sent again, with
+    retries of its own, to this model at the same endpoints (as litellm's ``fallbacks``; the authors'
+    GPT-4.1 rubric writer falls back to gpt-4.1-mini); ``None``: the failure stands.
     """
 
     name = "openai"
@@ -159,6 +163,7 @@ class OpenAIBackend:
         tokens_per_minute: float = 0,
         deadline_s: float | None = None,
         max_reply_mb: float = DEFAULT_MAX_REPLY_MB,
+        fallback_model: str | None = None,
     ) -> None:
         if not (isinstance(max_reply_mb, int | float) and math.isfinite(max_reply_mb) and max_reply_mb > 0):
             raise BackendError(f"openai backend: max_reply_mb must be a positive number, got {max_reply_mb}")
@@ -178,6 +183,7 @@ class OpenAIBackend:
                                            and deadline_s > 0):
             raise BackendError(f"openai backend: deadline must be a positive number of seconds, got {deadline_s}")
         self.model = model
+        self.fallback_model = fallback_model
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
@@ -254,8 +260,14 @@ class OpenAIBackend:
         async def one(clients: dict[int, openai.AsyncOpenAI], index: int, conversation: Conversation) -> str:
             seed: dict[str, Any] = {} if params.seed is None else {
                 "seed": params.seed + index if params.seed_per_row else params.seed}
-            url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs,
-                                               sampling=SERVER_SAMPLING)
+            try:
+                url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs,
+                                                   sampling=SERVER_SAMPLING)
+            except BackendError:
+                if self.fallback_model is None:
+                    raise
+                url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs,
+                                                   sampling=SERVER_SAMPLING, model=self.fallback_model)
             message = choice.get("message")
             # A server with a reasoning parser may put everything in reasoning_content and leave
             # content None (e.g. thinking cut off by max_tokens): that is an empty answer, not a failure.
@@ -361,11 +373,12 @@ class OpenAIBackend:
 
     async def _complete(
         self, clients: dict[int, openai.AsyncOpenAI], conversation: Conversation, body: dict[str, Any],
-        template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None,
+        template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None, model: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The URL that answered and the first choice of one chat completion, retried and bounded as the class says.
 
-        ``sampling``: fields outside the OpenAI schema, sent where ``send_template_kwargs`` allows."""
+        ``sampling``: fields outside the OpenAI schema, sent where ``send_template_kwargs`` allows; ``model``: another
+        model than the backend's (``fallback_model``)."""
         messages = self._messages(conversation)
         tokens = estimate_tokens(messages, body.get("max_tokens"))
         tried: list[Endpoint] = []  # endpoints that failed this request, in order
@@ -388,7 +401,7 @@ class OpenAIBackend:
             try:
                 async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
                     raw = await client.chat.completions.with_raw_response.create(
-                        model=self.model, messages=messages, **body,
+                        model=model or self.model, messages=messages, **body,
                         **self._extra_body(client, template_kwargs, sampling)
                     )
                     content = raw.content
