@@ -103,6 +103,13 @@ def test_failed_rows_are_reported_instead_of_raised_when_asked(openai_server: Ru
         b.generate([conv(f"row {i}") for i in range(3)], SamplingParams())
 
 
+def test_a_request_failing_after_its_retries_goes_to_the_fallback_model(openai_server: RunningServer) -> None:
+    openai_server.state.fail_every, openai_server.state.fail_status = 2, 500  # the second request fails
+    b = backend(openai_server, max_retries=0, max_concurrency=1, fallback_model="gpt-4.1-mini")
+    assert b.generate([conv("a"), conv("b")], SamplingParams()) == ["echo: a", "echo: b"]
+    assert [body["model"] for body in openai_server.state.requests] == [MODEL_ID, MODEL_ID, "gpt-4.1-mini"]
+
+
 def test_no_seed_field_without_seed(openai_server: RunningServer) -> None:
     backend(openai_server).generate([conv("x")], SamplingParams())
     assert "seed" not in openai_server.state.requests[0]
