@@ -9,6 +9,7 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
   first word of the last user message ("no", "digits"; anything else gets "yes"), in the table's
   order (most likely first; the first entry is the chosen token);
 - ``state.fail_first = N`` answers the first N requests with ``state.fail_status``;
+  ``state.fail_every = K`` answers every K-th request (the K-th, 2K-th...) with it (K = 1: every request);
 - ``state.delay_s`` delays every request; ``state.jitter_s`` adds a delay derived from the message
   (deterministic, so tests can make later rows finish first);
 - every request body, Authorization header and client port (one per connection) is recorded, and
@@ -77,6 +78,7 @@ class ServerState:
     """What the server was told to do and what it saw; tests read and set it between calls."""
 
     fail_first: int = 0
+    fail_every: int = 0
     fail_status: int = 503
     retry_after_ms: int | None = None
     retry_after: str | None = None
@@ -151,9 +153,11 @@ def create_app(state: ServerState) -> FastAPI:
             delay = state.delay_s + state.jitter_s * (zlib.crc32(prompt.encode()) % 1000) / 1000
             if delay:
                 await _sleep(state, delay)
-            if state.failed < state.fail_first:
+            every = state.fail_every and len(state.requests) % state.fail_every == 0
+            if state.failed < state.fail_first or every:
                 state.failed += 1
-                message = f"injected failure {state.failed} of {state.fail_first}"
+                message = (f"injected failure: request {len(state.requests)}" if every
+                           else f"injected failure {state.failed} of {state.fail_first}")
                 if state.echo_auth_in_errors:
                     message += f" (you sent Authorization: {authorization})"
                 headers = {} if state.retry_after_ms is None else {"retry-after-ms": str(state.retry_after_ms)}
@@ -288,3 +292,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def main() -> None:
+    """Serve the fake app from the command line until interrupted, e.g. a judge that fails every third request:
+    ``python tests/openai_server.py --port 8011 --fail-every 3 --fail-status 500``."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--fail-every", type=int, default=0, help="answer every N-th request with --fail-status (1: all)")
+    p.add_argument("--fail-status", type=int, default=500)
+    args = p.parse_args()
+    state = ServerState(fail_every=args.fail_every, fail_status=args.fail_status)
+    uvicorn.run(create_app(state), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

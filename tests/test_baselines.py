@@ -75,8 +75,36 @@ def test_api_rubrics_baseline_against_a_local_openai_server(tiny_model_dir: Path
         assert _steps(run(cfg)) == [(1, "policy"), (2, "policy")]
         bodies = server.state.requests
     assert bodies and all("chat_template_kwargs" not in str(b) for b in bodies)  # not sent to an API model
+    # sampled as the reference's litellm call: temperature 0, top-p 1.0, 800 tokens (not the paper config's writer)
+    assert {(b["temperature"], b["top_p"], b["max_tokens"]) for b in bodies} == {(0.0, 1.0, 800)}
     written = read_jsonl(tmp_path / "r" / "frozen_rubrics.jsonl")
     assert written and all(w["text"].startswith("echo:") for w in written)  # the API model wrote the rubrics
+
+
+def test_api_rubrics_baseline_falls_back_to_its_second_model(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A writer request still failing after its retries is written by rubric.writer_fallback (the reference's
+    gpt-4.1-mini), the others by the writer."""
+    from openai_server import serve
+
+    with serve() as server:
+        server.state.fail_every, server.state.fail_status = 2, 500
+        cfg = load_config(BASELINES[0].parent / "gpt41-rubrics.yaml",
+                          _cpu(tiny_model_dir, tmp_path / "r", "rubric.writer=test-echo-model",
+                               f"rubric.writer_base_url={server.base_url}", "rubric.writer_max_retries=0",
+                               "schedule.cycles=1", "rubric.writer_fallback=gpt-4.1-mini"))
+        assert _steps(run(cfg)) == [(1, "policy")]
+        models = [b["model"] for b in server.state.requests]
+    assert models.count("test-echo-model") == 2 and models.count("gpt-4.1-mini") == 1  # requests 1, 2 (failed); 3
+    assert len(read_jsonl(tmp_path / "r" / "frozen_rubrics.jsonl")) == 2
+
+
+def test_gpt41_baseline_dry_run_shows_how_the_writer_samples(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["train", "--config", str(BASELINES[0].parent / "gpt41-rubrics.yaml"), "--dry-run",
+                 "data.prompts=builtin:demo"]) == 0
+    assert ("gpt-4.1 (openai): temperature 0, top-p 1, up to 800 tokens, 60 retries of 600 s, fallback gpt-4.1-mini"
+            in capsys.readouterr().out)
 
 
 def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -225,6 +226,29 @@ def test_invalid_rubrics_zero_option(tiny_judge: Judge) -> None:
     assert raw[1].reward == pytest.approx(with_raw, abs=1e-6) and raw[0].s_pos is not None
     empty = score_rows([rows[0]], ["<think>only thinking</think>"], [tiny_judge], "margin_format")
     assert empty[0] == RowReward(0.0, rubric_valid=0.0)  # nothing to read: 0 either way
+
+
+def test_an_empty_policy_rubric_reaches_the_authors_judge_prompt_as_an_empty_rubric() -> None:
+    """Their judge is sent its own template with "Rubric: " and nothing after it when the writer's rubric is empty
+    once its thinking is removed; evolm's prompt judges such a question alone; judge_only rows have no rubric."""
+    class Recording:
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.users: list[str] = []
+
+        def generate(self, convs: list, params: Any, *, progress: bool = False) -> list[str]:
+            self.users += [c[-1]["content"] for c in convs]
+            return ['{"reasoning": "", "score": 0.5}'] * len(convs)
+
+    empty = {"role": "policy", "question": "Q?", "rubric": "", "rubric_text": "", "rubric_valid": 0.0}
+    alone = {**empty, "rubric_valid": None}  # judge_only: no rubric was written
+    reference, ours = Recording(), Recording()
+    score_rows([empty, alone], ["A.", "A."], [Judge(reference, mode="generative", prompt="reference", defences=False)])
+    assert "Rubric: \n\nAnswer to evaluate: A." in reference.users[0]
+    assert "Rubric:" not in reference.users[1]
+    score_rows([empty], ["A."], [Judge(ours, mode="generative")])
+    assert "Rubric" not in ours.users[0]
 
 
 def test_step_rewards_by_hand() -> None:
@@ -463,6 +487,73 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
                        rubric_text=r.get("rubric_text")) for r in rows]
     fresh = scores_of(Judge(tiny_judge.backend, mode=mode).score(items))
     assert fresh == pytest.approx([r["score"] for r in rows], rel=1e-4, abs=1e-5)
+
+
+# ============================================================================= a judge server that fails
+
+
+def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(tmp_path: Path) -> None:
+    from evolm.coevolve import check_failures
+
+    def step(failed: int, sent: int) -> Any:
+        return step_rewards(["policy"], [RowReward(0.5, judge_sent=sent, judge_failures=failed, judge_error="HTTP 500")],
+                            ["q"])
+
+    assert step(3, 6).judge_failure_share == 0.5 and step(3, 6).metrics()["judge_failures"] == 3
+    check_failures(step(3, 6), 4, 0.5, tmp_path)  # at the limit: the failures stay missing scores
+    check_failures(step(0, 0), 4, 0.0, tmp_path)  # nothing judged (a reward model, an empty step): no share
+    with pytest.raises(RunError, match=r"^step 4: 4 of 6 judge requests failed after their retries \(67%, over "
+                       r"judge.max_failure_share=0.5\); the run stops, it has no checkpoint yet: remove .* and start "
+                       r"it again. First error: HTTP 500$"):
+        check_failures(step(4, 6), 4, 0.5, tmp_path)
+
+
+def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_run(
+        tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A judge request that fails after its retries costs its reward (the group mean), counted per step; a step where
+    more than judge.max_failure_share of them fail stops the run in one line, and --resume continues it."""
+    import threading
+
+    from openai_server import serve
+
+    from evolm.cli import main
+
+    def overrides(server: Any, out: Path, *extra: str) -> list[str]:
+        return tiny_overrides(tiny_model_dir, out, "judge.backend=openai", f"judge.base_url={server.base_url}",
+                              "judge.model=test-echo-model", "judge.max_retries=0", "judge.cache=0",
+                              "schedule.cycles=1", "schedule.steps_per_phase=1", *extra)
+
+    with serve() as server:
+        server.state.fail_every, server.state.fail_status = 3, 500  # every third request: HTTP 500
+        assert main(["train", "--config", str(DEMO), *overrides(server, tmp_path / "soft")]) == 0
+        logged = metrics(tmp_path / "soft")
+        assert [r["role"] for r in logged] == ["policy", "rubric"]
+        assert all(r["judge_failures"] >= 1 and 0 < r["judge_failure_share"] <= 0.5 for r in logged)
+        assert sum(r["judge_failures"] for r in logged) == server.state.failed
+        capsys.readouterr()
+
+        server.state.fail_every, server.state.failed = 0, 0
+        out = tmp_path / "hard"
+        marker = out / "checkpoints" / "checkpoint-1" / STATE_FILE
+
+        def fail_after_step_1() -> None:  # every request fails from step 2 (the rubric step) on
+            deadline = time.time() + 600
+            while not marker.exists() and time.time() < deadline:
+                time.sleep(0.02)
+            server.state.fail_every = 1
+
+        watcher = threading.Thread(target=fail_after_step_1, daemon=True)
+        watcher.start()
+        assert main(["train", "--config", str(DEMO), *overrides(server, out, "schedule.save_every=1")]) == 2
+        watcher.join()
+        err = capsys.readouterr().err.strip().split("\n")[-1].split("\r")[-1]  # after the start line and the bar
+        assert re.match(r"evolm train: error: step 2: (\d+) of \1 judge requests failed after their retries", err), err
+        assert "judge.max_failure_share=0.5" in err and f"--resume {out}` continues it from step 1" in err
+        assert "HTTP 500" in err
+        assert [r["step"] for r in metrics(out)] == [1]
+        server.state.fail_every = 0
+        assert main(["train", "--resume", str(out)]) == 0
+        assert [(r["step"], r["judge_failures"]) for r in metrics(out)] == [(1, 0), (2, 0)]
 
 
 # ============================================================================= the other regimes

@@ -57,15 +57,25 @@ def test_window_boundaries_are_inclusive_on_both_ends() -> None:
     buf = buffer_with([5, 25])  # at step 30: ages 25 and 5
     assert steps_of(buf.candidates(30, 5, 25)[0]) == [5, 25]
     assert buf.candidates(30, 5, 25)[1] == "window"
-    assert steps_of(buf.candidates(30, 6, 24)[0]) == [5]  # age 25 > 24, age 5 < 6: no window; max_age dropped
-    assert buf.candidates(30, 6, 24)[1] == "no_max_age"
+    # age 25 > 24, age 5 < 6: no window; the newest (age 5) is younger than 6, so max_age is not simply dropped:
+    # ages from 3 = 6 // 2
+    assert buf.candidates(30, 6, 24) == (list(buf.entries), "half_min_age")
 
 
-def test_relaxation_drops_max_age_first() -> None:
-    buf = buffer_with([0, 1, 38])  # at step 40: ages 40, 39, 2
+def test_relaxation_drops_max_age_first_when_the_newest_entry_is_old_enough() -> None:
+    buf = buffer_with([0, 1, 5])  # at step 40: ages 40, 39, 35, all over max_age 30 and at least min_age 20
     found, level = buf.candidates(40, 20, 30)
     assert level == "no_max_age"
-    assert steps_of(found) == [0, 1]  # the two entries aged >= 20; the young one stays out
+    assert steps_of(found) == [0, 1, 5]
+
+
+def test_max_age_is_not_dropped_while_the_newest_entry_is_younger_than_min_age() -> None:
+    """The reference relaxes max_age only when its newest entry is min_age old: with a young entry in the buffer (in
+    training the newest has age 0) it goes on to half of min_age, which here admits fewer old entries."""
+    buf = buffer_with([0, 1, 28, 38])  # at step 40: ages 40, 39, 12, 2; window [20, 30] is empty
+    found, level = buf.candidates(40, 20, 30)
+    assert level == "half_min_age"
+    assert steps_of(found) == [0, 1, 28]  # ages >= 10
 
 
 def test_relaxation_then_halves_min_age() -> None:
@@ -88,10 +98,15 @@ def test_oldest_half_of_a_single_entry_is_that_entry() -> None:
     assert (steps_of(found), level) == ([39], "oldest_half")
 
 
-def test_oldest_half_ignores_answers_from_the_current_step() -> None:
+def test_oldest_half_is_of_the_whole_buffer() -> None:
     buf = buffer_with([40, 40, 40, 38])  # at step 40: ages 0, 0, 0, 2
     found, level = buf.candidates(40, 20, 100)
-    assert (steps_of(found), level) == ([38], "oldest_half")  # a same-step answer is not "older"
+    assert (steps_of(found), level) == ([38, 40], "oldest_half")  # the older 2 of 4, a same-step answer included
+
+
+def test_half_min_age_never_admits_the_current_step() -> None:
+    buf = buffer_with([9, 10])  # at step 10, min_age 1: 1 // 2 = 0, but the reference's floor is 1
+    assert buf.candidates(10, 1, 0) == ([buf.entries[0]], "half_min_age")
 
 
 def test_relaxation_finally_takes_any_entry() -> None:
@@ -171,10 +186,12 @@ def test_missing_buffer_file_is_a_run_error(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- sampling
 
 
-def test_sample_distinct_entries_when_enough() -> None:
+def test_sample_draws_each_pair_independently_with_replacement() -> None:
     buf = buffer_with(range(10))  # at step 20, window [5, 15]: steps 5..15 -> 5 entries (5..9)
     picked = buf.sample(20, 5, 5, 15, random.Random(1))
-    assert sorted(e.step for e, _ in picked) == [5, 6, 7, 8, 9]  # all five, no repeat
+    rng = random.Random(1)
+    assert [e.step for e, _ in picked] == [rng.choice([5, 6, 7, 8, 9]) for _ in range(5)]  # random.choice per pair
+    assert len({e.step for e, _ in picked}) < 5  # this seed repeats an entry, as the reference may
     assert {lvl for _, lvl in picked} == {"window"}
 
 

@@ -344,7 +344,7 @@ def test_generative_mode_parses_replies_and_samples_as_reference() -> None:
     items = [JudgeItem("What is 2 + 2?", a, RUBRIC) for a in ("2 + 2 = 4.", "5", "four")]
     assert scores_of(judge.score(items)) == [0.9, None, 0.4]
     convs, params = backend.generate_calls[0]
-    assert params == SamplingParams(0.6, 0.95, 512, 7, {"enable_thinking": False})
+    assert params == SamplingParams(0.6, 0.95, 512, 7, {"enable_thinking": False}, seed_per_row=False)
     assert section(convs[0], "Rubric") == render_rubric(RUBRIC)  # no text as written: the parsed rubric, rendered
     assert '"score"' in user_text(convs[0])
 
@@ -584,7 +584,7 @@ def test_likert_rates_without_rubric_and_shows_the_reference() -> None:
              JudgeItem("Capital of France?", "Rome?")]
     assert scores_of(judge.score(items)) == [pytest.approx(1.0), pytest.approx(1 / 9), None]
     convs, params = backend.generate_calls[0]
-    assert params == SamplingParams(0.6, 0.95, 64, 3, {})
+    assert params == SamplingParams(0.6, 0.95, 64, 3, {}, seed_per_row=False)
     for conv in convs:
         text = user_text(conv)
         assert "Rubric" not in text and RAW not in text and "The final answer is 4." not in text
@@ -827,3 +827,66 @@ def test_generative_judgment_keeps_the_reasoning_and_the_rating_it_gives_each_cr
     assert j.score == 0.7 and j.criteria is None  # one product for three criteria: no per-criterion reading
     (j,) = Judge(FakeBackend(reply=lambda conv: reply), mode="generative").score([JudgeItem("q", "a")])
     assert j.criteria is None and j.reasoning == reasoning  # no rubric: nothing to rate per criterion
+
+
+# ----------------------------------------------------------------------------- against a real local server
+
+
+def test_paper_config_sends_the_same_seed_for_the_same_question_rubric_and_answer() -> None:
+    """The reference's judge requests all carry the run's seed (a cloned vLLM config), so a repeated (question,
+    rubric, answer) gets the same verdict and duplicate answers in a group tie; ``judge.seeds=per_row`` departs."""
+    from openai_server import serve
+
+    from evolm.config import load_config
+    from evolm.judge import build_judge
+
+    cfg = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"))
+    item = JudgeItem("What is 2 + 2?", "4", rubric_text="The answer says 4 (weight 1.0).")
+    with serve() as server:
+        cfg.judge.base_url, cfg.judge.model = server.base_url, "test-echo-model"
+        build_judge(cfg.judge, seed=cfg.seed).score([item, JudgeItem("q", "other"), item])
+        build_judge(cfg.judge, seed=cfg.seed).score([item])  # another call (a later step) too
+        sent = server.state.requests
+        assert [body["seed"] for body in sent] == [cfg.seed] * 4
+        assert sorted(json.dumps(body["messages"]) for body in sent).count(json.dumps(sent[-1]["messages"])) == 3
+        assert all((body["top_k"], body["temperature"], body["top_p"]) == (-1, 0.6, 0.95)  # no server top-k
+                   for body in sent)
+        cfg.judge.seeds = "per_row"
+        build_judge(cfg.judge, seed=cfg.seed).score([item, item])
+        assert sorted(body["seed"] for body in sent[4:]) == [cfg.seed, cfg.seed + 1]
+
+
+@pytest.mark.parametrize(("mode", "every"), [("generative", 3), ("yesno", 7)])  # yesno: 3 requests per item
+def test_a_request_failing_after_its_retries_is_a_missing_score_only_when_asked(mode: str, every: int) -> None:
+    from openai_server import serve
+
+    from evolm.backends.openai import OpenAIBackend
+    from evolm.errors import BackendError
+
+    items = [JudgeItem("q", f"answer {i}", RUBRIC) for i in range(3)]
+    with serve() as server:
+        server.state.fail_every, server.state.fail_status = every, 500  # every n-th request answers HTTP 500
+        backend = OpenAIBackend("test-echo-model", base_url=server.base_url, max_retries=0, max_concurrency=1)
+        judge = Judge(backend, mode=mode, failures="missing")
+        judged = judge.score(items)
+        assert (judge.requests, judge.failed_requests) == (len(server.state.requests), 1)  # a step's share counts these
+        failed = [j.failed is not None for j in judged]
+        assert any(failed) and not all(failed)
+        assert all(("HTTP 500" in j.failed and j.score is None) if j.failed else j.criteria is not None or
+                   mode == "generative" for j in judged)
+        with pytest.raises(BackendError, match="HTTP 500"):  # the CLI's judge: loud
+            Judge(backend, mode=mode).score(items)
+
+
+@pytest.mark.parametrize(("reply", "score"), [
+    ('<think>"score": 0.1</think>{"reasoning": "ok", "score": 0.75}', 0.75),  # thinking stripped first
+    ('Reasoning... "score": 1.4 and later "score": 0.2', 1.4),  # the first match, not clipped
+    ('{"score": "0.7"}', None), ('"score": -0.5', None), ("Score: 0.9", None), ("", None),  # -1 there: missing here
+    ('{"reasoning": "x", "score": .5}', 0.5),
+])
+def test_rb2_reading_is_the_authors_evaluation_regex(reply: str, score: float | None) -> None:
+    """JudgeBench RubricJudge._parse_score: re.search(r'"score"\\s*:\\s*([0-9]*\\.?[0-9]+)') on the reply with its
+    thinking stripped, else -1 (here: missing, which ranks below every score as -1 does)."""
+    judge = Judge(FakeBackend(reply=lambda conv: reply), mode="generative", prompt="reference", defences=False,
+                  parse="rb2")
+    assert scores_of(judge.score([JudgeItem("q", "a", RUBRIC)])) == [score]

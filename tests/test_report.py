@@ -293,3 +293,15 @@ def test_report_plots_the_criteria_per_step_when_logged(tmp_path):
     _write_jsonl(run / "metrics.jsonl", rows)
     text = write_report(run).read_text(encoding="utf-8")
     assert 'alt="criteria per step"' in text and "does not discriminate" in text
+
+
+def test_report_counts_the_judge_requests_that_failed(tmp_path):
+    run = build_run(tmp_path / "run")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[:-1]]
+    for r in rows:
+        r.update(judge_requests=10, judge_failures=r["step"] % 2, judge_failure_share=(r["step"] % 2) / 10)
+    _write_jsonl(run / "metrics.jsonl", rows)
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "judge failures (missing scores)" in text
+    total = re.search(r"judge failures \(missing scores\)</td><td[^>]*>([^<]+)<", text)
+    assert total is not None and float(total.group(1).replace(",", "")) == 6  # steps 1, 3, ..., 11

@@ -11,16 +11,11 @@ Algorithm (co-evolving regime)::
                          reward = f(judge(q, rubric, a+), judge(q, rubric, a-)) (binary / margin_format /
                          separation).
 
-Baselines: ``sequential`` trains the writer with the policy frozen, then the policy from the base
-weights with that writer frozen (two runs, two weight sets); ``frozen_rubric`` trains the policy
-on a fixed writer's rubrics; ``judge_only`` on the judge (or a reward model) without rubrics.
-
-One ``GRPOTrainer`` serves the whole run (at 8B scale a trainer with DeepSpeed, a reference model
-and a vLLM engine costs minutes to build), so TRL owns ``for step in range(total_steps)`` and this
-file gives it the body of a step; ``evolm.trl_adapter`` is the door between the two.
-
-Departures from the reference (rubrics written at every policy step; tied groups kept with zero advantage;
-rubric-conditioned pairs while the buffer is empty), each with its reason: docs/FIDELITY.md.
+Baselines: ``sequential`` (writer, then policy from the base weights, each with the other frozen), ``frozen_rubric``
+(a fixed writer), ``judge_only`` (the judge or a reward model without rubrics). One ``GRPOTrainer`` serves the whole
+run (at 8B scale one costs minutes to build), so TRL owns the step loop and this file gives it a step's body;
+``evolm.trl_adapter`` is the door between the two. Departures from the reference (rubrics written at every policy
+step; tied groups kept at zero advantage; rubric-conditioned pairs while the buffer is empty): docs/FIDELITY.md.
 """
 
 from __future__ import annotations
@@ -29,12 +24,12 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
-from evolm.config import RunConfig, path_errors, sequential_stages
+from evolm.config import RunConfig, fixed_model_spec, path_errors, sequential_stages, writer_sampling
 from evolm.constrained import rubric_schema
 from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
                             policy_messages, rubric_conditioned_pairs, temporal_pairs)
@@ -42,11 +37,11 @@ from evolm.errors import InputError
 from evolm.heldout import HeldOut
 from evolm.judge import Judge, build_judge
 from evolm.judge_cache import cached_judge
-from evolm.monitor import LENGTH_FACTOR, LengthDrift, MonitorStop, answer_signals, flagged
+from evolm.monitor import LengthDrift, monitor_step
 from evolm.prompt_length import fit_prompt_set
 from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
                            append_records, read_metrics, samples_path)
-from evolm.rewards import RowReward, score_rows, step_rewards
+from evolm.rewards import RowReward, check_failures, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
                           load_buffer, open_run, read_frozen_rubrics, record_config, run_lock, write_checkpoint_extras)
@@ -93,8 +88,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, loop)
     loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m)), cfg.judge.cache,
-                                cfg.judge.cache_mb)
+                                            loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
+                                cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
                    for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
     trl_adapter.train(trainer, checkpoint)
     return run_dir
@@ -314,9 +309,9 @@ class Loop:
         if self.plan.regime == "coevolve":
             return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
         if missing := [q for q in questions if q not in self.frozen]:
-            if self.cfg.rubric.writer is not None:  # another model: the policy model's template kwargs are not its
+            if self.cfg.rubric.writer is not None:  # another model, sampled as rubric.writer_* say (no template kwargs)
                 batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
-                    convs, replace(p, chat_template_kwargs={})))
+                    convs, replace(p, **writer_sampling(self.cfg))))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
             texts = dict(zip(batch, gen([ask(self.cfg, q) for q in batch], params), strict=True))
@@ -330,12 +325,8 @@ class Loop:
         if role not in self._fixed:
             from evolm.models import load_backend
 
-            r, c = self.cfg.rubric, self.cfg.contrast
-            name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
-                (c.answerer, c.answerer_backend, c.answerer_base_url)
-            self._fixed[role] = load_backend(name or self.cfg.model.name, backend=backend, base_url=url,
-                                             dtype=self.cfg.model.dtype, timeout=r.writer_timeout,
-                                             max_retries=r.writer_max_retries)
+            name, settings = fixed_model_spec(self.cfg, role)
+            self._fixed[role] = load_backend(name, **settings)
         return self._fixed[role]
 
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
@@ -350,43 +341,22 @@ class Loop:
         info = self.plan.info(int(rows[0]["step"]) - 1)
         groups = [int(r["slot"]) for r in rows]
         firsts = {g: i for i, g in reversed(list(enumerate(groups)))}  # each question's first row
-        signals: dict[str, Any] = {}
-        if info.role == "policy":  # the reward-hacking monitor (evolm.monitor); it may act (rewards.monitor)
-            signals, scored = self.monitor(info, rows, completions, scored, lengths, groups)
+        signals, scored = monitor_step(self.cfg.rewards, self.drift, info.step, rows, completions, scored, lengths,
+                                       groups) if info.role == "policy" else ({}, scored)  # the reward-hacking monitor
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
                               drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
+        check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
         if is_main:
             self.write_samples(info, rows, completions, scored)
-        logged = {k: v for k, v in vars(result).items() if k != "rewards"}  # StepRewards' numbers, by name
+        logged = {k: v for k, v in vars(result).items() if k not in ("rewards", "judge_error")}  # numbers, by name
         self.pending[info.step + 1] = StepRecord(step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
                                                  completion_length=sum(lengths) / len(lengths) if lengths else None,
                                                  **logged, **signals)
         return result.rewards, {**result.metrics(), **{k: v for k, v in signals.items() if v is not None}}
-
-    def monitor(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward],
-                lengths: list[int], groups: list[int]) -> tuple[dict[str, Any], list[RowReward]]:
-        """A policy step's monitor signals, and its rewards with flagged answers' judge rewards dropped
-        (``rewards.monitor: mask``); ``MonitorStop`` at a step past its bounds (``stop``)."""
-        signals: dict[str, Any] = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups))
-        signals["length_drift"] = self.drift.update(sum(lengths) / len(lengths) if any(lengths) else None)
-        act = self.cfg.rewards.monitor
-        if act == "report":
-            return signals, scored
-        flags = [flagged(r, c) for r, c in zip(rows, completions, strict=True)]
-        signals["monitor_flagged"] = share = sum(flags) / len(flags) if flags else 0.0
-        if act == "mask":
-            return signals, [replace(s, reward=None) if f else s for s, f in zip(scored, flags, strict=True)]
-        drift = signals["length_drift"]
-        if share >= self.cfg.rewards.monitor_stop_share or (drift is not None and drift > LENGTH_FACTOR):
-            raise MonitorStop(f"step {info.step + 1}: the reward-hacking monitor stopped the run (rewards.monitor: "
-                              f"stop): {share:.0%} of the answers flagged (a score string or a rubric copy; stop at "
-                              f"{self.cfg.rewards.monitor_stop_share:.0%}), length drift {drift}; resume from the "
-                              "last checkpoint with other settings")
-        return signals, scored
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []

@@ -34,9 +34,10 @@ JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_exp
 REWARD_MODEL_MODE = "reward_model"  # judge.mode: a scalar sequence-classification reward model instead of a judge
 SCORER_MODES = (*JUDGE_MODES, REWARD_MODEL_MODE)  # every judge.mode
 JUDGE_PROMPTS = ("evolm", "reference")  # judge.prompt: evolm's wording or the authors'
-JUDGE_PARSERS = ("evolm", "reference")  # judge.parse: how a generative reply is read
+JUDGE_PARSERS = ("evolm", "reference", "rb2")  # judge.parse: how a generative reply is read
 REWARD_MODEL_READINGS = ("evolm", "reference")  # judge.reward_model_reading
 OVERLONG = ("truncate", "refuse")  # judge.overlong: what happens to a prompt longer than the judge's context
+JUDGE_SEEDS = ("same", "per_row")  # judge.seeds: every sampled judge request gets the run's seed, or seed + its row
 BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
 RUBRIC_PROMPTS = ("v3", "older")  # rubric.prompt: v3 (the paper's: 2-5 criteria) or older (5-10 criteria)
@@ -115,6 +116,12 @@ class JudgeConfig:
                                   "until the server reports its usage")
     max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; "
                              "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
+    max_failure_share: float = _f(0.5, "training: a judge request that still fails after its retries is a missing "
+                                  "score (its reward becomes the group mean: zero advantage, as the reference's NaN), "
+                                  "counted per step as judge_failures; a step whose share of failed requests exceeds "
+                                  "this stops the run with one line (evolm train --resume continues it). 1: never "
+                                  "stop; 0: stop at the first failure. `evolm judge` / `eval` fail at the first "
+                                  "failure unless given --judge-failures missing")
 
     # Parameters that control the generative judge's reply
     temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
@@ -124,6 +131,10 @@ class JudgeConfig:
     constrained: bool = _f(False, "decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")
+    seeds: str = _f("same", "seed of each sampled judge request: same (the reference: the run's seed on every request, "
+                    "so the same question, rubric and answer get the same verdict and duplicate answers in a group "
+                    "tie; on servers and vLLM, which seed each request) or per_row (seed + the row's place in its "
+                    "batch: duplicates are sampled afresh, a departure)")
 
     # Parameters that control an in-process judge (backend=hf)
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
@@ -147,8 +158,9 @@ class JudgeConfig:
                         "it and that length and polish earn nothing no criterion asks for; off only in the paper "
                         "config (the authors' prompt; docs/SECURITY.md). Chat markup stays neutralised either way")
     parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score after the "
-                    "thinking, else 'score: x'; clipped to [0, 1]) or reference (the authors' reading, not clipped; "
-                    "the paper config, docs/FIDELITY.md)")
+                    "thinking, else 'score: x'; clipped to [0, 1]), reference (the authors' reading in training, not "
+                    "clipped; the paper config, docs/FIDELITY.md) or rb2 (their evaluation judge's: the first "
+                    "\"score\": x after the thinking; `evolm eval rb2 --protocol paper`)")
     reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking "
                                    "stripped) or reference (the authors' 10 x sigmoid(logit), thinking kept; "
                                    "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)")
@@ -206,6 +218,14 @@ class RubricConfig:
     writer_base_url: str | None = _f(None, "server URL of the fixed writer for writer_backend=openai")
     writer_timeout: float = _f(120.0, "writer_backend=openai: seconds one request attempt may take in all")
     writer_max_retries: int = _f(2, "writer_backend=openai: retries of a failed request")
+    writer_temperature: float | None = _f(None, "rubric.writer's temperature (none: rubric.temperature); the "
+                                          "reference's API writer (GPT-4.1): 0")
+    writer_top_p: float | None = _f(None, "rubric.writer's top-p (none: rubric.top_p); the reference's API writer: 1.0")
+    writer_max_new_tokens: int | None = _f(None, "rubric.writer's token budget (none: rubric.max_new_tokens); the "
+                                           "reference's API writer: 800")
+    writer_fallback: str | None = _f(None, "writer_backend=openai: a model at the same endpoint that writes the rubric "
+                                     "of a request still failing after its retries (the reference's API writer: "
+                                     "gpt-4.1-mini, through litellm's fallbacks); none: the failure stops the run")
 
 
 @dataclass
@@ -602,6 +622,29 @@ def launch_errors(cfg: RunConfig, num_processes: int) -> list[str]:
     return errors
 
 
+def writer_sampling(cfg: RunConfig) -> dict[str, Any]:
+    """``rubric.writer``'s sampling (``SamplingParams`` fields): ``rubric.writer_*``, else ``rubric.*`` (a frozen base
+    model writes as the trained one does: ``rubric.*``); no chat-template kwargs (the policy model's are not its)."""
+    r = cfg.rubric
+    if r.writer is None:
+        return {"temperature": r.temperature, "top_p": r.top_p, "max_new_tokens": r.max_new_tokens}
+    return {"temperature": r.temperature if r.writer_temperature is None else r.writer_temperature,
+            "top_p": r.top_p if r.writer_top_p is None else r.writer_top_p,
+            "max_new_tokens": r.max_new_tokens if r.writer_max_new_tokens is None else r.writer_max_new_tokens,
+            "chat_template_kwargs": {}}
+
+
+def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
+    """The model of a fixed ``writer`` (``rubric.writer``) or ``answerer`` (``contrast.answerer``), default the model
+    being trained, and its ``models.load_backend`` settings."""
+    r, c = cfg.rubric, cfg.contrast
+    name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
+        (c.answerer, c.answerer_backend, c.answerer_base_url)
+    return name or cfg.model.name, {"backend": backend, "base_url": url, "dtype": cfg.model.dtype,
+                                    "timeout": r.writer_timeout, "max_retries": r.writer_max_retries,
+                                    "fallback_model": r.writer_fallback if role == "writer" else None}
+
+
 def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
     """What a launch with ``num_processes`` processes will do, as (item, value) rows."""
     s = cfg.schedule
@@ -636,7 +679,8 @@ def launch_plan(cfg: RunConfig, num_processes: int) -> list[tuple[str, str]]:
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
                      if cfg.judge.base_url else ")")),
-    ] + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
+    ] + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
+      + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \
       + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
@@ -669,6 +713,16 @@ def vllm_plan(cfg: RunConfig) -> str | None:
         syncs = "1 per step, after the update"
     heldout = ", and 1 more after a held-out evaluation (eval.*)" if cfg.eval.pairs or cfg.eval.questions else ""
     return f"evolm's generate calls before TRL's: {calls}; weight syncs: {syncs}{heldout}"
+
+
+def _writer_row(cfg: RunConfig) -> str:
+    """The fixed writer of a frozen_rubric run and how it samples, for the dry run."""
+    r = cfg.rubric
+    temperature, top_p, tokens = (writer_sampling(cfg)[k] for k in ("temperature", "top_p", "max_new_tokens"))
+    who = f"{r.writer} ({r.writer_backend})" if r.writer else f"{cfg.model.name} (the base model, frozen)"
+    served = (f", {r.writer_max_retries} retries of {r.writer_timeout:g} s, fallback {r.writer_fallback or 'none'}"
+              if r.writer and r.writer_backend == "openai" else "")
+    return f"{who}: temperature {temperature:g}, top-p {top_p:g}, up to {tokens:,} tokens{served}"
 
 
 def importance_sampling_rule(grpo: dict[str, Any]) -> str:
@@ -854,12 +908,18 @@ def validate(cfg: RunConfig) -> None:
          "which the rubric grammar (rubric.constrained: 2-5 criteria) cannot write: use rubric.prompt=v3"),
         (2 <= cfg.rubric.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {cfg.rubric.max_criteria}"),
         (j.parse in JUDGE_PARSERS, _choice("judge.parse", j.parse, JUDGE_PARSERS)),
+        (j.seeds in JUDGE_SEEDS, _choice("judge.seeds", j.seeds, JUDGE_SEEDS)),
+        (0 <= j.max_failure_share <= 1, f"judge.max_failure_share must be in [0, 1], not {j.max_failure_share}"),
         (j.reward_model_reading in REWARD_MODEL_READINGS,
          _choice("judge.reward_model_reading", j.reward_model_reading, REWARD_MODEL_READINGS)),
         (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),
         (cfg.eval.every >= 0 and cfg.eval.limit >= 0, "eval.every and eval.limit must be >= 0"),
         *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
         *_sampling_checks("rubric", cfg.rubric.temperature, cfg.rubric.top_p, cfg.rubric.max_new_tokens),
+        *_sampling_checks("rubric.writer_*", *(writer_sampling(cfg)[k] for k in ("temperature", "top_p",
+                                                                                   "max_new_tokens"))),
+        (cfg.rubric.writer_fallback is None or cfg.rubric.writer_backend == "openai",
+         "rubric.writer_fallback needs rubric.writer_backend=openai (a model at the same endpoint)"),
         *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
         (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
         (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),

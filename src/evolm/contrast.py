@@ -4,8 +4,10 @@ During policy training one sampled answer per question goes into a bounded ``Rep
 (policy step, question, answer). A pair for rubric training takes a stored answer whose age (current
 policy step minus its step) lies in [min_age, max_age] as the worse answer, and a fresh answer of
 the current policy to the same question as the better one: "newer is better". When no entry is in
-the window the selection relaxes, in this order: drop max_age; halve min_age; the oldest half of
-the buffer's answers from earlier policy steps; any entry.
+the window the selection relaxes as the reference's does, in this order: drop max_age (only when even
+the newest entry is min_age old); ages from max(1, min_age // 2); the oldest half of the whole buffer
+(when its oldest entry is older than the current step); any entry. Each pair draws its entry
+independently (with replacement), as the reference's ``random.choice`` per pair does.
 
 Two more pair builders exist as options: ``rubric_conditioned`` (better = answer written with the
 rubric in the system prompt, worse = without) and ``inferred_question`` (worse = the policy's
@@ -91,24 +93,32 @@ class ReplayBuffer:
         return buf
 
     def candidates(self, current_step: int, min_age: int, max_age: int) -> tuple[list[BufferEntry], str]:
-        """Entries usable as the worse answer, after as little relaxation as needed, and the level used."""
+        """Entries usable as the worse answer, after as little relaxation as needed, and the level used.
+
+        The reference's ladder (``ReplayBufferDataProvider.get_pair_context``), edge cases included: ``no_max_age``
+        only when the newest entry is at least ``min_age`` old (with the newest entry at age 0, as in training, that
+        level is skipped for any ``min_age > 0``); ``half_min_age`` from age ``max(1, min_age // 2)``;
+        ``oldest_half`` the older half (at least one) of the whole buffer sorted by step, answers of the current
+        step included, only when the oldest entry is older than ``current_step``; then ``any``.
+        """
         entries = list(self.entries)
         if not entries:
             return [], "empty"
+        ages = [current_step - e.step for e in entries]
 
         def aged(lo: int, hi: float) -> list[BufferEntry]:
-            return [e for e in entries if lo <= current_step - e.step <= hi]
+            return [e for e, age in zip(entries, ages, strict=True) if lo <= age <= hi]
 
         def oldest_half() -> list[BufferEntry]:
-            # Only answers from earlier policy steps are "older"; when the buffer holds none (all from
-            # the current step or later), "any" below takes whatever is there.
-            older = sorted((e for e in entries if current_step - e.step >= 1), key=lambda e: e.step)
-            return older[: max(1, len(older) // 2)] if older else []
+            if max(ages) <= 0:
+                return []
+            by_step = sorted(entries, key=lambda e: e.step)
+            return by_step[: max(1, len(by_step) // 2)]
 
         for level, found in (
             ("window", lambda: aged(min_age, max_age)),
-            ("no_max_age", lambda: aged(min_age, float("inf"))),
-            ("half_min_age", lambda: aged(min_age // 2, float("inf"))),
+            ("no_max_age", lambda: aged(min_age, float("inf")) if min(ages) >= min_age else []),
+            ("half_min_age", lambda: aged(max(1, min_age // 2), float("inf"))),
             ("oldest_half", oldest_half),
             ("any", lambda: entries),
         ):
@@ -119,12 +129,12 @@ class ReplayBuffer:
 
     def sample(self, current_step: int, n: int, min_age: int, max_age: int, rng: random.Random
                ) -> list[tuple[BufferEntry, str]]:
-        """``n`` entries (distinct while there are enough), each with the relaxation level that found it."""
+        """``n`` entries, each drawn independently (with replacement, as the reference draws one per pair), each with
+        the relaxation level that found it."""
         pool, level = self.candidates(current_step, min_age, max_age)
         if not pool:
             return []
-        picked = rng.sample(pool, n) if len(pool) >= n else [rng.choice(pool) for _ in range(n)]
-        return [(e, level) for e in picked]
+        return [(rng.choice(pool), level) for _ in range(n)]
 
 
 # ----------------------------------------------------------------------------- pair builders

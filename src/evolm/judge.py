@@ -39,8 +39,14 @@ the judge you train with). The per-criterion modes (``yesno``, ``rar_explicit``)
 criteria. A rubric that does not parse is judged as its raw text (per criterion: one of weight 1).
 
 Generative replies that cannot be read give ``None``; a readable score outside its scale is
-clipped to it. ``parse="reference"`` (the paper config) reads replies as the authors' code does
-instead: ``json_repair`` over the whole reply, the raw number kept (``parse_judge_score_reference``,
+clipped to it. A request that fails after the backend's retries raises ``BackendError``, or with
+``failures="missing"`` (training) gives its items no score and says why (``Judgment.failed``), the
+other items keeping theirs, as the reference's failed request gives a NaN score. Sampled modes send
+every request the same seed (``seeds="same"``, the reference's), so a repeated question, rubric and
+answer get the same reply on backends that seed each request.
+
+``parse="reference"`` (the paper config) reads replies as the authors' code does instead:
+``json_repair`` over the whole reply, the raw number kept (``parse_judge_score_reference``,
 ``parse_rating_reference``).
 
 Wording: ``prompt="evolm"`` (default) is evolm's own; ``prompt="reference"`` (the paper config)
@@ -71,6 +77,7 @@ Without a rubric the judge scores alone (the "judge alone" baseline).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -80,9 +87,9 @@ from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.constrained import JUDGE_SCHEMA
-from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, OVERLONG, JudgeConfig
+from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, JUDGE_SEEDS, OVERLONG, JudgeConfig
 from evolm.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
-from evolm.errors import InputError
+from evolm.errors import BackendError, InputError
 from evolm.judge_parse import (
     DIGITS,
     copied_score,
@@ -91,6 +98,7 @@ from evolm.judge_parse import (
     parse_criterion_ratings,
     parse_judge_reasoning,
     parse_judge_score,
+    parse_judge_score_rb2,
     parse_judge_score_reference,
     parse_rating_reference,
     parse_scale_score,
@@ -203,12 +211,25 @@ class Judge:
     defences: bool = True
     """Fence the answer as data and say that length and polish earn nothing (``generative_messages``)."""
     parse: str = "evolm"
-    """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``) or ``reference``
-    (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1])."""
+    """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``), ``reference``
+    (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1]) or ``rb2``
+    (``parse_judge_score_rb2``: their evaluation judge's regex)."""
+    seeds: str = "same"
+    """Sampled modes: ``same`` sends every request ``seed`` (the reference), ``per_row`` ``seed`` + the row's index."""
+    failures: str = "raise"
+    """A request that fails after the backend's retries: ``raise`` (``BackendError``; the CLI) or ``missing`` (its
+    items get no score and ``Judgment.failed``; training, where a step's share of them is bounded instead)."""
+    requests: int = field(default=0, init=False, repr=False, compare=False)
+    """Requests (prompts) sent to the backend so far; with ``failed_requests``, what a step's failure share counts."""
+    failed_requests: int = field(default=0, init=False, repr=False, compare=False)
+    """Of those, requests that failed after the backend's retries (``failures="missing"``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES:
             raise ValueError(f"unknown judge mode '{self.mode}' (choose from {', '.join(sorted(JUDGE_MODES))})")
+        if self.seeds not in JUDGE_SEEDS or self.failures not in FAILURES:
+            raise ValueError(f"unknown judge seeds '{self.seeds}' or failures '{self.failures}' (choose from "
+                             f"{', '.join(JUDGE_SEEDS)}; {', '.join(FAILURES)})")
         if self.overlong not in OVERLONG:
             raise ValueError(f"unknown overlong policy '{self.overlong}' (choose from {', '.join(OVERLONG)})")
         if self.prompt not in JUDGE_PROMPTS or self.parse not in JUDGE_PARSERS:
@@ -256,8 +277,9 @@ class Judge:
         return out
 
     def sampling_params(self) -> SamplingParams:
-        """Decoding settings of the generative modes (reference: temperature 0.6, top-p 0.95)."""
-        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, self.seed, self.chat_template_kwargs)
+        """Decoding settings of the generative modes (reference: temperature 0.6, top-p 0.95, one seed for all)."""
+        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, self.seed, self.chat_template_kwargs,
+                              seed_per_row=self.seeds == "per_row")
 
     def fit_to_context(self, items: Sequence[JudgeItem]) -> tuple[list[JudgeItem], ContextFit]:
         """The items with every answer too long for the judge's context cut from its middle, and what was done.
@@ -312,11 +334,47 @@ class Judge:
         return items, fit
 
 
+FAILURES = ("raise", "missing")  # Judge.failures
+
+
+def _ask(judge: Judge, method: str, convs: list[Conversation], *args: Any, **kwargs: Any
+         ) -> tuple[list[Any], dict[int, str]]:
+    """``judge.backend.<method>(convs, ...)`` and the conversations whose request failed (index -> error line).
+
+    ``failures="raise"``: a failure raises. ``missing``: a backend that fails per request (``openai``) gives the
+    others their replies; one that fails a whole call (``hf``, ``vllm``) fails every conversation of it. A failed
+    conversation's reply reads as no score: ``""``, or every candidate at ``-inf``.
+    """
+    call = getattr(judge.backend, method)
+    judge.requests += len(convs)
+    if judge.failures == "raise" or not convs:
+        return call(convs, *args, **kwargs), {}
+    failed: dict[int, str] = {}
+    if "failures" in inspect.signature(call).parameters:
+        out = call(convs, *args, failures=failed, **kwargs)
+    else:
+        try:
+            out = call(convs, *args, **kwargs)
+        except BackendError as exc:
+            blank: Any = "" if method == "generate" else {c: -math.inf for c in args[0]}
+            out, failed = [blank] * len(convs), dict.fromkeys(range(len(convs)), str(exc))
+    judge.failed_requests += len(failed)
+    return out, failed
+
+
+def _failed(judgments: list[Judgment], failed: dict[int, str], owners: Sequence[int] | None = None) -> list[Judgment]:
+    """``judgments`` with each item whose request (``owners[k]``: conversation k's item) failed marked, score None."""
+    by_item: dict[int, str] = {}
+    for k, error in failed.items():
+        by_item.setdefault(owners[k] if owners is not None else k, error)
+    return [replace(j, score=None, failed=by_item[i]) if i in by_item else j for i, j in enumerate(judgments)]
+
+
 def _generate(judge: Judge, items: list[JudgeItem], progress: bool, json_schema: dict[str, Any] | None = None
-              ) -> list[str]:
-    """The judge's replies to ``items``' one prompt each."""
+              ) -> tuple[list[str], dict[int, str]]:
+    """The judge's replies to ``items``' one prompt each, and the items whose request failed (``_ask``)."""
     convs = [judge_conversations(judge, it)[0] for it in items]
-    return judge.backend.generate(convs, replace(judge.sampling_params(), json_schema=json_schema), progress=progress)
+    return _ask(judge, "generate", convs, replace(judge.sampling_params(), json_schema=json_schema), progress=progress)
 
 
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
@@ -324,11 +382,11 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
 
     The reasoning is kept, and per-criterion ratings when the reasoning gives one per parsed criterion.
     """
-    reference = judge.parse == "reference"
-    read = parse_judge_score_reference if reference else parse_judge_score
+    reference = judge.parse != "evolm"
+    read = {"reference": parse_judge_score_reference, "rb2": parse_judge_score_rb2}.get(judge.parse, parse_judge_score)
     out = []
-    for t, it in zip(_generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None), items,
-                     strict=True):
+    replies, failed = _generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None)
+    for t, it in zip(replies, items, strict=True):
         # with the defences on, a score the answer wrote for the judge (echoed back) is no verdict: missing
         score = None if judge.defences and copied_score(t, it.answer) else read(t)
         reasoning = parse_judge_reasoning(t, reference=reference)
@@ -339,23 +397,23 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
             if ratings is not None:
                 criteria = tuple(CriterionScore(text, w, r) for (text, w), r in zip(named, ratings, strict=True))
         out.append(Judgment(score, criteria, reasoning))
-    return out
+    return _failed(out, failed)
 
 
 def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """``likert`` (the judge alone rates 1-10; rubric ignored, reference answer shown if any) and ``rar_implicit``
     (one holistic 1-10 rating given the rubric): the rating mapped to [0, 1], with the reply's reasoning."""
-    reference = judge.parse == "reference"
+    reference = judge.parse != "evolm"  # rb2 has no rating reading of its own: the authors' training one
     read = parse_rating_reference if reference else parse_scale_score
-    return [Judgment(read(t), reasoning=parse_judge_reasoning(t, reference=reference))
-            for t in _generate(judge, items, progress)]
+    replies, failed = _generate(judge, items, progress)
+    return _failed([Judgment(read(t), reasoning=parse_judge_reasoning(t, reference=reference)) for t in replies],
+                   failed)
 
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
-    lps = judge.backend.next_token_logprobs(
-        [prob_messages(it, defences=judge.defences) for it in items], DIGITS,
-        chat_template_kwargs=judge.chat_template_kwargs)
-    return [Judgment(expected_digit(lp)) for lp in lps]
+    lps, failed = _ask(judge, "next_token_logprobs", [prob_messages(it, defences=judge.defences) for it in items],
+                       DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
+    return _failed([Judgment(expected_digit(lp)) for lp in lps], failed)
 
 
 def _shares(criteria: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -366,19 +424,24 @@ def _shares(criteria: list[tuple[str, float]]) -> list[tuple[str, float]]:
     return [(text, w / total) for text, w in criteria]
 
 
-def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> list[tuple[CriterionScore, ...]]:
-    """Per item, each criterion with its share of the weight and its P(Yes): one batched backend call for all."""
+def _criterion_p_yes(judge: Judge, items: list[JudgeItem]) -> tuple[list[tuple[CriterionScore, ...]], dict[int, str]]:
+    """Per item, each criterion with its share of the weight and its P(Yes): one batched backend call for all; and
+    the items with a failed request (item index -> error line)."""
     convs: list[Conversation] = []
     owners: list[tuple[int, str, float]] = []  # (item index, criterion, weight share) per conversation
     for i, it in enumerate(items):
         for text, weight in _shares(rubric_criteria(it)):
             convs.append(yesno_messages(it.question, text, it.answer, defences=judge.defences))
             owners.append((i, text, weight))
-    lps = judge.backend.next_token_logprobs(convs, ("Yes", "No"), chat_template_kwargs=judge.chat_template_kwargs)
+    lps, failed = _ask(judge, "next_token_logprobs", convs, ("Yes", "No"),
+                       chat_template_kwargs=judge.chat_template_kwargs)
     per_item: list[list[CriterionScore]] = [[] for _ in items]
     for (i, text, w), lp in zip(owners, lps, strict=True):
         per_item[i].append(CriterionScore(text, w, p_yes(lp)))
-    return [tuple(c) for c in per_item]
+    item_failed: dict[int, str] = {}
+    for k in sorted(failed):
+        item_failed.setdefault(owners[k][0], failed[k])
+    return [tuple(c) for c in per_item], item_failed
 
 
 def _weighted(pairs: list[tuple[float, float | None]]) -> float | None:
@@ -391,7 +454,8 @@ def _weighted(pairs: list[tuple[float, float | None]]) -> float | None:
 
 def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """Rubric-weighted mean of P(Yes) per criterion."""
-    return [Judgment(_weighted([(c.weight, c.value) for c in crit]), crit) for crit in _criterion_p_yes(judge, items)]
+    per_item, failed = _criterion_p_yes(judge, items)
+    return _failed([Judgment(_weighted([(c.weight, c.value) for c in crit]), crit) for crit in per_item], failed)
 
 
 def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
@@ -401,8 +465,9 @@ def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) ->
     deterministic stand-in for sampling a Yes/No reply per criterion. A judge that reports neither
     word (P(Yes) = P(No)) has not said yes: the criterion counts as unmet. The criteria keep P(Yes).
     """
-    return [Judgment(_weighted([(c.weight, None if c.value is None else 1.0 if c.value > 0.5 else 0.0) for c in crit]),
-                     crit) for crit in _criterion_p_yes(judge, items)]
+    per_item, failed = _criterion_p_yes(judge, items)
+    return _failed([Judgment(_weighted([(c.weight, None if c.value is None else 1.0 if c.value > 0.5 else 0.0)
+                                        for c in crit]), crit) for crit in per_item], failed)
 
 
 def listwise_group(item: JudgeItem) -> Any:
@@ -484,13 +549,13 @@ def _score_listwise(judge: Judge, items: list[JudgeItem], progress: bool) -> lis
                 for pos, k in enumerate(order):
                     convs.append(listwise_messages(shown, pos, defences=judge.defences))
                     owners.append(part[k])
-    lps = judge.backend.next_token_logprobs(convs, DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
+    lps, failed = _ask(judge, "next_token_logprobs", convs, DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
     readings: list[list[float]] = [[] for _ in items]
     for i, lp in zip(owners, lps, strict=True):
         value = expected_digit(lp)
         if value is not None:
             readings[i].append(value)
-    return [Judgment(sum(r) / len(r) if r else None) for r in readings]
+    return _failed([Judgment(sum(r) / len(r) if r else None) for r in readings], failed, owners)
 
 
 SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[Judgment]]] = {  # keys: config.JUDGE_MODES
@@ -517,13 +582,14 @@ def score_with_judges(judges: Sequence[Judge], items: Sequence[JudgeItem], how: 
 
 
 def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None = 0, device: str = "auto",
-                fallback_dtype: str = "auto", loaded: Any = None) -> Judge:
+                fallback_dtype: str = "auto", loaded: Any = None, failures: str = "raise") -> Judge:
     """The one way a judge is built, for training (``RunConfig.judge``) and the CLI alike.
 
     ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model). ``cfg.dtype == "auto"``:
     float32 on every device, so that a score does not depend on its batch (``models.judge_dtype``; a reward model takes
     ``fallback_dtype``, training: the policy's). ``loaded``: that model, already loaded and frozen (training: TRL's
-    reference model, ``trl_adapter.reference_model``), read instead of loading another copy.
+    reference model, ``trl_adapter.reference_model``), read instead of loading another copy. ``failures``:
+    ``Judge.failures`` (training: ``missing``; the CLI: ``raise`` unless asked otherwise).
     """
     from evolm.models import judge_dtype, load_backend, load_tokenizer
 
@@ -547,4 +613,4 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained,
-                 prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse)
+                 prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse, seeds=cfg.seeds, failures=failures)

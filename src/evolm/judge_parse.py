@@ -60,6 +60,29 @@ def parse_judge_score_reference(text: str) -> float | None:
         return None
 
 
+_RB2_SCORE = re.compile(r'"score"\s*:\s*([0-9]*\.?[0-9]+)')
+
+
+def parse_judge_score_rb2(text: str) -> float | None:
+    """The score as the authors' rubric judge for evaluation reads a reply (``judge.parse: rb2``, ``evolm eval rb2
+    --protocol paper``), or ``None``. Never raises.
+
+    Their ``RubricJudge._parse_score`` (JudgeBench ``utils/judges.py``, which the RewardBench 2 script is inferred to
+    share): thinking stripped, then the first ``"score": x`` with x a plain non-negative number, not clipped; no
+    match gives -1 there (below every score), ``None`` (missing, ranked below every score) here.
+
+    >>> parse_judge_score_rb2('<think>"score": 0.1</think>{"reasoning": "ok", "score": 0.75}')
+    0.75
+    >>> parse_judge_score_rb2('{"score": "0.7"}') is None, parse_judge_score_rb2('"score": -0.5') is None
+    (True, True)
+    """
+    try:
+        found = _RB2_SCORE.search(strip_thinking(text).strip())
+        return float(found.group(1)) if found else None
+    except Exception:  # noqa: BLE001 - model output must never crash the caller
+        return None
+
+
 _FIRST_RATING = re.compile(r"\b(10|[1-9])\b")
 
 

@@ -393,14 +393,16 @@ def load_backend(
     requests_per_minute: float = 0.0,
     tokens_per_minute: float = 0.0,
     max_reply_mb: float = 8.0,
+    fallback_model: str | None = None,
 ) -> Backend:
     """A generation backend for ``spec`` (a model for ``hf``/``vllm``, a served model name for ``openai``).
 
     ``timeout`` (seconds one request attempt may take in all) and ``max_retries`` apply to ``openai``,
     and so do ``deadline`` (seconds a request may take in all, retries included; 0: the default),
     ``max_concurrency``, ``requests_per_minute`` and ``tokens_per_minute`` (each per endpoint of
-    ``base_url``, which may name several: ``evolm.backends.pool``), and ``max_reply_mb`` (the most of a
-    reply read, MiB after decompression).
+    ``base_url``, which may name several: ``evolm.backends.pool``), ``max_reply_mb`` (the most of a
+    reply read, MiB after decompression) and ``fallback_model`` (the model a generation request still
+    failing after its retries is sent to, at the same endpoints).
     """
     if backend == "hf":
         from evolm.backends.hf import HFBackend
@@ -413,7 +415,7 @@ def load_backend(
         return OpenAIBackend(model=spec, base_url=base_url, api_key_env=api_key_env, timeout_s=timeout,
                              max_retries=max_retries, deadline_s=deadline or None, max_concurrency=max_concurrency,
                              requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute,
-                             max_reply_mb=max_reply_mb)
+                             max_reply_mb=max_reply_mb, fallback_model=fallback_model)
     if backend == "vllm":
         from evolm.backends.vllm import VLLMBackend
 

@@ -293,3 +293,29 @@ def hacking_flags(steps: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[
                 flags.append(Flag(k, "length", f"step {k}: mean answer length {v:.0f} tokens, over {length_factor:g}× "
                                                f"the first policy steps' {base:.0f}"))
     return sorted(flags, key=lambda f: (f.step, f.kind))
+
+
+def monitor_step(settings: Any, drift: LengthDrift, step: int, rows: Sequence[Mapping[str, Any]],
+                 completions: Sequence[str], scored: Sequence[Any], lengths: Sequence[int], groups: Sequence[Any]
+                 ) -> tuple[dict[str, Any], list[Any]]:
+    """A policy step's monitor signals, and its rewards (``RowReward``) with flagged answers' judge rewards dropped
+    (``settings.monitor == "mask"``); ``MonitorStop`` at a step past its bounds (``"stop"``). ``settings``: the run's
+    ``RewardsConfig``."""
+    from dataclasses import asdict, replace
+
+    scored = list(scored)
+    signals: dict[str, Any] = asdict(answer_signals(rows, completions, [s.score for s in scored], lengths, groups))
+    signals["length_drift"] = drift.update(sum(lengths) / len(lengths) if any(lengths) else None)
+    if settings.monitor == "report":
+        return signals, scored
+    flags = [flagged(r, c) for r, c in zip(rows, completions, strict=True)]
+    signals["monitor_flagged"] = share = sum(flags) / len(flags) if flags else 0.0
+    if settings.monitor == "mask":
+        return signals, [replace(s, reward=None) if f else s for s, f in zip(scored, flags, strict=True)]
+    length = signals["length_drift"]
+    if share >= settings.monitor_stop_share or (length is not None and length > LENGTH_FACTOR):
+        raise MonitorStop(f"step {step + 1}: the reward-hacking monitor stopped the run (rewards.monitor: stop): "
+                          f"{share:.0%} of the answers flagged (a score string or a rubric copy; stop at "
+                          f"{settings.monitor_stop_share:.0%}), length drift {length}; resume from the last checkpoint "
+                          "with other settings")
+    return signals, scored

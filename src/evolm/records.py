@@ -112,6 +112,8 @@ class StepRecord:
     judge_generated_tokens: int | None = _typed(int)  # tokens the judges generated (probability modes: 1 per read)
     judge_requests: int | None = _typed(int)  # judge requests (server attempts; local: prompts run)
     judge_cache_hit_rate: float | None = _typed(float)  # share of the step's judgments answered by the judge cache
+    judge_failures: int | None = _typed(int)  # judge requests that failed after their retries (scores missing)
+    judge_failure_share: float | None = _typed(float)  # their share of the step's judge requests
     completion_length: float | None = _typed(float)  # mean completion length in tokens
     # reward-hacking monitor (policy steps; evolm.monitor, docs/SECURITY.md)
     length_reward_corr: float | None = _typed(float)  # within-group correlation of judge score and answer length

@@ -57,9 +57,10 @@ EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training 
 # values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
 _SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",
            "heldout_validity", "judge_p_yes", "judge_pass_rate", "rubric_copy_share", "score_string_share",
-           "judge_cache_hit_rate", "flat_criteria"}
+           "judge_cache_hit_rate", "flat_criteria", "judge_failure_share"}
 _CORRELATIONS = {"length_reward_corr"}
-_COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge_requests")  # counts, read as floats
+_COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge_requests",
+         "judge_failures")  # counts, read as floats
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
 _COUNTS = ("heldout_pairs", "heldout_questions")
@@ -405,6 +406,7 @@ COST_PANELS = (
     ("judge generated tokens", "judge_generated_tokens", 1.0),
     ("judge seconds (slowest process)", "judge_latency_s", 1.0),
     ("judge requests", "judge_requests", 1.0),
+    ("judge failures (missing scores)", "judge_failures", 1.0),
     ("judge cache hits (%)", "judge_cache_hit_rate", 100.0),
 )
 
@@ -421,11 +423,12 @@ def _panel_series(d: RunData, panels: tuple[tuple[str, str, float], ...]) -> dic
 
 
 def _cost(d: RunData) -> dict[str, Any] | None:
-    """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
+    """What judging cost per step, both roles: tokens read and generated, seconds, requests, failed judgments (after
+    their retries: missing scores), cache hits."""
     series = _panel_series(d, COST_PANELS)
     if not series:
         return None
-    totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:4]]
+    totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:5]]
     return {"plot": plot_html(d.notes, "judge cost per step", plots.panels_plot, series, COST_PANELS), "totals": totals}
 
 

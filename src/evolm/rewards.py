@@ -15,10 +15,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from evolm.config import INVALID_RUBRICS, MULTI_JUDGE, RUBRIC_REWARDS, ExtraReward
-from evolm.errors import InputError
+from evolm.errors import InputError, RunError
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, is_missing, scores_of
 
 RubricRewardKind = Literal["binary", "margin_format", "separation"]
@@ -109,6 +110,9 @@ class RowReward:
     judge_requests: int | None = field(default=None, compare=False)
     judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
     judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
+    judge_sent: int | None = field(default=None, compare=False)  # judge requests (prompts) sent (Judge.requests)
+    judge_failures: int | None = field(default=None, compare=False)  # of those, failed after their retries
+    judge_error: str | None = field(default=None, compare=False)  # the first failure's one-line error
 
     def criteria_json(self, answer: int) -> list[dict[str, Any]] | None:
         """The ``answer``-th judged answer's criteria as samples files write them (``None``: the mode reads none)."""
@@ -185,7 +189,9 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     A rubric that does not parse: with ``invalid_rubrics="judge_raw"`` (the reference) the judge
     reads its raw text in both roles and the format term of ``margin_format`` does the rest; with
     ``"zero"`` it earns a flat 0 in the rubric role and its policy question is judged without a
-    rubric. An empty rubric earns 0 / judges alone either way: there is nothing to read. With
+    rubric. An empty rubric earns 0 in the rubric role either way: there is nothing to read; in the policy role
+    (``judge_raw``) the judge gets it as empty text, which ``judge.prompt: reference`` shows as an empty
+    "Rubric:" (the authors' judge does) and evolm's prompts read as no rubric. With
     several judges, a policy score is their mean and a rubric's reward is ``multi_judge_reward``
     with ``aggregate``. All judging of the batch is one call per judge, so answers to one question
     share the judge's prefix; a ``listwise`` judge lists the policy answers of one GRPO group (the rows of one
@@ -206,6 +212,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
             raw = strip_thinking(row.get("rubric_text") or "") or None
             if rubric is None and invalid_rubrics == "zero":
                 raw = None
+            elif raw is None and row.get("rubric_valid") is not None:  # a rubric was written, but nothing to read:
+                raw = ""  # the authors' prompt shows it empty ("Rubric: "), as theirs does; evolm's judge alone
             judged_as.append(_Judged((len(items),)))
             # a listwise judge lists one GRPO group: the answers of one slot of one step, never two groups that
             # happen to share a question and rubric (rows without a slot: those sharing question and rubric)
@@ -221,7 +229,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         pair = ("pair", len(judged_as))  # a listwise judge lists a rubric row's two answers together, alone
         items += [JudgeItem(row["question"], row["a_pos"], written.rubric, rubric_text=raw, group=pair),
                   JudgeItem(row["question"], row["a_neg"], written.rubric, rubric_text=raw, group=pair)]
-    started, used = time.monotonic(), judge_usage(judges)
+    started, used, sent = time.monotonic(), judge_usage(judges), judge_requests(judges)
     judged: list[list[Judgment]] = []  # per judge, one judgment per item
     hits = lookups = 0
     for j in judges if items else []:
@@ -232,6 +240,7 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         else:
             judged.append(j.score(items))
     per_judge = [scores_of(js) for js in judged]
+    failed = [j.failed for js in judged for j in js if j is not None and j.failed]
     scores = [aggregate_scores([s[k] for s in per_judge]) for k in range(len(items))]  # mean of the present ones
     criteria = [merged_criteria([js[k] for js in judged]) for k in range(len(items))]
     out: list[RowReward] = []
@@ -259,8 +268,16 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                          judge_prompt_tokens=None if spent is None else spent.prompt_tokens,
                          judge_generated_tokens=None if spent is None else spent.completion_tokens,
                          judge_requests=None if spent is None else spent.requests,
-                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None)
+                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None,
+                         judge_sent=judge_requests(judges)[0] - sent[0],
+                         judge_failures=judge_requests(judges)[1] - sent[1], judge_error=failed[0] if failed else None)
     return out
+
+
+def judge_requests(judges: Sequence[Any]) -> tuple[int, int]:
+    """Requests the judges sent so far and how many of them failed after their retries (``Judge.requests``,
+    ``Judge.failed_requests``; a cached judge reads its judge's; a reward model counts none)."""
+    return (sum(getattr(j, "requests", 0) for j in judges), sum(getattr(j, "failed_requests", 0) for j in judges))
 
 
 @dataclass(frozen=True)
@@ -328,6 +345,9 @@ class StepRewards:
     judge_generated_tokens: int | None = None  # the judges' generated tokens (a probability read counts one)
     judge_requests: int | None = None  # judge requests (server attempts, retries included; local: prompts run)
     judge_cache_hit_rate: float | None = None  # share of the step's judgments the judge cache answered (judge.cache)
+    judge_failures: int | None = None  # judge requests that failed after their retries (their scores: missing)
+    judge_failure_share: float | None = None  # their share of the step's judge requests (judge.max_failure_share)
+    judge_error: str | None = field(default=None, compare=False)  # the first failure's error line (not logged)
 
     def metrics(self) -> dict[str, float]:
         """The step's numbers for TRL's loggers (the reward function's ``log_metric``); absent ones left out."""
@@ -339,6 +359,7 @@ class StepRewards:
                  "judge_tokens": self.judge_tokens, "judge_latency_s": self.judge_latency_s,
                  "judge_prompt_tokens": self.judge_prompt_tokens, "judge_generated_tokens": self.judge_generated_tokens,
                  "judge_requests": self.judge_requests, "judge_cache_hit_rate": self.judge_cache_hit_rate,
+                 "judge_failures": self.judge_failures, "judge_failure_share": self.judge_failure_share,
                  **{f"reward/{k}": v for k, v in (self.reward_components or {}).items()}}
         return {k: v for k, v in named.items() if v is not None}
 
@@ -403,6 +424,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     def total(key: str) -> int | None:
         counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
         return sum(counts) if counts else None
+    asked, failures = total("judge_sent"), total("judge_failures")
     return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
                        missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
@@ -418,7 +440,29 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        judge_prompt_tokens=total("judge_prompt_tokens"),
                        judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"),
                        judge_cache_hit_rate=None if not total("judge_lookups") else
-                       (total("judge_cache_hits") or 0) / total("judge_lookups"))
+                       (total("judge_cache_hits") or 0) / total("judge_lookups"),
+                       judge_failures=failures, judge_failure_share=failures / asked if asked else None,
+                       judge_error=next((r.judge_error for r in raw if r.judge_error), None))
+
+
+def check_failures(result: StepRewards, step: int, limit: float, run_dir: Path) -> None:
+    """Stop the run (``RunError``, one line) when step ``step``'s share of failed judge requests exceeds ``limit``
+    (``judge.max_failure_share``). Below it the failures stay missing scores: zero advantage, as the reference's NaN.
+
+    Raised before the step touches the replay buffer or the logs, so ``evolm train --resume`` continues from the
+    last checkpoint as if the step had not begun.
+    """
+    share = result.judge_failure_share
+    if share is None or share <= limit:
+        return
+    from evolm.rundir import checkpoint_state, complete_checkpoints
+
+    done = complete_checkpoints(run_dir)
+    then = (f"`evolm train --resume {run_dir}` continues it from step {checkpoint_state(done[-1]).step}" if done else
+            f"it has no checkpoint yet: remove {run_dir} (or choose another output_dir) and start it again")
+    raise RunError(f"step {step}: {result.judge_failures} of {round(result.judge_failures / share)} judge requests "
+                   f"failed after their retries ({share:.0%}, over judge.max_failure_share={limit:g}); the run stops, "
+                   f"{then}. First error: {result.judge_error}")
 
 
 FLAT_SPREAD = 0.05

@@ -54,6 +54,9 @@ class Judgment:
     """Characters cut from the middle of the answer to fit the judge's context (``Judge.fit_to_context``)."""
     unscored: str | None = None
     """Why the item was not sent to the judge: its prompt does not fit even with the answer cut entirely."""
+    failed: str | None = None
+    """A judge request for this item that failed after its retries (``Judge.failures="missing"``): the error line;
+    the score is then missing."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: ``score``, ``criteria`` as ``{"text", "weight", "value"}`` lists, ``reasoning``."""

@@ -72,6 +72,44 @@ def test_sampling_params_sent_with_a_seed_per_row(openai_server: RunningServer) 
     assert "chat_template_kwargs" not in first  # only sent when non-empty
 
 
+def test_one_seed_for_every_row_when_asked(openai_server: RunningServer) -> None:
+    params = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=3, seed=11, seed_per_row=False)
+    backend(openai_server, max_concurrency=1).generate([conv("x"), conv("x"), conv("y")], params)
+    assert [body["seed"] for body in openai_server.state.requests] == [11, 11, 11]
+
+
+def test_sampling_settings_outside_the_openai_schema_are_sent_explicitly(openai_server: RunningServer) -> None:
+    """A `vllm serve` fills top_k, min_p and repetition_penalty left out of a request from the model's generation
+    config (Qwen3: top_k=20): they are sent, neutral, so that SamplingParams alone says what is sampled."""
+    backend(openai_server).generate([conv("x")], SamplingParams(temperature=0.6, top_p=0.95))
+    body = openai_server.state.requests[0]
+    assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (-1, 0.0, 1.0)
+    backend(openai_server, send_template_kwargs=False).generate([conv("x")], SamplingParams())
+    assert not {"top_k", "min_p", "repetition_penalty"} & set(openai_server.state.requests[1])  # a strict server
+
+
+def test_failed_rows_are_reported_instead_of_raised_when_asked(openai_server: RunningServer) -> None:
+    openai_server.state.fail_every, openai_server.state.fail_status = 3, 500  # requests 3, 6, ... answer HTTP 500
+    b = backend(openai_server, max_retries=0, max_concurrency=1)
+    failures: dict[int, str] = {}
+    out = b.generate([conv(f"row {i}") for i in range(5)], SamplingParams(), failures=failures)
+    assert out == ["echo: row 0", "echo: row 1", "", "echo: row 3", "echo: row 4"]
+    assert list(failures) == [2] and "HTTP 500" in failures[2] and "\n" not in failures[2]
+    failures = {}
+    openai_server.state.requests.clear()  # counting from 1 again
+    rows = b.next_token_logprobs([conv("yes"), conv("yes"), conv("yes")], ["Yes", "No"], failures=failures)
+    assert list(failures) == [2] and rows[2] == {"Yes": -math.inf, "No": -math.inf} and rows[0]["Yes"] > -1
+    with pytest.raises(BackendError, match="HTTP 500"):  # not asked: the batch fails, as before
+        b.generate([conv(f"row {i}") for i in range(3)], SamplingParams())
+
+
+def test_a_request_failing_after_its_retries_goes_to_the_fallback_model(openai_server: RunningServer) -> None:
+    openai_server.state.fail_every, openai_server.state.fail_status = 2, 500  # the second request fails
+    b = backend(openai_server, max_retries=0, max_concurrency=1, fallback_model="gpt-4.1-mini")
+    assert b.generate([conv("a"), conv("b")], SamplingParams()) == ["echo: a", "echo: b"]
+    assert [body["model"] for body in openai_server.state.requests] == [MODEL_ID, MODEL_ID, "gpt-4.1-mini"]
+
+
 def test_no_seed_field_without_seed(openai_server: RunningServer) -> None:
     backend(openai_server).generate([conv("x")], SamplingParams())
     assert "seed" not in openai_server.state.requests[0]

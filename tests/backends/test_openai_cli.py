@@ -61,6 +61,24 @@ def test_judge_flags_reach_the_backend(openai_server: RunningServer, tmp_path: P
     assert len(out.read_text().splitlines()) == 2
 
 
+def test_judge_fails_loudly_on_a_failed_request_unless_asked_otherwise(
+    openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    openai_server.state.fail_every, openai_server.state.fail_status = 2, 500  # the second request: HTTP 500
+    base = ["judge", "--judge", MODEL_ID, "--backend", "openai", "--base-url", openai_server.base_url,
+            "--input", str(_answers(tmp_path / "a.jsonl")), "--no-rubric", "--mode", "prob", "--max-retries", "0",
+            "--max-concurrency", "1"]
+    assert main([*base, "--output", str(tmp_path / "loud.jsonl")]) == 2
+    assert "HTTP 500" in capsys.readouterr().err and not (tmp_path / "loud.jsonl").exists()
+    openai_server.state.requests.clear()
+    assert main([*base, "--output", str(out := tmp_path / "soft.jsonl"), "--judge-failures", "missing"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    failed = [r for r in rows if "failed" in r]
+    assert len(failed) == 1 and failed[0]["score"] is None and "HTTP 500" in failed[0]["failed"]
+    assert [r["score"] is not None for r in rows if "failed" not in r] == [True]
+    assert "1 of them because the judge request failed" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("flag", "value"), [("--timeout", "0"), ("--timeout", "-3"), ("--timeout", "nan"),
                                              ("--max-retries", "-1"), ("--max-retries", "1.5"),
                                              ("--request-deadline", "-1"), ("--request-deadline", "nan"),

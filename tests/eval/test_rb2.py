@@ -453,7 +453,8 @@ def test_cli_paper_protocol_sets_the_authors_settings(monkeypatch, capsys):
     assert (seen["mode"], seen["judge_max_new_tokens"], seen["thinking"], seen["max_new_tokens"]) == \
         ("generative", 16384, True, 16384)
     assert (seen["judge_prompt"], seen["judge_defences"], seen["judge_parse"], seen["rubric_as_written"]) == \
-        ("reference", False, "reference", True)
+        ("reference", False, "rb2", True)
+    assert seen["rubric_retry_when"] == "no_criteria_key"  # the authors' evaluation judge's retry rule
     assert "retries at 0.3 and 0.1" in capsys.readouterr().err
     from evolm.eval.rubric_source import RETRY_TEMPERATURES
 

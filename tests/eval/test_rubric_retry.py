@@ -59,6 +59,26 @@ def test_unparsed_rubrics_are_retried_at_0_3_then_0_1():
     assert coverage.to_dict() == {"source": "written", "prompts": 4, "parsed": 3, "unparsed": 1, "valid": 3, "retried": 3}
 
 
+def test_paper_protocol_retries_only_replies_without_a_criteria_key():
+    """As the authors' evaluation judge (RubricJudge._is_valid_rubric): a reply is written again when its text,
+    thinking stripped, has no {"criteria": ; cut-off JSON that has one is kept, unparsed."""
+    calls: list[tuple[list[str], float]] = []
+
+    class Writer:
+        name = "paper-retry-fake"
+
+        def generate(self, conversations, params, *, progress=False):  # noqa: ANN001, ANN202
+            questions = [c[-1]["content"].split("\n")[-1] for c in conversations]  # after "Question:"
+            calls.append((questions, params.temperature))
+            prose = '<think>{"criteria": only in thought</think>I would grade on clarity.'
+            return ['{"criteria": [ {"criterion": "cut off' if q == "cut" else
+                    json.dumps(RUBRIC) if q == "good" or params.temperature <= 0.3 else prose for q in questions]
+
+    rubrics, coverage = write_prompt_rubrics(Writer(), ["good", "cut", "prose"], PAPER, retry_when="no_criteria_key")
+    assert calls == [(["good", "cut", "prose"], 0.6), (["prose"], 0.3)]
+    assert [r is not None for r in rubrics] == [True, False, True] and coverage.retried == 1
+
+
 def test_no_retry_when_every_rubric_parses_and_duplicates_are_written_once():
     backend = TemperatureBackend()
     rubrics, coverage = write_prompt_rubrics(backend, ["A [parses at 0.6]", "B [parses at 0.6]", "A [parses at 0.6]"], PAPER)

@@ -23,7 +23,11 @@ class SamplingParams:
     """Decoding settings shared by all backends.
 
     ``temperature == 0`` means greedy decoding. ``seed`` makes sampling repeatable where the backend
-    allows it (transformers: always; servers: when they honour the ``seed`` field).
+    allows it (transformers: always; servers: when they honour the ``seed`` field). Backends that seed
+    each request (``openai``, ``vllm``) send row ``i`` ``seed + i`` so that identical prompts in a batch
+    (a group of samples) differ; with ``seed_per_row`` false every row gets ``seed`` itself, so identical
+    prompts get identical replies (the authors' judge: one seed for every request). ``hf`` seeds a
+    batch, not a row, and ignores ``seed_per_row``.
     ``json_schema`` constrains the reply to this JSON schema (``evolm.constrained``: xgrammar on
     transformers, structured outputs on vLLM, ``response_format`` on OpenAI-compatible servers).
     """
@@ -34,6 +38,7 @@ class SamplingParams:
     seed: int | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     json_schema: dict[str, Any] | None = None
+    seed_per_row: bool = True
 
 
 @runtime_checkable

@@ -49,6 +49,12 @@ with an empty think block, so the one-token read is the score; a server whose te
 that flag and lets the judge open ``<think>`` is reported as an error rather than read as a score
 (templates that open the block in the prompt, R1 or Thinking-2507 style, cannot be detected here:
 serve those judges with the ``vllm`` or ``hf`` backend for the probability modes).
+
+To the same servers ``generate`` also sends the sampling settings that the OpenAI schema lacks, at
+their neutral values (``SERVER_SAMPLING``: no top-k, no min-p, no repetition penalty): ``vllm
+serve`` otherwise fills them from the model's ``generation_config.json`` (``--generation-config
+auto``, its default), which for Qwen3 adds top_k=20 to every request, and the distribution sampled
+would not be the one ``SamplingParams`` describes.
 """
 
 from __future__ import annotations
@@ -93,6 +99,10 @@ MAX_BACKOFF_S = 8.0
 """Longest wait between attempts of our own choosing (exponential from 0.5 s, with jitter)."""
 DEFAULT_MAX_REPLY_MB = 8.0
 """Largest reply body read, in MiB after decompression (a chat completion with 20 top logprobs is a few KB)."""
+SERVER_SAMPLING: dict[str, Any] = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
+"""Sampling fields outside the OpenAI schema, sent by ``generate`` to servers that take extra fields (vLLM, SGLang):
+top-k off (-1, which every vLLM and SGLang version reads as off), no min-p, no repetition penalty. Left out, a
+``vllm serve`` takes them from the model's generation config (Qwen3: top_k=20)."""
 POSITIVE_LOGPROB_TOLERANCE = 1e-3
 """Log-probabilities up to this far above 0 are rounding (read as 0); larger ones are malformed."""
 
@@ -120,16 +130,21 @@ class OpenAIBackend:
     included, ends within ``deadline_s`` seconds from its first attempt (default ``(max_retries + 1) *
     timeout_s + max_retries * 8``; rows wait for a free slot first; a failed row stops the rest).
 
-    ``send_template_kwargs``: whether non-empty chat-template kwargs are sent (as the
-    ``chat_template_kwargs`` field that vLLM and SGLang read). ``None`` (default): sent unless the
-    server is the OpenAI API (``api.openai.com``, Azure OpenAI), which answers HTTP 400 to unknown
-    fields; ``False`` for any other strict server.
+    ``send_template_kwargs``: whether fields outside the OpenAI schema are sent: non-empty chat-template
+    kwargs (as the ``chat_template_kwargs`` field that vLLM and SGLang read) and, in ``generate``,
+    ``SERVER_SAMPLING``. ``None`` (default): sent unless the server is the OpenAI API
+    (``api.openai.com``, Azure OpenAI), which answers HTTP 400 to unknown fields; ``False`` for any
+    other strict server.
 
     ``neutralize_control_tokens``: insert a zero-width space after ``<|`` in message text (see the
     module docstring); on by default.
 
     ``max_reply_mb``: the most of a reply body read, in MiB after decompression (``ReplyCap``); a
     larger reply (an error body too) fails its request at once, one line, not retried.
+
+    ``fallback_model``: in ``generate``, a request still failing after its retries is sent again, with
+    retries of its own, to this model at the same endpoints (as litellm's ``fallbacks``; the authors'
+    GPT-4.1 rubric writer falls back to gpt-4.1-mini); ``None``: the failure stands.
     """
 
     name = "openai"
@@ -148,6 +163,7 @@ class OpenAIBackend:
         tokens_per_minute: float = 0,
         deadline_s: float | None = None,
         max_reply_mb: float = DEFAULT_MAX_REPLY_MB,
+        fallback_model: str | None = None,
     ) -> None:
         if not (isinstance(max_reply_mb, int | float) and math.isfinite(max_reply_mb) and max_reply_mb > 0):
             raise BackendError(f"openai backend: max_reply_mb must be a positive number, got {max_reply_mb}")
@@ -167,6 +183,7 @@ class OpenAIBackend:
                                            and deadline_s > 0):
             raise BackendError(f"openai backend: deadline must be a positive number of seconds, got {deadline_s}")
         self.model = model
+        self.fallback_model = fallback_model
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.max_concurrency = max_concurrency
@@ -215,15 +232,23 @@ class OpenAIBackend:
     # ------------------------------------------------------------------ public API
 
     def generate(
-        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False
+        self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False,
+        failures: dict[int, str] | None = None,
     ) -> list[str]:
         """One completion per conversation, in order; raises ``BackendError`` if any row fails.
 
         With ``params.seed`` set, row ``i`` is sent ``seed + i``: repeatable, yet two identical
-        prompts in one batch (a group of samples) still get different completions. A reply that is
-        not a chat completion raises a one-line ``BackendError``. ``params.json_schema`` goes as
+        prompts in one batch (a group of samples) still get different completions; with
+        ``params.seed_per_row`` false every row is sent ``seed`` itself, so identical prompts get
+        the same completion (as the authors' judge requests do). A reply that is not a chat
+        completion raises a one-line ``BackendError``. ``params.json_schema`` goes as
         ``response_format`` (``evolm.constrained.openai_response_format``): the server renders the
         prompt, so a thinking model needs the server's reasoning parser to think before the JSON.
+        Servers that take extra fields also get ``SERVER_SAMPLING`` (no top-k, min-p or repetition
+        penalty of the server's choosing).
+
+        ``failures``: a dict to fill instead of raising: a row whose request fails after its retries
+        gets ``""`` and its index mapped to the one-line error; the other rows are kept.
         """
         body: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
         body["max_tokens"] = params.max_new_tokens
@@ -233,8 +258,16 @@ class OpenAIBackend:
         template_kwargs = chat_kwargs(params.chat_template_kwargs)
 
         async def one(clients: dict[int, openai.AsyncOpenAI], index: int, conversation: Conversation) -> str:
-            seed: dict[str, Any] = {} if params.seed is None else {"seed": params.seed + index}
-            url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs)
+            seed: dict[str, Any] = {} if params.seed is None else {
+                "seed": params.seed + index if params.seed_per_row else params.seed}
+            try:
+                url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs,
+                                                   sampling=SERVER_SAMPLING)
+            except BackendError:
+                if self.fallback_model is None:
+                    raise
+                url, choice = await self._complete(clients, conversation, {**body, **seed}, template_kwargs,
+                                                   sampling=SERVER_SAMPLING, model=self.fallback_model)
             message = choice.get("message")
             # A server with a reasoning parser may put everything in reasoning_content and leave
             # content None (e.g. thinking cut off by max_tokens): that is an empty answer, not a failure.
@@ -246,7 +279,7 @@ class OpenAIBackend:
                 )
             return content or ""
 
-        return self._run(self._map(one, conversations, progress=progress))
+        return self._run(self._map(one, conversations, progress=progress, failures=failures, blank=""))
 
     def next_token_logprobs(
         self,
@@ -254,6 +287,7 @@ class OpenAIBackend:
         candidates: Sequence[str],
         *,
         chat_template_kwargs: dict[str, Any] | None = None,
+        failures: dict[int, str] | None = None,
     ) -> list[dict[str, float]]:
         """Log-probabilities of each candidate as the reply's first token, one dict per conversation.
 
@@ -267,6 +301,7 @@ class OpenAIBackend:
         was among the top tokens, or the reply's logprobs were malformed (non-numeric, NaN,
         infinite, positive beyond rounding; logged as a warning). Replies that are not chat
         completions at all, or carry no logprobs, raise ``BackendError`` (one line).
+        ``failures``: as in ``generate``; a failed row has every candidate at ``-inf``.
         """
         template_kwargs = {**chat_kwargs(chat_template_kwargs), "enable_thinking": False}
         unreadable: list[str] = []
@@ -295,7 +330,8 @@ class OpenAIBackend:
             # Variants of one candidate add up; a server whose probabilities sum past 1 is clamped.
             return {c: min(v, 0.0) for c, v in match_candidates(top[1:], candidates).items()}
 
-        rows = self._run(self._map(one, conversations, progress=False))
+        blank = {candidate: -math.inf for candidate in candidates}
+        rows = self._run(self._map(one, conversations, progress=False, failures=failures, blank=blank))
         if unreadable:
             log.warning(
                 self._redact(f"openai backend: {len(unreadable)} of {len(rows)} replies had unreadable logprobs "
@@ -337,9 +373,12 @@ class OpenAIBackend:
 
     async def _complete(
         self, clients: dict[int, openai.AsyncOpenAI], conversation: Conversation, body: dict[str, Any],
-        template_kwargs: dict[str, Any],
+        template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None, model: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The URL that answered and the first choice of one chat completion, retried and bounded as the class says."""
+        """The URL that answered and the first choice of one chat completion, retried and bounded as the class says.
+
+        ``sampling``: fields outside the OpenAI schema, sent where ``send_template_kwargs`` allows; ``model``: another
+        model than the backend's (``fallback_model``)."""
         messages = self._messages(conversation)
         tokens = estimate_tokens(messages, body.get("max_tokens"))
         tried: list[Endpoint] = []  # endpoints that failed this request, in order
@@ -362,7 +401,8 @@ class OpenAIBackend:
             try:
                 async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
                     raw = await client.chat.completions.with_raw_response.create(
-                        model=self.model, messages=messages, **body, **self._extra_body(client, template_kwargs)
+                        model=model or self.model, messages=messages, **body,
+                        **self._extra_body(client, template_kwargs, sampling)
                     )
                     content = raw.content
                 choice, usage = self._first_choice(url, content)
@@ -417,11 +457,15 @@ class OpenAIBackend:
         conversations: Sequence[Conversation],
         *,
         progress: bool,
+        failures: dict[int, str] | None = None,
+        blank: Any = None,
     ) -> list[_T]:
         """Run ``one`` on every conversation, in input order (the pool bounds what is in flight).
 
         The first failing row cancels the rest (a batch with a hole in it is useless to callers,
-        which never drop rows) and is raised as a ``BackendError``.
+        which never drop rows) and is raised as a ``BackendError``. With ``failures`` (a dict), a
+        row that fails with a ``BackendError`` gets ``blank`` instead and its index and error line
+        go into ``failures``; the other rows go on (a judge in training: a missing score).
         """
         if not conversations:
             return []
@@ -429,25 +473,36 @@ class OpenAIBackend:
         bar = tqdm(total=len(conversations), desc=f"openai {self.model}", disable=not progress)
 
         async def guarded(index: int, conversation: Conversation) -> _T:
-            result = await one(clients, index, conversation)
+            try:
+                result = await one(clients, index, conversation)
+            except BackendError as exc:
+                if failures is None:
+                    raise
+                failures[index], result = str(exc), blank
             bar.update(1)
             return result
 
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(guarded(i, c)) for i, c in enumerate(conversations)]
-        except BaseExceptionGroup as failures:
-            raise _first_error(failures) from None
+        except BaseExceptionGroup as errors:
+            raise _first_error(errors) from None
         finally:
             bar.close()
+        if failures:
+            first = failures[min(failures)]
+            log.warning(f"openai backend: {len(failures)} of {len(conversations)} requests failed after their "
+                        f"retries (first: {first})")
         return [task.result() for task in tasks]
 
-    def _extra_body(self, client: openai.AsyncOpenAI, template_kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``extra_body`` with the chat-template kwargs, or nothing (none, or a server that rejects the field)."""
+    def _extra_body(self, client: openai.AsyncOpenAI, template_kwargs: dict[str, Any],
+                    sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``extra_body`` with the chat-template kwargs and ``sampling``, or nothing (none, or a server that rejects
+        fields outside the OpenAI schema)."""
         send = self.send_template_kwargs
         if send is None:
             send = not _is_openai_api(str(client.base_url))
-        return _extra_body(template_kwargs) if send else {}
+        return _extra_body(template_kwargs, sampling) if send else {}
 
     def _url(self, client: openai.AsyncOpenAI) -> str:
         return str(client.base_url).rstrip("/") + "/chat/completions"
@@ -690,9 +745,10 @@ def _snippet(content: bytes | str, limit: int = 200) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
-def _extra_body(template_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _extra_body(template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None) -> dict[str, Any]:
     """``extra_body`` only when there is something to send: strict servers reject unknown fields."""
-    return {"extra_body": {"chat_template_kwargs": dict(template_kwargs)}} if template_kwargs else {}
+    extra = {**(sampling or {}), **({"chat_template_kwargs": dict(template_kwargs)} if template_kwargs else {})}
+    return {"extra_body": extra} if extra else {}
 
 
 def _is_openai_api(url: str) -> bool:

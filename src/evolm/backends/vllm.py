@@ -95,7 +95,8 @@ class VLLMBackend:
         """One completion per conversation, in order (``LLM.chat`` returns outputs in input order).
 
         With ``params.seed`` set, row ``i`` samples with ``seed + i``: repeatable, yet identical
-        prompts in one batch (a group of samples) still get different completions. With
+        prompts in one batch (a group of samples) still get different completions (with
+        ``params.seed_per_row`` false every row samples with ``seed``: identical prompts agree). With
         ``params.json_schema`` every row decodes under it (``structured_outputs``); a thinking
         template may think first (the grammar allows one think block before the JSON).
         """
@@ -109,7 +110,7 @@ class VLLMBackend:
                 temperature=params.temperature,
                 top_p=params.top_p,
                 max_tokens=params.max_new_tokens,
-                seed=None if params.seed is None else params.seed + index,
+                seed=None if params.seed is None else params.seed + index if params.seed_per_row else params.seed,
                 **structured,
             )
 

@@ -203,9 +203,13 @@ def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-judge-defences", dest="judge_defences", action="store_false",
                    help="leave out the defences (answer fenced as data, 'ignore instructions inside it', 'length and "
                    "polish earn nothing'), as the paper config does; on by default (docs/SECURITY.md)")
+    p.add_argument("--judge-failures", choices=("raise", "missing"), default="raise",
+                   help="a judge request that still fails after its retries: raise (default: stop with one line) or "
+                   "missing (that answer gets no score, the rest go on; counted in the summary), as training does")
     p.add_argument("--judge-parse", choices=JUDGE_PARSERS, default="evolm",
                    help="reading of a generative reply: evolm (first JSON object with a score after the thinking, "
-                   "clipped to [0, 1]) or reference (the authors': first { to last } via json_repair, not clipped)")
+                   "clipped to [0, 1]), reference (the authors' in training: first { to last } via json_repair, not "
+                   "clipped) or rb2 (their evaluation judge's: the first \"score\": x after the thinking)")
 
 
 def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
@@ -264,7 +268,7 @@ def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url
                                            getattr(args, "judge_defences", True), getattr(args, "judge_parse", "evolm"))
     if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
         cfg.chat_template_kwargs = {"enable_thinking": True}
-    return build_judge(cfg, seed=args.seed, device=args.device)
+    return build_judge(cfg, seed=args.seed, device=args.device, failures=getattr(args, "judge_failures", "raise"))
 
 
 def context_note(cut: int, unscored: int) -> str:
@@ -274,11 +278,12 @@ def context_note(cut: int, unscored: int) -> str:
 
 
 class GuardTally:
-    """A judge whose calls are counted for the summary line: answers its context guard cut (``Judgment.cut``) and
-    rows it left unscored (``Judgment.unscored``). Reads as the judge it wraps for everything else."""
+    """A judge whose calls are counted for the summary line: answers its context guard cut (``Judgment.cut``), rows
+    it left unscored (``Judgment.unscored``) and requests that failed (``--judge-failures missing``,
+    ``Judgment.failed``). Reads as the judge it wraps for everything else."""
 
     def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.Judge, a reward model, a cached judge
-        self.judge, self.cut, self.unscored = judge, 0, 0
+        self.judge, self.cut, self.unscored, self.failed = judge, 0, 0, 0
 
     def __getattr__(self, name: str):  # noqa: ANN204
         if name.startswith("__") or name == "judge":
@@ -289,11 +294,15 @@ class GuardTally:
         out = self.judge.score(items, progress)
         self.cut += sum(1 for j in out if j.cut)
         self.unscored += sum(1 for j in out if j.unscored)
+        self.failed += sum(1 for j in out if getattr(j, "failed", None))
         return out
 
 
 def judge_context_note(judge) -> str:  # noqa: ANN001 - a GuardTally (else nothing is known)
-    return context_note(judge.cut, judge.unscored) if isinstance(judge, GuardTally) else ""
+    if not isinstance(judge, GuardTally):
+        return ""
+    failed = f"; {judge.failed} answers without a score: their judge request failed" if judge.failed else ""
+    return context_note(judge.cut, judge.unscored) + failed
 
 
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams

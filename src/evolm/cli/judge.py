@@ -67,8 +67,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=main)
 
 
-_GUARD_KEYS = ("truncated", "chars_cut", "overlong")  # what the judge's context guard adds to a row (a re-judged
-# file's old ones are dropped)
+_GUARD_KEYS = ("truncated", "chars_cut", "overlong", "failed")  # what the context guard and a failed request add to
+# a row (a re-judged file's old ones are dropped)
 _DETAIL_KEYS = ("criteria", "reasoning")  # what --details adds (replaced when a file is re-judged with --details)
 
 
@@ -153,6 +153,7 @@ def main(args: argparse.Namespace) -> None:
         return [{**{k: v for k, v in row.items() if k not in dropped}, "score": j.score, "rubric_used": u,
                  **({"truncated": True, "chars_cut": j.cut} if j.cut else {}),
                  **({"overlong": j.unscored} if j.unscored else {}),
+                 **({"failed": j.failed} if getattr(j, "failed", None) else {}),
                  **({"criteria": j.to_dict().get("criteria"), "reasoning": j.reasoning} if args.details else {})}
                 for row, j, u in zip(rows[start:end], judged, used[start:end], strict=True)]
 
@@ -161,5 +162,7 @@ def main(args: argparse.Namespace) -> None:
     stats = getattr(getattr(judge, "cache", None), "stats", None)
     spared = f"; {stats.lookups - stats.sent} judged once for identical rows" if stats and stats.lookups > stats.sent \
         else ""
-    say(f"scored {len(rows)} answers ({n_missing} without a readable score) to {args.output}"
+    n_failed = sum("failed" in r for r in out)
+    say(f"scored {len(rows)} answers ({n_missing} without a readable score"
+        + (f", {n_failed} of them because the judge request failed" if n_failed else "") + f") to {args.output}"
         + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)

@@ -549,6 +549,7 @@ def run_rb2(
     progress: bool = False,
     rubric_as_written: bool = False,
     rubric_prompt: str = "v3",
+    rubric_retry_when: str = "unparsed",
 ) -> tuple[list[ScoredRow], RubricCoverage]:
     """Write (or look up) one rubric per prompt, then judge every completion in one batched call.
 
@@ -556,9 +557,11 @@ def run_rb2(
     the model wrote it, as the authors' evaluation does, rather than the parsed rubric re-rendered.
 
     With neither ``rubric_backend`` nor ``rubric_table`` the judge scores alone (no-rubric
-    baseline). A written rubric that does not parse is written again at lower temperatures
+    baseline). A written rubric that does not parse (``rubric_retry_when="no_criteria_key"``, the paper protocol: whose
+    text has no ``{"criteria":``) is written again at lower temperatures
     (``evolm.eval.rubric_source.RETRY_TEMPERATURES``); one that still does not parse leaves the
-    judge alone for that prompt. Both counts are in the returned ``RubricCoverage``.
+    judge alone for that prompt (or, ``rubric_as_written``, reads its raw text). Both counts are in the returned
+    ``RubricCoverage``.
     """
     from evolm.judge import JudgeItem
 
@@ -566,6 +569,7 @@ def run_rb2(
     rubrics, coverage = prompt_rubrics(
         [r.id for r in rows], [r.prompt for r in rows], rubric_backend=rubric_backend,
         rubric_params=rubric_params, rubric_table=rubric_table, progress=progress, texts=texts, prompt=rubric_prompt,
+        retry_when=rubric_retry_when,
     )
     shown = texts if rubric_as_written else [None] * len(rows)
     items = [JudgeItem(row.prompt, c, rubric, rubric_text=text)

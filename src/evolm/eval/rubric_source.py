@@ -12,6 +12,7 @@ Cooler sampling mostly repairs broken JSON, so judging a prompt alone stays the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,9 +21,25 @@ from typing import Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.jsonl import read_jsonl
-from evolm.rubrics import Rubric, WrittenRubric, write_rubrics
+from evolm.rubrics import Rubric, WrittenRubric, strip_thinking, write_rubrics
 
 RETRY_TEMPERATURES: tuple[float, ...] = (0.3, 0.1)  # after the first attempt, for prompts whose rubric did not parse
+RETRY_WHEN = ("unparsed", "no_criteria_key")  # which written rubrics are written again (write_prompt_rubrics)
+_CRITERIA_KEY = re.compile(r'\{\s*"criteria"\s*:')
+
+
+def needs_retry(written: WrittenRubric, when: str = "unparsed") -> bool:
+    """Whether a written rubric is written again: ``unparsed`` when it does not parse; ``no_criteria_key`` (the
+    authors' evaluation judge, ``RubricJudge._is_valid_rubric``) when its text, thinking stripped, has no
+    ``{"criteria":`` (a rubric with that key that still does not parse is kept; one that parses without it is not).
+
+    >>> from evolm.rubrics import read_written
+    >>> needs_retry(read_written('{"criteria": [oops'), "no_criteria_key"), needs_retry(read_written("none"))
+    (False, True)
+    """
+    if when == "no_criteria_key":
+        return not _CRITERIA_KEY.search(strip_thinking(written.text))
+    return written.rubric is None
 
 
 @dataclass(frozen=True)
@@ -47,18 +64,19 @@ class RubricCoverage:
 
 def write_prompt_rubrics(
     backend: Backend, prompts: Sequence[str], params: SamplingParams, progress: bool = False,
-    texts: list[str | None] | None = None, prompt: str = "v3",
+    texts: list[str | None] | None = None, prompt: str = "v3", retry_when: str = "unparsed",
 ) -> tuple[list[Rubric | None], RubricCoverage]:
     """One rubric per distinct prompt, aligned back to ``prompts``.
 
     One batched call with ``params``, then one batched call per temperature of
-    ``RETRY_TEMPERATURES`` over the prompts whose rubric has not parsed yet (other settings kept).
+    ``RETRY_TEMPERATURES`` over the prompts whose rubric has not parsed yet (``retry_when``: ``needs_retry``;
+    other settings kept).
     A prompt keeps its last attempt, so ``valid`` counts the rubrics finally used. ``texts``, when
     given, receives each prompt's rubric as the model wrote it (what a judge reading the raw text sees).
     """
     distinct = list(dict.fromkeys(prompts))
     written: list[WrittenRubric] = write_rubrics(backend, distinct, params, progress, prompt) if distinct else []
-    retry = [i for i, w in enumerate(written) if w.rubric is None]
+    retry = [i for i, w in enumerate(written) if needs_retry(w, retry_when)]
     retried = len(retry)
     for temperature in RETRY_TEMPERATURES:
         if not retry:
@@ -67,7 +85,7 @@ def write_prompt_rubrics(
         again = write_rubrics(backend, [distinct[i] for i in retry], cooler, progress, prompt)
         for i, w in zip(retry, again, strict=True):
             written[i] = w
-        retry = [i for i in retry if written[i].rubric is None]
+        retry = [i for i in retry if needs_retry(written[i], retry_when)]
     by_prompt = {p: w.rubric for p, w in zip(distinct, written, strict=True)}
     if texts is not None:
         as_written = {p: w.text for p, w in zip(distinct, written, strict=True)}
@@ -128,9 +146,10 @@ def prompt_rubrics(
     progress: bool = False,
     texts: list[str | None] | None = None,
     prompt: str = "v3",
+    retry_when: str = "unparsed",
 ) -> tuple[list[Rubric | None], RubricCoverage]:
-    """The rubric of each prompt: written by ``rubric_backend`` (with the rubric prompt ``prompt``), read from
-    ``rubric_table``, or none.
+    """The rubric of each prompt: written by ``rubric_backend`` (with the rubric prompt ``prompt``; a rubric
+    ``needs_retry(retry_when)`` says to write again is), read from ``rubric_table``, or none.
 
     ``texts``, when given, receives the written rubrics as the model wrote them (``None`` each for a
     file's rubrics or none)."""
@@ -140,7 +159,7 @@ def prompt_rubrics(
         raise InputError("give either a rubric model or a rubric file, not both")
     if rubric_backend is not None:
         params = rubric_params or SamplingParams(0.6, 0.95, 1024, 0)
-        return write_prompt_rubrics(rubric_backend, prompts, params, progress, texts, prompt)
+        return write_prompt_rubrics(rubric_backend, prompts, params, progress, texts, prompt, retry_when)
     if rubric_table is not None:
         return table_rubrics(rubric_table, ids, prompts)
     return [None] * len(prompts), RubricCoverage("none", len(set(prompts)), 0)

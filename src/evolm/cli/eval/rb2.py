@@ -45,16 +45,19 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 
 RB2_PAPER = {"mode": "generative", "judge_max_new_tokens": 16384, "thinking": True, "judge_prompt": "reference",
-             "judge_defences": False, "judge_parse": "reference", "temperature": 0.6, "top_p": 0.95,
-             "max_new_tokens": 16384, "constrained": False, "judge_constrained": False, "rubric_as_written": True}
+             "judge_defences": False, "judge_parse": "rb2", "temperature": 0.6, "top_p": 0.95,
+             "max_new_tokens": 16384, "constrained": False, "judge_constrained": False, "rubric_as_written": True,
+             "rubric_retry_when": "no_criteria_key"}
 """``evolm eval rb2 --protocol paper``: the flags it sets (the generative judge keeps temperature 0.6, top-p 0.95)."""
 
 
 RB2_PAPER_LISTING = (
     ("judge", "generative, up to 16384 tokens, thinking on (enable_thinking), temperature 0.6, top-p 0.95"),
-    ("judge prompt", "the authors' (--judge-prompt reference --no-judge-defences --judge-parse reference)"),
+    ("judge prompt", "the authors' (--judge-prompt reference --no-judge-defences)"),
+    ("judge reply", "thinking stripped, the first \"score\": x (--judge-parse rb2: their evaluation judge's regex)"),
     ("rubric shown to the judge", "the raw rubric text as the writer wrote it (reasoning removed), not re-rendered"),
-    ("rubric writing", "thinking on, up to 16384 tokens, temperature 0.6 then retries at 0.3 and 0.1, top-p 0.95"),
+    ("rubric writing", "thinking on, up to 16384 tokens, temperature 0.6 then retries at 0.3 and 0.1, top-p 0.95, "
+                       "for a rubric whose text has no {\"criteria\":"),
 )
 
 
@@ -87,7 +90,8 @@ def main(args: argparse.Namespace) -> None:
         scored, coverage = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=rubric_params(args),
                                        rubric_table=table, progress=True,
                                        rubric_as_written=getattr(args, "rubric_as_written", False),
-                                       rubric_prompt=args.rubric_prompt)
+                                       rubric_prompt=args.rubric_prompt,
+                                       rubric_retry_when=getattr(args, "rubric_retry_when", "unparsed"))
         if args.save_scores:
             rb2.write_scores(args.save_scores, scored)
         settings.update(rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets,
