@@ -293,3 +293,16 @@ def test_report_plots_the_criteria_per_step_when_logged(tmp_path):
     _write_jsonl(run / "metrics.jsonl", rows)
     text = write_report(run).read_text(encoding="utf-8")
     assert 'alt="criteria per step"' in text and "does not discriminate" in text
+
+
+def test_a_phase_of_one_step_draws_its_std_as_a_bar_the_longer_phases_as_a_band():
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    from evolm import plots
+
+    ax = Figure().add_subplot()
+    # phase 0: steps 1-2 (a band between them); phase 1: step 3 alone (nothing to fill: a ± bar)
+    plots.band(ax, plots.Series([1, 2, 3], [0.2, 0.3, 0.5], [0.05, 0.05, 0.1], [0, 0, 1]), "#000")
+    bars = [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+    assert [(x0, round(y0, 6), x1, round(y1, 6)) for (x0, y0), (x1, y1) in bars] == [(3, 0.4, 3, 0.6)]
