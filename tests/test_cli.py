@@ -369,12 +369,13 @@ def test_the_run_summary_fits_80_columns_without_cutting_a_header(tmp_path: Path
     phases = [{"phase": 0, "cycle": 0, "role": "policy", "steps": 1, "reward": 0.258, "reward_std": 0.043,
                "pair_accuracy": None, "rubric_validity": None, "seconds": 127.0},
               {"phase": 1, "cycle": 0, "role": "rubric", "steps": 1, "reward": 0.293, "reward_std": 0.007,
-               "pair_accuracy": 0.25, "rubric_validity": 1.0, "seconds": 292.0}]
+               "pair_accuracy": 0.25, "pair_judgements": 4, "pairs": 1, "rubric_validity": 1.0, "seconds": 292.0}]
     monkeypatch.chdir(tmp_path)
     Path("run").mkdir()
     Path("run", "metrics.jsonl").write_text("", encoding="utf-8")
     _print_summary(Path("run"), phases)
     table = capsys.readouterr().out.splitlines()[:-1]  # the last line is the run directory's, printed plainly
     assert not any("…" in line for line in table) and max(len(line) for line in table) <= 80
-    for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292"):
+    for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292",
+                 "pair acc. n: 4 judgements of 1 pair (phase 1)"):
         assert any(word in line for line in table), word

@@ -232,10 +232,12 @@ def test_step_rewards_by_hand() -> None:
            RowReward(0.0, rubric_valid=0.0), RowReward(None, s_pos=0.3, s_neg=0.6, rubric_valid=0.0)]
     r = step_rewards(["rubric"] * 4, raw, [0, 0, 1, 1])
     assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity, r.tied_groups) == (0.25, 0.25, 0.5, 0.5)
+    assert (r.pair_judgements, r.pairs) == (4, 2)  # the pair accuracy's n: 4 rubrics judging 2 pairs
     assert r.rewards == [0.7, 0.3, 0.0, 0.0]  # the missing reward takes its group's mean: zero advantage
     assert r.reward_mean == pytest.approx(0.25) and r.reward_std == pytest.approx((0.2 + 0.0) / 2)
     r = step_rewards(["policy"] * 4, [RowReward(x) for x in (0.5, 0.5, 0.1, 0.2)], [0, 0, 1, 1], [1.0, 0.0])
     assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity) == (0.0, None, 0.5)  # one rubric per question
+    assert (r.pair_judgements, r.pairs) == (None, None)
 
 
 # ============================================================================= per-step materialisation
@@ -361,6 +363,8 @@ def test_run_metrics_alternate_roles(coevolve_run: Path) -> None:
     summary = summarise(coevolve_run)
     assert [(p["phase"], p["role"], p["steps"]) for p in summary] == [(0, "policy", 2), (1, "rubric", 2),
                                                                      (2, "policy", 2), (3, "rubric", 2)]
+    pairs = [(p["pair_judgements"], p["pairs"]) for p in summary]  # pair accuracy's n, logged by every rubric step
+    assert pairs[0] == pairs[2] == (None, None) and pairs[1][0] > 0 and pairs[1][1] > 0 and pairs[1] == pairs[3]
 
 
 def test_run_metrics_have_judge_cost_and_the_monitor(coevolve_run: Path) -> None:

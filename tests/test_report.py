@@ -38,7 +38,8 @@ PHASES = [
 def _metric(phase, cycle, role, step, reward, std, acc, valid) -> dict:
     return {"step": step, "role": role, "cycle": cycle, "phase": phase, "reward_mean": reward, "reward_std": std,
             "pair_accuracy": acc, "rubric_validity": valid, "kl": 0.01 * step, "completion_length": 30 + step,
-            "seconds": 2.0, "time": 1_700_000_000 + 2 * step, "extra_key": "ignored"}
+            "seconds": 2.0, "time": 1_700_000_000 + 2 * step, "extra_key": "ignored",
+            **({"pair_judgements": 4, "pairs": 1} if role == "rubric" and acc is not None else {})}
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -306,3 +307,19 @@ def test_a_phase_of_one_step_draws_its_std_as_a_bar_the_longer_phases_as_a_band(
     plots.band(ax, plots.Series([1, 2, 3], [0.2, 0.3, 0.5], [0.05, 0.05, 0.1], [0, 0, 1]), "#000")
     bars = [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
     assert [(x0, round(y0, 6), x1, round(y1, 6)) for (x0, y0), (x1, y1) in bars] == [(3, 0.4, 3, 0.6)]
+
+
+def test_phase_table_shows_the_reward_spread_and_the_pair_accuracys_n(tmp_path):
+    """demo.sh says to check the rubric steps' reward spread and the pair accuracy: the page prints both, with n."""
+    text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")
+    table = text[text.index("Per-phase summary"):text.index("How the rubrics evolve")]
+    assert "reward spread (std)" in table and "pair accuracy&#39;s n" in table
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
+    # phase 1 (rubric): std 0.2 on every step; pair accuracy (0.5 + 0.75) / 2 over 2 steps that logged 4 judgements
+    # of 1 pair each (the step with no accuracy logged no n)
+    assert cells[1][6:9] == ["0.2", "0.625", "8 judgements of 2 pairs"]
+    assert cells[0][6:9] == ["0.1", "–", "–"]  # a policy phase: its spread, no pairs
+    pairs = text[text.index("Judge accuracy on temporal pairs"):text.index("<h2>Rubric validity")]
+    # the run's pair accuracy over its 5 rubric steps with a value: (0.5 + 0.75 + 0.75 + 0.875 + 1.0) / 5
+    assert "pair accuracy over the run: 0.775, n = 20 judgements of 5 pairs in 5 rubric steps" in pairs

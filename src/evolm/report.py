@@ -62,7 +62,7 @@ _CORRELATIONS = {"length_reward_corr"}
 _COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge_requests")  # counts, read as floats
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
-_COUNTS = ("heldout_pairs", "heldout_questions")
+_COUNTS = ("heldout_pairs", "heldout_questions", "pair_judgements", "pairs")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -106,6 +106,11 @@ class Phase:
     def mean(self, key: str) -> float:
         return _nanmean([r[key] for r in self.rows])
 
+    def count(self, key: str) -> int | None:
+        """The sum of a count column (``pair_judgements``, ``pairs``) over the phase; None when no step logged it."""
+        ns = [r.get(key) for r in self.rows if r.get(key) is not None]
+        return sum(ns) if ns else None
+
 
 @dataclass
 class RunData:
@@ -139,7 +144,7 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     """Every readable line of a ``metrics.jsonl`` as a flat dict, training steps and held-out evaluations alike.
 
     Floats are finite or NaN; a value outside its bounds (a share outside [0, 1], a negative std,
-    a magnitude above 1e15, a held-out n below 1) is read as missing and counted in ``notes``.
+    a magnitude above 1e15, a count below 1) is read as missing and counted in ``notes``.
     Sorted by step, stably: an evaluation keeps its place after the step it follows.
     """
     read = read_lenient(path)
@@ -171,7 +176,7 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
         notes.append(f"{path.name}: {read.skipped} unreadable line(s) skipped{torn}.")
     if absurd:
         notes.append(f"{path.name}: {absurd} out-of-range value(s) read as missing (a share outside [0, 1], a "
-                     f"negative std, a magnitude above {_MAX_ABS:g}, a held-out n below 1).")
+                     f"negative std, a magnitude above {_MAX_ABS:g}, a count below 1).")
     rows.sort(key=lambda r: r["step"])
     return rows
 
@@ -378,6 +383,14 @@ def _pairs(d: RunData) -> dict[str, Any]:
     out["plot"] = plot_html(d.notes, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means)
     out["trend"] = [f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)"
                     for name in ("pair accuracy", "policy reward") if len(ys := means.get(name, ([], []))[1]) > 1]
+    rubric = [r for r in d.metrics if r["role"] == "rubric" and not math.isnan(r["pair_accuracy"])]
+    counted = [r for r in rubric if r.get("pair_judgements") is not None]
+    if counted and len(counted) == len(rubric):  # n of the whole run's pair accuracy: every step logged its own
+        judged = sum(r["pair_judgements"] for r in counted)
+        acc = sum(r["pair_accuracy"] * r["pair_judgements"] for r in counted) / judged
+        pairs = sum(r["pairs"] for r in counted) if all(r.get("pairs") is not None for r in counted) else None
+        steps = f"{len(counted)} rubric step{'s' * (len(counted) != 1)}"
+        out["trend"].insert(0, f"pair accuracy over the run: {acc:.3f}, n = {pair_n(judged, pairs)} in {steps}")
     policy_means = means.get("policy reward", ([], []))[1]
     out["fell"] = len(policy_means) > 1 and policy_means[-1] < policy_means[0]
     return out
@@ -476,9 +489,19 @@ def _heldout(d: RunData) -> dict[str, Any] | None:
     return {"plots": plot_list, "rows": rows}
 
 
+def pair_n(judgements: int | None, pairs: int | None) -> str:
+    """The n of a pair accuracy in words: "4 judgements of 1 pair" (each rubric sampled for a pair judges it once)."""
+    if judgements is None:
+        return "–"
+    return f"{judgements} judgement{'s' * (judgements != 1)}" + (
+        "" if pairs is None else f" of {pairs} pair{'s' * (pairs != 1)}")
+
+
 def _phase_rows(d: RunData) -> list[list[Any]]:
     return [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
-             p.mean("pair_accuracy"), p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
+             p.mean("reward_std"), p.mean("pair_accuracy"),
+             pair_n(p.count("pair_judgements"), p.count("pairs")) if p.role == "rubric" else "–",
+             p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
              _duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
 
 
@@ -594,7 +617,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None, length_f
 
 def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
     """Per phase: role, cycle, steps, mean reward, its within-group spread (the mean of the steps' reward_std),
-    judge pair accuracy, rubric validity, seconds.
+    judge pair accuracy with its n (judgements and pairs, summed over the steps), rubric validity, seconds.
 
     Held-out evaluation lines are not steps of a phase and are left out."""
     phases: dict[int, list[StepRecord]] = {}
@@ -607,8 +630,13 @@ def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
         vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
         return sum(vals) / len(vals) if vals else None
 
+    def total(recs: list[StepRecord], key: str) -> int | None:
+        vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
+        return sum(vals) if vals else None
+
     return [{"phase": p, "role": recs[0].role, "cycle": recs[0].cycle, "steps": len(recs),
              "reward": mean(recs, "reward_mean"), "reward_std": mean(recs, "reward_std"),
-             "pair_accuracy": mean(recs, "pair_accuracy"),
+             "pair_accuracy": mean(recs, "pair_accuracy"), "pair_judgements": total(recs, "pair_judgements"),
+             "pairs": total(recs, "pairs"),
              "rubric_validity": mean(recs, "rubric_validity"), "seconds": sum(r.seconds or 0.0 for r in recs)}
             for p, recs in sorted(phases.items())]

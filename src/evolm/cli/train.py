@@ -238,6 +238,7 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
 
     from evolm.heldout import summary_rows
     from evolm.records import read_metrics
+    from evolm.report import pair_n
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
@@ -251,6 +252,10 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
                       fmt(ph.get("reward_std")), fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]),
                       f"{ph['seconds']:.0f}")
     Console().print(table)
+    counted = [f"{pair_n(ph['pair_judgements'], ph.get('pairs'))} (phase {ph['phase']})" for ph in phases
+               if ph.get("pair_judgements") is not None]
+    if counted:  # below the table, which has no room for it in 80 columns
+        print(f"pair acc. n: {'; '.join(counted)}")
     heldout = summary_rows(read_metrics(run_dir))
     if heldout:
         table = Table(title="held-out evaluation (eval.*): first and last")
