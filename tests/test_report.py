@@ -178,9 +178,20 @@ def test_partial_run_one_role_no_samples_nulls(tmp_path):
     _write_jsonl(run / "metrics.jsonl", rows)
     text = write_report(run).read_text(encoding="utf-8")
     assert 'alt="reward curves"' in text
-    for missing in ("no rubric steps", "no samples", "no config.yaml", "no evaluation results",
-                    "No rubric steps with a pair accuracy yet"):
+    for missing in ("no rubric steps", "no samples", "no config.yaml", "No rubric steps with a pair accuracy yet"):
         assert missing in text
+
+
+def test_a_run_without_evaluation_files_has_nothing_missing(tmp_path):
+    """Training writes no eval/*.json: a complete run without them opens with no "What is missing" box."""
+    run = build_run(tmp_path / "run")
+    for f in (run / "eval").iterdir():
+        f.unlink()
+    (run / "metrics.jsonl").write_text("".join(line + "\n" for line in (run / "metrics.jsonl").read_text(
+        encoding="utf-8").splitlines()[:-1]), encoding="utf-8")  # the torn line off: a complete run
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "What is missing" not in text
+    assert "training writes no evaluation files" in text[text.index("<h2>Evaluation results"):]
 
 
 def test_empty_metrics_file_still_renders(tmp_path):

@@ -233,9 +233,7 @@ def load_run(run_dir: str | Path) -> RunData:
             data.evals[path.name] = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError) as e:  # malformed or not UTF-8 (both ValueErrors), nested too deeply
             notes.append(f"eval/{path.name}: unreadable JSON ({e.__class__.__name__}).")
-    if not data.evals:
-        notes.append("no evaluation results in eval/*.json.")
-    return data
+    return data  # no eval/*.json is not missing: training writes none (the section says how to add them)
 
 
 # ----------------------------------------------------------------------------- page helpers
