@@ -112,8 +112,9 @@ def test_report_is_one_self_contained_html_file(tmp_path):
     images = _images(text)
     assert len(images) >= 4 and all(img.startswith(b"\x89PNG\r\n\x1a\n") for img in images)
     assert text.count("<img") == len(images)  # every image is embedded
-    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity", "rubric statistics by phase"):
+    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity"):
         assert f'alt="{alt}"' in text
+    assert "Fewer than 3 phases of each source: no plot" in text  # rubric statistics: 2 phases per source
     # header: steps per role and summed step time (12 steps x 2 s)
     assert "policy steps</td><td class=\"n\">6" in text and "rubric steps</td><td class=\"n\">6" in text
     assert "0:00:24" in text
@@ -177,7 +178,7 @@ def test_partial_run_one_role_no_samples_nulls(tmp_path):
     rows.append({"step": "x", "role": 3, "reward_mean": "high"})  # garbage types must not crash either
     _write_jsonl(run / "metrics.jsonl", rows)
     text = write_report(run).read_text(encoding="utf-8")
-    assert 'alt="reward curves"' in text
+    assert "reward curves: fewer than 3 steps with a value, so a table" in text  # one finite reward of three
     for missing in ("no rubric steps", "no samples", "no config.yaml", "No rubric steps with a pair accuracy yet"):
         assert missing in text
 
@@ -334,3 +335,20 @@ def test_phase_table_shows_the_reward_spread_and_the_pair_accuracys_n(tmp_path):
     pairs = text[text.index("Judge accuracy on temporal pairs"):text.index("<h2>Rubric validity")]
     # the run's pair accuracy over its 5 rubric steps with a value: (0.5 + 0.75 + 0.75 + 0.875 + 1.0) / 5
     assert "pair accuracy over the run: 0.775, n = 20 judgements of 5 pairs in 5 rubric steps" in pairs
+
+
+def test_fewer_than_three_steps_show_a_table_instead_of_a_plot(tmp_path):
+    """The demo's run (one policy and one rubric step): a plot of one point per curve shows nothing but odd ticks,
+    so each section shows its values in a small table instead, the reward's std included."""
+    run = tmp_path / "demo"
+    _write_jsonl(run / "metrics.jsonl", [
+        {**_metric(0, 0, "policy", 1, 0.258, 0.043, None, 1.0), "judge_prompt_tokens": 900, "judge_requests": 12},
+        {**_metric(1, 0, "rubric", 2, 0.293, 0.007, 0.25, 1.0), "judge_prompt_tokens": 1800, "judge_requests": 24}])
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "<img" not in text
+    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity", "judge cost per step"):
+        assert f"{alt}: fewer than 3 steps with a value, so a table instead of a plot" in text, alt
+    rewards = text[text.index("<h2>Rewards"):text.index("<h2>Judge accuracy")]
+    rows = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in re.findall(r"<tr>(.*?)</tr>", rewards, re.S)]
+    assert rows == [["step", "policy reward (mean)", "policy reward std", "rubric reward (mean)", "rubric reward std"],
+                    ["1", "0.258", "0.043", "–", "–"], ["2", "–", "–", "0.293", "0.007"]]

@@ -18,7 +18,7 @@ import datetime as dt
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +276,29 @@ def plot_html(notes: list[str], alt: str, fn, *args) -> Markup:  # noqa: ANN001 
     return Markup('<p><img alt="{}" src="data:image/png;base64,{}"></p>').format(alt, png)
 
 
+MIN_PLOT_POINTS = 3  # fewer steps than this make no curve (a lone point gets ticks like 0.945-1.050): a table instead
+
+
+def _points(s: plots.Series) -> int:
+    return sum(not math.isnan(y) for y in s.y)
+
+
+def figure(notes: list[str], alt: str, columns: dict[str, tuple[plots.Series, float]], fn, *args) -> Markup:  # noqa: ANN001
+    """``plot_html(notes, alt, fn, *args)``, or, when no curve of ``columns`` (header -> (series, scale)) has
+    ``MIN_PLOT_POINTS`` values, a small table of those values by step."""
+    if max((_points(s) for s, _ in columns.values()), default=0) >= MIN_PLOT_POINTS:
+        return plot_html(notes, alt, fn, *args)
+    by_step: dict[float, dict[str, float]] = {}
+    for name, (s, scale) in columns.items():
+        for x, y in zip(s.x, s.y, strict=True):
+            if not math.isnan(y):
+                by_step.setdefault(x, {})[name] = y * scale
+    rows = [[x, *[cells.get(name, math.nan) for name in columns]] for x, cells in sorted(by_step.items())]
+    table = _PAGES.get_template("macros.html.j2").module.table(["step", *columns], rows, 1)
+    return Markup('<p class="muted">{}: fewer than {} steps with a value, so a table instead of a plot.</p>{}').format(
+        alt, MIN_PLOT_POINTS, table)
+
+
 def _duration(seconds: float) -> str:
     if math.isnan(seconds):
         return "–"
@@ -353,7 +376,12 @@ def _rewards(d: RunData) -> Markup | None:
     if not series:
         return None
     means = {r: pm for r in series if (pm := _phase_means(d, r, "reward_mean")) is not None}
-    return plot_html(d.notes, "reward curves", plots.reward_plot, series, _spans(d), means)
+    columns: dict[str, tuple[plots.Series, float]] = {}
+    for role, s in series.items():
+        columns[f"{role} reward (mean)"] = (s, 1.0)
+        if s.band is not None:
+            columns[f"{role} reward std"] = (replace(s, y=s.band), 1.0)
+    return figure(d.notes, "reward curves", columns, plots.reward_plot, series, _spans(d), means)
 
 
 def _age_window(d: RunData) -> str:
@@ -378,7 +406,9 @@ def _pairs(d: RunData) -> dict[str, Any]:
     for name, role, key in (("pair accuracy", "rubric", "pair_accuracy"), ("policy reward", "policy", "reward_mean")):
         if (pm := _phase_means(d, role, key)) is not None:
             means[name] = pm
-    out["plot"] = plot_html(d.notes, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means)
+    columns = {"pair accuracy (rubric steps)": (acc, 1.0), **({"policy reward": (pol, 1.0)} if pol else {})}
+    out["plot"] = figure(d.notes, "pair accuracy and policy reward", columns, plots.pairs_plot, acc, pol, _spans(d),
+                         means)
     out["trend"] = [f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)"
                     for name in ("pair accuracy", "policy reward") if len(ys := means.get(name, ([], []))[1]) > 1]
     rubric = [r for r in d.metrics if r["role"] == "rubric" and not math.isnan(r["pair_accuracy"])]
@@ -396,7 +426,8 @@ def _pairs(d: RunData) -> dict[str, Any]:
 
 def _validity(d: RunData) -> Markup | None:
     series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "rubric_validity"))}
-    return plot_html(d.notes, "rubric validity", plots.validity_plot, series, _spans(d)) if series else None
+    columns = {f"valid share ({role} steps)": (s, 1.0) for role, s in series.items()}
+    return figure(d.notes, "rubric validity", columns, plots.validity_plot, series, _spans(d)) if series else None
 
 
 def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any] | None:
@@ -406,7 +437,8 @@ def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any]
     if not series and not d.heldout:
         return None
     flags = hacking_flags(d.metrics, d.heldout, length_factor)
-    plot = plot_html(d.notes, "reward-hacking monitor", plots.panels_plot, series, plots.MONITOR_PANELS,
+    plot = figure(d.notes, "reward-hacking monitor", _panel_columns(series, plots.MONITOR_PANELS), plots.panels_plot,
+                  series, plots.MONITOR_PANELS,
                      sorted({f.step for f in flags})) if series else None
     return {"plot": plot, "flags": flags, "length_factor": length_factor}
 
@@ -431,13 +463,19 @@ def _panel_series(d: RunData, panels: tuple[tuple[str, str, float], ...]) -> dic
     return series
 
 
+def _panel_columns(series: dict[str, plots.Series], panels: tuple[tuple[str, str, float], ...]
+                   ) -> dict[str, tuple[plots.Series, float]]:
+    return {title: (series[key], scale) for title, key, scale in panels if key in series}
+
+
 def _cost(d: RunData) -> dict[str, Any] | None:
     """What judging cost per step, both roles: tokens read and generated, seconds, requests, cache hits."""
     series = _panel_series(d, COST_PANELS)
     if not series:
         return None
     totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:4]]
-    return {"plot": plot_html(d.notes, "judge cost per step", plots.panels_plot, series, COST_PANELS), "totals": totals}
+    return {"plot": figure(d.notes, "judge cost per step", _panel_columns(series, COST_PANELS), plots.panels_plot,
+                           series, COST_PANELS), "totals": totals}
 
 
 CRITERIA_PANELS = (
@@ -451,7 +489,8 @@ def _criteria(d: RunData) -> Markup | None:
     """What the judge read per criterion, per step of both roles: the share of criteria whose value does not vary
     across the answers they judged, criteria per rubric, and the share of criteria passed."""
     series = _panel_series(d, CRITERIA_PANELS)
-    return plot_html(d.notes, "criteria per step", plots.panels_plot, series, CRITERIA_PANELS) if series else None
+    return figure(d.notes, "criteria per step", _panel_columns(series, CRITERIA_PANELS), plots.panels_plot, series,
+                  CRITERIA_PANELS) if series else None
 
 
 # ----------------------------------------------------------------------------- held-out evaluations
@@ -476,7 +515,8 @@ def _heldout(d: RunData) -> dict[str, Any] | None:
     label = d.run_dir.resolve().name
     plot_list = [plot_html(d.notes, title, plots.interval_plot, [pts], title.capitalize(), title,
                            (-0.03, 1.03) if key != "heldout_policy_score" else None)
-                 for key, title, _, _ in HELDOUT if (pts := heldout_points(d.heldout, key, label, 0)) is not None]
+                 for key, title, _, _ in HELDOUT if (pts := heldout_points(d.heldout, key, label, 0)) is not None
+                 and len(pts.x) >= MIN_PLOT_POINTS]  # fewer: the table below has every value
     rows = []
     for r in d.heldout:
         cells: list[Any] = [r["step"]]
@@ -515,8 +555,10 @@ def _stats(d: RunData) -> dict[str, Any] | None:
                    r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
                    _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
                    " / ".join(str(r["max_weight_hist"][b]) for b in bins)] for r in rows]
-    return {"header": header, "rows": table_rows,
-            "plot": plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows)}
+    phases = Counter(r["source"] for r in rows)
+    plot = plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows) \
+        if max(phases.values()) >= MIN_PLOT_POINTS else None  # fewer phases per source: the table has every value
+    return {"header": header, "rows": table_rows, "plot": plot}
 
 
 @dataclass(frozen=True)
