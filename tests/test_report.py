@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -352,3 +355,60 @@ def test_fewer_than_three_steps_show_a_table_instead_of_a_plot(tmp_path):
     rows = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in re.findall(r"<tr>(.*?)</tr>", rewards, re.S)]
     assert rows == [["step", "policy reward (mean)", "policy reward std", "rubric reward (mean)", "rubric reward std"],
                     ["1", "0.258", "0.043", "–", "–"], ["2", "–", "–", "0.293", "0.007"]]
+
+
+# ----------------------------------------------------------------------------- the page in a real browser
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# headless, sandbox off (CI runs as root), and nothing that reaches the network or a profile
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync")
+# appended to a copy of the page: what overflows the 1,280 px window (the page's width, and each element whose box
+# ends right of the window or of the body's column), written into the DOM that --dump-dom prints
+_MEASURE = """<script>
+const cw = document.documentElement.clientWidth, col = document.body.getBoundingClientRect().right;
+const wide = [...document.body.querySelectorAll('*')].filter(e => e.tagName !== 'SCRIPT').map(e => [e, e.getBoundingClientRect()])
+  .filter(([e, r]) => r.right > Math.min(cw, col) + 1)
+  .map(([e, r]) => e.tagName + ' ' + Math.round(r.right) + 'px: ' + (e.textContent || '').trim().slice(0, 60));
+document.body.setAttribute('data-layout', JSON.stringify({scrollWidth: document.documentElement.scrollWidth,
+  clientWidth: cw, column: Math.round(col), wide: wide.slice(0, 10)}));
+</script>"""
+
+
+def _browser() -> str:
+    found = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if found is None:
+        pytest.skip("no Chromium to render the report in (.ci/run installs it: apt-get install chromium)")
+    return found
+
+
+def _layout(browser: str, page: Path, tmp: Path, width: int = 1280) -> dict:
+    """The page's layout at ``width`` px in headless Chromium (``_MEASURE``), and a screenshot of it (tmp/page.png)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    measured = tmp / "measured.html"
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    flags = [browser, *BROWSER_FLAGS, f"--window-size={width},1000"]
+    dom = subprocess.run([*flags, f"--user-data-dir={tmp / 'profile'}", "--dump-dom", measured.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    subprocess.run([*flags, f"--user-data-dir={tmp / 'profile'}", f"--screenshot={tmp / 'page.png'}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    found = re.search(r'data-layout="([^"]*)"', dom)
+    assert found, dom[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_the_demo_report_fits_a_1280px_window_in_a_real_browser(tmp_path):
+    """The report of a run shaped like the demo's, opened in headless Chromium at 1,280 px: nothing runs past the
+    window or the page's column (the rubric-statistics table did), and a screenshot of it is taken."""
+    browser = _browser()
+    too_wide = tmp_path / "too-wide.html"  # the check itself can fail: a 2,000 px table is caught
+    too_wide.write_text("<!DOCTYPE html><html><body><table style='width:2000px'><tr><td>x</td></tr></table></body>"
+                        "</html>", encoding="utf-8")
+    caught = _layout(browser, too_wide, tmp_path / "check")
+    assert caught["scrollWidth"] > 1280 and caught["wide"]
+    page = write_report(build_run(tmp_path / "run"))
+    layout = _layout(browser, page, tmp_path)
+    assert layout["clientWidth"] <= 1280 and layout["scrollWidth"] <= layout["clientWidth"], layout
+    assert layout["wide"] == [], layout
+    shot = (tmp_path / "page.png").read_bytes()
+    assert shot.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(shot[16:20], "big") == 1280  # the width, px

@@ -548,9 +548,9 @@ def _stats(d: RunData) -> dict[str, Any] | None:
         return None
     rows = [s.to_json() for s in d.rubric_stats]
     bins = list(rows[0]["max_weight_hist"])
-    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria/rubric", "chars/criterion", "label-only",
-              "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
-              f"max weight bins {' / '.join(bins)}"]
+    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria per rubric", "chars per criterion",
+              "label-only", "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
+              f"rubrics by max weight: {' / '.join(bins)}"]
     table_rows = [[r["phase"], _fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
                    r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
                    _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
