@@ -319,6 +319,9 @@ def test_policy_step_rows_carry_the_written_rubric(tmp_path: Path, tiny_model_di
 # ============================================================================= a whole co-evolving run
 
 
+GENERATED: list[int] = []  # what coevolve_run's on_tokens was told (tokens the trained model decoded, as it went)
+
+
 @pytest.fixture(scope="module")
 def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """2 cycles x (2 policy + 2 rubric steps); save_every is larger than the run: only phase ends save."""
@@ -326,8 +329,18 @@ def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     cfg = tiny_config(tiny_model_dir, out, "schedule.cycles=2", "schedule.steps_per_phase=2",
                       "schedule.save_every=100", "grpo.learning_rate=1e-3",
                       "grpo.save_total_limit=null")  # every checkpoint kept (the demo keeps its last two)
-    assert run(cfg) == out
+    assert run(cfg, on_tokens=GENERATED.append) == out
     return out
+
+
+def test_run_tells_the_tokens_it_generates_within_each_step(coevolve_run: Path) -> None:
+    """`evolm train`'s bar moves inside a step: on_tokens hears at least every answer token of the policy steps
+    (their completion_length x rows), told a decoding step at a time rather than once per step."""
+    cfg = load_config(coevolve_run / "config.yaml")
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
+    answers = sum(r["completion_length"] * rows for r in metrics(coevolve_run) if r["role"] == "policy")
+    assert sum(GENERATED) >= answers - len(metrics(coevolve_run)) * rows  # less each row's first token (prefill)
+    assert len(GENERATED) > 4 * len(metrics(coevolve_run))  # many times per step
 
 
 def test_run_logs_per_criterion_readings_in_metrics_and_samples(coevolve_run: Path) -> None:

@@ -569,12 +569,13 @@ def read_written(text: str) -> WrittenRubric:
 
 def write_rubrics(
     backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False, prompt: str = "v3",
-    on_rows: Callable[[int], None] | None = None,
+    on_rows: Callable[[int], None] | None = None, on_tokens: Callable[[int], None] | None = None,
 ) -> list[WrittenRubric]:
     """One rubric per question, written by ``backend`` in the rubric role (``rubric_messages(q, prompt)``), batched.
 
-    ``on_rows(n)`` (a local ``HFBackend`` only: ``HFBackend.generate``) is told as ``n`` more rubrics are finished.
+    ``on_rows(n)`` (a local ``HFBackend`` only: ``HFBackend.generate``) is told as ``n`` more rubrics are finished,
+    ``on_tokens(n)`` as ``n`` more tokens are written.
     """
-    extra = {} if on_rows is None else {"on_rows": on_rows}
+    extra = {k: f for k, f in (("on_rows", on_rows), ("on_tokens", on_tokens)) if f is not None}
     texts = backend.generate([rubric_messages(q, prompt) for q in questions], params, progress=progress, **extra)
     return [read_written(t) for t in texts]
