@@ -754,3 +754,11 @@ def test_rubric_prompt_setting_reaches_both_roles(tmp_path: Path, tiny_model_dir
     engine = FakeEngine()
     loop.step_rows(0, engine.generate)
     assert all(c[:-1] == rubric_messages("x", "older")[:-1] for c in engine.calls[0])
+
+
+def test_the_model_card_beside_the_checkpoints_names_the_base_model(coevolve_run: Path) -> None:
+    """TRL's card named a local base model "[None]" and loaded model="None" in its quick start."""
+    card = (coevolve_run / "checkpoints" / "README.md").read_text(encoding="utf-8")
+    base = load_config(coevolve_run / "config.yaml").model.name
+    assert "None" not in card and f"fine-tuned version of `{base}` (a local model)" in card
+    assert 'model="checkpoint-8"' in card  # the last checkpoint the card was written with
