@@ -38,9 +38,11 @@ class Rubric:
     criteria: tuple[Criterion, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """As JSON; weights rounded to 12 decimals, so the float noise of normalising (0.3 read as
+        0.29999999999999993) never reaches a file or a reader: reading it back renormalises, far below that digit."""
         return {
             "criteria": [
-                {"criterion": c.criterion, "weight": c.weight, "scoring_levels": dict(c.scoring_levels)}
+                {"criterion": c.criterion, "weight": round(c.weight, 12), "scoring_levels": dict(c.scoring_levels)}
                 for c in self.criteria
             ]
         }
