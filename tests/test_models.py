@@ -43,3 +43,23 @@ def test_an_uncached_hub_id_fails_at_once_when_the_hub_is_out_of_reach(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "127.0.0.1 cannot be reached" in err, err
     assert time.monotonic() - started < 30 and not (tmp_path / "o.jsonl").exists()
+
+
+def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> None:  # noqa: ANN001
+    """`evolm train`'s bar counts the tokens the trained model decodes, whoever calls generate; PEFT's wrappers call
+    the base model's forward directly, so the count hooks the input embeddings, which every forward calls."""
+    from peft import LoraConfig, get_peft_model
+
+    from evolm.models import count_generated_tokens, load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    told: list[int] = []
+    count_generated_tokens(model, told.append)
+    peft = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules="all-linear"))
+    ids = tokenizer(["What is 1 + 1?", "What is 2 + 2?"], return_tensors="pt", padding=True)
+    out = peft.generate(**ids, max_new_tokens=5, min_new_tokens=5, do_sample=False,
+                        pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] - ids["input_ids"].shape[1] == 5
+    assert sum(told) == 2 * 4  # decoding steps after the first token (from the prompt's pass): 4 per row
+    peft(**ids)  # a training-style forward of whole sequences decodes nothing
+    assert sum(told) == 8

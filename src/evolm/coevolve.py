@@ -65,15 +65,11 @@ def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], No
 
 def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
          on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None) -> Path:
-    """Train (or resume) the run described by ``cfg``; returns the run directory.
-
-    ``on_start`` gets where the run starts once the directory and settings are validated (before any
-    model loads), ``on_step`` each step's record on the main process (the CLI prints with them), ``on_tokens(n)``
-    the tokens the trained model generates as it goes (answers, rubrics, pair answers: the CLI's bar moves within
-    a step).
-    """
+    """Train (or resume) the run described by ``cfg``; returns the run directory. ``on_start`` gets where the run
+    starts once the directory and settings are validated (before any model loads), ``on_step`` each step's record on
+    the main process, ``on_tokens(n)`` the tokens the model generates as it goes (the CLI prints with them)."""
     from evolm import trl_adapter
-    from evolm.models import load_model
+    from evolm.models import count_generated_tokens, load_model
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start, on_tokens)
@@ -86,10 +82,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     model, tokenizer = load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype)
-    if on_tokens is not None:
-        from evolm.backends.hf import count_generated_tokens
-
-        count_generated_tokens(model, on_tokens)
+    count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves within a step
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights

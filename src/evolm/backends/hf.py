@@ -473,18 +473,6 @@ def _with_bar(bar: Any, on_rows: Callable[[int], None] | None, on_tokens: Callab
     return rows, tokens
 
 
-def count_generated_tokens(model: Any, on_tokens: Callable[[int], None]) -> Any:
-    """Tell ``on_tokens(n)`` as ``model`` decodes ``n`` tokens (one per row of a one-position forward), whoever calls
-    its ``generate`` (TRL, evolm); returns the hook's handle (``.remove()``). The hook sits on the input embeddings,
-    which every forward calls as a module, also under PEFT (whose wrappers call ``forward`` directly)."""
-
-    def hook(_module: Any, args: tuple[Any, ...]) -> None:
-        ids = args[0] if args else None
-        if isinstance(ids, torch.Tensor) and ids.dim() == 2 and ids.shape[1] == 1:
-            on_tokens(int(ids.shape[0]))
-    return model.get_input_embeddings().register_forward_pre_hook(hook)
-
-
 def model_vocab_size(model: Any) -> int:
     """The width of the model's logits (``config.vocab_size``; often more than the tokenizer's length)."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)

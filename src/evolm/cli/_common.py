@@ -371,7 +371,8 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
                         if tokens:
                             generated[0] += tokens
                             bar.set_postfix_str(f"{generated[0]} tokens", refresh=False)
-                            if (now := time.monotonic()) - generated[1] >= BAR_REFRESH_S:
+                            if (now := time.monotonic()) - generated[1] >= BAR_REFRESH_S \
+                                    and time.time() - bar.start_t >= bar.delay:  # the bar's delay holds
                                 generated[1] = now
                                 bar.refresh()
 

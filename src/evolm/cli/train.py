@@ -120,7 +120,7 @@ def main(args: argparse.Namespace) -> None:
         if (now := time.monotonic()) - tokens["drawn"] >= BAR_REFRESH_S:
             tokens["drawn"] = now
             post["generated"] = f"{tokens['step']} tok in step {bar.n + 1}"
-            bar.set_postfix(post)
+            bar.set_postfix(post, refresh=time.time() - bar.start_t >= bar.delay)  # the bar's delay holds
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     try:
