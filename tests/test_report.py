@@ -397,18 +397,62 @@ def _layout(browser: str, page: Path, tmp: Path, width: int = 1280) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+DEMO_RUBRIC = {"criteria": [  # as SmolLM2-135M writes them under the grammar (3 criteria, levels up to 30 characters)
+    {"criterion": "Describes the fur, the size and the eyes of a cat in plain words a child knows.", "weight": 0.3,
+     "scoring_levels": {"1.0": "Fur, size and eyes described.", "0.5": "Two of the three described.",
+                        "0.0": "None of them is described."}},
+    {"criterion": "Stays under 50 words, as the question asks, without a list.", "weight": 0.3,
+     "scoring_levels": {"1.0": "Under 50 words, no list.", "0.5": "Slightly over 50 words.", "0.0": "Far longer."}},
+    {"criterion": "Mentions how a cat moves and sounds (purring, meowing, jumping).", "weight": 0.4,
+     "scoring_levels": {"1.0": "Movement and sound.", "0.5": "One of them.", "0.0": "Neither."}}]}
+
+
+def build_demo_run(root: Path) -> Path:
+    """A run shaped like `bash scripts/demo.sh`'s: configs/demo-cpu.yaml, one policy and one rubric step of one
+    question x 4 samples, every column the demo logs, samples with SmolLM2-sized rubrics and answers."""
+    q = "Describe a cat to someone who has never seen one, in under 50 words."
+    answer = "A cat is a small furry animal with soft fur, pointed ears and bright eyes. " * 6
+    cost = {"judge_prompt_tokens": 5313, "judge_generated_tokens": 12, "judge_tokens": 5325, "judge_requests": 12,
+            "judge_latency_s": 4.2, "judge_cache_hit_rate": 0.0, "judge_p_yes": 0.31, "judge_pass_rate": 0.0,
+            "criteria_per_rubric": 3.0, "flat_criteria": 0.33, "criterion_pass_rates": {"1": 0.0, "2": 0.0, "3": 0.0}}
+    _write_jsonl(root / "metrics.jsonl", [
+        {**_metric(0, 0, "policy", 1, 0.258, 0.043, None, 1.0), **cost, "missing_rewards": 0.0, "tied_groups": 0.0,
+         "length_reward_corr": -0.21, "rubric_copy_share": 0.0, "score_string_share": 0.0, "seconds": 127.0},
+        {**_metric(1, 0, "rubric", 2, 0.293, 0.007, 0.25, 1.0), **cost, "missing_rewards": 0.0, "tied_groups": 0.0,
+         "seconds": 292.0}])
+    (root / "config.yaml").write_text((Path(__file__).resolve().parent.parent / "configs" / "demo-cpu.yaml")
+                                      .read_text(encoding="utf-8"), encoding="utf-8")
+    criteria = [{"text": c["criterion"], "weight": c["weight"], "value": 0.3} for c in DEMO_RUBRIC["criteria"]]
+    _write_jsonl(root / "samples" / "phase-000-policy.jsonl", [
+        {"step": 1, "role": "policy", "cycle": 0, "phase": 0, "slot": 0, "question": q, "completion": answer,
+         "reward": 0.25, "score": 0.25, "rubric": DEMO_RUBRIC, "rubric_text": json.dumps(DEMO_RUBRIC),
+         "rubric_valid": 1.0, "criteria": criteria} for _ in range(4)])
+    _write_jsonl(root / "samples" / "phase-001-rubric.jsonl", [
+        {"step": 2, "role": "rubric", "cycle": 0, "phase": 1, "slot": 0, "question": q,
+         "completion": json.dumps(DEMO_RUBRIC), "reward": 0.29, "rubric": DEMO_RUBRIC, "rubric_valid": 1.0,
+         "s_pos": 0.31, "s_neg": 0.30, "a_pos": answer, "a_neg": answer[:200], "pair_source": "temporal",
+         "criteria_pos": criteria, "criteria_neg": criteria} for _ in range(4)])
+    return root
+
+
 def test_the_demo_report_fits_a_1280px_window_in_a_real_browser(tmp_path):
-    """The report of a run shaped like the demo's, opened in headless Chromium at 1,280 px: nothing runs past the
-    window or the page's column (the rubric-statistics table did), and a screenshot of it is taken."""
+    """The report of a run shaped like the demo's (and of a longer run), opened in headless Chromium at 1,280 px:
+    nothing runs past the window or the page's column (the rubric-statistics table did), and a screenshot of each is
+    taken."""
     browser = _browser()
     too_wide = tmp_path / "too-wide.html"  # the check itself can fail: a 2,000 px table is caught
     too_wide.write_text("<!DOCTYPE html><html><body><table style='width:2000px'><tr><td>x</td></tr></table></body>"
                         "</html>", encoding="utf-8")
     caught = _layout(browser, too_wide, tmp_path / "check")
     assert caught["scrollWidth"] > 1280 and caught["wide"]
-    page = write_report(build_run(tmp_path / "run"))
-    layout = _layout(browser, page, tmp_path)
-    assert layout["clientWidth"] <= 1280 and layout["scrollWidth"] <= layout["clientWidth"], layout
-    assert layout["wide"] == [], layout
-    shot = (tmp_path / "page.png").read_bytes()
-    assert shot.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(shot[16:20], "big") == 1280  # the width, px
+    for name, build in (("demo", build_demo_run), ("two-cycles", build_run)):
+        page = write_report(build(tmp_path / name))
+        layout = _layout(browser, page, tmp_path / f"{name}-page")
+        assert layout["clientWidth"] <= 1280 and layout["scrollWidth"] <= layout["clientWidth"], (name, layout)
+        assert layout["wide"] == [], (name, layout)
+        shot = (tmp_path / f"{name}-page" / "page.png").read_bytes()
+        assert shot.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(shot[16:20], "big") == 1280  # its width
+    demo = (tmp_path / "demo" / "report.html").read_text(encoding="utf-8")
+    assert "What is missing" not in demo and "<img" not in demo  # two steps: tables, not one-point plots
+    table = demo[demo.index("Per-phase summary"):demo.index("How the rubrics evolve")]
+    assert "0.007" in table and "4 judgements of 1 pair" in table  # what demo.sh says to check
