@@ -297,13 +297,23 @@ def test_judge_says_how_it_read_each_rubric_and_refuses_non_text(tmp_path: Path,
     rows = [{"prompt": "What is 2 + 2?", "response": "4", "rubric": {"criteria": [
                 {"criterion": "Says 4.", "weight": 0.6}, {"criterion": "Is short.", "weight": 0.4}]}},
             {"prompt": "What is 2 + 2?", "response": "4", "rubric": "Reward answers that say 4."},
-            {"prompt": "What is 2 + 2?", "response": "4"}]
+            {"prompt": "What is 2 + 2?", "response": "4"},
+            {"prompt": "What is 2 + 2?", "response": "4", "rubric": {"criteria": [
+                {"criterion": "Says 4.", "weight": "heavy"}, {"criterion": "Is short.", "weight": 0.4}]}},
+            {"prompt": "What is 2 + 2?", "response": "5", "rubric": "be good"}]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
     assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out),
                  "--mode", "yesno", "--device", "cpu"]) == 0
     got = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [g["rubric_used"] for g in got] == ["parsed", "raw text", "none"]  # nothing silently judged alone
+    # nothing silently judged alone, and a weight that could not be read is not "parsed" as written
+    assert [g["rubric_used"] for g in got] == ["parsed", "raw text", "none", "repaired", "raw text"]
+    assert got[3]["rubric_repairs"] == ["criterion 1: weight 'heavy' is not a positive number (took the others' mean)"]
+    assert "rubric_repairs" not in got[0]
+    summary = capsys.readouterr().err.strip().splitlines()[-1]  # the summary line counts what was not used as written
+    assert summary.startswith("scored 5 answers (0 without a readable score)")
+    assert "; 2 rubrics not parsed, judged as raw text; 1 rubric repaired (see rubric_repairs)" in summary
     src.write_text(json.dumps({"prompt": None, "response": "4"}) + "\n")
     capsys.readouterr()
     assert main(["judge", "--judge", str(tiny_model_dir), "--input", str(src), "--output", str(out)]) == 2
@@ -369,14 +379,15 @@ def test_the_run_summary_fits_80_columns_without_cutting_a_header(tmp_path: Path
     phases = [{"phase": 0, "cycle": 0, "role": "policy", "steps": 1, "reward": 0.258, "reward_std": 0.043,
                "pair_accuracy": None, "rubric_validity": None, "seconds": 127.0},
               {"phase": 1, "cycle": 0, "role": "rubric", "steps": 1, "reward": 0.293, "reward_std": 0.007,
-               "pair_accuracy": 0.25, "rubric_validity": 1.0, "seconds": 292.0}]
+               "pair_accuracy": 0.25, "pair_judgements": 4, "pairs": 1, "rubric_validity": 1.0, "seconds": 292.0}]
     monkeypatch.chdir(tmp_path)
     Path("run").mkdir()
     Path("run", "metrics.jsonl").write_text("", encoding="utf-8")
     _print_summary(Path("run"), phases)
     table = capsys.readouterr().out.splitlines()[:-1]  # the last line is the run directory's, printed plainly
     assert not any("…" in line for line in table) and max(len(line) for line in table) <= 80
-    for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292"):
+    for word in ("cycle", "role", "steps", "reward", "std", "pair", "acc.", "validity", "seconds", "0.293", "292",
+                 "pair acc. n: 4 judgements of 1 pair (phase 1)"):
         assert any(word in line for line in table), word
 
 

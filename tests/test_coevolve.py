@@ -256,10 +256,12 @@ def test_step_rewards_by_hand() -> None:
            RowReward(0.0, rubric_valid=0.0), RowReward(None, s_pos=0.3, s_neg=0.6, rubric_valid=0.0)]
     r = step_rewards(["rubric"] * 4, raw, [0, 0, 1, 1])
     assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity, r.tied_groups) == (0.25, 0.25, 0.5, 0.5)
+    assert (r.pair_judgements, r.pairs) == (4, 2)  # the pair accuracy's n: 4 rubrics judging 2 pairs
     assert r.rewards == [0.7, 0.3, 0.0, 0.0]  # the missing reward takes its group's mean: zero advantage
     assert r.reward_mean == pytest.approx(0.25) and r.reward_std == pytest.approx((0.2 + 0.0) / 2)
     r = step_rewards(["policy"] * 4, [RowReward(x) for x in (0.5, 0.5, 0.1, 0.2)], [0, 0, 1, 1], [1.0, 0.0])
     assert (r.missing_rewards, r.pair_accuracy, r.rubric_validity) == (0.0, None, 0.5)  # one rubric per question
+    assert (r.pair_judgements, r.pairs) == (None, None)
 
 
 # ============================================================================= per-step materialisation
@@ -341,6 +343,9 @@ def test_policy_step_rows_carry_the_written_rubric(tmp_path: Path, tiny_model_di
 # ============================================================================= a whole co-evolving run
 
 
+GENERATED: list[int] = []  # what coevolve_run's on_tokens was told (tokens the trained model decoded, as it went)
+
+
 @pytest.fixture(scope="module")
 def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """2 cycles x (2 policy + 2 rubric steps); save_every is larger than the run: only phase ends save."""
@@ -348,8 +353,18 @@ def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     cfg = tiny_config(tiny_model_dir, out, "schedule.cycles=2", "schedule.steps_per_phase=2",
                       "schedule.save_every=100", "grpo.learning_rate=1e-3",
                       "grpo.save_total_limit=null")  # every checkpoint kept (the demo keeps its last two)
-    assert run(cfg) == out
+    assert run(cfg, on_tokens=GENERATED.append) == out
     return out
+
+
+def test_run_tells_the_tokens_it_generates_within_each_step(coevolve_run: Path) -> None:
+    """`evolm train`'s bar moves inside a step: on_tokens hears at least every answer token of the policy steps
+    (their completion_length x rows), told a decoding step at a time rather than once per step."""
+    cfg = load_config(coevolve_run / "config.yaml")
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
+    answers = sum(r["completion_length"] * rows for r in metrics(coevolve_run) if r["role"] == "policy")
+    assert sum(GENERATED) >= answers - len(metrics(coevolve_run)) * rows  # less each row's first token (prefill)
+    assert len(GENERATED) > 4 * len(metrics(coevolve_run))  # many times per step
 
 
 def test_run_logs_per_criterion_readings_in_metrics_and_samples(coevolve_run: Path) -> None:
@@ -385,6 +400,8 @@ def test_run_metrics_alternate_roles(coevolve_run: Path) -> None:
     summary = summarise(coevolve_run)
     assert [(p["phase"], p["role"], p["steps"]) for p in summary] == [(0, "policy", 2), (1, "rubric", 2),
                                                                      (2, "policy", 2), (3, "rubric", 2)]
+    pairs = [(p["pair_judgements"], p["pairs"]) for p in summary]  # pair accuracy's n, logged by every rubric step
+    assert pairs[0] == pairs[2] == (None, None) and pairs[1][0] > 0 and pairs[1][1] > 0 and pairs[1] == pairs[3]
 
 
 def test_run_metrics_have_judge_cost_and_the_monitor(coevolve_run: Path) -> None:
@@ -870,3 +887,11 @@ def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_pa
                   is_main=True)
     row = metrics(tmp_path)[0]
     assert (row["kl"], row["vllm_weight_syncs"], row["vllm_generate_calls"]) == (0.01, 1.0, 2.0)
+
+
+def test_the_model_card_beside_the_checkpoints_names_the_base_model(coevolve_run: Path) -> None:
+    """TRL's card named a local base model "[None]" and loaded model="None" in its quick start."""
+    card = (coevolve_run / "checkpoints" / "README.md").read_text(encoding="utf-8")
+    base = load_config(coevolve_run / "config.yaml").model.name
+    assert "None" not in card and f"fine-tuned version of `{base}` (a local model)" in card
+    assert 'model="checkpoint-8"' in card  # the last checkpoint the card was written with

@@ -134,3 +134,11 @@ def test_code_and_docs_cite_the_method_document_not_the_private_spec() -> None:
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert len(files) > 50 and hits == [], f"cite docs/METHOD.md §N instead: {', '.join(hits[:10])}"
     assert (root / "docs" / "METHOD.md").is_file()
+
+
+def test_user_docs_run_nothing_from_the_development_data_folder() -> None:
+    """A clone has no ../shared/data: the commands users are told to run read data/ (scripts/fetch_data.py)."""
+    root = SRC.parent
+    hits = [f"{name}:{i}" for name in ("README.md", "docs/USAGE.md", "docs/SEED_RUBRICS.md")
+            for i, line in enumerate((root / name).read_text(encoding="utf-8").splitlines(), 1) if "shared/data" in line]
+    assert hits == [], f"point at data/ (python scripts/fetch_data.py) instead: {', '.join(hits)}"

@@ -205,3 +205,23 @@ def test_in_process_generation_never_syncs_the_processes(tiny_backend) -> None: 
     finally:
         del tiny_backend.model.generate
     assert [k.get("synced_gpus", "unset") for k in seen] == [False]
+
+
+def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> None:  # noqa: ANN001
+    """`evolm train`'s bar counts the tokens the trained model decodes, whoever calls generate; PEFT's wrappers call
+    the base model's forward directly, so the count hooks the input embeddings, which every forward calls."""
+    from peft import LoraConfig, get_peft_model
+
+    from evolm.models import count_generated_tokens, load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    told: list[int] = []
+    count_generated_tokens(model, told.append)
+    peft = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules="all-linear"))
+    ids = tokenizer(["What is 1 + 1?", "What is 2 + 2?"], return_tensors="pt", padding=True)
+    out = peft.generate(**ids, max_new_tokens=5, min_new_tokens=5, do_sample=False,
+                        pad_token_id=tokenizer.pad_token_id)
+    assert out.shape[1] - ids["input_ids"].shape[1] == 5
+    assert sum(told) == 2 * 4  # decoding steps after the first token (from the prompt's pass): 4 per row
+    peft(**ids)  # a training-style forward of whole sequences decodes nothing
+    assert sum(told) == 8

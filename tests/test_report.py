@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,7 +41,8 @@ PHASES = [
 def _metric(phase, cycle, role, step, reward, std, acc, valid) -> dict:
     return {"step": step, "role": role, "cycle": cycle, "phase": phase, "reward_mean": reward, "reward_std": std,
             "pair_accuracy": acc, "rubric_validity": valid, "kl": 0.01 * step, "completion_length": 30 + step,
-            "seconds": 2.0, "time": 1_700_000_000 + 2 * step, "extra_key": "ignored"}
+            "seconds": 2.0, "time": 1_700_000_000 + 2 * step, "extra_key": "ignored",
+            **({"pair_judgements": 4, "pairs": 1} if role == "rubric" and acc is not None else {})}
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -111,8 +115,9 @@ def test_report_is_one_self_contained_html_file(tmp_path):
     images = _images(text)
     assert len(images) >= 4 and all(img.startswith(b"\x89PNG\r\n\x1a\n") for img in images)
     assert text.count("<img") == len(images)  # every image is embedded
-    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity", "rubric statistics by phase"):
+    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity"):
         assert f'alt="{alt}"' in text
+    assert "Fewer than 3 phases of each source: no plot" in text  # rubric statistics: 2 phases per source
     # header: steps per role and summed step time (12 steps x 2 s)
     assert "policy steps</td><td class=\"n\">6" in text and "rubric steps</td><td class=\"n\">6" in text
     assert "0:00:24" in text
@@ -176,10 +181,21 @@ def test_partial_run_one_role_no_samples_nulls(tmp_path):
     rows.append({"step": "x", "role": 3, "reward_mean": "high"})  # garbage types must not crash either
     _write_jsonl(run / "metrics.jsonl", rows)
     text = write_report(run).read_text(encoding="utf-8")
-    assert 'alt="reward curves"' in text
-    for missing in ("no rubric steps", "no samples", "no config.yaml", "no evaluation results",
-                    "No rubric steps with a pair accuracy yet"):
+    assert "reward curves: fewer than 3 steps with a value, so a table" in text  # one finite reward of three
+    for missing in ("no rubric steps", "no samples", "no config.yaml", "No rubric steps with a pair accuracy yet"):
         assert missing in text
+
+
+def test_a_run_without_evaluation_files_has_nothing_missing(tmp_path):
+    """Training writes no eval/*.json: a complete run without them opens with no "What is missing" box."""
+    run = build_run(tmp_path / "run")
+    for f in (run / "eval").iterdir():
+        f.unlink()
+    (run / "metrics.jsonl").write_text("".join(line + "\n" for line in (run / "metrics.jsonl").read_text(
+        encoding="utf-8").splitlines()[:-1]), encoding="utf-8")  # the torn line off: a complete run
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "What is missing" not in text
+    assert "training writes no evaluation files" in text[text.index("<h2>Evaluation results"):]
 
 
 def test_empty_metrics_file_still_renders(tmp_path):
@@ -305,3 +321,150 @@ def test_report_counts_the_judge_requests_that_failed(tmp_path):
     assert "judge failures (missing scores)" in text
     total = re.search(r"judge failures \(missing scores\)</td><td[^>]*>([^<]+)<", text)
     assert total is not None and float(total.group(1).replace(",", "")) == 6  # steps 1, 3, ..., 11
+
+
+def test_a_phase_of_one_step_draws_its_std_as_a_bar_the_longer_phases_as_a_band():
+    from matplotlib.collections import LineCollection
+    from matplotlib.figure import Figure
+
+    from evolm import plots
+
+    ax = Figure().add_subplot()
+    # phase 0: steps 1-2 (a band between them); phase 1: step 3 alone (nothing to fill: a ± bar)
+    plots.band(ax, plots.Series([1, 2, 3], [0.2, 0.3, 0.5], [0.05, 0.05, 0.1], [0, 0, 1]), "#000")
+    bars = [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+    assert [(x0, round(y0, 6), x1, round(y1, 6)) for (x0, y0), (x1, y1) in bars] == [(3, 0.4, 3, 0.6)]
+
+
+def test_phase_table_shows_the_reward_spread_and_the_pair_accuracys_n(tmp_path):
+    """demo.sh says to check the rubric steps' reward spread and the pair accuracy: the page prints both, with n."""
+    text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")
+    table = text[text.index("Per-phase summary"):text.index("How the rubrics evolve")]
+    assert "reward spread (std)" in table and "pair accuracy&#39;s n" in table
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
+    # phase 1 (rubric): std 0.2 on every step; pair accuracy (0.5 + 0.75) / 2 over 2 steps that logged 4 judgements
+    # of 1 pair each (the step with no accuracy logged no n)
+    assert cells[1][6:9] == ["0.2", "0.625", "8 judgements of 2 pairs"]
+    assert cells[0][6:9] == ["0.1", "–", "–"]  # a policy phase: its spread, no pairs
+    pairs = text[text.index("Judge accuracy on temporal pairs"):text.index("<h2>Rubric validity")]
+    # the run's pair accuracy over its 5 rubric steps with a value: (0.5 + 0.75 + 0.75 + 0.875 + 1.0) / 5
+    assert "pair accuracy over the run: 0.775, n = 20 judgements of 5 pairs in 5 rubric steps" in pairs
+
+
+def test_fewer_than_three_steps_show_a_table_instead_of_a_plot(tmp_path):
+    """The demo's run (one policy and one rubric step): a plot of one point per curve shows nothing but odd ticks,
+    so each section shows its values in a small table instead, the reward's std included."""
+    run = tmp_path / "demo"
+    _write_jsonl(run / "metrics.jsonl", [
+        {**_metric(0, 0, "policy", 1, 0.258, 0.043, None, 1.0), "judge_prompt_tokens": 900, "judge_requests": 12},
+        {**_metric(1, 0, "rubric", 2, 0.293, 0.007, 0.25, 1.0), "judge_prompt_tokens": 1800, "judge_requests": 24}])
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "<img" not in text
+    for alt in ("reward curves", "pair accuracy and policy reward", "rubric validity", "judge cost per step"):
+        assert f"{alt}: fewer than 3 steps with a value, so a table instead of a plot" in text, alt
+    rewards = text[text.index("<h2>Rewards"):text.index("<h2>Judge accuracy")]
+    rows = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in re.findall(r"<tr>(.*?)</tr>", rewards, re.S)]
+    assert rows == [["step", "policy reward (mean)", "policy reward std", "rubric reward (mean)", "rubric reward std"],
+                    ["1", "0.258", "0.043", "–", "–"], ["2", "–", "–", "0.293", "0.007"]]
+
+
+# ----------------------------------------------------------------------------- the page in a real browser
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# headless, sandbox off (CI runs as root), and nothing that reaches the network or a profile
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync")
+# appended to a copy of the page: what overflows the 1,280 px window (the page's width, and each element whose box
+# ends right of the window or of the body's column), written into the DOM that --dump-dom prints
+_MEASURE = """<script>
+const cw = document.documentElement.clientWidth, col = document.body.getBoundingClientRect().right;
+const wide = [...document.body.querySelectorAll('*')].filter(e => e.tagName !== 'SCRIPT').map(e => [e, e.getBoundingClientRect()])
+  .filter(([e, r]) => r.right > Math.min(cw, col) + 1)
+  .map(([e, r]) => e.tagName + ' ' + Math.round(r.right) + 'px: ' + (e.textContent || '').trim().slice(0, 60));
+document.body.setAttribute('data-layout', JSON.stringify({scrollWidth: document.documentElement.scrollWidth,
+  clientWidth: cw, column: Math.round(col), wide: wide.slice(0, 10)}));
+</script>"""
+
+
+def _browser() -> str:
+    found = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if found is None:
+        pytest.skip("no Chromium to render the report in (.ci/run installs it: apt-get install chromium)")
+    return found
+
+
+def _layout(browser: str, page: Path, tmp: Path, width: int = 1280) -> dict:
+    """The page's layout at ``width`` px in headless Chromium (``_MEASURE``), and a screenshot of it (tmp/page.png)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    measured = tmp / "measured.html"
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    flags = [browser, *BROWSER_FLAGS, f"--window-size={width},1000"]
+    dom = subprocess.run([*flags, f"--user-data-dir={tmp / 'profile'}", "--dump-dom", measured.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    subprocess.run([*flags, f"--user-data-dir={tmp / 'profile'}", f"--screenshot={tmp / 'page.png'}", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    found = re.search(r'data-layout="([^"]*)"', dom)
+    assert found, dom[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+DEMO_RUBRIC = {"criteria": [  # as SmolLM2-135M writes them under the grammar (3 criteria, levels up to 30 characters)
+    {"criterion": "Describes the fur, the size and the eyes of a cat in plain words a child knows.", "weight": 0.3,
+     "scoring_levels": {"1.0": "Fur, size and eyes described.", "0.5": "Two of the three described.",
+                        "0.0": "None of them is described."}},
+    {"criterion": "Stays under 50 words, as the question asks, without a list.", "weight": 0.3,
+     "scoring_levels": {"1.0": "Under 50 words, no list.", "0.5": "Slightly over 50 words.", "0.0": "Far longer."}},
+    {"criterion": "Mentions how a cat moves and sounds (purring, meowing, jumping).", "weight": 0.4,
+     "scoring_levels": {"1.0": "Movement and sound.", "0.5": "One of them.", "0.0": "Neither."}}]}
+
+
+def build_demo_run(root: Path) -> Path:
+    """A run shaped like `bash scripts/demo.sh`'s: configs/demo-cpu.yaml, one policy and one rubric step of one
+    question x 4 samples, every column the demo logs, samples with SmolLM2-sized rubrics and answers."""
+    q = "Describe a cat to someone who has never seen one, in under 50 words."
+    answer = "A cat is a small furry animal with soft fur, pointed ears and bright eyes. " * 6
+    cost = {"judge_prompt_tokens": 5313, "judge_generated_tokens": 12, "judge_tokens": 5325, "judge_requests": 12,
+            "judge_latency_s": 4.2, "judge_cache_hit_rate": 0.0, "judge_p_yes": 0.31, "judge_pass_rate": 0.0,
+            "criteria_per_rubric": 3.0, "flat_criteria": 0.33, "criterion_pass_rates": {"1": 0.0, "2": 0.0, "3": 0.0}}
+    _write_jsonl(root / "metrics.jsonl", [
+        {**_metric(0, 0, "policy", 1, 0.258, 0.043, None, 1.0), **cost, "missing_rewards": 0.0, "tied_groups": 0.0,
+         "length_reward_corr": -0.21, "rubric_copy_share": 0.0, "score_string_share": 0.0, "seconds": 127.0},
+        {**_metric(1, 0, "rubric", 2, 0.293, 0.007, 0.25, 1.0), **cost, "missing_rewards": 0.0, "tied_groups": 0.0,
+         "seconds": 292.0}])
+    (root / "config.yaml").write_text((Path(__file__).resolve().parent.parent / "configs" / "demo-cpu.yaml")
+                                      .read_text(encoding="utf-8"), encoding="utf-8")
+    criteria = [{"text": c["criterion"], "weight": c["weight"], "value": 0.3} for c in DEMO_RUBRIC["criteria"]]
+    _write_jsonl(root / "samples" / "phase-000-policy.jsonl", [
+        {"step": 1, "role": "policy", "cycle": 0, "phase": 0, "slot": 0, "question": q, "completion": answer,
+         "reward": 0.25, "score": 0.25, "rubric": DEMO_RUBRIC, "rubric_text": json.dumps(DEMO_RUBRIC),
+         "rubric_valid": 1.0, "criteria": criteria} for _ in range(4)])
+    _write_jsonl(root / "samples" / "phase-001-rubric.jsonl", [
+        {"step": 2, "role": "rubric", "cycle": 0, "phase": 1, "slot": 0, "question": q,
+         "completion": json.dumps(DEMO_RUBRIC), "reward": 0.29, "rubric": DEMO_RUBRIC, "rubric_valid": 1.0,
+         "s_pos": 0.31, "s_neg": 0.30, "a_pos": answer, "a_neg": answer[:200], "pair_source": "temporal",
+         "criteria_pos": criteria, "criteria_neg": criteria} for _ in range(4)])
+    return root
+
+
+def test_the_demo_report_fits_a_1280px_window_in_a_real_browser(tmp_path):
+    """The report of a run shaped like the demo's (and of a longer run), opened in headless Chromium at 1,280 px:
+    nothing runs past the window or the page's column (the rubric-statistics table did), and a screenshot of each is
+    taken."""
+    browser = _browser()
+    too_wide = tmp_path / "too-wide.html"  # the check itself can fail: a 2,000 px table is caught
+    too_wide.write_text("<!DOCTYPE html><html><body><table style='width:2000px'><tr><td>x</td></tr></table></body>"
+                        "</html>", encoding="utf-8")
+    caught = _layout(browser, too_wide, tmp_path / "check")
+    assert caught["scrollWidth"] > 1280 and caught["wide"]
+    for name, build in (("demo", build_demo_run), ("two-cycles", build_run)):
+        page = write_report(build(tmp_path / name))
+        layout = _layout(browser, page, tmp_path / f"{name}-page")
+        assert layout["clientWidth"] <= 1280 and layout["scrollWidth"] <= layout["clientWidth"], (name, layout)
+        assert layout["wide"] == [], (name, layout)
+        shot = (tmp_path / f"{name}-page" / "page.png").read_bytes()
+        assert shot.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(shot[16:20], "big") == 1280  # its width
+    demo = (tmp_path / "demo" / "report.html").read_text(encoding="utf-8")
+    assert "What is missing" not in demo and "<img" not in demo  # two steps: tables, not one-point plots
+    table = demo[demo.index("Per-phase summary"):demo.index("How the rubrics evolve")]
+    assert "0.007" in table and "4 judgements of 1 pair" in table  # what demo.sh says to check

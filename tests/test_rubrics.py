@@ -312,6 +312,13 @@ def test_to_dict_from_obj_round_trip() -> None:
     assert format_validity(json.dumps(d)) == 1.0
 
 
+def test_weights_are_written_without_float_noise() -> None:
+    """0.3, 0.3, 0.4 normalised is 0.29999999999999993 in floating point: written (rubrics.jsonl, samples) as 0.3."""
+    rubric = parse_rubric(rub(("A", 0.3), ("B", 0.3), ("C", 0.4)))
+    assert rubric is not None and rubric.criteria[0].weight != 0.3  # the noise is there in the parsed value
+    assert '"weight": 0.3,' in json.dumps(rubric.to_dict()) and "0.2999" not in json.dumps(rubric.to_dict())
+
+
 def test_from_obj_round_trip_keeps_awkward_weights() -> None:
     rubric = parse_rubric(rub(("A", 1), ("B", 1), ("C", 1)))
     assert rubric is not None

@@ -50,25 +50,23 @@ from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, com
 
 
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-        on_start: Callable[[RunStart], None] | None = None) -> Path:
+        on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout."""
     if errors := path_errors(cfg):  # the prompts and the output directory, before the directory is made
         raise InputError(errors[0])
     with run_lock(cfg.output_dir):
-        return _run(cfg, resume, on_step, on_start)
+        return _run(cfg, resume, on_step, on_start, on_tokens)
 
 
 def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-         on_start: Callable[[RunStart], None] | None = None) -> Path:
-    """Train (or resume) the run described by ``cfg``; returns the run directory.
-
-    ``on_start`` gets where the run starts once the directory and settings are validated (before any
-    model loads), ``on_step`` each step's record on the main process (the CLI prints with them).
-    """
+         on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None) -> Path:
+    """Train (or resume) the run described by ``cfg``; returns the run directory. ``on_start`` gets where the run
+    starts once the directory and settings are validated (before any model loads), ``on_step`` each step's record on
+    the main process, ``on_tokens(n)`` the tokens the model generates as it goes (the CLI prints with them)."""
     from evolm import models, trl_adapter
 
     if cfg.schedule.regime == "sequential":
-        return run_sequential(cfg, resume, on_step, on_start)
+        return run_sequential(cfg, resume, on_step, on_start, on_tokens)
     trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
@@ -80,6 +78,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
+    models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step
     loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
@@ -96,7 +95,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
 
 
 def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-                   on_start: Callable[[RunStart], None] | None = None) -> Path:
+                   on_start: Callable[[RunStart], None] | None = None,
+                   on_tokens: Callable[[int], None] | None = None) -> Path:
     """The paper's sequential baseline: train the writer with the policy frozen, then the policy from the base
     weights with that writer frozen (``config.sequential_stages``). Resuming skips a finished stage."""
     top = Path(cfg.output_dir)
@@ -107,10 +107,10 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
     writer_cfg, _ = sequential_stages(cfg)
     done = complete_checkpoints(writer_dir := Path(writer_cfg.output_dir))
     if not done or checkpoint_state(done[-1]).step < writer_cfg.total_steps:
-        run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start)
+        run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start, on_tokens=on_tokens)
         done = complete_checkpoints(writer_dir)
     _, policy_cfg = sequential_stages(cfg, writer_checkpoint=str(done[-1]))
-    run(policy_cfg, bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step, on_start)
+    run(policy_cfg, bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step, on_start, on_tokens)
     return top
 
 

@@ -15,7 +15,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,3 +426,18 @@ def load_backend(
                              "(use backend hf, which merges the adapter)")
         return VLLMBackend(model=path, dtype="auto" if dtype == "auto" else dtype)
     raise ModelError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})")
+
+
+def count_generated_tokens(model: Any, on_tokens: Callable[[int], None] | None) -> Any:
+    """Tell ``on_tokens(n)`` as ``model`` decodes ``n`` tokens (one per row of a one-position forward), whoever calls
+    its ``generate`` (TRL, evolm); returns the hook's handle (``.remove()``), or None when ``on_tokens`` is None. The
+    hook sits on the input embeddings, which every forward calls as a module, also under PEFT (whose wrappers call
+    ``forward`` directly)."""
+    if on_tokens is None:
+        return None
+
+    def hook(_module: Any, args: tuple[Any, ...]) -> None:
+        ids = args[0] if args else None
+        if getattr(ids, "ndim", 0) == 2 and ids.shape[1] == 1:  # a [B, 1] decoding step
+            on_tokens(int(ids.shape[0]))
+    return model.get_input_embeddings().register_forward_pre_hook(hook)

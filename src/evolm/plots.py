@@ -106,6 +106,20 @@ def _finish(ax, phases: Sequence[PhaseSpan], ylabel: str) -> None:
         ax.legend(handles, labels, loc="best", fontsize=8, framealpha=0.9)
 
 
+def band(ax, s: Series, colour: str, hatch: str | None = None) -> None:
+    """The ±``s.band`` band around ``s.y``, broken between phases. A phase of one step has no width to fill: its
+    point gets a vertical ± bar with caps instead, so every phase shows the spread the legend names."""
+    xs, ys = _broken(s, s.y)
+    _, bs = _broken(s, s.band if s.band is not None else [math.nan] * len(s.x))
+    lo = [y - b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
+    hi = [y + b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
+    ax.fill_between(xs, lo, hi, color=colour, alpha=0.18, linewidth=0, hatch=hatch)
+    for i, (x, y, b) in enumerate(zip(xs, ys, bs, strict=True)):
+        alone = (i == 0 or math.isnan(xs[i - 1])) and (i == len(xs) - 1 or math.isnan(xs[i + 1]))
+        if alone and not math.isnan(x) and not math.isnan(y) and not math.isnan(b):
+            ax.errorbar([x], [y], yerr=[b], color=colour, alpha=0.6, capsize=6, elinewidth=6, linestyle="none")
+
+
 def reward_plot(series: dict[str, Series], phases: Sequence[PhaseSpan],
                 phase_means: dict[str, tuple[list[float], list[float]]] | None = None) -> bytes:
     """Mean reward ± std per step for each role (``series`` and ``phase_means`` keyed by role)."""
@@ -115,12 +129,7 @@ def reward_plot(series: dict[str, Series], phases: Sequence[PhaseSpan],
     for role, s in series.items():
         colour, _, _ = STYLE.get(role, STYLE["pairs"])
         if s.band is not None:
-            xs, ys = _broken(s, s.y)
-            _, bs = _broken(s, s.band)
-            lo = [y - b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
-            hi = [y + b if not math.isnan(b) else math.nan for y, b in zip(ys, bs, strict=True)]
-            ax.fill_between(xs, lo, hi, color=colour, alpha=0.18, linewidth=0,
-                            hatch="///" if role == "rubric" else None)
+            band(ax, s, colour, "///" if role == "rubric" else None)
         _line(ax, s, role if role in STYLE else "pairs", f"{role} reward (mean ± std)")
     for role, (xs, ys) in (phase_means or {}).items():
         _means(ax, role if role in STYLE else "pairs", f"{role} reward, phase mean", xs, ys)

@@ -97,6 +97,8 @@ class StepRecord:
     reward_mean: float | None = _typed(float)  # mean reward after missing rewards took their group's mean
     reward_std: float | None = _typed(float)  # mean over groups of the within-group standard deviation
     pair_accuracy: float | None = _typed(float)  # rubric steps: share of rows where the judge scored a+ > a-
+    pair_judgements: int | None = _typed(int)  # rubric steps: n of pair_accuracy (rows: one rubric judging one pair)
+    pairs: int | None = _typed(int)  # rubric steps: distinct pairs those rows judged (one per question)
     rubric_validity: float | None = _typed(float)  # share of format-valid rubrics (rubric samples / policy rubrics)
     missing_rewards: float | None = _typed(float)  # share of rows whose judge score was unreadable
     tied_groups: float | None = _typed(float)  # share of groups whose rewards all tie (zero advantage)

@@ -18,7 +18,7 @@ import datetime as dt
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ _COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge
          "judge_failures")  # counts, read as floats
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
-_COUNTS = ("heldout_pairs", "heldout_questions")
+_COUNTS = ("heldout_pairs", "heldout_questions", "pair_judgements", "pairs")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -107,6 +107,11 @@ class Phase:
     def mean(self, key: str) -> float:
         return _nanmean([r[key] for r in self.rows])
 
+    def count(self, key: str) -> int | None:
+        """The sum of a count column (``pair_judgements``, ``pairs``) over the phase; None when no step logged it."""
+        ns = [r.get(key) for r in self.rows if r.get(key) is not None]
+        return sum(ns) if ns else None
+
 
 @dataclass
 class RunData:
@@ -140,7 +145,7 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     """Every readable line of a ``metrics.jsonl`` as a flat dict, training steps and held-out evaluations alike.
 
     Floats are finite or NaN; a value outside its bounds (a share outside [0, 1], a negative std,
-    a magnitude above 1e15, a held-out n below 1) is read as missing and counted in ``notes``.
+    a magnitude above 1e15, a count below 1) is read as missing and counted in ``notes``.
     Sorted by step, stably: an evaluation keeps its place after the step it follows.
     """
     read = read_lenient(path)
@@ -172,7 +177,7 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
         notes.append(f"{path.name}: {read.skipped} unreadable line(s) skipped{torn}.")
     if absurd:
         notes.append(f"{path.name}: {absurd} out-of-range value(s) read as missing (a share outside [0, 1], a "
-                     f"negative std, a magnitude above {_MAX_ABS:g}, a held-out n below 1).")
+                     f"negative std, a magnitude above {_MAX_ABS:g}, a count below 1).")
     rows.sort(key=lambda r: r["step"])
     return rows
 
@@ -229,9 +234,7 @@ def load_run(run_dir: str | Path) -> RunData:
             data.evals[path.name] = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, RecursionError) as e:  # malformed or not UTF-8 (both ValueErrors), nested too deeply
             notes.append(f"eval/{path.name}: unreadable JSON ({e.__class__.__name__}).")
-    if not data.evals:
-        notes.append("no evaluation results in eval/*.json.")
-    return data
+    return data  # no eval/*.json is not missing: training writes none (the section says how to add them)
 
 
 # ----------------------------------------------------------------------------- page helpers
@@ -272,6 +275,29 @@ def plot_html(notes: list[str], alt: str, fn, *args) -> Markup:  # noqa: ANN001 
         notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
         return Markup('<p class="muted">Plot "{}" could not be drawn ({}).</p>').format(alt, type(e).__name__)
     return Markup('<p><img alt="{}" src="data:image/png;base64,{}"></p>').format(alt, png)
+
+
+MIN_PLOT_POINTS = 3  # fewer steps than this make no curve (a lone point gets ticks like 0.945-1.050): a table instead
+
+
+def _points(s: plots.Series) -> int:
+    return sum(not math.isnan(y) for y in s.y)
+
+
+def figure(notes: list[str], alt: str, columns: dict[str, tuple[plots.Series, float]], fn, *args) -> Markup:  # noqa: ANN001
+    """``plot_html(notes, alt, fn, *args)``, or, when no curve of ``columns`` (header -> (series, scale)) has
+    ``MIN_PLOT_POINTS`` values, a small table of those values by step."""
+    if max((_points(s) for s, _ in columns.values()), default=0) >= MIN_PLOT_POINTS:
+        return plot_html(notes, alt, fn, *args)
+    by_step: dict[float, dict[str, float]] = {}
+    for name, (s, scale) in columns.items():
+        for x, y in zip(s.x, s.y, strict=True):
+            if not math.isnan(y):
+                by_step.setdefault(x, {})[name] = y * scale
+    rows = [[x, *[cells.get(name, math.nan) for name in columns]] for x, cells in sorted(by_step.items())]
+    table = _PAGES.get_template("macros.html.j2").module.table(["step", *columns], rows, 1)
+    return Markup('<p class="muted">{}: fewer than {} steps with a value, so a table instead of a plot.</p>{}').format(
+        alt, MIN_PLOT_POINTS, table)
 
 
 def _duration(seconds: float) -> str:
@@ -351,7 +377,12 @@ def _rewards(d: RunData) -> Markup | None:
     if not series:
         return None
     means = {r: pm for r in series if (pm := _phase_means(d, r, "reward_mean")) is not None}
-    return plot_html(d.notes, "reward curves", plots.reward_plot, series, _spans(d), means)
+    columns: dict[str, tuple[plots.Series, float]] = {}
+    for role, s in series.items():
+        columns[f"{role} reward (mean)"] = (s, 1.0)
+        if s.band is not None:
+            columns[f"{role} reward std"] = (replace(s, y=s.band), 1.0)
+    return figure(d.notes, "reward curves", columns, plots.reward_plot, series, _spans(d), means)
 
 
 def _age_window(d: RunData) -> str:
@@ -376,9 +407,19 @@ def _pairs(d: RunData) -> dict[str, Any]:
     for name, role, key in (("pair accuracy", "rubric", "pair_accuracy"), ("policy reward", "policy", "reward_mean")):
         if (pm := _phase_means(d, role, key)) is not None:
             means[name] = pm
-    out["plot"] = plot_html(d.notes, "pair accuracy and policy reward", plots.pairs_plot, acc, pol, _spans(d), means)
+    columns = {"pair accuracy (rubric steps)": (acc, 1.0), **({"policy reward": (pol, 1.0)} if pol else {})}
+    out["plot"] = figure(d.notes, "pair accuracy and policy reward", columns, plots.pairs_plot, acc, pol, _spans(d),
+                         means)
     out["trend"] = [f"{name} {ys[0]:.3f} → {ys[-1]:.3f} (first → last phase)"
                     for name in ("pair accuracy", "policy reward") if len(ys := means.get(name, ([], []))[1]) > 1]
+    rubric = [r for r in d.metrics if r["role"] == "rubric" and not math.isnan(r["pair_accuracy"])]
+    counted = [r for r in rubric if r.get("pair_judgements") is not None]
+    if counted and len(counted) == len(rubric):  # n of the whole run's pair accuracy: every step logged its own
+        judged = sum(r["pair_judgements"] for r in counted)
+        acc = sum(r["pair_accuracy"] * r["pair_judgements"] for r in counted) / judged
+        pairs = sum(r["pairs"] for r in counted) if all(r.get("pairs") is not None for r in counted) else None
+        steps = f"{len(counted)} rubric step{'s' * (len(counted) != 1)}"
+        out["trend"].insert(0, f"pair accuracy over the run: {acc:.3f}, n = {pair_n(judged, pairs)} in {steps}")
     policy_means = means.get("policy reward", ([], []))[1]
     out["fell"] = len(policy_means) > 1 and policy_means[-1] < policy_means[0]
     return out
@@ -386,7 +427,8 @@ def _pairs(d: RunData) -> dict[str, Any]:
 
 def _validity(d: RunData) -> Markup | None:
     series = {r: s for r in ("policy", "rubric") if (s := _series(d, r, "rubric_validity"))}
-    return plot_html(d.notes, "rubric validity", plots.validity_plot, series, _spans(d)) if series else None
+    columns = {f"valid share ({role} steps)": (s, 1.0) for role, s in series.items()}
+    return figure(d.notes, "rubric validity", columns, plots.validity_plot, series, _spans(d)) if series else None
 
 
 def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any] | None:
@@ -396,7 +438,8 @@ def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any]
     if not series and not d.heldout:
         return None
     flags = hacking_flags(d.metrics, d.heldout, length_factor)
-    plot = plot_html(d.notes, "reward-hacking monitor", plots.panels_plot, series, plots.MONITOR_PANELS,
+    plot = figure(d.notes, "reward-hacking monitor", _panel_columns(series, plots.MONITOR_PANELS), plots.panels_plot,
+                  series, plots.MONITOR_PANELS,
                      sorted({f.step for f in flags})) if series else None
     return {"plot": plot, "flags": flags, "length_factor": length_factor}
 
@@ -422,6 +465,11 @@ def _panel_series(d: RunData, panels: tuple[tuple[str, str, float], ...]) -> dic
     return series
 
 
+def _panel_columns(series: dict[str, plots.Series], panels: tuple[tuple[str, str, float], ...]
+                   ) -> dict[str, tuple[plots.Series, float]]:
+    return {title: (series[key], scale) for title, key, scale in panels if key in series}
+
+
 def _cost(d: RunData) -> dict[str, Any] | None:
     """What judging cost per step, both roles: tokens read and generated, seconds, requests, failed judgments (after
     their retries: missing scores), cache hits."""
@@ -429,7 +477,8 @@ def _cost(d: RunData) -> dict[str, Any] | None:
     if not series:
         return None
     totals = [[title, _nansum([r.get(key, math.nan) for r in d.metrics])] for title, key, _ in COST_PANELS[:5]]
-    return {"plot": plot_html(d.notes, "judge cost per step", plots.panels_plot, series, COST_PANELS), "totals": totals}
+    return {"plot": figure(d.notes, "judge cost per step", _panel_columns(series, COST_PANELS), plots.panels_plot,
+                           series, COST_PANELS), "totals": totals}
 
 
 CRITERIA_PANELS = (
@@ -443,7 +492,8 @@ def _criteria(d: RunData) -> Markup | None:
     """What the judge read per criterion, per step of both roles: the share of criteria whose value does not vary
     across the answers they judged, criteria per rubric, and the share of criteria passed."""
     series = _panel_series(d, CRITERIA_PANELS)
-    return plot_html(d.notes, "criteria per step", plots.panels_plot, series, CRITERIA_PANELS) if series else None
+    return figure(d.notes, "criteria per step", _panel_columns(series, CRITERIA_PANELS), plots.panels_plot, series,
+                  CRITERIA_PANELS) if series else None
 
 
 # ----------------------------------------------------------------------------- held-out evaluations
@@ -468,7 +518,8 @@ def _heldout(d: RunData) -> dict[str, Any] | None:
     label = d.run_dir.resolve().name
     plot_list = [plot_html(d.notes, title, plots.interval_plot, [pts], title.capitalize(), title,
                            (-0.03, 1.03) if key != "heldout_policy_score" else None)
-                 for key, title, _, _ in HELDOUT if (pts := heldout_points(d.heldout, key, label, 0)) is not None]
+                 for key, title, _, _ in HELDOUT if (pts := heldout_points(d.heldout, key, label, 0)) is not None
+                 and len(pts.x) >= MIN_PLOT_POINTS]  # fewer: the table below has every value
     rows = []
     for r in d.heldout:
         cells: list[Any] = [r["step"]]
@@ -479,9 +530,19 @@ def _heldout(d: RunData) -> dict[str, Any] | None:
     return {"plots": plot_list, "rows": rows}
 
 
+def pair_n(judgements: int | None, pairs: int | None) -> str:
+    """The n of a pair accuracy in words: "4 judgements of 1 pair" (each rubric sampled for a pair judges it once)."""
+    if judgements is None:
+        return "–"
+    return f"{judgements} judgement{'s' * (judgements != 1)}" + (
+        "" if pairs is None else f" of {pairs} pair{'s' * (pairs != 1)}")
+
+
 def _phase_rows(d: RunData) -> list[list[Any]]:
     return [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
-             p.mean("pair_accuracy"), p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
+             p.mean("reward_std"), p.mean("pair_accuracy"),
+             pair_n(p.count("pair_judgements"), p.count("pairs")) if p.role == "rubric" else "–",
+             p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
              _duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
 
 
@@ -490,15 +551,17 @@ def _stats(d: RunData) -> dict[str, Any] | None:
         return None
     rows = [s.to_json() for s in d.rubric_stats]
     bins = list(rows[0]["max_weight_hist"])
-    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria/rubric", "chars/criterion", "label-only",
-              "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
-              f"max weight bins {' / '.join(bins)}"]
+    header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria per rubric", "chars per criterion",
+              "label-only", "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
+              f"rubrics by max weight: {' / '.join(bins)}"]
     table_rows = [[r["phase"], _fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
                    r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
                    _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
                    " / ".join(str(r["max_weight_hist"][b]) for b in bins)] for r in rows]
-    return {"header": header, "rows": table_rows,
-            "plot": plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows)}
+    phases = Counter(r["source"] for r in rows)
+    plot = plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows) \
+        if max(phases.values()) >= MIN_PLOT_POINTS else None  # fewer phases per source: the table has every value
+    return {"header": header, "rows": table_rows, "plot": plot}
 
 
 @dataclass(frozen=True)
@@ -597,7 +660,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None, length_f
 
 def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
     """Per phase: role, cycle, steps, mean reward, its within-group spread (the mean of the steps' reward_std),
-    judge pair accuracy, rubric validity, seconds.
+    judge pair accuracy with its n (judgements and pairs, summed over the steps), rubric validity, seconds.
 
     Held-out evaluation lines are not steps of a phase and are left out."""
     phases: dict[int, list[StepRecord]] = {}
@@ -610,8 +673,13 @@ def summarise(run_dir: str | Path) -> list[dict[str, Any]]:
         vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
         return sum(vals) / len(vals) if vals else None
 
+    def total(recs: list[StepRecord], key: str) -> int | None:
+        vals = [getattr(r, key) for r in recs if getattr(r, key) is not None]
+        return sum(vals) if vals else None
+
     return [{"phase": p, "role": recs[0].role, "cycle": recs[0].cycle, "steps": len(recs),
              "reward": mean(recs, "reward_mean"), "reward_std": mean(recs, "reward_std"),
-             "pair_accuracy": mean(recs, "pair_accuracy"),
+             "pair_accuracy": mean(recs, "pair_accuracy"), "pair_judgements": total(recs, "pair_judgements"),
+             "pairs": total(recs, "pairs"),
              "rubric_validity": mean(recs, "rubric_validity"), "seconds": sum(r.seconds or 0.0 for r in recs)}
             for p, recs in sorted(phases.items())]

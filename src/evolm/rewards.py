@@ -332,6 +332,8 @@ class StepRewards:
     missing_rewards: float  # share of rows with a missing reward
     pair_accuracy: float | None  # rubric steps: share of rows whose rubric made the judge score a+ > a-
     rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
+    pair_judgements: int | None = None  # rubric steps: n of pair_accuracy (rows: one rubric judging one pair)
+    pairs: int | None = None  # rubric steps: distinct pairs those rows judged (one per group)
     tied_groups: float = 0.0  # share of groups whose rewards are all equal (zero advantage: no gradient signal)
     reward_components: dict[str, float | None] | None = None  # with rewards.extra: "judge" and each extra's mean value
     judge_p_yes: float | None = None  # mean per-criterion value of the step's judging (yesno: P(Yes); see RowReward)
@@ -380,8 +382,8 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
 
     >>> r = step_rewards(["rubric"] * 2, [RowReward(1.0, s_pos=0.9, s_neg=0.1, rubric_valid=1.0),
     ...                                    RowReward(None, rubric_valid=0.0)], ["q", "q"])
-    >>> r.rewards, r.pair_accuracy, r.rubric_validity, r.missing_rewards
-    ([1.0, 1.0], 0.5, 0.5, 0.5)
+    >>> r.rewards, r.pair_accuracy, r.pair_judgements, r.pairs, r.rubric_validity, r.missing_rewards
+    ([1.0, 1.0], 0.5, 2, 1, 0.5, 0.5)
     >>> r = step_rewards(["policy"] * 2, [RowReward(0.8, extras=(("len", 0.5, -1.0),)),
     ...                                    RowReward(None, extras=(("len", 0.5, 0.0),))], ["q", "q"])
     >>> r.rewards, r.reward_components
@@ -429,6 +431,8 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
                        missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
                        pair_accuracy=pair_acc, rubric_validity=validity, tied_groups=tied,
+                       pair_judgements=n if pair_acc is not None else None,
+                       pairs=len(by_group) if pair_acc is not None else None,
                        reward_components=_components(judged, raw),
                        judge_p_yes=sum(readings) / len(readings) if readings else None,
                        judge_pass_rate=sum(p > 0.5 for p in readings) / len(readings) if readings else None,

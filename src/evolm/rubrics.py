@@ -38,9 +38,11 @@ class Rubric:
     criteria: tuple[Criterion, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """As JSON; weights rounded to 12 decimals, so the float noise of normalising (0.3 read as
+        0.29999999999999993) never reaches a file or a reader: reading it back renormalises, far below that digit."""
         return {
             "criteria": [
-                {"criterion": c.criterion, "weight": c.weight, "scoring_levels": dict(c.scoring_levels)}
+                {"criterion": c.criterion, "weight": round(c.weight, 12), "scoring_levels": dict(c.scoring_levels)}
                 for c in self.criteria
             ]
         }
@@ -305,6 +307,44 @@ def _rubric_from_value(value: Any) -> Rubric | None:
     return Rubric(tuple(Criterion(t, w / total, lv) for t, w, lv in zip(texts, weights, levels, strict=True)))
 
 
+def rubric_repairs(obj: Any) -> list[str]:
+    """What reading ``obj`` (a rubric as a JSON value or text) into a ``Rubric`` changed, in words; [] when nothing.
+
+    ``Rubric.from_obj`` uses what it can rather than refuse: a criterion without text is dropped, a weight that is
+    missing, not a number or not positive takes the mean of the others, and JSON that does not decode is repaired
+    (a cut-off rubric closed, single quotes read). Weights scaled to sum to 1 are not a change. This says what was
+    changed, so a caller can report a rubric that was not used as written (``evolm judge``: ``rubric_used:
+    "repaired"``). Never raises.
+
+    >>> rubric_repairs({"criteria": [{"criterion": "Correct", "weight": "heavy"}, {"criterion": "Clear", "weight": 2}]})
+    ["criterion 1: weight 'heavy' is not a positive number (took the others' mean)"]
+    >>> rubric_repairs('{"criteria": [{"criterion": "Correct", "weight": 0.8}, {"criterion": "Clear", "weight": 0.2}]}')
+    []
+    """
+    try:
+        value = obj
+        if isinstance(obj, str):
+            value = next((v for v in _json_values(strip_thinking(obj)) if _rubric_from_value(v) is not None), None)
+            if value is None:
+                return ["its JSON did not decode as written and was repaired"] if parse_rubric(obj) is not None else []
+        found = _find_criteria_object(value)
+        entries = found["criteria"] if found is not None else value if isinstance(value, list) else []
+        out = []
+        for i, entry in enumerate(entries, start=1):
+            text = next((entry[k] for k in ("criterion", "description", "name", "text")
+                         if isinstance(entry.get(k), str)), None) if isinstance(entry, dict) else None
+            if not text or not text.strip():
+                out.append(f"criterion {i}: no text (dropped)")
+            elif "weight" not in entry:
+                out.append(f"criterion {i}: no weight (took the others' mean)")
+            elif (w := _as_float(entry["weight"])) is None or w <= 0:
+                out.append(f"criterion {i}: weight {entry['weight']!r} is not a positive number "
+                           "(took the others' mean)")
+        return out
+    except Exception:  # noqa: BLE001 - like parse_rubric: a rubric from a file or a model never crashes the caller
+        return ["unreadable"]
+
+
 def parse_rubric(text: str) -> Rubric | None:
     """The rubric in a model's output, or ``None``. Never raises.
 
@@ -531,12 +571,13 @@ def read_written(text: str) -> WrittenRubric:
 
 def write_rubrics(
     backend: Backend, questions: Sequence[str], params: SamplingParams, progress: bool = False, prompt: str = "v3",
-    on_rows: Callable[[int], None] | None = None,
+    on_rows: Callable[[int], None] | None = None, on_tokens: Callable[[int], None] | None = None,
 ) -> list[WrittenRubric]:
     """One rubric per question, written by ``backend`` in the rubric role (``rubric_messages(q, prompt)``), batched.
 
-    ``on_rows(n)`` (a local ``HFBackend`` only: ``HFBackend.generate``) is told as ``n`` more rubrics are finished.
+    ``on_rows(n)`` (a local ``HFBackend`` only: ``HFBackend.generate``) is told as ``n`` more rubrics are finished,
+    ``on_tokens(n)`` as ``n`` more tokens are written.
     """
-    extra = {} if on_rows is None else {"on_rows": on_rows}
+    extra = {k: f for k, f in (("on_rows", on_rows), ("on_tokens", on_tokens)) if f is not None}
     texts = backend.generate([rubric_messages(q, prompt) for q in questions], params, progress=progress, **extra)
     return [read_written(t) for t in texts]

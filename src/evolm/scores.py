@@ -62,7 +62,9 @@ class Judgment:
         """A JSON-ready form: ``score``, ``criteria`` as ``{"text", "weight", "value"}`` lists, ``reasoning``."""
         out: dict[str, Any] = {"score": self.score}
         if self.criteria is not None:
-            out["criteria"] = [{"text": c.text, "weight": c.weight, "value": c.value} for c in self.criteria]
+            # weights without the float noise of normalising, as Rubric.to_dict writes them
+            out["criteria"] = [{"text": c.text, "weight": round(c.weight, 12) if isinstance(c.weight, float)
+                                else c.weight, "value": c.value} for c in self.criteria]
         if self.reasoning is not None:
             out["reasoning"] = self.reasoning
         return out

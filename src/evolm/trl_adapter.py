@@ -275,6 +275,7 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: 
                                peft_config=_peft_config(cfg))
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
+    trainer.evolm_base = cfg.model.name
     trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
@@ -349,7 +350,14 @@ def _trainer_class() -> type:
 
         evolm_hooks: StepHooks
         evolm_slots: int
+        evolm_base: str = ""  # the base model as the config names it (model.name)
         _evolm_step: int = -1
+
+        def create_model_card(self, model_name=None, dataset_name=None, tags=None):  # noqa: ANN001, ANN202
+            super().create_model_card(model_name, dataset_name, tags)
+            if self.is_world_process_zero():
+                name_base_model(Path(self.args.output_dir) / "README.md", self.evolm_base,
+                                f"checkpoint-{self.state.global_step}")
 
         def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
             step = self.state.global_step
@@ -361,6 +369,28 @@ def _trainer_class() -> type:
             return super().training_step(model, inputs, num_items_in_batch)
 
     return EvolmGRPOTrainer
+
+
+def name_base_model(card: Path, base: str, checkpoint: str) -> None:
+    """Name the base model in the model card TRL writes beside the checkpoints (``GRPOTrainer.create_model_card``).
+
+    TRL names it only when it is a hub id; for a local directory, the built-in model's included, the card said
+    "a fine-tuned version of [None]" and its quick start loaded ``model="None"``. The card then names ``base`` as
+    the run's config does (a hub id keeps its link) and loads ``checkpoint``, the checkpoint being saved.
+    """
+    if not base or not card.is_file():
+        return
+    from evolm.models import BUILTIN_MODELS
+
+    text = card.read_text(encoding="utf-8")
+    if base in BUILTIN_MODELS:
+        named = f"`{base}` (evolm's built-in model)"
+    elif Path(base).expanduser().exists() or "/" not in base:
+        named = f"`{base}` (a local model)"
+    else:
+        named = f"[{base}](https://huggingface.co/{base})"
+    text = text.replace("[None](https://huggingface.co/None)", named).replace('model="None"', f'model="{checkpoint}"')
+    card.write_text(text, encoding="utf-8")
 
 
 def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:

@@ -352,3 +352,18 @@ def test_smollm2_writes_rubric_and_judges(smollm2_backend: HFBackend) -> None:
         scores = scores_of(Judge(smollm2_backend, mode=mode).score(items))
         assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores), (mode, scores)
         assert scores[0] != pytest.approx(scores[1], abs=1e-6), (mode, scores)
+
+
+def test_generate_tells_tokens_at_each_step_and_its_bar_shows_them(tiny_backend: HFBackend,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Inside a batch of long replies the progress moves per token: on_tokens is told after every decoding step
+    (the rows still generating), and progress=True shows a bar of rows with the tokens so far."""
+    convs = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(5)]
+    told: list[int] = []
+    before = tiny_backend.usage.completion_tokens
+    tiny_backend.generate(convs, SamplingParams(0.0, 1.0, 6, 0), on_tokens=told.append, progress=True)
+    assert len(told) >= 2 * 1 and all(1 <= n <= 4 for n in told)  # a step at a time, at most a batch of 4 rows
+    assert sum(told) == tiny_backend.usage.completion_tokens - before  # every token told, once
+    err = capsys.readouterr().err
+    assert "generate" in err and "5/5" in err and f"{sum(told)} tokens" in err
+

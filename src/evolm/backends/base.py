@@ -289,3 +289,6 @@ def _logsumexp(values: Sequence[float]) -> float:
     if peak == -math.inf:
         return -math.inf
     return peak + math.log(math.fsum(math.exp(v - peak) for v in values))
+
+
+BAR_REFRESH_S = 0.5  # a progress bar's token count (generation inside a batch or a step) is redrawn at most this often

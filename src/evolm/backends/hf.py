@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from evolm.backends.base import (
+    BAR_REFRESH_S,
     ESCAPE_MARK,
     THINK_CLOSE,
     THINK_OPEN,
@@ -205,12 +206,14 @@ class HFBackend:
 
     def generate(
         self, conversations: Sequence[Conversation], params: SamplingParams, *, progress: bool = False,
-        on_rows: Callable[[int], None] | None = None,
+        on_rows: Callable[[int], None] | None = None, on_tokens: Callable[[int], None] | None = None,
     ) -> list[str]:
         """One completion per conversation; rows are batched by similar length to limit padding.
 
         ``on_rows(n)`` is told as ``n`` more rows finish: a row as its reply ends (end of sequence), the rows
-        that ran to ``max_new_tokens`` when their batch ends (``evolm rubric``'s progress bar).
+        that ran to ``max_new_tokens`` when their batch ends (``evolm rubric``'s progress bar); ``on_tokens(n)``
+        after each decoding step, ``n`` the rows of the batch still generating. ``progress`` shows a bar of rows
+        with the tokens generated so far, so a batch of long replies never looks hung.
 
         A think block the template opened in the prompt is put back in front of the reply. With
         ``params.json_schema`` every batch decodes under it, through its own xgrammar processor (one
@@ -235,17 +238,21 @@ class HFBackend:
         self.model.eval()
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        stop_ids = generation_stop_ids(self.model, self.tokenizer) if on_rows is not None else []
+        bar = tqdm(total=len(encoded), desc="generate", unit="row", disable=not progress)
+        if progress:
+            on_rows, on_tokens = _with_bar(bar, on_rows, on_tokens)
+        watch = on_rows is not None or on_tokens is not None
+        stop_ids = generation_stop_ids(self.model, self.tokenizer) if watch else []
         try:
             with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
-                for b, idx in enumerate(tqdm(batches, desc="generate", disable=not progress, unit="batch")):
+                for b, idx in enumerate(batches):
                     if params.seed is not None:
                         torch.manual_seed(params.seed + b)
                     ids, mask = self._left_pad([encoded[i] for i in idx])
                     if starts is not None:  # a fresh processor per generate() call, sized to this batch
                         kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
-                    if on_rows is not None:  # stops nothing: tells on_rows as rows end
-                        kwargs["stopping_criteria"] = [_RowsEnded(stop_ids, len(idx), on_rows)]
+                    if watch:  # stops nothing: tells on_rows as rows end, on_tokens at each step
+                        kwargs["stopping_criteria"] = [_RowsEnded(stop_ids, len(idx), on_rows, on_tokens)]
                     with torch.no_grad():
                         out = self.model.generate(
                             input_ids=ids,
@@ -255,7 +262,7 @@ class HFBackend:
                             synced_gpus=self.synced_gpus,
                             **kwargs,
                         )
-                    if on_rows is not None:
+                    if watch:
                         kwargs["stopping_criteria"][0].finish()
                     for i, row in zip(idx, out[:, ids.shape[1] :].tolist(), strict=True):
                         results[i] = self.reply(row, opened[i])
@@ -265,6 +272,7 @@ class HFBackend:
                         generated += n
         finally:
             self.model.train(was_training)
+            bar.close()
         self._count(len(encoded), sum(map(len, encoded)), generated, started)
         return results
 
@@ -427,24 +435,51 @@ class HFBackend:
 
 
 class _RowsEnded:
-    """A stopping criterion that stops nothing: it tells ``on_rows`` how many rows of the batch ended (their last
-    token one of ``stop_ids``) since the step before, and at ``finish`` the rows that never ended (the budget)."""
+    """A stopping criterion that stops nothing: after each decoding step it tells ``on_tokens`` how many rows were
+    still generating (one token each) and ``on_rows`` how many rows of the batch ended (their last token one of
+    ``stop_ids``) since the step before, and at ``finish`` the rows that never ended (the budget)."""
 
-    def __init__(self, stop_ids: list[int], rows: int, on_rows: Callable[[int], None]) -> None:
-        self.stop_ids, self.on_rows = torch.tensor(stop_ids, dtype=torch.long), on_rows
+    def __init__(self, stop_ids: list[int], rows: int, on_rows: Callable[[int], None] | None,
+                 on_tokens: Callable[[int], None] | None = None) -> None:
+        self.stop_ids, self.on_rows, self.on_tokens = torch.tensor(stop_ids, dtype=torch.long), on_rows, on_tokens
         self.ended = torch.zeros(rows, dtype=torch.bool)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        if self.on_tokens is not None:
+            self.on_tokens(int((~self.ended).sum()))
         now = torch.isin(input_ids[:, -1].cpu(), self.stop_ids) & ~self.ended
         if now.any():
             self.ended |= now
-            self.on_rows(int(now.sum()))
+            if self.on_rows is not None:
+                self.on_rows(int(now.sum()))
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def finish(self) -> None:
         if (left := int((~self.ended).sum())) > 0:
             self.ended[:] = True
-            self.on_rows(left)
+            if self.on_rows is not None:
+                self.on_rows(left)
+
+
+def _with_bar(bar: Any, on_rows: Callable[[int], None] | None, on_tokens: Callable[[int], None] | None
+              ) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """``on_rows`` / ``on_tokens`` that also move ``bar``: a row per finished reply, the tokens so far beside it."""
+    state = {"tokens": 0, "drawn": 0.0}
+
+    def rows(n: int) -> None:
+        bar.update(n)
+        if on_rows is not None:
+            on_rows(n)
+
+    def tokens(n: int) -> None:
+        state["tokens"] += n
+        bar.set_postfix_str(f"{state['tokens']} tokens", refresh=False)
+        if (now := time.monotonic()) - state["drawn"] >= BAR_REFRESH_S:
+            state["drawn"] = now
+            bar.refresh()
+        if on_tokens is not None:
+            on_tokens(n)
+    return rows, tokens
 
 
 def model_vocab_size(model: Any) -> int:

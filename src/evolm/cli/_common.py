@@ -346,10 +346,13 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
     checked against the input (same ``keys``, row by row) and skipped. Batches (``write_chunk`` rows)
     start at multiples of their size, so a resumed run calls the model exactly as an uninterrupted one
     does. The progress bar moves after each batch, and within one as ``compute(start, end, advance)``
-    calls ``advance(n)`` for rows finished.
+    calls ``advance(n)`` for rows finished and ``advance(tokens=n)`` for tokens generated (shown beside it).
     """
+    import time
+
     from tqdm.auto import tqdm
 
+    from evolm.backends.base import BAR_REFRESH_S
     from evolm.errors import InputError
     from evolm.jsonl import resumable_jsonl
 
@@ -368,12 +371,19 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
             say(f"resuming: {len(done)} of {len(rows)} rows already done")
         try:
             with tqdm(total=len(rows), initial=len(done), desc=desc, unit="row", delay=1) as bar:
-                start = len(done)
+                start, generated = len(done), [0, 0.0]  # tokens so far, when the bar was last drawn
                 while start < len(rows):
                     end = min((start // batch + 1) * batch, len(rows))
 
-                    def advance(n: int, end: int = end) -> None:  # rows of this batch finished (never past it)
-                        bar.update(max(0, min(n, end - bar.n)))
+                    def advance(n: int = 0, end: int = end, tokens: int = 0) -> None:  # rows finished in this
+                        bar.update(max(0, min(n, end - bar.n)))  # batch (never past it), tokens generated
+                        if tokens:
+                            generated[0] += tokens
+                            bar.set_postfix_str(f"{generated[0]} tokens", refresh=False)
+                            if (now := time.monotonic()) - generated[1] >= BAR_REFRESH_S \
+                                    and time.time() - bar.start_t >= bar.delay:  # the bar's delay holds
+                                generated[1] = now
+                                bar.refresh()
 
                     out.write(compute(start, end, advance))
                     bar.update(end - bar.n)

@@ -32,7 +32,10 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
         help="score answers with a (rubric +) judge",
         description="Score each answer. Input JSONL lines need 'prompt' and 'response', and may have 'rubric' "
         "(object or JSON string; without it the judge scores alone). Output lines add 'score' in [0, 1], or null "
-        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token). "
+        "when the judge gave no readable score (an unreadable reply, or a server that reported no score token), and "
+        "'rubric_used': how the rubric was read ('parsed' as written; 'repaired', with 'rubric_repairs' saying what "
+        "was changed, e.g. a weight that is not a number given the others' mean; 'raw text' when it did not parse; "
+        "'none'). "
         "An answer too long for the judge's context is cut from its middle (the row adds \"truncated\": true and "
         "'chars_cut'); a row whose question and rubric alone do not fit has no score and 'overlong' (why). "
         "--mode listwise judges the rows with the same prompt and rubric together, wherever they stand in the file "
@@ -101,7 +104,7 @@ def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.jsonl import check_outputs_differ, read_jsonl
     from evolm.judge import JudgeItem, OverlongPrompt
-    from evolm.rubrics import Rubric
+    from evolm.rubrics import Rubric, rubric_repairs
 
     if args.show_prompt:
         _show_judge_prompt(args.config)
@@ -112,13 +115,15 @@ def main(args: argparse.Namespace) -> None:
     check_outputs_differ([args.output], [args.input])
     rows = text_rows(read_jsonl(args.input, required=["prompt", "response"]), args.input, ("prompt", "response"))
     check_before_loading(args.input, rows, [args.output])
-    items, used = [], []
+    items, used, repairs = [], [], []
     for row in rows:
         given = None if args.no_rubric else row.get("rubric")
         rubric = Rubric.from_obj(given) if given is not None else None
         raw = None if given is None or rubric is not None else given if isinstance(given, str) else json.dumps(given)
         items.append(JudgeItem(row["prompt"], row["response"], rubric, rubric_text=raw))
-        used.append("parsed" if rubric is not None else "raw text" if raw and raw.strip() else "none")
+        repairs.append(rubric_repairs(given) if rubric is not None else [])
+        used.append(("repaired" if repairs[-1] else "parsed") if rubric is not None
+                    else "raw text" if raw and raw.strip() else "none")
     judge = cached_judge(judge_from_args(args, args.judge, args.backend, args.base_url), args.judge_cache)
 
     dropped = _GUARD_KEYS + (_DETAIL_KEYS if args.details else ())
@@ -149,13 +154,15 @@ def main(args: argparse.Namespace) -> None:
             judged = judged_rows(start, end)
         except OverlongPrompt as e:
             raise InputError(f"{args.input}: row {start + e.index + 1}: {e.reason}") from None
-        # rubric_used says how the judge read the row's rubric: parsed, as raw text (it did not parse), or none
+        # rubric_used says how the judge read the row's rubric: parsed as written, repaired (rubric_repairs: what
+        # was changed), as raw text (it did not parse), or none
         return [{**{k: v for k, v in row.items() if k not in dropped}, "score": j.score, "rubric_used": u,
+                 **({"rubric_repairs": fixes} if fixes else {}),
                  **({"truncated": True, "chars_cut": j.cut} if j.cut else {}),
                  **({"overlong": j.unscored} if j.unscored else {}),
                  **({"failed": j.failed} if getattr(j, "failed", None) else {}),
                  **({"criteria": j.to_dict().get("criteria"), "reasoning": j.reasoning} if args.details else {})}
-                for row, j, u in zip(rows[start:end], judged, used[start:end], strict=True)]
+                for row, j, u, fixes in zip(rows[start:end], judged, used[start:end], repairs[start:end], strict=True)]
 
     out = write_as_you_go(args, rows, compute, keys=("prompt", "response"), desc=f"judge ({args.mode})")
     n_missing = sum(r["score"] is None for r in out)
@@ -165,4 +172,16 @@ def main(args: argparse.Namespace) -> None:
     n_failed = sum("failed" in r for r in out)
     say(f"scored {len(rows)} answers ({n_missing} without a readable score"
         + (f", {n_failed} of them because the judge request failed" if n_failed else "") + f") to {args.output}"
+        + _rubric_note(used)
         + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)
+
+
+def _rubric_note(used: list[str]) -> str:
+    """The summary's words for rubrics not used as written ("" when every rubric parsed as written, or none had one).
+
+    >>> _rubric_note(["parsed", "raw text", "repaired", "raw text", "none"])
+    '; 2 rubrics not parsed, judged as raw text; 1 rubric repaired (see rubric_repairs)'
+    """
+    raw, fixed = used.count("raw text"), used.count("repaired")
+    return ((f"; {raw} rubric{'s' * (raw != 1)} not parsed, judged as raw text" if raw else "")
+            + (f"; {fixed} rubric{'s' * (fixed != 1)} repaired (see rubric_repairs)" if fixed else ""))

@@ -64,7 +64,8 @@ def main(args: argparse.Namespace) -> None:
             raise InputError(f"{args.input}: row {start + first + 1}: {over[first]} (--overlong refuse)")
         todo = [i for i in range(len(questions)) if i not in over]
         texts = write_rubrics(backend, [questions[i] for i in todo], params, prompt=args.rubric_prompt,
-                              on_rows=advance if args.backend == "hf" else None)
+                              on_rows=advance if args.backend == "hf" else None,
+                              on_tokens=(lambda n: advance(tokens=n)) if args.backend == "hf" else None)
         written = dict(zip(todo, texts, strict=True))
         return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]}
                 if i in over else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,

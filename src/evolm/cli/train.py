@@ -68,9 +68,11 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     import signal
+    import time
 
     from tqdm.auto import tqdm
 
+    from evolm.backends.base import BAR_REFRESH_S
     from evolm.coevolve import run
     from evolm.config import load_config
     from evolm.heldout import describe
@@ -91,6 +93,8 @@ def main(args: argparse.Namespace) -> None:
     if rank0 and (warning := single_cpu_launch_warning()):
         print(warning, file=sys.stderr)
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not rank0)
+    post: dict[str, object] = {}  # the bar's postfix: the last step's role, cycle and reward, the tokens of this one
+    tokens = {"step": 0, "drawn": 0.0}
 
     def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
         if not rank0:
@@ -108,12 +112,23 @@ def main(args: argparse.Namespace) -> None:
             bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
             return
         reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
-        bar.set_postfix(role=rec.role, cycle=rec.cycle, reward=reward)
+        post.update(role=rec.role, cycle=rec.cycle, reward=reward)
+        tokens["step"] = 0
+        post.pop("generated", None)
+        bar.set_postfix(post, refresh=False)
         bar.update(rec.step - bar.n)
+
+    def on_tokens(n: int) -> None:  # inside a step: the tokens generated so far (answers, rubrics, pair answers)
+        tokens["step"] += n
+        if (now := time.monotonic()) - tokens["drawn"] >= BAR_REFRESH_S:
+            tokens["drawn"] = now
+            post["generated"] = f"{tokens['step']} tok in step {bar.n + 1}"
+            bar.set_postfix(post, refresh=time.time() - bar.start_t >= bar.delay)  # the bar's delay holds
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     try:
-        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step, on_start=on_start)
+        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step, on_start=on_start,
+                      on_tokens=on_tokens if rank0 else None)
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
@@ -293,6 +308,7 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
 
     from evolm.heldout import summary_rows
     from evolm.records import read_metrics
+    from evolm.report import pair_n
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
@@ -306,6 +322,10 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
                       fmt(ph.get("reward_std")), fmt(ph["pair_accuracy"]), fmt(ph["rubric_validity"]),
                       f"{ph['seconds']:.0f}")
     Console().print(table)
+    counted = [f"{pair_n(ph['pair_judgements'], ph.get('pairs'))} (phase {ph['phase']})" for ph in phases
+               if ph.get("pair_judgements") is not None]
+    if counted:  # below the table, which has no room for it in 80 columns
+        print(f"pair acc. n: {'; '.join(counted)}")
     heldout = summary_rows(read_metrics(run_dir))
     if heldout:
         table = Table(title="held-out evaluation (eval.*): first and last")

@@ -229,9 +229,12 @@ def check_access(tasks: Sequence[str], *, allow_hub: bool = False, allow_code: b
 
 
 def default_data_dir(cwd: str | Path | None = None) -> Path | None:
-    """``../shared/data`` next to the working directory when it exists (the project layout), else None."""
-    candidate = Path(cwd or Path.cwd()) / ".." / "shared" / "data"
-    return candidate.resolve() if candidate.is_dir() else None
+    """``data/`` in the working directory (where ``scripts/fetch_data.py`` puts the sets) when it exists, else
+    ``../shared/data`` next to it (the development layout), else None."""
+    for candidate in (Path(cwd or Path.cwd()) / "data", Path(cwd or Path.cwd()) / ".." / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
 
 
 def resolve_data_files(

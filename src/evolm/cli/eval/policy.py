@@ -47,7 +47,8 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", default="lm-eval", choices=PROTOCOLS,
                    help="decoding: lm-eval = each task's own settings (default); olmo3-adapt = the paper's")
     p.add_argument("--data-dir", default=None,
-                   help="folder holding <task>/<file> as in shared/data (default: ../shared/data if it exists)")
+                   help="folder holding <task>/<file> (ifeval/input_data.jsonl, gsm8k/test.jsonl), as "
+                   "scripts/fetch_data.py writes them (default: ./data, else ../shared/data, if it exists)")
     for name, task in POLICY_TASKS.items():
         if task.local:
             p.add_argument(f"--{name}-data", dest=f"{name}_data", default=None, metavar="FILE",
