@@ -921,3 +921,20 @@ def build_help(command: str) -> str:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     return sub.choices[command].format_help()  # type: ignore[union-attr]
+
+
+def test_grpo_settings_the_machine_cannot_run_are_one_line(tmp_path: Path) -> None:
+    """The paper's grpo settings (bf16) on a CPU machine: transformers' refusal, in one line that says where from."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("bf16 runs on this machine")
+    from evolm.config import load_config
+    from evolm.errors import RunError
+    from evolm.trl_adapter import training_args
+
+    cfg = load_config(None, [f"output_dir={tmp_path / 'run'}"])
+    assert cfg.grpo["bf16"] is True
+    with pytest.raises(RunError, match=r"^trl.GRPOConfig refused the run's grpo settings: .*bf16") as e:
+        training_args(cfg)
+    assert "\n" not in str(e.value)

@@ -124,11 +124,9 @@ def test_report_command_takes_the_length_factor(tmp_path: Path, capsys) -> None:
 def test_the_monitor_only_reports_unless_set_to_mask_or_stop() -> None:
     """rewards.monitor: report (the default) leaves the rewards alone; mask drops a flagged answer's judge reward (it
     gets its group's mean); stop ends the run at a step whose flagged share reaches monitor_stop_share."""
-    from types import SimpleNamespace
 
-    from evolm.coevolve import Loop
     from evolm.config import RunConfig
-    from evolm.monitor import LengthDrift, MonitorStop
+    from evolm.monitor import LengthDrift, MonitorStop, monitor_step
     from evolm.rewards import RowReward, step_rewards
 
     rows = [{"rubric": "", "rubric_text": ""}] * 4
@@ -138,8 +136,7 @@ def test_the_monitor_only_reports_unless_set_to_mask_or_stop() -> None:
     def monitor(act: str, share: float = 0.5) -> tuple[dict, list[RowReward]]:
         cfg = RunConfig()
         cfg.rewards.monitor, cfg.rewards.monitor_stop_share = act, share
-        loop = SimpleNamespace(cfg=cfg, drift=LengthDrift())
-        return Loop.monitor(loop, SimpleNamespace(step=6), rows, answers, scored, [5] * 4, [0] * 4)  # type: ignore
+        return monitor_step(cfg.rewards, LengthDrift(), 6, rows, answers, scored, [5] * 4, [0] * 4)
 
     assert RunConfig().rewards.monitor == "report"
     signals, out = monitor("report")

@@ -76,6 +76,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     plan = Plan(cfg, fit.questions, fit.references)  # and data.pairs for labelled pairs
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
+    models.resolve_model_path(cfg.model.name)  # a missing model: said before the training arguments are built
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step

@@ -252,7 +252,10 @@ def training_args(cfg: RunConfig) -> Any:
     # checkpointing, always for a LoRA model) has DDP search for unused ones and warn at every launch that none were.
     grpo.setdefault("ddp_find_unused_parameters", False)
     _checkpointing_by_new_name(grpo, GRPOConfig)
-    args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps (but num_iterations)
+    try:
+        args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps
+    except ValueError as e:  # transformers' and TRL's checks of the settings, e.g. bf16 on a machine without it
+        raise RunError(f"trl.GRPOConfig refused the run's grpo settings: {e}".splitlines()[0]) from None
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
         raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
                        "launch with torchrun or `accelerate launch` with a config that starts every process")

@@ -264,12 +264,18 @@ def test_shared_prefix_matches_plain_forward(
 def test_the_prefix_every_question_shares_runs_once(
     which: str, tiny_backend: HFBackend, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    """A judge batch over several questions: the instructions every prompt starts with run once, each question's
-    prefix continues from a copy, each answer from a copy of its question's; logits as a plain forward pass."""
+    """A judge batch over several answers, each asked several criteria (the yesno judge's batch): the instructions
+    every prompt starts with run once, each answer's prefix (question and answer) continues from a copy, each
+    criterion from a copy of its answer's; logits as a plain forward pass."""
     model = tiny_backend.model if which == "tiny" else request.getfixturevalue("sharp_model")
-    questions = ["What is 2 + 2?", "Write a poem about the sea.", "Name a colour."]
-    answers = ["4", "It is four, because 2 + 2 = 4.", "The quick brown fox"]
-    convs = [yesno_messages(q, "The answer is correct and complete.", a) for q in questions for a in answers]
+    pairs = [("What is 2 + 2?", "It is four, because two plus two makes four, as anyone who counts on their fingers "
+                                "from two, adding one and then one more, will find for themselves."),
+             ("Write a poem about the sea.", "The sea is grey at dawn and blue at noon; it breaks on the rocks and "
+                                             "pulls the shingle back, and the gulls cry over it all day long."),
+             ("Name a colour.", "Red is a colour: the colour of ripe tomatoes, of post boxes in Britain, of stop "
+                                "signs on most roads of the world, and of the sky at some sunsets.")]
+    criteria = ["The answer is correct and complete.", "The answer is short.", "The answer is polite."]
+    convs = [yesno_messages(q, c, a) for q, a in pairs for c in criteria]
     convs.append(yesno_messages("A lone question", "Another criterion entirely, alone.", "x"))  # a group of one
     shared = HFBackend(model, tiny_backend.tokenizer, batch_size=2, share_prefix=True)
     encoded = shared._encode(convs, {})
@@ -287,7 +293,7 @@ def test_the_prefix_every_question_shares_runs_once(
     assert [p for p in prefixes if p[1] is None] == [(common, None)]  # the instructions: once
     assert sorted(p for p in prefixes if p[1] is not None) == [(n, common) for n in sorted(p[0] for p in prefixes
                                                                                           if p[1] is not None)]
-    assert len(prefixes) == 1 + len(questions)  # then each question's own prefix, from the common one
+    assert len(prefixes) == 1 + len(pairs)  # then each answer's own prefix, from the common one
     ref = _reference_logits(shared, encoded)
     torch.testing.assert_close(torch.log_softmax(got, -1), torch.log_softmax(ref, -1), atol=1e-4, rtol=0)
 
