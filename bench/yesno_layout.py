@@ -1,22 +1,28 @@
-"""The ``yesno`` judge's prompt order: its cost per judged answer, and what the judge reads, before and after.
+"""The ``yesno`` judge's cost per judged answer, and what it reads, across three layouts of its work.
 
     python bench/yesno_layout.py                      # cost, probe and held-out accuracy, qwen2.5-coder-1.5b-instruct
     python bench/yesno_layout.py --judge DIR --skip-accuracy
 
-``yesno`` asks one question per criterion. Before (git ``ff0e7d6``) the prompt was instructions, question,
-*criterion*, answer: the criterion came before the answer, so an answer was read once per criterion, and only the
-answers under one criterion shared a prefix. After, the answer comes before the criterion: ``HFBackend`` reads
-the instructions, question and answer once and each criterion continues from a copy of that cache.
+``yesno`` asks one question per criterion. Three variants, side by side in one process on the same weights (the
+old code loaded from git):
 
-Three measurements, both orders side by side in one process on the same judge (the old prompt function loaded
-from git):
+1. criterion first (git ``ff0e7d6``'s prompt): instructions, question, *criterion*, answer. An answer is read once
+   per criterion; only the answers under one criterion share a prefix.
+2. answer first, one group at a time (``HFBackend`` as of git ``588ad90``): instructions, question, answer, then
+   the criterion, so an answer's criteria continue from one cache of its prefix; but each answer's prefix runs as
+   its own forward pass, then its 3 criteria as one small batch.
+3. answer first, groups batched (now): the prefixes of up to ``batch_size`` answers run side by side in one pass,
+   and the criteria of several answers in one batch (``HFBackend._grouped_logits``). Same arithmetic as 2: the
+   scores agree to float rounding.
+
+Measured:
 
 1. cost: seconds (wall and CPU of this process) per judged answer at 3 criteria, on held-out LLMBar pairs whose
    hand-written rubric has 3 criteria, timed round-robin;
 2. the probe (``bench/learning.py writers-probe``): P(Yes) of a right minus a wrong answer under a criterion
-   that names the value, per order;
-3. held-out pair accuracy with the hand-written rubrics (the writers study's ceiling arm), 100 pairs, with a
-   paired sign test between the orders.
+   that names the value, per variant;
+3. held-out pair accuracy with the hand-written rubrics (the writers study's ceiling arm), 100 pairs, with paired
+   sign tests against the first variant.
 
 The result is kept in ``docs/results/yesno_layout.json``; docs/PERFORMANCE.md quotes the table.
 """
@@ -45,15 +51,25 @@ from learning import (  # noqa: E402
 )
 
 BEFORE = "ff0e7d6"  # the last commit with the criterion before the answer
+ONE_GROUP_AT_A_TIME = "588ad90"  # the last commit whose HFBackend ran each group's prefix as its own pass
 RESULT = ROOT / "docs" / "results" / "yesno_layout.json"
 
 
-def orders() -> dict[str, Any]:
-    """``{order: yesno_messages}``: the function as it was at ``BEFORE`` and as it is now."""
+def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:
+    """``{variant: (yesno_messages, Judge)}``: the judges share one copy of the weights."""
     import evolm.judge_prompts as now
+    from evolm.backends.hf import HFBackend
+    from evolm.judge import Judge
+    from evolm.models import load_backend
 
-    old = load_old_module(BEFORE, "src/evolm/judge_prompts.py", "_judge_prompts_before")
-    return {"criterion first (before)": old.yesno_messages, "answer first (after)": now.yesno_messages}
+    old_prompt = load_old_module(BEFORE, "src/evolm/judge_prompts.py", "_judge_prompts_before").yesno_messages
+    old_backend = load_old_module(ONE_GROUP_AT_A_TIME, "src/evolm/backends/hf.py", "_hf_before").HFBackend
+    new = load_backend(judge_name, dtype="float32", batch_size=batch_size)
+    assert isinstance(new, HFBackend)
+    old = old_backend(new.model, new.tokenizer, batch_size=batch_size)
+    return {"criterion first (ff0e7d6)": (old_prompt, Judge(old, mode="yesno")),
+            "answer first, one group at a time (588ad90)": (now.yesno_messages, Judge(old, mode="yesno")),
+            "answer first, groups batched (now)": (now.yesno_messages, Judge(new, mode="yesno"))}
 
 
 def use(order_fn: Any) -> None:
@@ -69,13 +85,13 @@ def items_for(pairs: list[Any], rubrics: dict[str, str]) -> list[Any]:
     return [JudgeItem(p.prompt, a, parse_rubric(rubrics[p.prompt])) for p in pairs for a in (p.better, p.worse)]
 
 
-def cost(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, str], n_pairs: int, repeats: int,
+def cost(fns: dict[str, tuple[Any, Any]], pairs: list[Any], rubrics: dict[str, str], n_pairs: int, repeats: int,
          warmup: int) -> dict[str, Any]:
     three = [p for p in pairs if len(json.loads(rubrics[p.prompt])["criteria"]) == 3][:n_pairs]
     items = items_for(three, rubrics)
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
     for r in range(warmup + repeats):  # round-robin: load from other jobs falls on both orders alike
-        for name, fn in fns.items():
+        for name, (fn, judge) in fns.items():
             use(fn)
             w0, c0 = time.perf_counter(), time.process_time()
             judge.score(items)
@@ -90,12 +106,12 @@ def cost(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, s
     return out
 
 
-def probe(judge: Any, fns: dict[str, Any]) -> dict[str, Any]:
+def probe(fns: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
     from evolm.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
     out = {}
-    for name, fn in fns.items():
+    for name, (fn, judge) in fns.items():
         use(fn)
         items = []
         for q, crit, right, wrong in PROBES:
@@ -104,16 +120,16 @@ def probe(judge: Any, fns: dict[str, Any]) -> dict[str, Any]:
         gaps = [s[2 * i] - s[2 * i + 1] for i in range(len(PROBES))]
         out[name] = {"gap": statistics.fmean(gaps), "ci": bootstrap_mean(gaps),
                      "right_higher": sum(g > 0 for g in gaps), "wrong_higher": sum(g < 0 for g in gaps),
-                     "gaps": gaps}
+                     "gaps": gaps, "scores": s}
     return out
 
 
-def accuracy(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, str]) -> dict[str, Any]:
+def accuracy(fns: dict[str, tuple[Any, Any]], pairs: list[Any], rubrics: dict[str, str]) -> dict[str, Any]:
     from evolm.eval.pairs import pair_credit
 
     items = items_for(pairs, rubrics)
     out = {}
-    for name, fn in fns.items():
+    for name, (fn, judge) in fns.items():
         use(fn)
         t0 = time.perf_counter()
         s = [j.score for j in judge.score(items, progress=True)]
@@ -126,48 +142,49 @@ def accuracy(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[st
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--judge", default="qwen2.5-coder-1.5b-instruct", help="the yesno judge (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16, help="the backend's rows per forward pass (default 16)")
     p.add_argument("--cost-pairs", type=int, default=4, help="held-out pairs (2 answers, 3 criteria each) the cost is "
                    "measured on (default 4)")
     p.add_argument("--repeats", type=int, default=1, help="timed rounds of the cost measurement (default 1)")
     p.add_argument("--warmup", type=int, default=0, help="untimed rounds first (default 0: CPU seconds, the measure "
                    "that holds on a shared machine, need none)")
     p.add_argument("--skip-accuracy", action="store_true", help="cost and probe only (the accuracy run is the long "
-                   "part: 100 pairs in each order)")
+                   "part: 100 pairs for the first and the last variant; the middle one computes what the last does)")
     args = p.parse_args()
 
     from evolm.eval.pairs import load_pairs
-    from evolm.judge import Judge
-    from evolm.models import load_backend
 
     pairs = load_pairs(writers_pairs())
     rubrics = handwritten_rubrics()
-    judge = Judge(load_backend(args.judge, dtype="float32", batch_size=16), mode="yesno")
-    fns = orders()
-    print_header("yesno prompt order", {"judge": args.judge, "pairs": len(pairs)})
-    res: dict[str, Any] = {"judge": args.judge, "cost": cost(judge, fns, pairs, rubrics, args.cost_pairs, args.repeats,
-                                                                         args.warmup),
-                           "probe": probe(judge, fns)}
+    fns = variants(args.judge, args.batch_size)
+    names = list(fns)
+    print_header("yesno judge layouts", {"judge": args.judge, "pairs": len(pairs), "batch_size": args.batch_size})
+    res: dict[str, Any] = {"judge": args.judge, "batch_size": args.batch_size,
+                           "cost": cost(fns, pairs, rubrics, args.cost_pairs, args.repeats, args.warmup),
+                           "probe": probe(fns)}
+    same = max(abs(a - b) for a, b in zip(res["probe"][names[1]]["scores"], res["probe"][names[2]]["scores"],
+                                          strict=True))
+    res["probe_max_score_diff_batched_vs_one_group"] = same
     if not args.skip_accuracy:
-        res["accuracy"] = accuracy(judge, fns, pairs, rubrics)
+        res["accuracy"] = accuracy({n: fns[n] for n in (names[0], names[2])}, pairs, rubrics)
     rows = []
-    for name in fns:
+    first = res["cost"][names[0]]
+    for name in names:
         c, pr = res["cost"][name], res["probe"][name]
         acc = res.get("accuracy", {}).get(name)
         rows.append([name, f"{c['wall_s_per_answer']:.2f}", f"{c['cpu_s_per_answer']:.2f}",
+                     f"{first['cpu_s_per_answer'] / c['cpu_s_per_answer']:.2f}x",
                      fmt_ci(pr["gap"], pr["ci"]), f"{pr['right_higher']} / {pr['wrong_higher']}",
-                     fmt_ci(acc["accuracy"], acc["ci"]) + f" (n={acc['n']})" if acc else "not run"])
-    print(table(["order", "wall s / answer", "CPU s / answer", "probe: right - wrong", "right / wrong higher",
-                 "held-out accuracy, hand-written rubrics"], rows))
-    names = list(fns)
-    before, after = res["cost"][names[0]], res["cost"][names[1]]
-    res["speedup_wall"] = before["wall_s_per_answer"] / after["wall_s_per_answer"]
-    res["speedup_cpu"] = before["cpu_s_per_answer"] / after["cpu_s_per_answer"]
-    print(f"\nafter / before: {res['speedup_wall']:.2f}x faster in wall time, {res['speedup_cpu']:.2f}x in CPU time")
+                     fmt_ci(acc["accuracy"], acc["ci"]) + f" (n={acc['n']})" if acc else "as the row below"
+                     if name == names[1] else "not run"])
+    print(table(["variant", "wall s / answer", "CPU s / answer", "CPU: first / this", "probe: right - wrong",
+                 "right / wrong higher", "held-out accuracy, hand-written rubrics"], rows))
+    print(f"\nprobe scores, batched vs one group at a time: max |difference| {same:.2g}")
     if "accuracy" in res:
-        a, b = res["accuracy"][names[1]]["credits"], res["accuracy"][names[0]]["credits"]
+        a, b = res["accuracy"][names[2]]["credits"], res["accuracy"][names[0]]["credits"]
         up, down, pval = sign_test(a, b)
-        res["accuracy_sign_test"] = {"after_better": up, "before_better": down, "p": pval}
-        print(f"held-out pairs, after vs before: {up} better / {down} worse, sign test p = {pval:.3f}")
+        res["accuracy_sign_test"] = {"last_better": up, "first_better": down, "p": pval}
+        print(f"held-out pairs, last vs first: {up} better / {down} worse, sign test p = {pval:.3f}")
     RESULT.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     print(f"kept in {RESULT.relative_to(ROOT)}")
 

@@ -227,16 +227,18 @@ def test_shared_prefix_matches_plain_forward(
     assert all(s >= MIN_SHARED_PREFIX for _, s in multi)
     assert sum(len(g[0]) == 1 for g in groups) == 2
 
-    calls: list[list[int]] = []
-    original = HFBackend._shared_prefix_logits
+    calls: list[list[list[int]]] = []  # the groups of each batched prefix pass
+    original = HFBackend._group_caches
 
-    def spy(self: HFBackend, enc: list[list[int]], members: list[int], n: int, **kw: Any) -> list[torch.Tensor]:
-        calls.append(list(members))
-        return original(self, enc, members, n, **kw)
+    def spy(self: HFBackend, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any, common: int
+            ) -> Any:
+        calls.append([members for members, shared in chunk if shared > common])
+        return original(self, enc, chunk, base, common)
 
-    monkeypatch.setattr(HFBackend, "_shared_prefix_logits", spy)
+    monkeypatch.setattr(HFBackend, "_group_caches", spy)
     got = shared.last_token_logits(encoded)
-    assert sorted(calls) == sorted(g[0] for g in multi)  # the shared path really ran, once per group
+    assert sorted(g for c in calls for g in c) == sorted(g[0] for g in multi)  # the shared path ran, each group once
+    assert max(len(c) for c in calls) == 2  # groups side by side, batch_size at a time
     calls.clear()
     want = plain.last_token_logits(encoded)
     assert calls == []
@@ -279,21 +281,28 @@ def test_the_prefix_every_question_shares_runs_once(
     convs.append(yesno_messages("A lone question", "Another criterion entirely, alone.", "x"))  # a group of one
     shared = HFBackend(model, tiny_backend.tokenizer, batch_size=2, share_prefix=True)
     encoded = shared._encode(convs, {})
-    prefixes: list[tuple[int, int | None]] = []  # (tokens, base tokens) of every prefix forward
-    original = HFBackend._prefix_cache
+    prefixes: list[int] = []  # tokens of every common-prefix pass
+    chunks: list[list[tuple[list[int], int]]] = []  # the groups of every batched group-prefix pass
+    original_prefix, original_groups = HFBackend._prefix_cache, HFBackend._group_caches
 
-    def spy(self: HFBackend, tokens: list[int], base: Any = None) -> Any:
-        prefixes.append((len(tokens), None if base is None else base[1]))
-        return original(self, tokens, base)
+    def spy_prefix(self: HFBackend, tokens: list[int]) -> Any:
+        prefixes.append(len(tokens))
+        return original_prefix(self, tokens)
 
-    monkeypatch.setattr(HFBackend, "_prefix_cache", spy)
+    def spy_groups(self: HFBackend, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any,
+                   common: int) -> Any:
+        chunks.append(chunk)
+        return original_groups(self, enc, chunk, base, common)
+
+    monkeypatch.setattr(HFBackend, "_prefix_cache", spy_prefix)
+    monkeypatch.setattr(HFBackend, "_group_caches", spy_groups)
     got = shared.last_token_logits(encoded)
     common = min(len(os.path.commonprefix([encoded[0], e])) for e in encoded)
     assert common >= MIN_SHARED_PREFIX
-    assert [p for p in prefixes if p[1] is None] == [(common, None)]  # the instructions: once
-    assert sorted(p for p in prefixes if p[1] is not None) == [(n, common) for n in sorted(p[0] for p in prefixes
-                                                                                          if p[1] is not None)]
-    assert len(prefixes) == 1 + len(pairs)  # then each answer's own prefix, from the common one
+    assert prefixes == [common]  # the instructions: once
+    answers = sorted(members for c in chunks for members, n in c if n > common)
+    assert answers == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]  # each answer's prefix once, its criteria from it
+    assert [len(c) for c in chunks] == [2, 2]  # 3 answers + the lone prompt, side by side, batch_size at a time
     ref = _reference_logits(shared, encoded)
     torch.testing.assert_close(torch.log_softmax(got, -1), torch.log_softmax(ref, -1), atol=1e-4, rtol=0)
 
