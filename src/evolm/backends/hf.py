@@ -421,8 +421,7 @@ class HFBackend:
                     mask[r, width_p + width - len(x) :] = 1
                     positions[r] = shared
                     positions[r, width - len(x) :] = torch.arange(shared, shared + len(x))
-                rows_cache = copy.deepcopy(cache)
-                rows_cache.batch_select_indices(torch.tensor([g for _, g in batch], device=self.device))
+                rows_cache = _cache_rows(cache, [g for _, g in batch], self.device)
                 logits = self.model(
                     input_ids=ids.to(self.device),
                     attention_mask=mask.to(self.device),
@@ -457,6 +456,20 @@ class HFBackend:
                          position_ids=positions.to(self.device), use_cache=True,
                          **({} if cache is None else {self._cache_kw: cache}), **self._last_only)
         return (out.cache if self._cache_kw == "cache" else out.past_key_values), mask
+
+
+def _cache_rows(cache: Any, rows: list[int], device: Any) -> Any:
+    """A cache holding ``rows`` of ``cache`` (repeats allowed), which is left unchanged: the selected tensors are
+    new (advanced indexing copies), so a shallow copy of the cache and its layers is enough to keep the original
+    intact, without a deep copy of every row first."""
+    index = torch.tensor(rows, device=device)
+    if hasattr(cache, "layers"):  # transformers >= 4.56: a list of per-layer caches
+        out = copy.copy(cache)
+        out.layers = [copy.copy(layer) for layer in cache.layers]
+    else:
+        out = copy.deepcopy(cache)
+    out.batch_select_indices(index)
+    return out
 
 
 class _RowsEnded:
