@@ -14,6 +14,8 @@ old code loaded from git):
 3. answer first, groups batched (now): the prefixes of up to ``batch_size`` answers run side by side in one pass,
    and the criteria of several answers in one batch (``HFBackend._grouped_logits``). Same arithmetic as 2: the
    scores agree to float rounding.
+4. criterion first, groups batched: the old prompt on today's backend (what the batching alone saves, with the
+   judge reading what it read before).
 
 Measured:
 
@@ -69,7 +71,8 @@ def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:
     old = old_backend(new.model, new.tokenizer, batch_size=batch_size)
     return {"criterion first (ff0e7d6)": (old_prompt, Judge(old, mode="yesno")),
             "answer first, one group at a time (588ad90)": (now.yesno_messages, Judge(old, mode="yesno")),
-            "answer first, groups batched (now)": (now.yesno_messages, Judge(new, mode="yesno"))}
+            "answer first, groups batched (now)": (now.yesno_messages, Judge(new, mode="yesno")),
+            "criterion first, groups batched": (old_prompt, Judge(new, mode="yesno"))}
 
 
 def use(order_fn: Any) -> None:
@@ -149,7 +152,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=0, help="untimed rounds first (default 0: CPU seconds, the measure "
                    "that holds on a shared machine, need none)")
     p.add_argument("--skip-accuracy", action="store_true", help="cost and probe only (the accuracy run is the long "
-                   "part: 100 pairs for the first and the last variant; the middle one computes what the last does)")
+                   "part: 100 pairs for the first and the third variant; the second computes what the third "
+                   "does, the fourth what the first does)")
     args = p.parse_args()
 
     from evolm.eval.pairs import load_pairs
@@ -162,8 +166,8 @@ def main() -> None:
     res: dict[str, Any] = {"judge": args.judge, "batch_size": args.batch_size,
                            "cost": cost(fns, pairs, rubrics, args.cost_pairs, args.repeats, args.warmup),
                            "probe": probe(fns)}
-    same = max(abs(a - b) for a, b in zip(res["probe"][names[1]]["scores"], res["probe"][names[2]]["scores"],
-                                          strict=True))
+    same = max(max(abs(a - b) for a, b in zip(res["probe"][x]["scores"], res["probe"][y]["scores"], strict=True))
+               for x, y in ((names[1], names[2]), (names[0], names[3])))
     res["probe_max_score_diff_batched_vs_one_group"] = same
     if not args.skip_accuracy:
         res["accuracy"] = accuracy({n: fns[n] for n in (names[0], names[2])}, pairs, rubrics)
@@ -175,16 +179,16 @@ def main() -> None:
         rows.append([name, f"{c['wall_s_per_answer']:.2f}", f"{c['cpu_s_per_answer']:.2f}",
                      f"{first['cpu_s_per_answer'] / c['cpu_s_per_answer']:.2f}x",
                      fmt_ci(pr["gap"], pr["ci"]), f"{pr['right_higher']} / {pr['wrong_higher']}",
-                     fmt_ci(acc["accuracy"], acc["ci"]) + f" (n={acc['n']})" if acc else "as the row below"
-                     if name == names[1] else "not run"])
+                     fmt_ci(acc["accuracy"], acc["ci"]) + f" (n={acc['n']})" if acc
+                     else {names[1]: "as the third row", names[3]: "as the first row"}.get(name, "not run")])
     print(table(["variant", "wall s / answer", "CPU s / answer", "CPU: first / this", "probe: right - wrong",
                  "right / wrong higher", "held-out accuracy, hand-written rubrics"], rows))
-    print(f"\nprobe scores, batched vs one group at a time: max |difference| {same:.2g}")
+    print(f"\nprobe scores, batched vs one group at a time (same prompt): max |difference| {same:.2g}")
     if "accuracy" in res:
         a, b = res["accuracy"][names[2]]["credits"], res["accuracy"][names[0]]["credits"]
         up, down, pval = sign_test(a, b)
-        res["accuracy_sign_test"] = {"last_better": up, "first_better": down, "p": pval}
-        print(f"held-out pairs, last vs first: {up} better / {down} worse, sign test p = {pval:.3f}")
+        res["accuracy_sign_test"] = {"answer_first_better": up, "criterion_first_better": down, "p": pval}
+        print(f"held-out pairs, answer first vs criterion first: {up} better / {down} worse, sign test p = {pval:.3f}")
     RESULT.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     print(f"kept in {RESULT.relative_to(ROOT)}")
 

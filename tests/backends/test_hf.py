@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.backends.hf import MIN_SHARED_PREFIX, HFBackend, _prefix_groups
+from evolm.backends.hf import HFBackend
+from evolm.backends.prefix import MIN_SHARED_PREFIX, prefix_groups
 from evolm.judge import Judge, JudgeItem
 from evolm.judge_parse import DIGITS
 from evolm.judge_prompts import prob_messages, yesno_messages
@@ -48,7 +49,7 @@ def sharp_model(tiny_backend: HFBackend) -> object:
     return model.eval()
 
 
-# ----------------------------------------------------------------------------- _prefix_groups
+# ----------------------------------------------------------------------------- prefix_groups
 
 
 @pytest.mark.parametrize(
@@ -79,7 +80,7 @@ def sharp_model(tiny_backend: HFBackend) -> object:
     ],
 )
 def test_prefix_groups(encoded: list[list[int]], min_shared: int, expected: list[tuple[list[int], int]]) -> None:
-    groups = _prefix_groups(encoded, min_shared)
+    groups = prefix_groups(encoded, min_shared)
     assert groups == expected
     assert sorted(i for members, _ in groups for i in members) == list(range(len(encoded)))
     for members, shared in groups:
@@ -221,7 +222,7 @@ def test_shared_prefix_matches_plain_forward(
     plain = HFBackend(model, tiny_backend.tokenizer, batch_size=2, share_prefix=False)
     encoded = shared._encode(convs, {})
 
-    groups = _prefix_groups(encoded, MIN_SHARED_PREFIX)
+    groups = prefix_groups(encoded, MIN_SHARED_PREFIX)
     multi = [g for g in groups if len(g[0]) > 1]
     assert len(multi) == 3 and sorted(len(g[0]) for g in multi) == [5, 5, 6]  # the duplicate joins its group
     assert all(s >= MIN_SHARED_PREFIX for _, s in multi)
