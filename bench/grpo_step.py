@@ -106,8 +106,8 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
     from transformers.trainer_callback import CallbackHandler
     from trl import GRPOTrainer
 
-    import evolm.coevolve as coevolve
-    import evolm.judge as judge
+    import evolm.training.run as coevolve
+    import evolm.judge.judge as judge
 
     def log_metrics(self: Any, duration: float) -> None:  # TRL's profiling: keep the durations
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
@@ -144,9 +144,9 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
 
 
 def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    from evolm import coevolve
+    from evolm.training import run as coevolve
     from evolm.config import load_config
-    from evolm.records import read_metrics
+    from evolm.runs.records import read_metrics
 
     timers = _Timers()
     _instrument(timers, spec.get("stop_after", 0))
@@ -169,10 +169,10 @@ def _plain_worker(spec: dict[str, Any]) -> dict[str, Any]:
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from evolm.prompts import load_prompts
+    from evolm.training.prompts import load_prompts
     from evolm.config import load_config
-    from evolm.contrast import policy_messages
-    from evolm.models import load_model
+    from evolm.training.contrast import policy_messages
+    from evolm.backends.loading import load_model
     from evolm.rubrics import rubric_messages
 
     timers = _Timers()

@@ -50,20 +50,20 @@ RESULT = ROOT / "docs" / "results" / "yesno_layout.json"
 
 def orders() -> dict[str, Any]:
     """``{order: yesno_messages}``: the function as it was at ``BEFORE`` and as it is now."""
-    import evolm.judge_prompts as now
+    import evolm.judge.prompts as now
 
     old = load_old_module(BEFORE, "src/evolm/judge_prompts.py", "_judge_prompts_before")
     return {"criterion first (before)": old.yesno_messages, "answer first (after)": now.yesno_messages}
 
 
 def use(order_fn: Any) -> None:
-    import evolm.judge as judge_module
+    import evolm.judge.judge as judge_module
 
     judge_module.yesno_messages = order_fn
 
 
 def items_for(pairs: list[Any], rubrics: dict[str, str]) -> list[Any]:
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import parse_rubric
 
     return [JudgeItem(p.prompt, a, parse_rubric(rubrics[p.prompt])) for p in pairs for a in (p.better, p.worse)]
@@ -91,7 +91,7 @@ def cost(judge: Any, fns: dict[str, Any], pairs: list[Any], rubrics: dict[str, s
 
 
 def probe(judge: Any, fns: dict[str, Any]) -> dict[str, Any]:
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
     out = {}
@@ -136,8 +136,8 @@ def main() -> None:
     args = p.parse_args()
 
     from evolm.eval.pairs import load_pairs
-    from evolm.judge import Judge
-    from evolm.models import load_backend
+    from evolm.judge.judge import Judge
+    from evolm.backends.loading import load_backend
 
     pairs = load_pairs(writers_pairs())
     rubrics = handwritten_rubrics()

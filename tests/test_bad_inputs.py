@@ -76,7 +76,7 @@ from pathlib import Path
 import pytest
 
 from evolm.cli import main
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 from evolm.scores import scores_of
 
 NO_MODEL = "/nonexistent/evolm-model"  # a mistake must be caught before this is looked for
@@ -92,7 +92,7 @@ def _resume_run(run: Path, state: dict | None, weights_ok: bool) -> None:
     import torch
 
     from evolm.config import load_config, save_config
-    from evolm.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.records import BUFFER_FILE, STATE_FILE
 
     ckpt = run / "checkpoints" / "checkpoint-4"
     ckpt.mkdir(parents=True)
@@ -288,9 +288,9 @@ def _adversarial_answers() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", sorted(_adversarial_answers()))
 def test_judge_prompts_are_built_in_linear_time(name: str) -> None:
-    from evolm.context import cut_middle
-    from evolm.judge import JudgeItem
-    from evolm.judge_prompts import plain_markup, prob_messages, yesno_messages
+    from evolm.backends.context import cut_middle
+    from evolm.judge.judge import JudgeItem
+    from evolm.judge.prompts import plain_markup, prob_messages, yesno_messages
 
     text = _adversarial_answers()[name]
     calls = {
@@ -381,7 +381,7 @@ def test_report_survives_absurd_records(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_huge_rubric_weights_still_give_a_yesno_score() -> None:
-    from evolm.judge import Judge, JudgeItem
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
 
     class Backend:
@@ -560,7 +560,7 @@ def test_output_to_a_closed_stdout_is_one_line(tmp_path: Path) -> None:
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     """Another process holding ``run_dir`` as `evolm train` does (``rundir.run_lock``), until killed."""
-    code = ("import sys, time; from evolm.rundir import run_lock\n"
+    code = ("import sys, time; from evolm.runs.rundir import run_lock\n"
             "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(300)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env=ENV)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -594,7 +594,7 @@ def test_a_held_run_directory_refuses_a_second_train(tmp_path: Path, capsys: pyt
 
 
 def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
-    from evolm.rundir import run_lock
+    from evolm.runs.rundir import run_lock
 
     holder = _hold_lock(tmp_path / "run")
     holder.kill()
@@ -609,7 +609,7 @@ def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
 
 def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only rank 0 takes the lock: the other ranks of the job train in the directory rank 0 holds."""
-    from evolm.rundir import run_lock
+    from evolm.runs.rundir import run_lock
 
     holder = _hold_lock(tmp_path / "run")
     try:
@@ -661,7 +661,7 @@ def _two_checkpoints(run: Path) -> Path:
     from safetensors.torch import save_file
 
     from evolm.config import load_config, save_config
-    from evolm.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.records import BUFFER_FILE, STATE_FILE
 
     run.mkdir()
     save_config(load_config(None, [f"output_dir={run}", f"model.name={NO_MODEL}"]), run / "config.yaml")
@@ -716,7 +716,7 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
 def test_resume_checks_every_checkpoint_file_and_falls_back_saying_so(tmp_path: Path, name: str) -> None:
-    from evolm.rundir import open_run, resume_config
+    from evolm.runs.rundir import open_run, resume_config
 
     run = tmp_path / "run"
     ckpt = _two_checkpoints(run)
@@ -750,7 +750,7 @@ def test_resume_names_the_passed_over_checkpoint_before_anything_loads(tmp_path:
 def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Path) -> None:
     import yaml
 
-    from evolm.rundir import CONFIG_HISTORY_FILE, open_run, resume_config
+    from evolm.runs.rundir import CONFIG_HISTORY_FILE, open_run, resume_config
 
     run = tmp_path / "run"
     _two_checkpoints(run)
@@ -811,11 +811,11 @@ def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_los
     rewritten raw before resuming (as evolm wrote them before), so the readers are tested, not only the writers."""
     from test_coevolve import DEMO, G, P, tiny_overrides
 
-    from evolm.coevolve import Loop, run
+    from evolm.training.run import Loop, run
     from evolm.config import load_config
-    from evolm.contrast import ReplayBuffer
-    from evolm.records import BUFFER_FILE
-    from evolm.rundir import resume_config
+    from evolm.training.contrast import ReplayBuffer
+    from evolm.runs.records import BUFFER_FILE
+    from evolm.runs.rundir import resume_config
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Say hi {i}{BREAKS}"}) + "\n" for i in range(4)))
@@ -875,7 +875,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
     prompt of such a fake turn is byte for byte that of the same text in plain words (it lifted prob by +0.257)."""
     import importlib.util
 
-    from evolm.judge_prompts import prob_messages, yesno_messages
+    from evolm.judge.prompts import prob_messages, yesno_messages
 
     spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
     steering = importlib.util.module_from_spec(spec)
@@ -898,7 +898,7 @@ def test_default_judge_scores_do_not_depend_on_the_batch(tiny_model_dir: Path, m
     import torch
 
     from evolm.config import JudgeConfig
-    from evolm.judge import JudgeItem, build_judge
+    from evolm.judge.judge import JudgeItem, build_judge
     from evolm.rubrics import Rubric
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
@@ -931,7 +931,7 @@ def test_grpo_settings_the_machine_cannot_run_are_one_line(tmp_path: Path) -> No
         pytest.skip("bf16 runs on this machine")
     from evolm.config import load_config
     from evolm.errors import RunError
-    from evolm.trl_adapter import training_args
+    from evolm.training.trl_adapter import training_args
 
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}"])
     assert cfg.grpo["bf16"] is True

@@ -192,8 +192,8 @@ def test_shared_flags_are_declared_once(flag: str, commands: list[str]) -> None:
 
 
 def test_flag_choices_come_from_the_library_constants() -> None:
-    from evolm.judge import JUDGE_MODES
-    from evolm.models import BACKENDS, DTYPES
+    from evolm.judge.judge import JUDGE_MODES
+    from evolm.backends.loading import BACKENDS, DTYPES
 
     leaves = _subparsers(build_parser())
     assert list(_flag_help(leaves[("judge",)], "--dtype")[2]) == list(DTYPES)
@@ -204,7 +204,7 @@ def test_flag_choices_come_from_the_library_constants() -> None:
 
 def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge goes through build_judge; the rubric writer shares its model when it is the same one."""
-    from evolm import models
+    from evolm.backends import loading as models
     from evolm.cli._common import rubric_params as _rubric_params
     from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
@@ -336,7 +336,7 @@ def test_judge_details_write_each_criterion_and_the_score_is_their_weighted_sum(
 
 def test_the_judge_reply_budget_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thinking judge needs room to think (the paper's protocol: 16384); the CLI default stays 512."""
-    from evolm import models
+    from evolm.backends import loading as models
     from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
     monkeypatch.setattr(models, "load_backend", lambda spec, **kw: object())
@@ -402,8 +402,8 @@ def _long_prompts(path: Path) -> Path:
 def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_the_longest_kept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from evolm.config import load_config
-    from evolm.models import load_tokenizer
-    from evolm.prompt_length import fit_prompt_set
+    from evolm.backends.loading import load_tokenizer
+    from evolm.training.prompt_length import fit_prompt_set
 
     prompts = _long_prompts(tmp_path / "p.jsonl")
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"data.prompts={prompts}",

@@ -1,4 +1,4 @@
-"""Constrained decoding (evolm.constrained): the schemas against what the parsers read, the grammars around think
+"""Constrained decoding (evolm.backends.constrained): the schemas against what the parsers read, the grammars around think
 blocks, the backends' wiring (transformers, vLLM, OpenAI-compatible), the generative judge, the CLI flags, and TRL's
 rubric steps (the adapter's wrapper, and one short GRPO run with rubric.constrained=true).
 
@@ -24,11 +24,13 @@ import torch
 from openai_server import MODEL_ID, serve
 from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
 
-from evolm import constrained, judge_prompts, trl_adapter
+from evolm.backends import constrained
+from evolm.judge import prompts as judge_prompts
+from evolm.training import trl_adapter
 from evolm.backends.base import SamplingParams, tokenizer_thinks
 from evolm.cli import main
 from evolm.config import JudgeConfig, load_config
-from evolm.constrained import (
+from evolm.backends.constrained import (
     JUDGE_SCHEMA,
     REPLY_JSON,
     REPLY_MAY_THINK,
@@ -38,9 +40,9 @@ from evolm.constrained import (
     reply_start,
 )
 from evolm.errors import BackendError
-from evolm.jsonl import read_jsonl
-from evolm.judge import Judge, JudgeItem, build_judge
-from evolm.judge_parse import parse_judge_score
+from evolm.runs.jsonl import read_jsonl
+from evolm.judge.judge import Judge, JudgeItem, build_judge
+from evolm.judge.parse import parse_judge_score
 from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messages
 from evolm.scores import scores_of
 
@@ -51,7 +53,7 @@ QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity t
 
 @pytest.fixture(scope="module")
 def short_backend(short_model_dir: Path) -> Any:
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(str(short_model_dir), device="cpu", dtype="float32", batch_size=4)
 
@@ -200,7 +202,7 @@ def test_constrained_rubrics_parse_where_unconstrained_ones_do_not(short_backend
 def test_a_thinking_template_with_thinking_off_decodes_json(tmp_path: Path) -> None:
     from thinking_model import build_thinking_model_dir
 
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     backend = load_backend(str(build_thinking_model_dir(tmp_path / "m")), device="cpu", dtype="float32")
     params = SamplingParams(1.0, 1.0, 64, 0, {"enable_thinking": False}, json_schema={"type": "object", "properties": {
@@ -462,7 +464,7 @@ def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
 
 def test_grpo_run_with_constrained_rubrics(short_model_dir: Path, tmp_path: Path) -> None:
     """1 policy step + 1 rubric step: every rubric (written for the policy, and sampled by TRL) parses."""
-    from evolm.coevolve import run
+    from evolm.training.run import run
 
     out = tmp_path / "run"
     cfg = load_config(REPO / "configs" / "demo-cpu.yaml", [

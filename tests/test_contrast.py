@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolm.backends.base import Conversation, SamplingParams
-from evolm.contrast import (
+from evolm.training.contrast import (
     RELAXATIONS,
     BufferEntry,
     LabelledPairs,

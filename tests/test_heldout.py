@@ -1,4 +1,4 @@
-"""Labelled pairs as the rubric role's pair source, and held-out evaluation during training (``evolm.heldout``).
+"""Labelled pairs as the rubric role's pair source, and held-out evaluation during training (``evolm.training.heldout``).
 
 The scoring and the schedule are checked with a scripted engine and judge; one tiny real run (rubric_only on
 labelled pairs, evaluated after every step) checks the lines it leaves in metrics.jsonl and a resume.
@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from evolm.coevolve import Loop, Plan, answer_params, rubric_params, run
+from evolm.training.run import Loop, Plan, answer_params, rubric_params, run
 from evolm.config import RunConfig, launch_errors, launch_plan, load_config
-from evolm.contrast import ReplayBuffer, policy_messages
+from evolm.training.contrast import ReplayBuffer, policy_messages
 from evolm.errors import InputError
 from evolm.eval.pairs import PreferencePair
-from evolm.heldout import EVAL_RUBRICS_FILE, HeldOut, describe, heldout_record, heldout_items_path, summary_rows
-from evolm.jsonl import read_jsonl
-from evolm.records import StepRecord, read_metrics
+from evolm.training.heldout import EVAL_RUBRICS_FILE, HeldOut, describe, heldout_record, heldout_items_path, summary_rows
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.records import StepRecord, read_metrics
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, read_written, rubric_messages
-from evolm.rundir import complete_checkpoints, resume_config
+from evolm.runs.rundir import complete_checkpoints, resume_config
 from evolm.scores import Judgment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,7 +275,7 @@ def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, 
     saved = out / EVAL_RUBRICS_FILE
     assert [r["question"] for r in read_jsonl(saved)] == ["Say hello.", "Count to 3."]
     from evolm.cli.train import _print_summary
-    from evolm.report import summarise
+    from evolm.report.report import summarise
 
     capsys.readouterr()
     _print_summary(out, summarise(out))  # the end of `evolm train`: training phases, then held-out first and last

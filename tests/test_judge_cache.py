@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from evolm.judge import Judge, JudgeItem
-from evolm.judge_cache import CachedJudge, JudgeCache, judge_identity, judgment_key
-from evolm.rewards import score_rows, step_rewards
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.judge.cache import CachedJudge, JudgeCache, judge_identity, judgment_key
+from evolm.training.rewards import score_rows, step_rewards
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
 
@@ -95,7 +95,7 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
     import httpx
     from reward_server import running
 
-    from evolm.serve import create_app
+    from evolm.serve.app import create_app
 
     body = {"query": [f"What is {q} + {q}?" + f" It is {2 * q}." for q in range(6)],
             "prompts": [f"What is {q} + {q}?" for q in range(6)]}
@@ -111,7 +111,7 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
 
 def test_overlong_refuse_names_the_callers_row_not_the_reordered_one(tiny_backend) -> None:  # noqa: ANN001
     """The cache sends items ordered by question; a refused prompt is still named by its place in the caller's list."""
-    from evolm.judge import OverlongPrompt
+    from evolm.judge.judge import OverlongPrompt
 
     judge = CachedJudge(Judge(tiny_backend, mode="prob", max_context=256, overlong="refuse"))
     items = [JudgeItem("b: what is 2 + 2?", "4"), JudgeItem("a: what is 3 + 3?", "six " * 2000),
@@ -125,7 +125,7 @@ def test_each_reward_model_has_its_own_identity() -> None:
     """A reward model's model, reading and length limit are in its identity: two reward models never share results."""
     from types import SimpleNamespace
 
-    from evolm.reward_model import RewardModel
+    from evolm.judge.reward_model import RewardModel
 
     def model(name: str) -> SimpleNamespace:
         return SimpleNamespace(config=SimpleNamespace(name_or_path=name))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from evolm.backends.base import SamplingParams
-from evolm.rewards import score_rows, step_rewards
+from evolm.training.rewards import score_rows, step_rewards
 
 
 def test_local_judge_cost_reaches_the_step(tiny_backend) -> None:  # noqa: ANN001
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
     judge = Judge(tiny_backend, mode="prob")
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 3

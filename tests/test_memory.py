@@ -1,4 +1,4 @@
-"""The memory estimate per training GPU and the judge's time budget (evolm.memory), against sums done by hand."""
+"""The memory estimate per training GPU and the judge's time budget (evolm.training.memory), against sums done by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from evolm.cli import main
 from evolm.config import load_config
-from evolm.memory import (
+from evolm.training.memory import (
     GIB,
     KNOWN_MODELS,
     Setup,

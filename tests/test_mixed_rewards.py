@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from evolm import trl_adapter
+from evolm.training import trl_adapter
 from evolm.config import ExtraReward, extra_rewards, load_config
 from evolm.errors import InputError
-from evolm.judge import Judge, JudgeItem
-from evolm.rewards import RowReward, score_rows, step_rewards
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.training.rewards import RowReward, score_rows, step_rewards
 from evolm.rubrics import Rubric
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"

@@ -1,4 +1,4 @@
-"""evolm serve (evolm.serve): both wire protocols on a real uvicorn server, batching, limits, rubrics.
+"""evolm serve (evolm.serve.app): both wire protocols on a real uvicorn server, batching, limits, rubrics.
 
 Fast tests use a tiny random judge or ``FakeJudge`` (tests/reward_server.py); the slow test runs
 ``evolm serve --judge smollm2-135m-instruct --mode yesno`` as a subprocess and checks the issue's
@@ -24,10 +24,10 @@ from reward_server import RUBRIC, RUBRIC_TEXT, FakeJudge, FakeWriter, running
 
 from evolm.cli import main
 from evolm.eval.rubric_source import RubricTable
-from evolm.judge import Judge, JudgeItem
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
-from evolm.serve import Answer, RubricSource, ServeSettings, create_app, question_text, response_from_query
+from evolm.serve.app import Answer, RubricSource, ServeSettings, create_app, question_text, response_from_query
 
 
 def _body(prompt: str, responses: list[str], labels: list | None = None) -> dict:
@@ -296,7 +296,7 @@ def test_text_handling_is_linear_and_strips_what_the_regex_stripped() -> None:
     import random
     import re
 
-    from evolm.serve import strip_end_markers
+    from evolm.serve.app import strip_end_markers
 
     old = re.compile(_OLD_END_MARKERS)
     pieces = ["</s>", "<|im_end|>", "<|x|>", " ", "\n", "a", "<", "|", ">", "\uff5c", "<\uff5cend\uff5c>", "<||>",
@@ -353,7 +353,7 @@ def test_size_limits_are_413_with_a_json_error() -> None:
 
 
 def test_fair_shares() -> None:
-    from evolm.serve import fair_shares
+    from evolm.serve.app import fair_shares
 
     assert fair_shares([5000, 1], 64) == [63, 1]
     assert fair_shares([5000, 1, 3], 8) == [4, 1, 3]
@@ -495,7 +495,7 @@ def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
 
 
 def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
-    from evolm.serve import Batcher
+    from evolm.serve.app import Batcher
 
     batcher = Batcher(score=lambda answers: [], settings=ServeSettings(max_batch=64, max_batch_s=2.0))
     assert batcher.room() == 8  # nothing measured yet: a small first call, to time the judge

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from evolm import trl_adapter
+from evolm.training import trl_adapter
 from evolm.config import evolm_grpo_settings, load_config
 from evolm.errors import InputError, RunError
 from evolm.scores import scores_of
@@ -93,7 +93,7 @@ def test_only_the_adapter_touches_trl_internals() -> None:
 
 
 def test_the_loop_fits_on_a_few_screens() -> None:
-    assert len((SRC / "coevolve.py").read_text(encoding="utf-8").splitlines()) < 400
+    assert len((SRC / "training" / "run.py").read_text(encoding="utf-8").splitlines()) < 400
 
 
 # ----------------------------------------------------------------------------- generation on TRL's vLLM engine
@@ -249,7 +249,7 @@ def test_one_weight_sync_per_step_with_sleeping_colocated_vllm(tiny_model_dir: P
     ("grpo.per_device_train_batch_size=3", "must be a multiple of grpo.per_device_train_batch_size"),
 ])
 def test_launch_problems_are_refused_before_any_model_loads(tmp_path: Path, override: str, message: str) -> None:
-    from evolm.coevolve import run
+    from evolm.training.run import run
 
     cfg = load_config(None, [f"output_dir={tmp_path / 'r'}", "model.name=/nonexistent/model", override])
     with pytest.raises(InputError, match=re.escape(message)):
@@ -267,8 +267,8 @@ def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp
     import trl
     from test_coevolve import tiny_config
 
-    from evolm import models
-    from evolm.coevolve import run
+    from evolm.backends import loading as models
+    from evolm.training.run import run
 
     order: list[str] = []
 
@@ -298,7 +298,7 @@ def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """(trainer, its loop) as ``coevolve.run`` builds them for the tiny demo, without training."""
     from test_coevolve import tiny_config
 
-    from evolm.coevolve import run
+    from evolm.training.run import run
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(trl_adapter, "train", lambda trainer, checkpoint: seen.setdefault("trainer", trainer))
@@ -308,8 +308,8 @@ def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_a_judge_of_the_initial_model_reads_trls_reference_model(tiny_model_dir: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_backend
+    from evolm.judge.judge import Judge, JudgeItem
+    from evolm.backends.loading import load_backend
 
     trainer, loop = _built(tiny_model_dir, tmp_path, monkeypatch)
     assert trainer.ref_model is not None and loop.judges[0].backend.model is trainer.ref_model  # one frozen copy

@@ -255,7 +255,7 @@ def test_base_url_forms() -> None:
 def test_config_takes_a_list_or_one_url(tmp_path) -> None:  # noqa: ANN001
     from evolm.config import launch_errors, load_config
     from evolm.errors import InputError
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     urls = ["http://a:8000/v1", "http://b:8000/v1"]
     path = tmp_path / "c.yaml"
@@ -294,8 +294,8 @@ def test_cli_base_url_repeated_or_comma_separated(servers: list[RunningServer], 
 
 
 def test_judge_tokens_and_seconds_reach_the_step(servers: list[RunningServer]) -> None:
-    from evolm.judge import Judge
-    from evolm.rewards import score_rows, step_rewards
+    from evolm.judge.judge import Judge
+    from evolm.training.rewards import score_rows, step_rewards
 
     judge = Judge(pool([s.base_url for s in servers[:2]]), mode="prob")
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 4
@@ -314,7 +314,7 @@ def test_judge_tokens_and_seconds_reach_the_step(servers: list[RunningServer]) -
 
 
 def test_no_judge_server_no_tokens() -> None:
-    from evolm.rewards import RowReward, step_rewards
+    from evolm.training.rewards import RowReward, step_rewards
 
     result = step_rewards(["policy"], [RowReward(0.5, judge_seconds=0.2)], [0])
     assert (result.judge_tokens, result.judge_latency_s) == (None, 0.2)

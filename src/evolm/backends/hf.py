@@ -42,8 +42,8 @@ from evolm.backends.base import (
     tokenizer_thinks,
 )
 from evolm.backends.pool import Usage
-from evolm.constrained import logits_processor, reply_start
-from evolm.context import model_context_length
+from evolm.backends.constrained import logits_processor, reply_start
+from evolm.backends.context import model_context_length
 
 MIN_SHARED_PREFIX = 32  # tokens; below this a shared prefix is not worth a separate forward pass
 

@@ -82,7 +82,7 @@ from tqdm.auto import tqdm
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
 from evolm.backends.pool import Endpoint, EndpointPool, PoolStats, estimate_tokens
 from evolm.config import endpoint_urls
-from evolm.constrained import openai_response_format, schema_name
+from evolm.backends.constrained import openai_response_format, schema_name
 from evolm.errors import BackendError
 
 _T = TypeVar("_T")
@@ -242,7 +242,7 @@ class OpenAIBackend:
         ``params.seed_per_row`` false every row is sent ``seed`` itself, so identical prompts get
         the same completion (as the authors' judge requests do). A reply that is not a chat
         completion raises a one-line ``BackendError``. ``params.json_schema`` goes as
-        ``response_format`` (``evolm.constrained.openai_response_format``): the server renders the
+        ``response_format`` (``evolm.backends.constrained.openai_response_format``): the server renders the
         prompt, so a thinking model needs the server's reasoning parser to think before the JSON.
         Servers that take extra fields also get ``SERVER_SAMPLING`` (no top-k, min-p or repetition
         penalty of the server's choosing).

@@ -26,7 +26,7 @@ def positive_int(text: str) -> int:
 def check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
     """What `rubric` and `judge` check before any model loads: there is work to do, and somewhere to put it."""
     from evolm.errors import InputError
-    from evolm.jsonl import check_writable
+    from evolm.runs.jsonl import check_writable
 
     if not rows:
         raise InputError(f"{source}: no rows (an empty input)")
@@ -213,7 +213,7 @@ def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
-    """The context guard (evolm.context): --max-context, --overlong."""
+    """The context guard (evolm.backends.context): --max-context, --overlong."""
     def tokens(text: str) -> int:
         value = int(text)
         if value < 0:
@@ -233,7 +233,7 @@ def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
 
 def load_model(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Backend
     """A model behind the backend the flags name, run as the runtime flags say."""
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
                         dtype=args.dtype, batch_size=args.batch_size, **_request_limit_kwargs(args))
@@ -254,7 +254,7 @@ def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url
     """
     from evolm.config import JudgeConfig
     from evolm.errors import InputError
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     constrained = getattr(args, "judge_constrained", False)
     if constrained and args.mode != "generative":
@@ -282,7 +282,7 @@ class GuardTally:
     it left unscored (``Judgment.unscored``) and requests that failed (``--judge-failures missing``,
     ``Judgment.failed``). Reads as the judge it wraps for everything else."""
 
-    def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.Judge, a reward model, a cached judge
+    def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.judge.Judge, a reward model, a cached judge
         self.judge, self.cut, self.unscored, self.failed = judge, 0, 0, 0
 
     def __getattr__(self, name: str):  # noqa: ANN204
@@ -308,7 +308,7 @@ def judge_context_note(judge) -> str:  # noqa: ANN001 - a GuardTally (else nothi
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams
     """Rubric-writing sampling parameters, all from the flags."""
     from evolm.backends.base import SamplingParams
-    from evolm.constrained import rubric_schema
+    from evolm.backends.constrained import rubric_schema
 
     schema = rubric_schema(getattr(args, "max_criteria", 5)) if getattr(args, "constrained", False) else None
     return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
@@ -354,7 +354,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
 
     from evolm.backends.base import BAR_REFRESH_S
     from evolm.errors import InputError
-    from evolm.jsonl import resumable_jsonl
+    from evolm.runs.jsonl import resumable_jsonl
 
     batch = write_chunk(args)
     with resumable_jsonl(args.output, resume=args.resume_output) as out:
@@ -400,7 +400,7 @@ def write_result(output: str | None, result: dict, table: str) -> None:
     """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on
     stdout."""
     if output:
-        from evolm.jsonl import atomic_writer, dumps
+        from evolm.runs.jsonl import atomic_writer, dumps
 
         with atomic_writer(output) as f:
             f.write(dumps(result, indent=2, ensure_ascii=False) + "\n")

@@ -23,7 +23,7 @@ from evolm.cli._common import (
     write_as_you_go,
 )
 from evolm.config import JUDGE_MODES
-from evolm.judge_cache import CACHE_ENTRIES, cached_judge
+from evolm.judge.cache import CACHE_ENTRIES, cached_judge
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -78,7 +78,7 @@ _DETAIL_KEYS = ("criteria", "reasoning")  # what --details adds (replaced when a
 def _show_judge_prompt(config: str | None) -> None:
     """Print the conversation the judge of ``config`` (default: the defaults) sends for an example answer."""
     from evolm.config import load_config
-    from evolm.judge import Judge, JudgeItem, judge_conversations
+    from evolm.judge.judge import Judge, JudgeItem, judge_conversations
 
     j = load_config(config).judge
     print(f"# judge of {config or 'the default config'}: mode {j.mode}, prompt {j.prompt}, "
@@ -102,8 +102,8 @@ def _show_judge_prompt(config: str | None) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.jsonl import check_outputs_differ, read_jsonl
-    from evolm.judge import JudgeItem, OverlongPrompt
+    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
+    from evolm.judge.judge import JudgeItem, OverlongPrompt
     from evolm.rubrics import Rubric, rubric_repairs
 
     if args.show_prompt:
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> None:
 
     groups: dict = {}  # listwise: group -> row indices, so that a batch's rows are judged with their whole group
     if args.mode == "listwise":
-        from evolm.judge import listwise_group
+        from evolm.judge.judge import listwise_group
 
         for i, it in enumerate(items):
             groups.setdefault(listwise_group(it), []).append(i)

@@ -18,7 +18,7 @@ from evolm.cli._common import (
     rubric_params,
     say,
 )
-from evolm.judge_cache import CACHE_ENTRIES
+from evolm.judge.cache import CACHE_ENTRIES
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -98,8 +98,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval.rubric_source import read_rubric_table
-    from evolm.judge_cache import cached_judge
-    from evolm.serve import RubricSource, ServeSettings, create_app, require_serve_extra, run_server
+    from evolm.judge.cache import cached_judge
+    from evolm.serve.app import RubricSource, ServeSettings, create_app, require_serve_extra, run_server
 
     require_serve_extra()  # before any model loads
     if args.threads:

@@ -73,17 +73,17 @@ def main(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from evolm.backends.base import BAR_REFRESH_S
-    from evolm.coevolve import run
+    from evolm.training.run import run
     from evolm.config import load_config
-    from evolm.heldout import describe
-    from evolm.report import summarise
-    from evolm.rundir import resume_config
+    from evolm.training.heldout import describe
+    from evolm.report.report import summarise
+    from evolm.runs.rundir import resume_config
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
     if args.dry_run:
         _dry_run(cfg, args)
         return
-    from evolm.dist import is_main, single_cpu_launch_warning
+    from evolm.training.dist import is_main, single_cpu_launch_warning
 
     rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
     from transformers.utils import logging as hf_logging
@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> None:
     post: dict[str, object] = {}  # the bar's postfix: the last step's role, cycle and reward, the tokens of this one
     tokens = {"step": 0, "drawn": 0.0}
 
-    def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
+    def on_start(start) -> None:  # noqa: ANN001 - evolm.runs.rundir.RunStart
         if not rank0:
             return
         for why in start.skipped:
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
               file=sys.stderr, flush=True)
 
-    def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
+    def on_step(rec) -> None:  # noqa: ANN001 - evolm.runs.records.StepRecord
         if rec.role == "eval":  # a held-out evaluation (eval.*), not a training step
             bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
             return
@@ -141,7 +141,7 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     from rich.table import Table
 
     from evolm.config import grpo_errors, launch_errors, launch_plan
-    from evolm.dist import world_size
+    from evolm.training.dist import world_size
     from evolm.errors import InputError
 
     n = args.num_processes if args.num_processes is not None else world_size()  # the real launch's world
@@ -179,9 +179,9 @@ def _prompt_fit(cfg):  # noqa: ANN001, ANN202 - evolm.config.RunConfig -> (promp
     from pathlib import Path
 
     from evolm.errors import EvolmError
-    from evolm.models import BUILTIN_MODELS, load_tokenizer
-    from evolm.prompt_length import PromptFit, fit_prompt_set
-    from evolm.prompts import load_prompt_set
+    from evolm.backends.loading import BUILTIN_MODELS, load_tokenizer
+    from evolm.training.prompt_length import PromptFit, fit_prompt_set
+    from evolm.training.prompts import load_prompt_set
 
     name = cfg.model.name
     local = name in BUILTIN_MODELS or Path(name).expanduser().exists()
@@ -221,9 +221,9 @@ def _rubric_budget(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
     when it cuts long ones (a cut rubric does not parse: validity 0 and no reward spread, found only after minutes)."""
     from pathlib import Path
 
-    from evolm.constrained import rubric_token_bounds
+    from evolm.backends.constrained import rubric_token_bounds
     from evolm.errors import EvolmError
-    from evolm.models import BUILTIN_MODELS, load_tokenizer
+    from evolm.backends.loading import BUILTIN_MODELS, load_tokenizer
 
     r, regime = cfg.rubric, cfg.schedule.regime
     budgets = [("rubric.max_new_tokens", r.max_new_tokens)] if regime != "judge_only" else []
@@ -258,7 +258,7 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     from rich.console import Console
     from rich.table import Table
 
-    from evolm import memory
+    from evolm.training import memory
 
     budget = memory.judge_budget(cfg, n, args.judge_tokens_per_second)
     reply = (f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): "
@@ -274,7 +274,7 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     if cfg.grpo.get("use_cpu") or facts is None:
         why = "a CPU run (grpo.use_cpu)" if facts else (
             f"the shape of {cfg.model.name} is not known (not a local directory with config.json, not in "
-            "evolm.memory.KNOWN_MODELS)")
+            "evolm.training.memory.KNOWN_MODELS)")
         say(f"memory estimate skipped: {why}")
         return None
     gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
@@ -306,9 +306,9 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
     from rich.console import Console
     from rich.table import Table
 
-    from evolm.heldout import summary_rows
-    from evolm.records import read_metrics
-    from evolm.report import pair_n
+    from evolm.training.heldout import summary_rows
+    from evolm.runs.records import read_metrics
+    from evolm.report.report import pair_n
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"

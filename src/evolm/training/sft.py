@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from evolm.errors import InputError
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 from evolm.rubrics import RUBRIC_PROMPTS, Rubric, format_validity, rubric_messages
 
-BUILTIN_SEEDS = {"builtin:seed": Path(__file__).parent / "data" / "seed_rubrics.jsonl"}
+BUILTIN_SEEDS = {"builtin:seed": Path(__file__).parents[1] / "data" / "seed_rubrics.jsonl"}
 
 
 @dataclass
@@ -99,7 +99,7 @@ def load_seed(spec: str) -> list[dict[str, Any]]:
 
 def _line_numbers(path: Path) -> list[int]:
     """The line number of each non-blank line of a JSONL file (what ``read_jsonl`` reads as its rows, in order)."""
-    from evolm.jsonl import split_lines
+    from evolm.runs.jsonl import split_lines
 
     if path.name.endswith(".gz"):
         return []
@@ -347,7 +347,7 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
     import torch
     from tqdm.auto import tqdm
 
-    from evolm.models import load_model, resolve_device
+    from evolm.backends.loading import load_model, resolve_device
 
     out = check_output_dir(cfg.output_dir)
     rows = seed_rows(cfg)
@@ -421,7 +421,7 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
 def _save(model: Any, tokenizer: Any, where: Path, state: dict[str, Any]) -> None:
     """The model (mid-run: a LoRA adapter on its base, with ``lora_r``), loadable by evolm as a model, with ``state``
     as ``sft_rubrics.json``; saved whole or not at all (``save_atomically``): a kill mid-save keeps the previous one."""
-    from evolm.jsonl import dumps
+    from evolm.runs.jsonl import dumps
 
     def write(directory: Path) -> None:
         model.save_pretrained(directory)

@@ -198,8 +198,8 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     ``slot`` of one ``step``; rows without a slot: those sharing a question and rubric) in one prompt, and a rubric
     row's pair in another.
     """
-    from evolm.judge import JudgeItem
-    from evolm.judge_cache import CachedJudge
+    from evolm.judge.judge import JudgeItem
+    from evolm.judge.cache import CachedJudge
     from evolm.rubrics import Rubric, read_written, strip_thinking
 
     if invalid_rubrics not in INVALID_RUBRICS:
@@ -459,7 +459,7 @@ def check_failures(result: StepRewards, step: int, limit: float, run_dir: Path) 
     share = result.judge_failure_share
     if share is None or share <= limit:
         return
-    from evolm.rundir import checkpoint_state, complete_checkpoints
+    from evolm.runs.rundir import checkpoint_state, complete_checkpoints
 
     done = complete_checkpoints(run_dir)
     then = (f"`evolm train --resume {run_dir}` continues it from step {checkpoint_state(done[-1]).step}" if done else
@@ -623,7 +623,7 @@ def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: boo
     (``asyncio.to_thread``); the scores are those of the synchronous function. A local judge stays
     synchronous: it computes on the trainer's own device, where nothing overlaps.
     """
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import Rubric
 
     def evolm_rubric_reward(prompts: list[Any], completions: list[Any], **cols: Any) -> list[float | None]:

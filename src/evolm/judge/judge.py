@@ -65,7 +65,7 @@ control token written in a question, answer or rubric from becoming one (docs/SE
 
 Context guard: a prompt that leaves the judge no room to reply within its context has its answer
 cut from the middle, with a marker saying so, or is refused (``Judge.max_context``, ``overlong``;
-``Judge.fit_to_context``, ``evolm.context``). Chat markup written in any text the prompt shows
+``Judge.fit_to_context``, ``evolm.backends.context``). Chat markup written in any text the prompt shows
 (``<|im_end|>``...) reaches the judge as its plain words (``plain_markup``).
 
 Answers are scored one at a time (pointwise) in every mode but ``listwise``. In the probability modes the prompt puts
@@ -86,11 +86,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.constrained import JUDGE_SCHEMA
+from evolm.backends.constrained import JUDGE_SCHEMA
 from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, JUDGE_SEEDS, OVERLONG, JudgeConfig
-from evolm.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
+from evolm.backends.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
 from evolm.errors import BackendError, InputError
-from evolm.judge_parse import (
+from evolm.judge.parse import (
     DIGITS,
     copied_score,
     expected_digit,
@@ -103,7 +103,7 @@ from evolm.judge_parse import (
     parse_rating_reference,
     parse_scale_score,
 )
-from evolm.judge_prompts import (
+from evolm.judge.prompts import (
     clean_answer,
     generative_messages,
     likert_messages,
@@ -205,7 +205,7 @@ class Judge:
     max_context: int = 0
     overlong: str = "truncate"
     constrained: bool = False
-    """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``evolm.constrained``): it always has a score."""
+    """``generative`` mode: decode the reply under ``JUDGE_SCHEMA`` (``backends.constrained``): always a score."""
     prompt: str = "evolm"
     """``generative`` mode's wording: ``evolm`` or ``reference`` (the authors'; ``generative_messages``)."""
     defences: bool = True
@@ -284,7 +284,7 @@ class Judge:
     def fit_to_context(self, items: Sequence[JudgeItem]) -> tuple[list[JudgeItem], ContextFit]:
         """The items with every answer too long for the judge's context cut from its middle, and what was done.
 
-        The context is ``max_context``, else the backend's own (``evolm.context``; unknown for a server:
+        The context is ``max_context``, else the backend's own (``evolm.backends.context``; unknown for a server:
         then nothing is checked). A prompt must leave room for the reply: ``max_new_tokens`` (at most
         half the context) in the generative modes, ``PROBE_RESERVE`` tokens in the probability modes;
         in the per-criterion modes the longest criterion's prompt counts. An item whose prompt fits is
@@ -591,10 +591,10 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     reference model, ``trl_adapter.reference_model``), read instead of loading another copy. ``failures``:
     ``Judge.failures`` (training: ``missing``; the CLI: ``raise`` unless asked otherwise).
     """
-    from evolm.models import judge_dtype, load_backend, load_tokenizer
+    from evolm.backends.loading import judge_dtype, load_backend, load_tokenizer
 
     if cfg.mode == "reward_model":  # a scalar reward model (the paper's Skywork baseline): no prompt, no rubric
-        from evolm.reward_model import load_reward_model
+        from evolm.judge.reward_model import load_reward_model
 
         return load_reward_model(model or cfg.model, device=device,  # type: ignore[return-value]
                                  dtype=fallback_dtype if cfg.dtype == "auto" else cfg.dtype, batch_size=cfg.batch_size,

@@ -95,7 +95,7 @@ from typing import Any, Protocol
 from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
 from evolm.config import ExtraReward, RunConfig, batch_error, evolm_grpo_settings, extra_rewards, to_dict
 from evolm.errors import InputError, RunError
-from evolm.rewards import completion_text, score_extra
+from evolm.training.rewards import completion_text, score_extra
 
 TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
 PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]
@@ -109,7 +109,7 @@ _HOOKED = {
 
 
 class StepHooks(Protocol):
-    """What the co-evolution loop gives the adapter (see ``evolm.coevolve.Loop``)."""
+    """What the co-evolution loop gives the adapter (see ``evolm.training.run.Loop``)."""
 
     def step_rows(self, step: int, generate: Any) -> list[dict[str, Any]]:
         """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process."""
@@ -166,7 +166,7 @@ def check_trl() -> str:
 def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
     from evolm.config import grpo_errors
-    from evolm.dist import world_size
+    from evolm.training.dist import world_size
 
     check_trl()
     err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
@@ -199,7 +199,7 @@ def _report_to_list(value: Any) -> list[str]:
 
 def _check_constrained(grpo: dict[str, Any]) -> None:
     """``rubric.constrained`` needs xgrammar and a TRL generation path the adapter can constrain (item 5)."""
-    from evolm.constrained import require_xgrammar
+    from evolm.backends.constrained import require_xgrammar
 
     require_xgrammar()
     if grpo.get("use_vllm") and grpo.get("vllm_structured_outputs_regex") is not None:
@@ -242,7 +242,7 @@ def training_args(cfg: RunConfig) -> Any:
     """
     from trl import GRPOConfig
 
-    from evolm.dist import world_size
+    from evolm.training.dist import world_size
 
     world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
     grpo = dict(cfg.grpo)
@@ -300,7 +300,7 @@ def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
     no ``sync_ref_model``) whole on one process (no DeepSpeed / FSDP shards). TRL's fused LM head leaves the
     model's plain forward as it was (``add_fused_lm_head``: only ``fused_lm_head=True`` changes it).
     """
-    from evolm.models import adapter_base, resolve_model_path
+    from evolm.backends.loading import adapter_base, resolve_model_path
 
     ref, j = getattr(trainer, "ref_model", None), cfg.judge
     if ref is None or j.backend != "hf" or j.mode == "reward_model" or j.dtype not in ("auto", cfg.model.dtype) \
@@ -383,7 +383,7 @@ def name_base_model(card: Path, base: str, checkpoint: str) -> None:
     """
     if not base or not card.is_file():
         return
-    from evolm.models import BUILTIN_MODELS
+    from evolm.backends.loading import BUILTIN_MODELS
 
     text = card.read_text(encoding="utf-8")
     if base in BUILTIN_MODELS:
@@ -441,7 +441,7 @@ def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | 
     it."""
     if not cfg.rubric.constrained:
         return None
-    from evolm.constrained import rubric_schema
+    from evolm.backends.constrained import rubric_schema
 
     if args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
         raise RunError(f"trl {check_trl()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
@@ -460,7 +460,7 @@ def _vllm_structured(vg: Any, tokenizer: Any, conversation: Conversation, templa
     if schema is None:
         yield
         return
-    from evolm.constrained import reply_start, vllm_structured_outputs
+    from evolm.backends.constrained import reply_start, vllm_structured_outputs
 
     prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **template_kwargs)
     saved = vg.generation_kwargs

@@ -171,7 +171,7 @@ class JudgeConfig:
     # Parameters that control reusing judge results
     cache: int = _f(10_000, "judge results kept (LRU, per judge): an answer judged before under the same question, "
                     "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
-                    "are judged once (evolm.judge_cache); a sampled generative judge then reuses its first sample. 0: "
+                    "are judged once (evolm.judge.cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
                     "score there depends on the whole group)")
     cache_mb: float = _f(256.0, "MiB the judge results kept may take, at most (least recently used dropped first): "
@@ -316,7 +316,7 @@ class RewardsConfig:
                                   "criteria that separate its group's answers (a criterion whose P(Yes) spans less "
                                   "than 0.05 across the group is dropped from the weighting). Off in the paper; the "
                                   "share of such criteria is logged per step either way (flat_criteria)")
-    monitor: str = _f("report", "what the reward-hacking monitor (evolm.monitor) does on policy steps: report (only "
+    monitor: str = _f("report", "what the reward-hacking monitor (training.monitor) does on policy steps: report (only "
                       "log its signals; the paper has no monitor), mask (also drop the judge reward of each answer it "
                       "flags, a score string or a copy of the rubric: that answer gets its group's mean, zero "
                       "advantage), stop (end the run at a policy step whose flagged share reaches monitor_stop_share "
@@ -844,7 +844,7 @@ def path_errors(cfg: RunConfig) -> list[str]:
     """The run's prompts and output directory, checked by reading only (no model, nothing written)."""
     import os
 
-    from evolm.prompts import load_prompt_set
+    from evolm.training.prompts import load_prompt_set
 
     errors = []
     out = Path(cfg.output_dir).absolute()
@@ -1112,7 +1112,7 @@ def _is_text_field(parts: list[str]) -> bool:
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML, atomically (a resume rewrites a run's config.yaml when its overrides change it)."""
-    from evolm.jsonl import atomic_writer
+    from evolm.runs.jsonl import atomic_writer
 
     with atomic_writer(path) as f:
         f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))

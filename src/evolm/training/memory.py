@@ -46,7 +46,7 @@ import yaml
 
 from evolm.config import RunConfig
 from evolm.errors import InputError
-from evolm.judge import GENERATIVE_MODES
+from evolm.judge.judge import GENERATIVE_MODES
 
 GIB = 2**30
 OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator slack, per process (assumed)

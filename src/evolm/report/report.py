@@ -26,7 +26,7 @@ import yaml
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from evolm import plots
+from evolm.report import plots
 from evolm.errors import RunError
 from evolm.eval.rubric_stats import (
     DOMINANT_WEIGHT,
@@ -38,10 +38,10 @@ from evolm.eval.rubric_stats import (
     phase_rubric_stats,
     read_samples,
 )
-from evolm.intervals import HELDOUT, fmt_estimate, heldout_estimate
-from evolm.jsonl import atomic_writer
-from evolm.monitor import LENGTH_FACTOR, hacking_flags
-from evolm.records import METRIC_FIELDS, METRICS_FILE, StepRecord, read_lenient, read_metrics
+from evolm.report.intervals import HELDOUT, fmt_estimate, heldout_estimate
+from evolm.runs.jsonl import atomic_writer
+from evolm.training.monitor import LENGTH_FACTOR, hacking_flags
+from evolm.runs.records import METRIC_FIELDS, METRICS_FILE, StepRecord, read_lenient, read_metrics
 from evolm.rubrics import Rubric
 
 METRIC_KEYS = METRIC_FIELDS
@@ -255,7 +255,7 @@ def _fmt(v: Any, pct: bool = False) -> Any:
 
 # the page markup lives in templates/*.html.j2 (docs/ARCHITECTURE.md, "Reports: templates"); autoescaped, so a
 # rubric, a question or a label written by a model or a user is text, and only Markup built here is kept as HTML
-_PAGES = Environment(loader=PackageLoader("evolm", "templates"), autoescape=True, undefined=StrictUndefined,
+_PAGES = Environment(loader=PackageLoader("evolm.report", "templates"), autoescape=True, undefined=StrictUndefined,
                     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _PAGES.filters["fmt"] = _fmt
 
@@ -432,7 +432,7 @@ def _validity(d: RunData) -> Markup | None:
 
 
 def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any] | None:
-    """The reward-hacking monitor: its curves, and the flags of ``evolm.monitor.hacking_flags``."""
+    """The reward-hacking monitor: its curves, and the flags of ``evolm.training.monitor.hacking_flags``."""
     keys = [key for _, key, _ in plots.MONITOR_PANELS]
     series = {k: s for k in keys if (s := _series(d, "policy", k)) is not None}
     if not series and not d.heldout:

@@ -14,7 +14,7 @@ Algorithm (co-evolving regime)::
 Baselines: ``sequential`` (writer, then policy from the base weights, each with the other frozen), ``frozen_rubric``
 (a fixed writer), ``judge_only`` (the judge or a reward model without rubrics). One ``GRPOTrainer`` serves the whole
 run (at 8B scale one costs minutes to build), so TRL owns the step loop and this file gives it a step's body;
-``evolm.trl_adapter`` is the door between the two. Departures from the reference (rubrics written at every policy
+``training.trl_adapter`` is the door between the two. Departures from the reference (rubrics written at every policy
 step; tied groups kept at zero advantage; rubric-conditioned pairs while the buffer is empty): docs/FIDELITY.md.
 """
 
@@ -30,20 +30,20 @@ from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.config import RunConfig, fixed_model_spec, path_errors, sequential_stages, writer_sampling
-from evolm.constrained import rubric_schema
-from evolm.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders, inferred_question_pairs,
-                            policy_messages, rubric_conditioned_pairs, temporal_pairs)
+from evolm.backends.constrained import rubric_schema
+from evolm.training.contrast import (Generate, LabelledPairs, Pair, ReplayBuffer, choose_builders,
+                                     inferred_question_pairs, policy_messages, rubric_conditioned_pairs, temporal_pairs)
 from evolm.errors import InputError
-from evolm.heldout import HeldOut
-from evolm.judge import Judge, build_judge
-from evolm.judge_cache import cached_judge
-from evolm.monitor import LengthDrift, monitor_step
-from evolm.prompt_length import fit_prompt_set
-from evolm.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
+from evolm.training.heldout import HeldOut
+from evolm.judge.judge import Judge, build_judge
+from evolm.judge.cache import cached_judge
+from evolm.training.monitor import LengthDrift, monitor_step
+from evolm.training.prompt_length import fit_prompt_set
+from evolm.runs.records import (METRICS_FILE, TRL_LOGGED, CheckpointState, SampleRecord, StepRecord, append_record,
                            append_records, read_metrics, samples_path)
-from evolm.rewards import RowReward, check_failures, score_rows, step_rewards
+from evolm.training.rewards import RowReward, check_failures, score_rows, step_rewards
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
-from evolm.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
+from evolm.runs.rundir import (RunStart, append_frozen_rubrics, checkpoint_state, complete_checkpoints, cut_logs_back,
                           load_buffer, open_run, read_frozen_rubrics, record_config, run_lock, write_checkpoint_extras)
 
 # ============================================================================= the run
@@ -63,7 +63,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     """Train (or resume) the run described by ``cfg``; returns the run directory. ``on_start`` gets where the run
     starts once the directory and settings are validated (before any model loads), ``on_step`` each step's record on
     the main process, ``on_tokens(n)`` the tokens the model generates as it goes (the CLI prints with them)."""
-    from evolm import models, trl_adapter
+    from evolm.backends import loading as models
+    from evolm.training import trl_adapter
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start, on_tokens)
@@ -324,7 +325,7 @@ class Loop:
     def fixed_model(self, role: str) -> Backend:
         """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
         if role not in self._fixed:
-            from evolm.models import load_backend
+            from evolm.backends.loading import load_backend
 
             name, settings = fixed_model_spec(self.cfg, role)
             self._fixed[role] = load_backend(name, **settings)

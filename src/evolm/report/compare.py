@@ -36,12 +36,12 @@ from typing import Any
 import yaml
 from markupsafe import Markup
 
-from evolm import plots
+from evolm.report import plots
 from evolm.errors import InputError, RunError
-from evolm.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate, sample_interval
-from evolm.jsonl import atomic_writer, check_outputs_differ
-from evolm.records import METRICS_FILE
-from evolm.report import (
+from evolm.report.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate, sample_interval
+from evolm.runs.jsonl import atomic_writer, check_outputs_differ
+from evolm.runs.records import METRICS_FILE
+from evolm.report.report import (
     EVAL_ROLE,
     HIGHLIGHTS,
     SEQUENTIAL_STAGES,

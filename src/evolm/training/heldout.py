@@ -1,7 +1,7 @@
 """Held-out evaluation during training (``eval.*``): the writer's and the policy's progress on data no step trains on.
 
 When: before the first optimizer step (step 0, the initial weights), every ``eval.every`` optimizer steps, and
-after the last step, always with the weights of that moment. ``evolm.trl_adapter`` calls ``Loop.step_rows`` at the
+after the last step, always with the weights of that moment. ``training.trl_adapter`` calls ``Loop.step_rows`` at the
 start of each step with the trainer's ``generate`` and ``Loop.end_step`` on every process after each update; the
 loop hands both to ``HeldOut``, which evaluates at step 0 in the first and when due in the second, generating
 with the ``generate`` it was last given. A resumed run does not repeat the step-0 evaluation (it was logged
@@ -48,16 +48,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolm.backends.base import SamplingParams
-from evolm.contrast import Generate, policy_messages
+from evolm.training.contrast import Generate, policy_messages
 from evolm.errors import InputError
-from evolm.jsonl import write_jsonl
-from evolm.records import METRICS_FILE, StepRecord, append_record, iter_lenient
+from evolm.runs.jsonl import write_jsonl
+from evolm.runs.records import METRICS_FILE, StepRecord, append_record, iter_lenient
 from evolm.rubrics import WrittenRubric, read_written, rubric_messages, strip_thinking
 
 if TYPE_CHECKING:
     from evolm.config import RunConfig
     from evolm.eval.pairs import PreferencePair
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
 EVAL_ROLE = "eval"  # the role of a held-out evaluation's line in metrics.jsonl
 EVAL_RUBRICS_FILE = "eval_rubrics.jsonl"  # the fixed evaluation rubric set: {question, text} per line
@@ -88,7 +88,7 @@ class HeldOut:
         ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate (``coevolve.rubric_params``
         and ``answer_params`` of step 0); answers are decoded greedily whatever their temperature."""
         from evolm.eval.pairs import load_pairs
-        from evolm.prompts import load_prompts
+        from evolm.training.prompts import load_prompts
 
         e = cfg.eval
         try:
@@ -170,7 +170,7 @@ def generate_heldout(generate: Generate, pairs: Sequence[PreferencePair], questi
 
 def _item(question: str, answer: str, rubric: WrittenRubric, invalid: str) -> Any:
     """A judge item reading ``rubric`` as training does (``rewards.score_rows``, policy rows)."""
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
 
     raw = strip_thinking(rubric.text) or None
     return JudgeItem(question, answer, rubric.rubric, rubric_text=None if rubric.rubric is None and invalid == "zero"
@@ -188,7 +188,7 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
     (``kind`` "question": the answer and its score; the rubric is the fixed set's), in input order: what
     ``heldout/step-NNNNNN.jsonl`` holds, so two evaluations can be compared item by item."""
     from evolm.eval.pairs import pair_credit
-    from evolm.judge import score_with_judges
+    from evolm.judge.judge import score_with_judges
 
     invalid = cfg.rubric.invalid
     items = [_item(p.prompt, a, written[p.prompt], invalid) for p in pairs for a in (p.better, p.worse)]

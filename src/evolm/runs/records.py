@@ -6,7 +6,7 @@ A run directory holds::
     config_history.jsonl             what each such resume changed: step, time, {key: {from, to}}
     .evolm.lock                      held (flock) by the one process training here; holds its PID
     metrics.jsonl                    one StepRecord per optimizer step (appended, fsync'ed), and one with role
-                                     "eval" per held-out evaluation (``evolm.heldout``; readers of steps skip it)
+                                     "eval" per held-out evaluation (``evolm.training.heldout``; readers of steps skip it)
     samples/phase-XXX-<role>.jsonl   SampleRecords: every generated row with its reward and details
     frozen_rubrics.jsonl             rubrics of a fixed writer (sequential / frozen_rubric), written once
     eval_rubrics.jsonl               the fixed rubric set of held-out policy scores, written once at step 0
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolm.jsonl import split_lines
+from evolm.runs.jsonl import split_lines
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_DIR = "samples"
@@ -117,7 +117,7 @@ class StepRecord:
     judge_failures: int | None = _typed(int)  # judge requests that failed after their retries (scores missing)
     judge_failure_share: float | None = _typed(float)  # their share of the step's judge requests
     completion_length: float | None = _typed(float)  # mean completion length in tokens
-    # reward-hacking monitor (policy steps; evolm.monitor, docs/SECURITY.md)
+    # reward-hacking monitor (policy steps; evolm.training.monitor, docs/SECURITY.md)
     length_reward_corr: float | None = _typed(float)  # within-group correlation of judge score and answer length
     rubric_copy_share: float | None = _typed(float)  # share of answers repeating rubric text
     score_string_share: float | None = _typed(float)  # share of answers with a score-like string ("score: 9")
@@ -273,7 +273,7 @@ def read_metrics(run_dir: str | Path) -> list[StepRecord]:
 
 def append_records(path: Path, records: Iterable[StepRecord | SampleRecord | dict[str, Any]]) -> None:
     """Append records with one write and one fsync (a crash loses at most the lines being written)."""
-    from evolm.jsonl import append_jsonl
+    from evolm.runs.jsonl import append_jsonl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     append_jsonl(path, [r if isinstance(r, dict) else r.to_json() for r in records])

@@ -1,11 +1,11 @@
-"""The judge's prompts: what each judge mode sends for an answer (``evolm.judge`` scores with them).
+"""The judge's prompts: what each judge mode sends for an answer (``evolm.judge.judge`` scores with them).
 
 Every prompt puts the judge's instructions first, then the question, the rubric (or one criterion),
 and the answer last, so that a backend can share the prefix of answers to the same question. With
 ``defences`` on, the answer is fenced as data (``fence_answer``); chat markup written in any shown
 text reaches the judge as plain words (``plain_markup``). ``prompt="reference"`` sends the authors'
 wording where they have one (``generative``, ``likert``, ``rar_implicit``). The items are read by
-attribute (``PromptItem``: ``evolm.judge.JudgeItem`` is one), so this module imports no judge.
+attribute (``PromptItem``: ``evolm.judge.judge.JudgeItem`` is one), so this module imports no judge.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from evolm.rubrics import Rubric, remove_reasoning, render_rubric, strip_thinkin
 
 
 class PromptItem(Protocol):
-    """What a prompt reads from an item (``evolm.judge.JudgeItem``)."""
+    """What a prompt reads from an item (``evolm.judge.judge.JudgeItem``)."""
 
     @property
     def question(self) -> str: ...

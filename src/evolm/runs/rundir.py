@@ -1,6 +1,6 @@
 """The run directory: start a fresh one, or find where to resume and cut the logs back to it.
 
-The layout and the record types are in ``evolm.records``. A checkpoint is complete when it holds
+The layout and the record types are in ``evolm.runs.records``. A checkpoint is complete when it holds
 TRL's ``trainer_state.json`` and evolm's ``CheckpointState`` (written last, atomically). Resuming
 validates the newest complete checkpoint (its state, its replay buffer, every file: weights finite,
 TRL's optimizer / scheduler / RNG files whole archives, its JSON readable), falls back to an older one when it
@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from evolm.config import RunConfig, load_config, save_config, to_dict
-from evolm.contrast import ReplayBuffer
-from evolm.dist import is_main
+from evolm.training.contrast import ReplayBuffer
+from evolm.training.dist import is_main
 from evolm.errors import RunError
-from evolm.jsonl import atomic_writer, dumps, write_jsonl
-from evolm.records import (
+from evolm.runs.jsonl import atomic_writer, dumps, write_jsonl
+from evolm.runs.records import (
     BUFFER_FILE,
     CHECKPOINTS_DIR,
     FROZEN_RUBRICS_FILE,
@@ -151,7 +151,7 @@ def record_config(run_dir: Path, cfg: RunConfig, step: int | None) -> dict[str, 
     One line per resume that changed something: the step it resumed after, the time, and each changed
     setting (dotted key) with its value before and after. A later resume without overrides keeps the
     changed settings. Returns the changes (``{}``: none, nothing written). Only the main process writes
-    (``evolm.dist.is_main``): the other processes of a launch return ``{}``.
+    (``evolm.training.dist.is_main``): the other processes of a launch return ``{}``.
     """
     if not is_main():
         return {}

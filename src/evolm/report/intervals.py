@@ -152,7 +152,7 @@ def heldout_estimate(row: dict[str, Any], key: str) -> Estimate | None:
 
     Shares (pair accuracy, validity) get a Wilson interval on ``heldout_pairs`` / ``heldout_questions``
     items; the policy score gets mean ± t_{n-1}·s/sqrt(n), where s is the logged standard deviation
-    (``evolm.heldout`` logs the population one, over n) made a sample one: std·sqrt(n/(n-1)). Without a
+    (``evolm.training.heldout`` logs the population one, over n) made a sample one: std·sqrt(n/(n-1)). Without a
     logged n there is no interval.
     """
     _, _, n_key, kind = next(h for h in HELDOUT if h[0] == key)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolm.errors import InputError
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 
-BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parent / "data" / "demo_prompts.jsonl"}
+BUILTIN_PROMPTS = {"builtin:demo": Path(__file__).parents[1] / "data" / "demo_prompts.jsonl"}
 
 
 def load_prompt_set(spec: str, limit: int = 0) -> tuple[list[str], dict[str, str]]:

@@ -130,7 +130,7 @@ def _rubric(item: Any) -> str:
 def judge_identity(judge: Any) -> str:
     """Everything about ``judge`` that can change a result, with its prompt template version, as one string.
 
-    A judge without a backend (a reward model, ``evolm.reward_model.RewardModel``) is its class, its model (name and
+    A judge without a backend (a reward model, ``judge.reward_model.RewardModel``) is its class, its model (name and
     object) and its reading settings."""
     backend = getattr(judge, "backend", None)
     if backend is None:
@@ -159,7 +159,7 @@ def template_version(judge: Any) -> str:
     the wording, the defences or the mode's template changes it. ``""`` for a judge without prompts (a reward
     model), whose identity then rests on its model and settings."""
     try:
-        from evolm.judge import JudgeItem, judge_conversations
+        from evolm.judge.judge import JudgeItem, judge_conversations
         from evolm.rubrics import Rubric
 
         q, a, r, ref = _PROBE
@@ -243,7 +243,7 @@ class CachedJudge:
         try:
             fresh = self.judge.score([items[i] for i in firsts], progress) if firsts else []
         except Exception as e:
-            from evolm.judge import OverlongPrompt
+            from evolm.judge.judge import OverlongPrompt
 
             if isinstance(e, OverlongPrompt):  # its index is into the items sent (reordered): name the caller's
                 raise OverlongPrompt(firsts[e.index], e.reason) from None

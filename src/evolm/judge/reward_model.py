@@ -67,7 +67,7 @@ def load_reward_model(name: str, device: str = "auto", dtype: str = "auto", batc
     """A reward model from a local directory (or a hub id, tried only when given)."""
     from transformers import AutoModelForSequenceClassification
 
-    from evolm.models import load_tokenizer, load_weights
+    from evolm.backends.loading import load_tokenizer, load_weights
 
     model = load_weights(AutoModelForSequenceClassification, name, device, dtype, what="reward model")
     if model.config.num_labels != 1:

@@ -36,7 +36,7 @@ serving. Bodies are decoded and their text handled off the event loop, in linear
 answers while a 200k-character request is read or a batch is judged); a connection that does not
 send its headers or body in time is closed (``guarded_h11``). All model calls run in that one
 thread: the judge and a rubric writer may share one model. The judge's results are kept (``--judge-cache``,
-``evolm.judge_cache``): an answer scored before, under the same question, rubric and judge, is not judged again,
+``evolm.judge.cache``): an answer scored before, under the same question, rubric and judge, is not judged again,
 and ``extra_logs.judge_cached`` says so per answer; ``/health`` gives the cache's hit rate.
 (No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time.)
 """
@@ -57,9 +57,9 @@ from typing import Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import BackendError
 from evolm.eval.rubric_source import RubricTable, write_prompt_rubrics
-from evolm.judge import JudgeItem
-from evolm.judge_cache import CachedJudge
-from evolm.rewards import fill_missing_with_group_mean
+from evolm.judge.judge import JudgeItem
+from evolm.judge.cache import CachedJudge
+from evolm.training.rewards import fill_missing_with_group_mean
 from evolm.rubrics import Rubric
 
 INSTALL = "the reward server needs FastAPI and uvicorn: pip install 'evolm[serve]'"
@@ -585,7 +585,7 @@ class Batcher:
 def _json_body(raw: bytes) -> Any:
     """The request's JSON; 400 for what is not JSON, nests too deeply, or holds a lone surrogate escape."""
     from evolm.errors import InputError
-    from evolm.jsonl import check_text
+    from evolm.runs.jsonl import check_text
 
     try:
         body = json.loads(raw)

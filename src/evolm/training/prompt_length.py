@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evolm.errors import InputError
-from evolm.prompts import load_prompt_set
+from evolm.training.prompts import load_prompt_set
 
 EXACT_MARGIN = 64  # tokens: prompts estimated this close to the limit (or the longest few) are rendered exactly
 
@@ -48,7 +48,7 @@ def training_prompt_tokens(questions: Sequence[str], tokenizer: Any, system_prom
     tokenization: a Tulu-sized file takes seconds). A token may merge across the seams, so the prompts estimated
     above ``exact_above`` and those within ``EXACT_MARGIN`` of the longest are rendered and counted exactly.
     """
-    from evolm.contrast import policy_messages
+    from evolm.training.contrast import policy_messages
     from evolm.rubrics import rubric_messages
 
     kwargs = dict(template_kwargs or {})
@@ -91,7 +91,7 @@ def fit_prompt_set(cfg: Any, tokenizer: Any = None) -> PromptFit:
     if not limit and tokenizer is None:
         return PromptFit(questions, references, len(questions), 0)
     if tokenizer is None:
-        from evolm.models import load_tokenizer
+        from evolm.backends.loading import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.model.name)
     return fit_prompts(questions, references, limit, tokenizer, cfg.model.system_prompt, cfg.rubric.prompt,
