@@ -58,7 +58,7 @@ def _measure(judges: list, prompts: list, completions: list, loop: asyncio.Abstr
     """Median seconds per step of the two rewards run as TRL runs sync functions, and as it runs async ones."""
     from trl.trainer.utils import is_async_callable
 
-    from evolm.training.rewards import make_trl_reward
+    from evolm.integrations.trl import make_trl_reward
 
     sync_fns = [make_trl_reward(j, asynchronous=False) for j in judges]
     async_fns = [make_trl_reward(j) for j in judges]

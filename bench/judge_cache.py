@@ -42,9 +42,9 @@ def _pairs(n: int) -> list[dict]:
 
 
 def step_part(args: argparse.Namespace) -> None:
-    from evolm.judge.judge import Judge, JudgeItem
-    from evolm.judge.cache import CachedJudge, JudgeCache
     from evolm.backends.loading import load_backend
+    from evolm.judge.cache import CachedJudge, JudgeCache
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
 
     backend = load_backend(args.model, device="cpu", dtype="float32", batch_size=16)

@@ -73,9 +73,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--no-defences", action="store_true", help="judge.defences off (no fences)")
     args = ap.parse_args()
-    from evolm.backends.loading import load_backend
-
     import torch
+
+    from evolm.backends.loading import load_backend
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads; judge {args.model} "

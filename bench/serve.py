@@ -65,10 +65,11 @@ def main() -> None:
     from evolm.cli._common import write_chunk
 
     WRITE_BATCH = write_chunk(argparse.Namespace(backend="hf", batch_size=args.batch_size))  # rows per CLI call
-    from evolm.judge.judge import Judge, JudgeItem
     from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
-    from evolm.serve.app import ServeSettings, create_app
+    from evolm.serve.app import create_app
+    from evolm.serve.settings import ServeSettings
 
     pairs = json.loads(Path(args.data).read_text(encoding="utf-8"))
     pairs.sort(key=lambda p: len(p["input"]) + len(p["output_1"]) + len(p["output_2"]))

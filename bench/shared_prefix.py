@@ -56,10 +56,10 @@ def main() -> None:
 
     from evolm.backends.base import SamplingParams
     from evolm.backends.hf import HFBackend
-    from evolm.training.contrast import policy_messages
-    from evolm.judge.judge import Judge, JudgeItem
     from evolm.backends.loading import load_model
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
+    from evolm.training.contrast import policy_messages
 
     torch.manual_seed(0)
     model, tok = load_model(args.model, device="cpu", dtype="float32")

@@ -21,7 +21,7 @@ from evolm.scores import Judgment
 
 @contextmanager
 def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
-    from evolm.serve.app import uvicorn_options
+    from evolm.serve.http import uvicorn_options
 
     settings = getattr(app.state, "settings", None)  # an evolm serve app's limits; any other app runs plain
     with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server",

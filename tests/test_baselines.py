@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from evolm.cli import main
-from evolm.training.run import run
 from evolm.config import load_config
 from evolm.runs.jsonl import read_jsonl
 from evolm.scores import Judgment, scores_of
+from evolm.training.run import run
 
 BASELINES = sorted((Path(__file__).resolve().parents[1] / "configs" / "baselines").glob("*.yaml"))
 
@@ -166,9 +166,10 @@ class _Recorder:
 
 
 def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from evolm.training.run import Loop, Plan
-    from evolm.training.prompts import load_prompts, load_references
     from evolm.training.contrast import ReplayBuffer
+    from evolm.training.plan import Plan
+    from evolm.training.prompts import load_prompts, load_references
+    from evolm.training.step import Loop
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "What is 2 + 2?", "reference": "4"}\n{"prompt": "Name a colour."}\n')

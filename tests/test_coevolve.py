@@ -25,19 +25,22 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from evolm.training.run import Loop, Plan, rubric_rows, run
-from evolm.training.prompts import load_prompts
 from evolm.config import RunConfig, load_config
-from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.errors import InputError, RunError
-from evolm.runs.jsonl import read_jsonl
 from evolm.judge.judge import Judge, JudgeItem, build_judge
-from evolm.runs.records import BUFFER_FILE, FROZEN_RUBRICS_FILE as FROZEN_RUBRICS, STATE_FILE
 from evolm.report.report import summarise
-from evolm.training.rewards import RowReward, rubric_reward, score_rows, step_rewards
-from evolm.runs.rundir import complete_checkpoints, open_run, resume_config
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.records import BUFFER_FILE, STATE_FILE
+from evolm.runs.records import FROZEN_RUBRICS_FILE as FROZEN_RUBRICS
+from evolm.runs.rundir import complete_checkpoints, open_run, resume_config
 from evolm.scores import scores_of
+from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
+from evolm.training.plan import Plan
+from evolm.training.prompts import load_prompts
+from evolm.training.rewards import RowReward, rubric_reward, score_rows, step_rewards
+from evolm.training.run import run
+from evolm.training.step import Loop, rubric_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -114,7 +117,7 @@ def test_plan_rubric_only_trains_the_writer_alone() -> None:
 
 
 def test_sequential_is_two_stages_with_two_weight_sets(tmp_path: Path) -> None:
-    from evolm.config import sequential_stages
+    from evolm.training.plan import sequential_stages
 
     cfg = load_config(None, [f"output_dir={tmp_path}", "schedule.regime=sequential", "schedule.cycles=2",
                              "schedule.steps_per_phase=3"])

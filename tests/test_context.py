@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from evolm.backends.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
 from evolm.cli import main
 from evolm.config import JudgeConfig
-from evolm.backends.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
 from evolm.judge.judge import Judge, JudgeItem, OverlongPrompt, build_judge
 from evolm.judge.prompts import likert_messages, prob_messages, yesno_messages
 from evolm.rubrics import parse_rubric

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolm.backends.base import Conversation, SamplingParams
+from evolm.errors import InputError, RunError
 from evolm.training.contrast import (
     RELAXATIONS,
     BufferEntry,
@@ -25,7 +26,6 @@ from evolm.training.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
-from evolm.errors import InputError, RunError
 
 PARAMS = SamplingParams(1.0, 0.95, 16, 0)
 SYSTEM = "You are a helpful assistant."

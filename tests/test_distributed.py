@@ -221,8 +221,8 @@ def test_processes_that_plan_different_rows_are_refused(monkeypatch: pytest.Monk
     """The digest check the adapter runs at every step, with two processes' digests that differ."""
     import accelerate.utils
 
-    from evolm.training import trl_adapter
     from evolm.errors import RunError
+    from evolm.training import trl_adapter
 
     rows = [{"question": "q", "rubric": "r", "slot": 0}]
     other = [{"question": "q", "rubric": "another rubric", "slot": 0}]

@@ -14,7 +14,13 @@ import pytest
 
 from evolm.errors import InputError
 from evolm.runs.jsonl import (
-    atomic_writer, check_outputs_differ, is_write_through, read_jsonl, read_records, resumable_jsonl, write_jsonl,
+    atomic_writer,
+    check_outputs_differ,
+    is_write_through,
+    read_jsonl,
+    read_records,
+    resumable_jsonl,
+    write_jsonl,
 )
 
 
@@ -232,12 +238,12 @@ def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: 
     import io
     import sys
 
-    from evolm.training.contrast import ReplayBuffer
     from evolm.eval.rb2 import ScoredRow, read_scores, write_scores
     from evolm.eval.rubric_source import read_rubric_table
     from evolm.runs.jsonl import append_jsonl
     from evolm.runs.records import SampleRecord, StepRecord, append_records, read_lenient, read_metrics
     from evolm.runs.rundir import append_frozen_rubrics, read_frozen_rubrics
+    from evolm.training.contrast import ReplayBuffer
 
     rows = [{"prompt": f"Q{i} {BREAKS}", "response": BREAKS, "n": i} for i in range(3)]
     for raw in (False, True):

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from evolm.judge.judge import Judge, JudgeItem
 from evolm.judge.cache import CachedJudge, JudgeCache, judge_identity, judgment_key
-from evolm.training.rewards import score_rows, step_rewards
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
+from evolm.training.rewards import score_rows, step_rewards
 
 RUBRIC = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6},
                                        {"criterion": "Shows the sum.", "weight": 0.4}]})

@@ -175,7 +175,7 @@ def test_dry_run_refuses_an_unknown_grpo_key_in_one_line(capsys: pytest.CaptureF
 
 def test_dry_run_plans_what_the_real_launch_computes(capsys: pytest.CaptureFixture[str]) -> None:
     """The real launch hands evolm_grpo_settings the launcher's WORLD_SIZE; the dry run uses the same function."""
-    from evolm.config import evolm_grpo_settings
+    from evolm.training.grpo_config import evolm_grpo_settings
 
     cfg = load_config(CONFIGS / "demo-cpu.yaml", ["grpo.per_device_train_batch_size=2", "schedule.prompts_per_step=2"])
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "--num-processes", "2",

@@ -10,8 +10,8 @@ import pytest
 def test_devices_that_do_not_exist_are_one_line_errors() -> None:
     import torch
 
-    from evolm.errors import ModelError
     from evolm.backends.loading import resolve_device
+    from evolm.errors import ModelError
 
     assert resolve_device("cpu") == "cpu"
     with pytest.raises(ModelError, match="unknown device 'bogus'"):
@@ -64,8 +64,8 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 ) -> None:
     import hashlib
 
-    from evolm.errors import ModelError
     from evolm.backends.loading import BuiltinModel, assemble_gguf
+    from evolm.errors import ModelError
 
     blobs = [b"GGUF" + bytes(range(200)), b"second" * 1000, b"tail"]
     whole = b"".join(blobs)
@@ -89,8 +89,8 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 def test_a_builtin_model_whose_packages_are_missing_names_its_install_command_and_writes_nothing(
     tmp_path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
-    from evolm.errors import ModelError
     from evolm.backends.loading import BUILTIN_MODELS, builtin_model_dir
+    from evolm.errors import ModelError
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for name in ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"):
@@ -174,9 +174,9 @@ def test_in_process_models_load_whole_outside_zero3_init(tiny_model_dir: Path, r
     never enters ``deepspeed.zero.Init`` for them (nothing would gather the shards), and ZeRO-3 is on again after."""
     from transformers.modeling_utils import is_deepspeed_zero3_enabled
 
+    from evolm.backends.loading import load_backend
     from evolm.config import JudgeConfig
     from evolm.judge.judge import build_judge
-    from evolm.backends.loading import load_backend
     from evolm.judge.reward_model import load_reward_model
 
     writer = load_backend(str(tiny_model_dir), backend="hf", device="cpu", dtype="float32")

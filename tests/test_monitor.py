@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evolm.training.monitor import answer_signals, copies_rubric, hacking_flags, has_score_string, within_group_corr
 from evolm.report.report import load_run, render_report
+from evolm.training.monitor import answer_signals, copies_rubric, hacking_flags, has_score_string, within_group_corr
 
 
 def test_signals_of_a_step() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evolm.report import plots
 from evolm.cli import main
-from evolm.report.compare import default_labels, last_phase_estimate, load_compare_run, write_comparison
 from evolm.errors import InputError, RunError
+from evolm.report import plots
+from evolm.report.compare import default_labels, last_phase_estimate, load_compare_run, write_comparison
 from evolm.runs.records import StepRecord
 
 

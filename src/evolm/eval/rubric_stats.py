@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolm.runs.records import SAMPLES_DIR, read_lenient
 from evolm.rubrics import Rubric
+from evolm.runs.records import SAMPLES_DIR, read_lenient
 
 LABEL_MAX_WORDS = 5
 DOMINANT_WEIGHT = 0.7  # a rubric whose largest weight is >= this is "dominated" by one criterion

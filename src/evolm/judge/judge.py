@@ -87,8 +87,8 @@ from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.constrained import JUDGE_SCHEMA
-from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, JUDGE_SEEDS, OVERLONG, JudgeConfig
 from evolm.backends.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
+from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, JUDGE_SEEDS, OVERLONG, JudgeConfig
 from evolm.errors import BackendError, InputError
 from evolm.judge.parse import (
     DIGITS,

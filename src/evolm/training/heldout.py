@@ -30,9 +30,9 @@ What is measured:
   them. A question without a fixed rubric (``eval.questions`` changed on resume) is not scored; resuming with
   ``eval.questions`` but no ``eval_rubrics.jsonl`` (the run did not set it at step 0) is an error.
 
-Rubrics are written with ``coevolve.rubric_params`` of step 0 (``rubric.temperature``, ``top_p``,
+Rubrics are written with ``step.rubric_params`` of step 0 (``rubric.temperature``, ``top_p``,
 ``max_new_tokens``, ``constrained``; the run's seed) at every evaluation, so two evaluations differ only by the
-weights; answers with ``coevolve.answer_params`` of step 0 at temperature 0. The judge
+weights; answers with ``step.answer_params`` of step 0 at temperature 0. The judge
 reads a rubric as in training (the text as written; with ``rubric.invalid=zero`` an unparsed one leaves the judge
 alone). With several judges an answer's score is the mean of theirs (``judge.score_with_judges``). Generation
 runs on every process (it is collective); the judging, the record and ``eval_rubrics.jsonl`` only on the main one.
@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolm.backends.base import SamplingParams
-from evolm.training.contrast import Generate, policy_messages
 from evolm.errors import InputError
+from evolm.rubrics import WrittenRubric, read_written, rubric_messages, strip_thinking
 from evolm.runs.jsonl import write_jsonl
 from evolm.runs.records import METRICS_FILE, StepRecord, append_record, iter_lenient
-from evolm.rubrics import WrittenRubric, read_written, rubric_messages, strip_thinking
+from evolm.training.contrast import Generate, policy_messages
 
 if TYPE_CHECKING:
     from evolm.config import RunConfig
@@ -70,8 +70,8 @@ class HeldOut:
 
     cfg: RunConfig | None = None
     run_dir: Path | None = None
-    rubric_params: SamplingParams = field(default_factory=SamplingParams)  # coevolve.rubric_params of step 0
-    answer_params: SamplingParams = field(default_factory=SamplingParams)  # coevolve.answer_params of step 0, greedy
+    rubric_params: SamplingParams = field(default_factory=SamplingParams)  # step.rubric_params of step 0
+    answer_params: SamplingParams = field(default_factory=SamplingParams)  # step.answer_params of step 0, greedy
     pairs: list[PreferencePair] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     fixed: dict[str, str] | None = None  # question -> rubric text of the fixed set (None until step 0 writes it)
@@ -85,7 +85,7 @@ class HeldOut:
              on_record: Callable[[StepRecord], None] | None = None) -> HeldOut:
         """Read the eval files (``InputError`` for a missing or unreadable one) and a saved fixed rubric set.
 
-        ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate (``coevolve.rubric_params``
+        ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate (``step.rubric_params``
         and ``answer_params`` of step 0); answers are decoded greedily whatever their temperature."""
         from evolm.eval.pairs import load_pairs
         from evolm.training.prompts import load_prompts

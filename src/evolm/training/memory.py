@@ -452,7 +452,7 @@ def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
     """The fixed rubric writer or answerer a run loads in its training processes (backend hf), as ``(role, model,
     max_new_tokens)``, or None (served elsewhere, or none).
 
-    ``sequential`` holds one per stage (``config.sequential_stages``): the base model answering in the writer stage,
+    ``sequential`` holds one per stage (``plan.sequential_stages``): the base model answering in the writer stage,
     then the writer stage's checkpoint writing in the policy stage, both of the model's shape; the answerer is named.
     """
     r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime

@@ -48,8 +48,8 @@ def training_prompt_tokens(questions: Sequence[str], tokenizer: Any, system_prom
     tokenization: a Tulu-sized file takes seconds). A token may merge across the seams, so the prompts estimated
     above ``exact_above`` and those within ``EXACT_MARGIN`` of the longest are rendered and counted exactly.
     """
-    from evolm.training.contrast import policy_messages
     from evolm.rubrics import rubric_messages
+    from evolm.training.contrast import policy_messages
 
     kwargs = dict(template_kwargs or {})
     builders = [lambda q: policy_messages(q, system_prompt)]

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from evolm.errors import InputError
-from evolm.runs.jsonl import read_jsonl
 from evolm.rubrics import RUBRIC_PROMPTS, Rubric, format_validity, rubric_messages
+from evolm.runs.jsonl import read_jsonl
 
 BUILTIN_SEEDS = {"builtin:seed": Path(__file__).parents[1] / "data" / "seed_rubrics.jsonl"}
 

@@ -11,7 +11,7 @@ at every optimizer step:
    ``_generate_and_score_completions`` when its micro-step counter is a multiple of
    ``steps_per_generation``). evolm overrides ``training_step`` to *materialise* those rows (fill the
    role's prompt, rubric or pair with the current weights) before calling the parent. Its settings
-   (``config.evolm_grpo_settings``) make one generation batch exactly one optimizer step
+   (``grpo_config.evolm_grpo_settings``) make one generation batch exactly one optimizer step
    (``steps_per_generation == gradient_accumulation_steps``, ``num_iterations == 1``), and the plan
    dataset is read in order (``shuffle_dataset=False``), so row ``i`` is slot ``i % P`` of step ``i // P``.
    The reward function refuses rows evolm did not fill, so a TRL that generated at another moment
@@ -86,16 +86,28 @@ Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
-from evolm.config import ExtraReward, RunConfig, batch_error, evolm_grpo_settings, extra_rewards, to_dict
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from evolm.config import RunConfig, to_dict
 from evolm.errors import InputError, RunError
-from evolm.training.rewards import completion_text, score_extra
+from evolm.integrations.trl import completion_text
+from evolm.training.extra_rewards import ExtraReward, extra_rewards
+from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
+from evolm.training.rewards import score_extra
+from evolm.training.trl_generation import (
+    TrainerGenerate,
+    VLLMCounts,
+    constrained_generation,
+    constrained_rubric_schema,
+    count_vllm_calls,
+)
 
 TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
 PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]
@@ -165,7 +177,6 @@ def check_trl() -> str:
 
 def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
-    from evolm.config import grpo_errors
     from evolm.training.dist import world_size
 
     check_trl()
@@ -177,6 +188,7 @@ def check_launch(cfg: RunConfig) -> None:
     if cfg.rubric.constrained:
         _check_constrained(cfg.grpo)
     _check_optional(cfg)
+    extra_rewards(cfg.rewards.extra)  # rewards.extra imported (and factories called) before a model loads
 
 
 def _check_optional(cfg: RunConfig) -> None:
@@ -233,7 +245,7 @@ def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
 
 
 def training_args(cfg: RunConfig) -> Any:
-    """The run's ``GRPOConfig``, built before the policy loads (``coevolve.run``).
+    """The run's ``GRPOConfig``, built before the policy loads (``run.run``).
 
     Under DeepSpeed ZeRO-3 it registers its config with transformers, so the policy's ``from_pretrained`` that follows
     builds the model under ``deepspeed.zero.Init``: each process holds its shard of the weights, not the whole model
@@ -272,14 +284,14 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: 
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     counts = VLLMCounts() if args.use_vllm else None
-    trainer = _trainer_class()(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra),
+    trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra),
                                                                            counts)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
                                peft_config=_peft_config(cfg))
     trainer.evolm_hooks = hooks
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_base = cfg.model.name
-    trainer.evolm_rubric_schema = _rubric_schema(cfg, args, trainer)
+    trainer.evolm_rubric_schema = constrained_rubric_schema(cfg, args, trainer)
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
     if counts is not None:
@@ -288,7 +300,7 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: 
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_recorder_class()(hooks, to_dict(cfg)))
+    trainer.add_callback(_Recorder(hooks, to_dict(cfg)))
     return trainer
 
 
@@ -345,33 +357,28 @@ def _report_to() -> list[str]:
     return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
 
 
-def _trainer_class() -> type:
-    from trl import GRPOTrainer
+class EvolmGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer; at the first micro-batch of each optimizer step the rows are materialised."""
 
-    class EvolmGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer; at the first micro-batch of each optimizer step the rows are materialised."""
+    evolm_hooks: StepHooks
+    evolm_slots: int
+    evolm_base: str = ""  # the base model as the config names it (model.name)
+    _evolm_step: int = -1
 
-        evolm_hooks: StepHooks
-        evolm_slots: int
-        evolm_base: str = ""  # the base model as the config names it (model.name)
-        _evolm_step: int = -1
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):  # noqa: ANN001, ANN202
+        super().create_model_card(model_name, dataset_name, tags)
+        if self.is_world_process_zero():
+            name_base_model(Path(self.args.output_dir) / "README.md", self.evolm_base,
+                            f"checkpoint-{self.state.global_step}")
 
-        def create_model_card(self, model_name=None, dataset_name=None, tags=None):  # noqa: ANN001, ANN202
-            super().create_model_card(model_name, dataset_name, tags)
-            if self.is_world_process_zero():
-                name_base_model(Path(self.args.output_dir) / "README.md", self.evolm_base,
-                                f"checkpoint-{self.state.global_step}")
-
-        def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
-            step = self.state.global_step
-            if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
-                self._evolm_step = step
-                inputs = _materialise(self, inputs, step)
-                with _constrained_generation(self, inputs):
-                    return super().training_step(model, inputs, num_items_in_batch)
-            return super().training_step(model, inputs, num_items_in_batch)
-
-    return EvolmGRPOTrainer
+    def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
+        step = self.state.global_step
+        if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
+            self._evolm_step = step
+            inputs = _materialise(self, inputs, step)
+            with constrained_generation(self, inputs):
+                return super().training_step(model, inputs, num_items_in_batch)
+        return super().training_step(model, inputs, num_items_in_batch)
 
 
 def name_base_model(card: Path, base: str, checkpoint: str) -> None:
@@ -433,65 +440,6 @@ def _check_same_rows(accelerator: Any, step: int, rows: list[dict[str, Any]]) ->
                        "every process must write the same rubrics and pairs")
 
 
-# ======================================================================= constrained rubric steps (contract item 5)
-
-
-def _rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | None:
-    """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take
-    it."""
-    if not cfg.rubric.constrained:
-        return None
-    from evolm.backends.constrained import rubric_schema
-
-    if args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
-        raise RunError(f"trl {check_trl()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
-    trainer.evolm_thinking = tokenizer_thinks(trainer.processing_class)
-    return rubric_schema(cfg.rubric.max_criteria)
-
-
-@contextmanager
-def _vllm_structured(vg: Any, tokenizer: Any, conversation: Conversation, template_kwargs: dict[str, Any],
-                     schema: dict[str, Any] | None, thinking: bool) -> Iterator[None]:
-    """``VLLMGeneration.generation_kwargs`` with ``structured_outputs`` for ``schema`` while it runs, then restored.
-
-    The grammar's start (a think block allowed, opened, or not) is read from ``conversation`` rendered; every
-    prompt of the call shares its template. ``schema=None``: nothing changes.
-    """
-    if schema is None:
-        yield
-        return
-    from evolm.backends.constrained import reply_start, vllm_structured_outputs
-
-    prompt = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **template_kwargs)
-    saved = vg.generation_kwargs
-    structured = vllm_structured_outputs(schema, reply_start(prompt, thinking))
-    vg.generation_kwargs = {**saved, "structured_outputs": structured}
-    try:
-        yield
-    finally:
-        vg.generation_kwargs = saved
-
-
-@contextmanager
-def _constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Iterator[None]:
-    """TRL's own generation constrained to the rubric schema while it runs, on rubric steps only (contract item 5)."""
-    schema = getattr(trainer, "evolm_rubric_schema", None)
-    if schema is None or not inputs or inputs[0].get("role") != "rubric":
-        yield
-        return
-    if getattr(trainer.args, "use_vllm", False):
-        with _vllm_structured(trainer.vllm_generation, trainer.processing_class, inputs[0]["prompt"],
-                              trainer.args.chat_template_kwargs or {}, schema, trainer.evolm_thinking):
-            yield
-        return
-    from evolm.backends.hf import grammar_generate
-
-    # TRL calls ``generate`` on ``accelerator.unwrap_model(trainer.model_wrapped)`` (``_generate_single_turn``)
-    with grammar_generate(trainer.accelerator.unwrap_model(trainer.model_wrapped), trainer.processing_class, schema,
-                          trainer.evolm_thinking):
-        yield
-
-
 # ============================================================================= rewards
 
 
@@ -549,186 +497,38 @@ def _log_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[Any]) 
 # ============================================================================= callbacks
 
 
-def _recorder_class() -> type:
-    """Built on first use: importing transformers at module import would slow every CLI error."""
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+class _Recorder(TrainerCallback):
+    def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None) -> None:
+        self.hooks = hooks
+        self.config = config
+        self.logged = -1
 
-    class _Recorder(TrainerCallback):
-        def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None) -> None:
-            self.hooks = hooks
-            self.config = config
-            self.logged = -1
+    def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+        import sys
 
-        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
-            import sys
+        wandb = sys.modules.get("wandb")  # transformers' WandbCallback (before this one) has started its run
+        if self.config and state.is_world_process_zero and getattr(wandb, "run", None) is not None \
+                and "wandb" in _report_to_list(args.report_to):
+            wandb.run.config.update({"evolm": self.config}, allow_val_change=True)
+        self.hooks.begin(state.is_world_process_zero)
 
-            wandb = sys.modules.get("wandb")  # transformers' WandbCallback (before this one) has started its run
-            if self.config and state.is_world_process_zero and getattr(wandb, "run", None) is not None \
-                    and "wandb" in _report_to_list(args.report_to):
-                wandb.run.config.update({"evolm": self.config}, allow_val_change=True)
-            self.hooks.begin(state.is_world_process_zero)
+    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+        if self.hooks.is_phase_end(state.global_step):
+            control.should_save = True
 
-        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-            if self.hooks.is_phase_end(state.global_step):
-                control.should_save = True
+    def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+        self._record(state, logs or {})
 
-        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
-            self._record(state, logs or {})
+    def on_save(self, args, state, control, **kw):  # noqa: ANN001
+        self._record(state, {})  # the step record comes before the checkpoint marker
+        if state.is_world_process_zero:
+            self.hooks.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}",
+                            state.global_step)
 
-        def on_save(self, args, state, control, **kw):  # noqa: ANN001
-            self._record(state, {})  # the step record comes before the checkpoint marker
-            if state.is_world_process_zero:
-                self.hooks.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}",
-                                state.global_step)
+    def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+        self._record(state, {})
 
-        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
-            self._record(state, {})
-
-        def _record(self, state, logs: dict) -> None:  # noqa: ANN001
-            if self.logged != state.global_step and state.global_step > 0:
-                self.logged = state.global_step
-                self.hooks.end_step(state.global_step, logs, state.is_world_process_zero)
-
-    return _Recorder
-
-
-# ============================================================================= generation on the trainer's engine
-
-
-class TrainerGenerate:
-    """``generate(conversations, params) -> texts`` with the trainer's current weights.
-
-    Every process calls it with the same full list (the step's rows are computed identically
-    everywhere); each process generates an equal share (the last one padded), and the shares are
-    gathered, so the collective vLLM modes see equally long lists on every process.
-    """
-
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-
-    def __call__(self, conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
-        return self.share(self._local)(conversations, params)
-
-    def share(self, generate: Callable[[list[Conversation], SamplingParams], list[str]]
-              ) -> Callable[[Sequence[Conversation], SamplingParams], list[str]]:
-        """``generate`` spread over the processes: each writes an equal share of the list (the last padded) and
-        the shares are gathered, so every process gets the same texts. Also for a fixed writer or answerer
-        (``rubric.writer``, ``contrast.answerer``): a server samples each request anew, and one copy of the
-        work per process would give each process different rubrics or pairs."""
-        acc = self.trainer.accelerator
-        world, rank = acc.num_processes, acc.process_index
-
-        def shared(conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
-            convs = list(conversations)
-            if not convs:
-                return []
-            if world == 1:
-                return generate(convs, params)
-            from accelerate.utils import gather_object
-
-            n = -(-len(convs) // world)
-            padded = convs + [convs[-1]] * (n * world - len(convs))
-            mine = generate(padded[rank * n : (rank + 1) * n], params)
-            return [t for part in gather_object([mine]) for t in part][: len(convs)]
-
-        return shared
-
-    def _local(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
-        t = self.trainer
-        if getattr(t.args, "use_vllm", False):
-            return self._vllm(convs, params)
-        from trl.models import unwrap_model_for_generation
-
-        from evolm.backends.hf import HFBackend
-
-        with unwrap_model_for_generation(t.model_wrapped, t.accelerator,
-                                         gather_deepspeed3_params=t.args.ds3_gather_for_generation,
-                                         gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model:
-            backend = HFBackend(model, t.processing_class, batch_size=max(8, t.args.per_device_train_batch_size),
-                                synced_gpus=None)  # ZeRO-3 shards (ds3_gather_for_generation off): transformers syncs
-            return backend.generate(convs, params)
-
-    def _vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
-        t = self.trainer
-        vg = t.vllm_generation
-        tok = t.processing_class
-        kwargs = {**(t.args.chat_template_kwargs or {}), **(params.chat_template_kwargs or {})}
-        ids = [tok.apply_chat_template(c, tokenize=True, add_generation_prompt=True, return_dict=False, **kwargs)
-               for c in convs]
-        if t.state.global_step != t._last_loaded_step:
-            vg.sync_weights()
-            t._last_loaded_step = t.state.global_step
-        saved = (vg.temperature, vg.top_p, vg.max_completion_length)
-        vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
-        try:
-            with _awake_for_step(vg, getattr(t, "evolm_materialising", False)), \
-                    _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
-                                     params.json_schema is not None and tokenizer_thinks(tok)):
-                _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
-        finally:
-            vg.temperature, vg.top_p, vg.max_completion_length = saved
-        return tok.batch_decode(completion_ids, skip_special_tokens=True)
-
-
-# ============================================================================= vLLM weight syncs (contract item 4)
-
-
-class VLLMCounts:
-    """Weight syncs and ``generate`` calls of the trainer's vLLM engine since the last step's rewards."""
-
-    def __init__(self) -> None:
-        self.syncs = self.generates = 0
-
-    def take(self) -> dict[str, float]:
-        """The counts as step metrics (``vllm_weight_syncs``, ``vllm_generate_calls``), then zero again."""
-        taken = {"vllm_weight_syncs": float(self.syncs), "vllm_generate_calls": float(self.generates)}
-        self.syncs = self.generates = 0
-        return taken
-
-
-def count_vllm_calls(vg: Any, counts: VLLMCounts) -> None:
-    """Count ``vg.sync_weights`` and ``vg.generate`` calls, TRL's own included (instance attributes shadow the
-    methods; TRL calls them through ``self``)."""
-    sync, generate = vg.sync_weights, vg.generate
-
-    def counted_sync(*args: Any, **kwargs: Any) -> Any:
-        counts.syncs += 1
-        return sync(*args, **kwargs)
-
-    def counted_generate(*args: Any, **kwargs: Any) -> Any:
-        counts.generates += 1
-        return generate(*args, **kwargs)
-
-    vg.sync_weights, vg.generate = counted_sync, counted_generate
-
-
-class _AwakeWarning:
-    """Drops vLLM's warning about waking an awake engine: TRL's ``generate`` wakes the KV cache evolm already woke."""
-
-    def filter(self, record: Any) -> bool:
-        return "is not sleeping" not in record.getMessage()
-
-
-@contextmanager
-def _awake_for_step(vg: Any, materialising: bool) -> Iterator[None]:
-    """Colocated vLLM in sleep mode, awake for evolm's calls while a step materialises and left awake for TRL's
-    generation of the step, which sleeps it (contract item 4): one weight sync per step instead of one per call.
-    Outside a step (held-out evaluation after the update, next to a checkpoint save) TRL's own handling stays."""
-    if not (materialising and getattr(vg, "mode", None) == "colocate" and getattr(vg, "enable_sleep_mode", False)):
-        yield
-        return
-    import logging
-
-    if getattr(vg, "_llm_weights_sleeping", True):
-        vg.sync_weights()  # wakes the weights and pushes the current ones
-    if vg.llm.llm_engine.is_sleeping():
-        vg.llm.wake_up(tags=["kv_cache"])
-    awake_warning = logging.getLogger("vllm.v1.executor.abstract")
-    if not any(isinstance(f, _AwakeWarning) for f in awake_warning.filters):
-        awake_warning.addFilter(_AwakeWarning())
-    vg.enable_sleep_mode = False  # this call: no wake-up, no re-push, no sleep after
-    try:
-        yield
-    finally:
-        vg.enable_sleep_mode = True
+    def _record(self, state, logs: dict) -> None:  # noqa: ANN001
+        if self.logged != state.global_step and state.global_step > 0:
+            self.logged = state.global_step
+            self.hooks.end_step(state.global_step, logs, state.is_world_process_zero)
