@@ -38,7 +38,7 @@ from evolm.scores import scores_of
 from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.training.plan import Plan
 from evolm.training.prompts import load_prompts
-from evolm.training.rewards import RowReward, rubric_reward, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, rubric_reward, score_rows, step_rewards
 from evolm.training.run import run
 from evolm.training.step import Loop, rubric_rows
 
@@ -513,11 +513,11 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
 
 
 def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(tmp_path: Path) -> None:
-    from evolm.training.run import check_failures
+    from evolm.training.rewards import check_failures
 
     def step(failed: int, sent: int) -> Any:
-        return step_rewards(["policy"], [RowReward(0.5, judge_sent=sent, judge_failures=failed, judge_error="HTTP 500")],
-                            ["q"])
+        return step_rewards(["policy"], [RowReward(0.5)], ["q"],
+                            cost=JudgeCost(sent=sent, failures=failed, error="HTTP 500"))
 
     assert step(3, 6).judge_failure_share == 0.5 and step(3, 6).metrics()["judge_failures"] == 3
     check_failures(step(3, 6), 4, 0.5, tmp_path)  # at the limit: the failures stay missing scores

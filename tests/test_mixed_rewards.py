@@ -20,7 +20,7 @@ from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.training import trl_adapter
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
-from evolm.training.rewards import RowReward, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"
 
@@ -107,12 +107,12 @@ class _Hooks:
     def __init__(self, scores: list[float | None]) -> None:
         self.scores = scores
 
-    def score(self, rows: list[dict], completions: list[str]) -> list[RowReward]:
+    def score(self, rows: list[dict], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
         return [RowReward(s, score=s, criteria=(_crit(0.9, 0.2),)) if r["role"] == "policy" else
                 RowReward(s, s_pos=0.7, s_neg=0.3, criteria=(_crit(0.7), _crit(0.3)))
-                for r, s in zip(rows, self.scores, strict=True)]
+                for r, s in zip(rows, self.scores, strict=True)], JudgeCost()
 
-    def finish(self, rows, completions, scored, lengths, is_main):  # noqa: ANN001, ANN201
+    def finish(self, rows, completions, scored, lengths, is_main, costs=()):  # noqa: ANN001, ANN201
         result = step_rewards([r["role"] for r in rows], scored, [r["slot"] for r in rows])
         return result.rewards, result.metrics()
 

@@ -102,18 +102,6 @@ class RowReward:
     # yesno P(Yes), generative ratings; several judges: values averaged); () where the mode has none
     criteria: tuple[tuple[CriterionScore, ...], ...] = ()
     extras: tuple[tuple[str, float, float | None], ...] = ()  # policy rows: (label, weight, value) per rewards.extra
-    # The first row of a process's batch only (gathered rows then add up per step): what judging the batch took;
-    # telemetry, left out of comparisons
-    judge_tokens: int | None = field(default=None, compare=False)  # prompt + generated (None: no backend counts them)
-    judge_seconds: float | None = field(default=None, compare=False)  # wall seconds
-    judge_prompt_tokens: int | None = field(default=None, compare=False)
-    judge_generated_tokens: int | None = field(default=None, compare=False)
-    judge_requests: int | None = field(default=None, compare=False)
-    judge_cache_hits: int | None = field(default=None, compare=False)  # judgments the judge cache answered
-    judge_lookups: int | None = field(default=None, compare=False)  # judgments asked of cached judges
-    judge_sent: int | None = field(default=None, compare=False)  # judge requests (prompts) sent (Judge.requests)
-    judge_failures: int | None = field(default=None, compare=False)  # of those, failed after their retries
-    judge_error: str | None = field(default=None, compare=False)  # the first failure's one-line error
 
     def criteria_json(self, answer: int) -> list[dict[str, Any]] | None:
         """The ``answer``-th judged answer's criteria as samples files write them (``None``: the mode reads none)."""
@@ -175,10 +163,51 @@ def _multi_judge_aggregate(pos: Sequence[float | None], neg: Sequence[float | No
     raise ValueError(f"unknown multi-judge aggregation '{how}' (choose from {', '.join(MULTI_JUDGE)})")
 
 
+@dataclass(frozen=True)
+class JudgeCost:
+    """What judging took: one process's batch of rows (``judge_rows``), or a whole step (``JudgeCost.total`` of every
+    process's). ``None``: not counted (no backend counts tokens; nothing was judged)."""
+
+    seconds: float | None = None  # wall seconds
+    tokens: int | None = None  # prompt + generated
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None
+    requests: int | None = None  # backend requests (server attempts, retries included; local: prompts run)
+    cache_hits: int | None = None  # judgments the judge cache answered
+    lookups: int | None = None  # judgments asked of cached judges
+    sent: int | None = None  # judge requests (prompts) sent (``Judge.requests``)
+    failures: int | None = None  # of those, failed after their retries
+    error: str | None = None  # the first failure's one-line error
+
+    @staticmethod
+    def total(costs: Sequence[JudgeCost]) -> JudgeCost:
+        """Several processes' costs as one step's: counts add up, the seconds are the slowest process's.
+
+        >>> JudgeCost.total([JudgeCost(1.5, tokens=10, sent=2), JudgeCost(0.5, failures=1, error="HTTP 500")])
+        JudgeCost(seconds=1.5, tokens=10, prompt_tokens=None, generated_tokens=None, requests=None, cache_hits=None, \
+lookups=None, sent=2, failures=1, error='HTTP 500')
+        """
+        def add(key: str) -> int | None:
+            counts = [getattr(c, key) for c in costs if getattr(c, key) is not None]
+            return sum(counts) if counts else None
+        seconds = [c.seconds for c in costs if c.seconds is not None]
+        return JudgeCost(max(seconds) if seconds else None, *(add(k) for k in (
+            "tokens", "prompt_tokens", "generated_tokens", "requests", "cache_hits", "lookups", "sent", "failures")),
+            next((c.error for c in costs if c.error), None))
+
+
 def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
                rubric_reward_kind: str = "binary", aggregate: str = "majority_vote",
                invalid_rubrics: str = "judge_raw") -> list[RowReward]:
-    """Rewards of a batch of rows of either role, computed from each row alone (docs/METHOD.md §2.3).
+    """``judge_rows`` without its cost: the rows' rewards."""
+    return judge_rows(rows, completions, judges, rubric_reward_kind, aggregate, invalid_rubrics)[0]
+
+
+def judge_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
+               rubric_reward_kind: str = "binary", aggregate: str = "majority_vote",
+               invalid_rubrics: str = "judge_raw") -> tuple[list[RowReward], JudgeCost]:
+    """Rewards of a batch of rows of either role, computed from each row alone (docs/METHOD.md §2.3), and what
+    judging them took (``JudgeCost``: tokens, seconds, requests, cache hits, failures).
 
     A row is a mapping with ``role``, ``question``, ``rubric`` (policy: the shared rubric as JSON, or
     empty), ``rubric_text`` (policy: that rubric as the writer wrote it, thinking stripped),
@@ -261,18 +290,17 @@ def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
         out.append(RowReward(reward, s_pos=sp, s_neg=sn, rubric_valid=written.valid,
                              parsed=written.rubric.to_dict() if written.rubric else None,
                              criteria=(criteria[i_pos], criteria[i_neg])))
-    if out and items:  # what judging this batch took, carried by its first row
-        now = judge_usage(judges)
-        spent = None if now is None or used is None else now - used
-        out[0] = replace(out[0], judge_seconds=time.monotonic() - started,
-                         judge_tokens=None if spent is None else spent.tokens,
-                         judge_prompt_tokens=None if spent is None else spent.prompt_tokens,
-                         judge_generated_tokens=None if spent is None else spent.completion_tokens,
-                         judge_requests=None if spent is None else spent.requests,
-                         judge_cache_hits=hits if lookups else None, judge_lookups=lookups or None,
-                         judge_sent=judge_requests(judges)[0] - sent[0],
-                         judge_failures=judge_requests(judges)[1] - sent[1], judge_error=failed[0] if failed else None)
-    return out
+    if not items:
+        return out, JudgeCost()
+    now = judge_usage(judges)
+    spent = None if now is None or used is None else now - used
+    return out, JudgeCost(seconds=time.monotonic() - started, tokens=None if spent is None else spent.tokens,
+                          prompt_tokens=None if spent is None else spent.prompt_tokens,
+                          generated_tokens=None if spent is None else spent.completion_tokens,
+                          requests=None if spent is None else spent.requests,
+                          cache_hits=hits if lookups else None, lookups=lookups or None,
+                          sent=judge_requests(judges)[0] - sent[0], failures=judge_requests(judges)[1] - sent[1],
+                          error=failed[0] if failed else None)
 
 
 def judge_requests(judges: Sequence[Any]) -> tuple[int, int]:
@@ -368,8 +396,10 @@ class StepRewards:
 
 
 def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
-                 policy_rubric_valid: Sequence[float | None] = (), drop_flat_criteria: bool = False) -> StepRewards:
-    """Fill missing rewards with their group's mean and summarise one step (all processes' rows).
+                 policy_rubric_valid: Sequence[float | None] = (), drop_flat_criteria: bool = False,
+                 cost: JudgeCost = JudgeCost()) -> StepRewards:  # noqa: B008 - frozen
+    """Fill missing rewards with their group's mean and summarise one step (all processes' rows; ``cost``: what
+    judging them took, ``JudgeCost.total`` of every process's).
 
     Criteria (``RowReward.criteria``): pass rate per criterion position, criteria per rubric, and the share of
     criteria that do not separate the answers they judged (``flat_criteria``: a policy group's answers, a rubric
@@ -421,13 +451,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         sizes = list({g: len(r.criteria[0]) for g, r in zip(groups, raw, strict=True)
                       if r.criteria and r.criteria[0]}.values())
     flat_n, flat_total = sum(sum(f) for f in flat.values()), sum(len(f) for f in flat.values())
-    tokens = [r.judge_tokens for r in raw if r.judge_tokens is not None]
-    seconds = [r.judge_seconds for r in raw if r.judge_seconds is not None]
-
-    def total(key: str) -> int | None:
-        counts = [getattr(r, key) for r in raw if getattr(r, key) is not None]
-        return sum(counts) if counts else None
-    asked, failures = total("judge_sent"), total("judge_failures")
+    asked, failures = cost.sent, cost.failures
     return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
                        missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
@@ -441,13 +465,12 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                                              if vs} or None,
                        criteria_per_rubric=sum(sizes) / len(sizes) if sizes else None,
                        flat_criteria=flat_n / flat_total if flat_total else None,
-                       judge_tokens=sum(tokens) if tokens else None, judge_latency_s=max(seconds) if seconds else None,
-                       judge_prompt_tokens=total("judge_prompt_tokens"),
-                       judge_generated_tokens=total("judge_generated_tokens"), judge_requests=total("judge_requests"),
-                       judge_cache_hit_rate=None if not total("judge_lookups") else
-                       (total("judge_cache_hits") or 0) / total("judge_lookups"),
+                       judge_tokens=cost.tokens, judge_latency_s=cost.seconds,
+                       judge_prompt_tokens=cost.prompt_tokens, judge_generated_tokens=cost.generated_tokens,
+                       judge_requests=cost.requests,
+                       judge_cache_hit_rate=(cost.cache_hits or 0) / cost.lookups if cost.lookups else None,
                        judge_failures=failures, judge_failure_share=failures / asked if asked else None,
-                       judge_error=next((r.judge_error for r in raw if r.judge_error), None))
+                       judge_error=cost.error)
 
 
 def check_failures(result: StepRewards, step: int, limit: float, run_dir: Path) -> None:

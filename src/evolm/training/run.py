@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from evolm.config import RunConfig, path_errors
 from evolm.errors import InputError
@@ -83,17 +84,20 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step
-    loop = Loop(cfg, plan, [], load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
+
+    def make_loop(trainer: Any) -> Loop:  # the judges first: the initial model's judge reads TRL's frozen copy
+        judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
+                                           loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
+                               cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
+                  for m in [cfg.judge.model, *cfg.judge.extra_models]]
+        return Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
+
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights
     #   2. TRL generates G completions per row; 3. loop.score, finish: rewards (missing -> group mean), buffer, samples
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
-    trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, loop)
-    loop.judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                            loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
-                                cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
-                   for m in [cfg.judge.model, *cfg.judge.extra_models]]  # the initial model's judge: TRL's frozen copy
+    trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, make_loop)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
 

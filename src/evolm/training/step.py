@@ -44,7 +44,7 @@ from evolm.training.contrast import (
 from evolm.training.heldout import HeldOut
 from evolm.training.monitor import LengthDrift, monitor_step
 from evolm.training.plan import Plan, StepInfo
-from evolm.training.rewards import RowReward, check_failures, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_rows, step_rewards
 
 # ============================================================================= 1. a step's rows (pure, over `generate`)
 
@@ -211,13 +211,14 @@ class Loop:
 
     # ---------------------------------------------------------------- 3. rewards (after TRL generates)
 
-    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[RowReward]:
-        return score_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
+    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
+        return judge_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
                           self.cfg.rubric.invalid)
 
-    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[RowReward],
-               lengths: list[int], is_main: bool) -> tuple[list[float], dict[str, float]]:
-        """All processes' rows of one step: group-mean filling, the replay buffer, samples, the step record."""
+    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[RowReward], lengths: list[int],
+               is_main: bool, costs: Sequence[JudgeCost] = ()) -> tuple[list[float], dict[str, float]]:
+        """All processes' rows of one step (and each process's judge cost): group-mean filling, the replay buffer,
+        samples, the step record."""
         info = self.plan.info(int(rows[0]["step"]) - 1)
         groups = [int(r["slot"]) for r in rows]
         firsts = {g: i for i, g in reversed(list(enumerate(groups)))}  # each question's first row
@@ -225,7 +226,7 @@ class Loop:
                                        groups) if info.role == "policy" else ({}, scored)  # the reward-hacking monitor
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
-                              drop_flat_criteria=self.cfg.rewards.drop_flat_criteria)
+                              drop_flat_criteria=self.cfg.rewards.drop_flat_criteria, cost=JudgeCost.total(costs))
         check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):

@@ -86,7 +86,7 @@ Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -121,17 +121,18 @@ _HOOKED = {
 
 
 class StepHooks(Protocol):
-    """What the co-evolution loop gives the adapter (see ``evolm.training.run.Loop``)."""
+    """What the co-evolution loop gives the adapter (see ``evolm.training.step.Loop``)."""
 
     def step_rows(self, step: int, generate: Any) -> list[dict[str, Any]]:
         """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process."""
 
-    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> list[Any]:
-        """This process's raw ``RowReward``s."""
+    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[Any], Any]:
+        """This process's raw ``RowReward``s, and what judging them took (``JudgeCost``)."""
 
     def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[Any],
-               lengths: list[int], is_main: bool) -> tuple[list[float], dict[str, float]]:
-        """All processes' rows of the step: rewards as GRPO uses them, and per-step metrics."""
+               lengths: list[int], is_main: bool, costs: Sequence[Any] = ()) -> tuple[list[float], dict[str, float]]:
+        """All processes' rows of the step (and each process's judge cost): rewards as GRPO uses them, and per-step
+        metrics."""
 
     def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None:
         """After the update of step ``step`` (1-based): write the step record."""
@@ -274,21 +275,25 @@ def training_args(cfg: RunConfig) -> Any:
     return args
 
 
-def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: StepHooks) -> Any:
+def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
+                  make_hooks: Callable[[Any], StepHooks]) -> Any:
     """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
 
-    ``args`` is ``training_args(cfg)``, built before ``model`` loaded.
+    ``args`` is ``training_args(cfg)``, built before ``model`` loaded. ``make_hooks(trainer)`` makes the step's
+    hooks once the trainer exists (their judges may read TRL's reference model, ``reference_model``); the reward
+    function, handed to TRL before that, reaches them through ``_Deferred``.
     """
     import datasets
 
     n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     counts = VLLMCounts() if args.use_vllm else None
-    trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(hooks, extra_rewards(cfg.rewards.extra),
+    deferred = _Deferred()
+    trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(deferred, extra_rewards(cfg.rewards.extra),
                                                                            counts)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
                                peft_config=_peft_config(cfg))
-    trainer.evolm_hooks = hooks
+    trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_base = cfg.model.name
     trainer.evolm_rubric_schema = constrained_rubric_schema(cfg, args, trainer)
@@ -302,6 +307,17 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any, hooks: 
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(_Recorder(hooks, to_dict(cfg)))
     return trainer
+
+
+class _Deferred:
+    """The step's hooks for a reward function made before them (``build_trainer``): every call goes to ``hooks``."""
+
+    hooks: StepHooks | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self.hooks is None:
+            raise RunError("TRL called the reward function before evolm's hooks were made")
+        return getattr(self.hooks, name)
 
 
 def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
@@ -456,7 +472,7 @@ def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_
         keys = [k for k in cols if k not in ("trainer_state", "log_extra", "environments")]
         rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
         texts = [completion_text(c) for c in completions]
-        scored = hooks.score(rows, texts)
+        scored, cost = hooks.score(rows, texts)
         if extras and rows and rows[0]["role"] == "policy":  # rewards.extra: policy rows only, with TRL's kwargs
             kwargs = {**cols, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
                       "log_metric": log_metric}
@@ -467,16 +483,17 @@ def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_
         lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * len(texts)
         state = PartialState()
         local = list(zip(rows, texts, scored, lengths, strict=True))
-        parts = [local] if state.num_processes == 1 else gather_object([local])
-        everyone = [x for part in parts for x in part]
+        parts = [(local, cost)] if state.num_processes == 1 else gather_object([(local, cost)])
+        everyone = [x for part, _ in parts for x in part]
         rewards, metrics = hooks.finish([x[0] for x in everyone], [x[1] for x in everyone],
-                                        [x[2] for x in everyone], [x[3] for x in everyone], state.is_main_process)
+                                        [x[2] for x in everyone], [x[3] for x in everyone], state.is_main_process,
+                                        [c for _, c in parts])
         if vllm_counts is not None:  # TRL's generation of the step is done: the step's vLLM work, since the last
             metrics = {**metrics, **vllm_counts.take()}
         if log_metric is not None:
             for k, v in metrics.items():
                 log_metric(f"evolm/{k}", v)
-        start = sum(len(p) for p in parts[: state.process_index]) if state.num_processes > 1 else 0
+        start = sum(len(p) for p, _ in parts[: state.process_index]) if state.num_processes > 1 else 0
         return rewards[start : start + len(local)]
 
     return evolm_reward
