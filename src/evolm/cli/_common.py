@@ -188,7 +188,7 @@ def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = T
 # The judge (JudgeConfig's fields)
 JUDGE_FLAGS = (
     Flag("mode", choices=sorted(JUDGE_MODES), why="reward_model needs the judge_only training regime",
-         note="Here every mode but reward_model"),
+         note="Here every mode but reward_model (it needs the judge_only training regime)"),
     Flag("max_new_tokens", flag="--judge-max-new-tokens", type=positive_int, default=512,
          why="a command's judge does not think unless asked (no chat-template kwargs); training's budget is "
          "for a thinking Qwen3 judge, as the paper's protocol uses"),

@@ -65,7 +65,7 @@ def add_flags(p: argparse._ActionsContainer, cls: type, flags: Iterable[Flag]) -
         default = field_default(f) if spec.default is _FIELD else spec.default
         help_text = f.metadata.get("help", "") + (f". {spec.note}" if spec.note else "")
         if spec.why and default != field_default(f):
-            help_text += f". Here {default}, not {field_default(f)}: {spec.why}"
+            help_text += f". Here {'unset' if default is None else default}, not {field_default(f)}: {spec.why}"
         kw: dict[str, Any] = {"dest": spec.destination(f), "default": default, "help": help_text.replace("%", "%%")}
         if _base_type(cls, spec.name) is bool:
             kw["action"] = "store_false" if default is True else "store_true"

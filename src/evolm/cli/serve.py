@@ -39,7 +39,8 @@ BATCH_FLAGS = (Flag("max_batch", type=positive_int), Flag("max_batch_s", type=po
 LIMIT_FLAGS = (Flag("max_body_mb", type=positive), Flag("max_answers", type=positive_int),
                Flag("max_answer_chars", type=positive_int), Flag("header_timeout_s", type=positive),
                Flag("body_timeout_s", type=positive), Flag("max_connections", type=positive_int))
-THREAD_FLAGS = (Flag("threads", type=positive_int, metavar="N", default=None, why="unset: torch's own (the cores)"),)
+THREAD_FLAGS = (Flag("threads", type=positive_int, metavar="N", default=None,
+                     why="torch's own thread count (the cores)"),)
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
