@@ -184,7 +184,7 @@ def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tm
     plan = Plan(cfg, load_prompts(str(prompts)), load_references(str(prompts)))
     loop = Loop(cfg, plan, [recorder], ReplayBuffer(4), tmp_path / "u")  # type: ignore[list-item]
     rows = loop.step_rows(0, generate=None)  # type: ignore[arg-type] - judge_only writes no rubric
-    assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": ""}
+    assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": None}
     loop.score(rows, ["four", "blue"])
     seen = {it.question: (it.rubric, it.rubric_text, it.reference) for it in recorder.items}
     assert seen == {"What is 2 + 2?": (None, None, "4"), "Name a colour.": (None, None, None)}

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +49,52 @@ from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_r
 # ============================================================================= 1. a step's rows (pure, over `generate`)
 
 
+@dataclass(frozen=True)
+class Row(Mapping[str, Any]):
+    """One slot of a step, materialised: what TRL generates from (``prompt``) and what the reward reads back. Both
+    roles have every field, so TRL's columns are the same at every step; ``None`` is "not this role's" (a policy row
+    has no pair, a rubric row no rubric) or "none" (no reference answer). A ``Mapping`` of its fields: the adapter
+    hands TRL ``dict(row)``, and the reward function's rows (TRL's columns) read the same way."""
+
+    prompt: Any  # the conversation TRL generates from: the policy prompt, or the rubric prompt
+    question: str
+    role: str  # "policy" | "rubric"
+    step: int  # 1-based optimizer step
+    slot: int  # the question's place in the step: its GRPO group
+    cycle: int
+    phase: int
+    rubric: str | None = None  # policy: the shared rubric as JSON (None: none, or it did not parse)
+    rubric_text: str | None = None  # policy: that rubric as its writer wrote it, thinking stripped
+    rubric_valid: float | None = None  # policy: the shared rubric's format validity
+    a_pos: str | None = None  # rubric: the pair its rubrics are judged on, and where it came from
+    a_neg: str | None = None
+    pair_source: str | None = None
+    reference: str | None = None  # policy: the data's reference answer, if any
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _ROW_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ROW_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_ROW_FIELDS)
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(Row))
+
+
 def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: WrittenRubric | None = None,
-         pair: Pair | None = None) -> dict[str, Any]:
-    """A materialised row; both roles carry the same columns (TRL reads the keys of the first row)."""
-    return {"prompt": prompt, "question": question, "role": info.role, "step": info.step + 1, "slot": slot,
-            "cycle": info.cycle, "phase": info.phase,
-            "rubric": json.dumps(written.rubric.to_dict()) if written and written.rubric else "",
-            "rubric_text": strip_thinking(written.text) if written else "",
-            "rubric_valid": float(written.valid) if written else None,
-            "a_pos": pair.a_pos if pair else "", "a_neg": pair.a_neg if pair else "",
-            "pair_source": pair.source if pair else "", "reference": ""}
+         pair: Pair | None = None, reference: str | None = None) -> Row:
+    """A materialised row of either role."""
+    return Row(prompt, question, info.role, info.step + 1, slot, info.cycle, info.phase,
+               rubric=json.dumps(written.rubric.to_dict()) if written and written.rubric else None,
+               rubric_text=strip_thinking(written.text) if written else None,
+               rubric_valid=float(written.valid) if written else None,
+               a_pos=pair.a_pos if pair else None, a_neg=pair.a_neg if pair else None,
+               pair_source=pair.source if pair else None, reference=reference)
 
 
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
@@ -73,16 +109,15 @@ def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
                           cfg.model.chat_template_kwargs)
 
 
-def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric | None]
-                ) -> list[dict[str, Any]]:
+def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric | None]) -> list[Row]:
     """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w) | {"reference": plan.references.get(q, "")}
+    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w, reference=plan.references.get(q) or None)
             for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
 def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer, generate: Generate,
-                answer: Generate | None = None) -> list[dict[str, Any]]:
+                answer: Generate | None = None) -> list[Row]:
     """Rubric step: each slot's question in the rubric prompt, with the (a+, a-) pair its rubrics are judged on.
 
     ``generate`` writes with the trained weights (the rubrics a rubric-conditioned pair shows); ``answer``
@@ -172,7 +207,7 @@ class Loop:
 
     # ---------------------------------------------------------------- 1. materialise (before TRL generates)
 
-    def step_rows(self, step: int, generate: Generate) -> list[dict[str, Any]]:
+    def step_rows(self, step: int, generate: Generate) -> list[Row]:
         self.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer

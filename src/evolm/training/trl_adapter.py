@@ -86,7 +86,7 @@ Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,8 +123,9 @@ _HOOKED = {
 class StepHooks(Protocol):
     """What the co-evolution loop gives the adapter (see ``evolm.training.step.Loop``)."""
 
-    def step_rows(self, step: int, generate: Any) -> list[dict[str, Any]]:
-        """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process."""
+    def step_rows(self, step: int, generate: Any) -> Sequence[Mapping[str, Any]]:
+        """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process (``step.Row``:
+        the same keys at every step, ``None`` for a value the row's role has not)."""
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[Any], Any]:
         """This process's raw ``RowReward``s, and what judging them took (``JudgeCost``)."""
@@ -427,7 +428,7 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
                            f"order (trl {check_trl()}); the adapter's contract is broken")
     trainer.evolm_materialising = True  # colocated vLLM stays awake until TRL's generation (contract item 4)
     try:
-        full = trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))
+        full = [dict(row) for row in trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))]  # TRL's columns
     finally:
         trainer.evolm_materialising = False
     _check_same_rows(trainer.accelerator, step, full)
