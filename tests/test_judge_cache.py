@@ -10,7 +10,7 @@ from evolm.judge.cache import CachedJudge, JudgeCache, judge_identity, judgment_
 from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
-from evolm.training.rewards import score_rows, step_rewards
+from evolm.training.rewards import judge_rows, step_rewards
 
 RUBRIC = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6},
                                        {"criterion": "Shows the sum.", "weight": 0.4}]})
@@ -84,9 +84,11 @@ def test_order_bound_and_missing_results() -> None:
 def test_step_logs_the_hit_rate(tiny_backend) -> None:  # noqa: ANN001
     judge = CachedJudge(Judge(tiny_backend, mode="prob"))
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 4
-    first = step_rewards(["policy"] * 4, score_rows(rows, ["4", "4", "4", "five"], [judge]), [0] * 4)
+    scored, cost = judge_rows(rows, ["4", "4", "4", "five"], [judge])
+    first = step_rewards(["policy"] * 4, scored, [0] * 4, cost=cost)
     assert first.judge_cache_hit_rate == 0.5 and first.judge_requests == 2  # identical completions judged once
-    second = step_rewards(["policy"] * 4, score_rows(rows, ["4", "five", "4", "5"], [judge]), [0] * 4)
+    scored, cost = judge_rows(rows, ["4", "five", "4", "5"], [judge])
+    second = step_rewards(["policy"] * 4, scored, [0] * 4, cost=cost)
     assert second.judge_cache_hit_rate == 0.75 and second.metrics()["judge_cache_hit_rate"] == 0.75
     assert second.rewards[0] == first.rewards[0]
 
