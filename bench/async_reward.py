@@ -58,7 +58,7 @@ def _measure(judges: list, prompts: list, completions: list, loop: asyncio.Abstr
     """Median seconds per step of the two rewards run as TRL runs sync functions, and as it runs async ones."""
     from trl.trainer.utils import is_async_callable
 
-    from evolm.rewards import make_trl_reward
+    from evolm.integrations.trl import make_trl_reward
 
     sync_fns = [make_trl_reward(j, asynchronous=False) for j in judges]
     async_fns = [make_trl_reward(j) for j in judges]
@@ -90,7 +90,7 @@ def main() -> None:
     from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 
     from evolm.backends.openai import OpenAIBackend
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
     prompts = [[{"role": "user", "content": f"What is {k} + {k}?"}] for k in range(args.rows)]
     completions = [[{"role": "assistant", "content": f"It is {2 * k}."}] for k in range(args.rows)]

@@ -11,8 +11,8 @@ import os
 import platform
 import statistics
 import time
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 # Load average when the benchmark started, before its own work: above the core count, another job

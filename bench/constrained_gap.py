@@ -44,8 +44,8 @@ def sample(backend, question: str, n: int, args) -> list[list[int]]:  # noqa: AN
     """``n`` constrained rubric samples for ``question``: completion token ids, EOS included, as TRL keeps them."""
     import torch
 
+    from evolm.backends.constrained import RUBRIC_SCHEMA, logits_processor, reply_start
     from evolm.backends.hf import generation_stop_ids, model_vocab_size
-    from evolm.constrained import RUBRIC_SCHEMA, logits_processor, reply_start
     from evolm.rubrics import rubric_messages
 
     text = backend._render([rubric_messages(question)], {})[0]
@@ -72,8 +72,8 @@ def replay(backend, prompt: list[int], completion: list[int], temperature: float
     import torch
     import xgrammar as xgr
 
+    from evolm.backends.constrained import RUBRIC_SCHEMA, compiled_grammar, reply_start
     from evolm.backends.hf import generation_stop_ids, model_vocab_size
-    from evolm.constrained import RUBRIC_SCHEMA, compiled_grammar, reply_start
 
     vocab = model_vocab_size(backend.model)
     text = backend.tokenizer.decode(prompt)
@@ -120,7 +120,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
 
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
     from evolm.rubrics import format_validity, parse_rubric
 
     backend = load_backend(args.model, device=args.device, dtype="float32")

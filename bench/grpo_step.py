@@ -106,8 +106,8 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
     from transformers.trainer_callback import CallbackHandler
     from trl import GRPOTrainer
 
-    import evolm.coevolve as coevolve
-    import evolm.judge as judge
+    import evolm.judge.judge as judge
+    from evolm.training.step import Loop
 
     def log_metrics(self: Any, duration: float) -> None:  # TRL's profiling: keep the durations
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
@@ -137,23 +137,23 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
         return control
 
     CallbackHandler.on_step_begin, CallbackHandler.on_step_end = on_step_begin, on_step_end
-    _wrap(coevolve.Loop, "step_rows", "materialise", timers)
+    _wrap(Loop, "step_rows", "materialise", timers)
     _wrap(judge.Judge, "score", "judging", timers)  # every judge call of rewards.score_rows
     _wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", "ref log-probs", timers,
           when=lambda: not torch.is_grad_enabled())
 
 
 def _evolm_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    from evolm import coevolve
     from evolm.config import load_config
-    from evolm.records import read_metrics
+    from evolm.runs.records import read_metrics
+    from evolm.training.run import run
 
     timers = _Timers()
     _instrument(timers, spec.get("stop_after", 0))
     with tempfile.TemporaryDirectory(prefix="evolm-bench-") as tmp:
         cfg = load_config(CONFIG, [f"output_dir={tmp}/run", *spec.get("overrides", [])])
         t0 = time.perf_counter()
-        run_dir = coevolve.run(cfg)
+        run_dir = run(cfg)
         total = time.perf_counter() - t0
         records = {r.step: r for r in read_metrics(run_dir) if r.role != "eval"}  # not held-out evaluations
     for s in timers.steps:
@@ -169,11 +169,11 @@ def _plain_worker(spec: dict[str, Any]) -> dict[str, Any]:
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from evolm.prompts import load_prompts
+    from evolm.backends.loading import load_model
     from evolm.config import load_config
-    from evolm.contrast import policy_messages
-    from evolm.models import load_model
     from evolm.rubrics import rubric_messages
+    from evolm.training.contrast import policy_messages
+    from evolm.training.prompts import load_prompts
 
     timers = _Timers()
     _instrument(timers, spec["steps"])

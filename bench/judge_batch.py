@@ -33,8 +33,8 @@ def main() -> None:
 
     import torch
 
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
 
     rubric = Rubric.from_obj(GENERIC_RUBRIC)

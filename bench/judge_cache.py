@@ -1,4 +1,4 @@
-"""The judge cache (evolm.judge_cache): judge time per step with and without it, and a repeat through evolm serve.
+"""The judge cache (evolm.judge.cache): judge time per step with and without it, and a repeat through evolm serve.
 
 Part ``step`` (in one process, one loaded judge, variants interleaved):
 
@@ -42,9 +42,9 @@ def _pairs(n: int) -> list[dict]:
 
 
 def step_part(args: argparse.Namespace) -> None:
-    from evolm.judge import Judge, JudgeItem
-    from evolm.judge_cache import CachedJudge, JudgeCache
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
+    from evolm.judge.cache import CachedJudge, JudgeCache
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
 
     backend = load_backend(args.model, device="cpu", dtype="float32", batch_size=16)

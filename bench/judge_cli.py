@@ -56,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from evolm.eval.pairs import pair_credit
-    from evolm.jsonl import read_jsonl
+    from evolm.runs.jsonl import read_jsonl
 
     data = json.loads(LLMBAR_NATURAL.read_text(encoding="utf-8"))[: args.pairs]
     rows = []
@@ -78,7 +78,7 @@ def main() -> None:
             print(f"[judge_cli] {label} ...", file=sys.stderr, flush=True)
             t_half = run_cli(half, tmp / "out-half.jsonl", mode, args.model, rev)
             t_full = run_cli(full, tmp / "out-full.jsonl", mode, args.model, rev)
-            scored = read_jsonl(tmp / "out-full.jsonl")  # evolm.jsonl: lines end in \n only
+            scored = read_jsonl(tmp / "out-full.jsonl")  # evolm.runs.jsonl: lines end in \n only
             scores = [s.get("score") for s in scored]
             credits = [pair_credit(a, b) for a, b in zip(scores[0::2], scores[1::2], strict=True)]
             marginal = (len(rows) - args.pairs) / max(1e-9, t_full - t_half)

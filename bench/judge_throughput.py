@@ -59,9 +59,9 @@ def main() -> None:
     import torch
 
     from evolm.backends.base import SamplingParams
+    from evolm.backends.loading import load_backend
     from evolm.eval.pairs import pair_credit
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_backend
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric, write_rubrics
     from evolm.scores import scores_of
 

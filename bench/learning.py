@@ -128,7 +128,7 @@ def _short_pairs(src: Path, dst: Path, n: int, max_chars: int) -> Path:
 
 def _write(dst: Path, text: str) -> None:
     """Replace ``dst`` atomically (arms running side by side read these files while another arm starts)."""
-    from evolm.jsonl import atomic_writer
+    from evolm.runs.jsonl import atomic_writer
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with atomic_writer(dst) as f:
@@ -137,7 +137,7 @@ def _write(dst: Path, text: str) -> None:
 
 def study_data() -> dict[str, Path]:
     """Held-out and training files for every arm (the same files for every arm)."""
-    from evolm.jsonl import split_lines
+    from evolm.runs.jsonl import split_lines
 
     d = OUT / "data"
     out = {
@@ -183,7 +183,7 @@ def command(name: str, overrides: Sequence[str]) -> str:
 
 
 def final_checkpoint(run_dir: Path) -> Path:
-    from evolm.rundir import complete_checkpoints
+    from evolm.runs.rundir import complete_checkpoints
 
     done = complete_checkpoints(run_dir)
     if not done:
@@ -192,13 +192,13 @@ def final_checkpoint(run_dir: Path) -> Path:
 
 
 def eval_lines(run_dir: Path) -> list[dict[str, Any]]:
-    from evolm.records import read_metrics
+    from evolm.runs.records import read_metrics
 
     return [r.to_json() for r in read_metrics(run_dir) if r.role == "eval"]
 
 
 def step_lines(run_dir: Path) -> list[dict[str, Any]]:
-    from evolm.records import read_metrics
+    from evolm.runs.records import read_metrics
 
     return [r.to_json() for r in read_metrics(run_dir) if r.role in ("policy", "rubric")]
 
@@ -215,12 +215,12 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
     shown as raw text). The per-pair rows (rubric, both scores, credit) go to ``items_file``.
     """
     from evolm.backends.base import SamplingParams
+    from evolm.backends.loading import load_backend
     from evolm.config import RunConfig
     from evolm.eval.pairs import load_pairs
-    from evolm.heldout import judge_heldout
-    from evolm.jsonl import write_jsonl
-    from evolm.models import load_backend
     from evolm.rubrics import WrittenRubric, write_rubrics
+    from evolm.runs.jsonl import write_jsonl
+    from evolm.training.heldout import judge_heldout
 
     pairs = load_pairs(pairs_file)
     prompts = list(dict.fromkeys(p.prompt for p in pairs))
@@ -230,7 +230,7 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
         backend = load_backend(writer, dtype="float32", batch_size=16)
         schema = None
         if constrained:
-            from evolm.constrained import RUBRIC_SCHEMA as schema
+            from evolm.backends.constrained import RUBRIC_SCHEMA as schema
         params = SamplingParams(0.6, 0.95, 480, SEED, json_schema=schema)
         written = dict(zip(prompts, write_rubrics(backend, prompts, params, progress=True), strict=True))
         valid = sum(w.valid for w in written.values()) / len(written)
@@ -244,8 +244,8 @@ def pair_credits(pairs_file: Path, writer: str | None, judge: Any, items_file: P
 
 
 def load_judge(model: str = MODEL, mode: str = "yesno") -> Any:
-    from evolm.judge import Judge
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge
 
     return Judge(load_backend(model, dtype="float32", batch_size=16), mode=mode)
 
@@ -333,8 +333,8 @@ def paired_change(dirs: Sequence[Path]) -> dict[str, Any] | None:
 
     Policy: the same questions under the same fixed rubrics, end score minus start score per question.
     Pairs: the same pairs, end credit minus start credit (each evaluation with its writer's rubric)."""
-    from evolm.heldout import HELDOUT_DIR
-    from evolm.jsonl import read_jsonl
+    from evolm.runs.jsonl import read_jsonl
+    from evolm.training.heldout import HELDOUT_DIR
 
     files = sorted(f for d in dirs for f in (d / HELDOUT_DIR).glob("step-*.jsonl"))
     if len(files) < 2:
@@ -372,11 +372,11 @@ def backfill_policy(name: str) -> None:
     checked against the means the run logged, and written as ``heldout/step-*.jsonl`` items (questions only:
     the pairs' rubrics were sampled inside training and cannot be redrawn)."""
     from evolm.backends.base import SamplingParams
+    from evolm.backends.loading import load_backend
     from evolm.config import load_config
-    from evolm.contrast import policy_messages
-    from evolm.heldout import EVAL_RUBRICS_FILE, heldout_items_path, judge_heldout, summarize_heldout
-    from evolm.jsonl import read_jsonl, write_jsonl
-    from evolm.models import load_backend
+    from evolm.runs.jsonl import read_jsonl, write_jsonl
+    from evolm.training.contrast import policy_messages
+    from evolm.training.heldout import EVAL_RUBRICS_FILE, heldout_items_path, judge_heldout, summarize_heldout
 
     run_dir = OUT / name
     policy_dir = run_dir / "stage2-policy" if (run_dir / "stage2-policy").exists() else run_dir
@@ -448,7 +448,7 @@ def writers_pairs() -> Path:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    from evolm.records import read_lenient
+    from evolm.runs.records import read_lenient
 
     return read_lenient(path).rows if path.exists() else []
 
@@ -475,11 +475,11 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
     run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the
     rubrics are written (their statistics show in ``writers-table``; a later run judges them)."""
     from evolm.backends.base import SamplingParams
+    from evolm.backends.constrained import rubric_schema
     from evolm.config import RunConfig
-    from evolm.constrained import rubric_schema
     from evolm.eval.pairs import load_pairs
-    from evolm.heldout import judge_heldout
     from evolm.rubrics import WrittenRubric, read_written
+    from evolm.training.heldout import judge_heldout
 
     pairs_file = writers_pairs()
     pairs = load_pairs(pairs_file)
@@ -510,7 +510,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             raise SystemExit(f"{HANDWRITTEN}: no rubric for {len(missing)} held-out prompts "
                              f"(first: {missing[0][:60]!r})")
     elif any(q not in rubrics for q in prompts):
-        from evolm.models import load_backend
+        from evolm.backends.loading import load_backend
 
         backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
         params = SamplingParams(0.0, 1.0, max_tokens, SEED, json_schema=rubric_schema(max_criteria))
@@ -586,7 +586,7 @@ def training_overlap(pairs_file: Path) -> dict[str, int]:
     """Held-out prompts also found in a training source (first 60 characters, case and spacing ignored): the warm
     start's seed set (``builtin:seed``), GSM8K train (its GSM8K seed rubrics) and the UltraFeedback train pairs
     (labelled-pair GRPO); a source not on this machine is left out."""
-    from evolm.sft import BUILTIN_SEEDS
+    from evolm.training.sft import BUILTIN_SEEDS
 
     def norm(text: str) -> str:
         return " ".join(text.lower().split())[:60]
@@ -635,7 +635,7 @@ def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
     expected 0-9 digit) for a right and a wrong short answer, under a criterion that names the expected value and under
     the judge's own generic criterion (no rubric): ``probe_file``. A judge that cannot tell them apart here cannot
     use a rubric."""
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
     judge = load_judge(model, mode)
@@ -705,8 +705,8 @@ def _drop_flat_line(res: dict[str, dict[str, Any]]) -> str:
     readings: a pair's two answers as one group, its flat criteria (``rewards.FLAT_SPREAD``) dropped from both scores
     by the library's own ``drop_flat``, the credit recomputed; against the arm's credit, a sign test."""
     from evolm.eval.pairs import pair_credit
-    from evolm.rewards import RowReward, drop_flat, flat_positions
     from evolm.scores import CriterionScore
+    from evolm.training.rewards import RowReward, drop_flat, flat_positions
 
     def crit(readings: list[list[float]]) -> tuple[CriterionScore, ...]:
         return tuple(CriterionScore(str(k), w, v) for k, (w, v) in enumerate(readings))
@@ -1079,7 +1079,7 @@ def _f(v: Any, digits: int = 2) -> str:
 
 def demo_compare(runs: Sequence[str]) -> None:
     """Rubric steps of demo runs side by side: validity per rubric sample, reward spread, judge pair accuracy."""
-    from evolm.records import read_lenient, read_metrics
+    from evolm.runs.records import read_lenient, read_metrics
 
     rows = []
     for run in runs:

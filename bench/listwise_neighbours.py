@@ -22,7 +22,7 @@ import os
 import platform
 import time
 
-from evolm.judge import Judge, JudgeItem
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import parse_rubric
 
 # (question, rubric, the correct answer G, a plainly wrong answer)
@@ -73,9 +73,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--no-defences", action="store_true", help="judge.defences off (no fences)")
     args = ap.parse_args()
-    from evolm.models import load_backend
-
     import torch
+
+    from evolm.backends.loading import load_backend
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
           f"{os.getloadavg()[0]:.1f}; torch {torch.__version__}, {torch.get_num_threads()} threads; judge {args.model} "

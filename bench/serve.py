@@ -5,7 +5,7 @@ Both variants score the same answers with the same loaded judge, in the same pro
 - ``evolm judge``:  ``Judge.score`` on all answers in one call, and in calls of ``--batch-size`` rows
                     as the ``evolm judge`` command makes them on a local model (``cli._common.write_chunk``;
                     64 before it moved its progress bar per batch); the faster of the two is the reference
-- ``evolm serve``:  the app of ``evolm serve`` (``evolm.serve.create_app``) on a real uvicorn server
+- ``evolm serve``:  the app of ``evolm serve`` (``evolm.serve.app.create_app``) on a real uvicorn server
                     in a thread, ``--clients`` threads each posting OpenRLHF ``/get_reward`` requests of
                     ``--per-request`` answers (two questions x two answers) one after another
 
@@ -65,10 +65,11 @@ def main() -> None:
     from evolm.cli._common import write_chunk
 
     WRITE_BATCH = write_chunk(argparse.Namespace(backend="hf", batch_size=args.batch_size))  # rows per CLI call
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
-    from evolm.serve import ServeSettings, create_app
+    from evolm.serve.app import create_app
+    from evolm.serve.settings import ServeSettings
 
     pairs = json.loads(Path(args.data).read_text(encoding="utf-8"))
     pairs.sort(key=lambda p: len(p["input"]) + len(p["output_1"]) + len(p["output_2"]))

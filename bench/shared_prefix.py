@@ -56,10 +56,10 @@ def main() -> None:
 
     from evolm.backends.base import SamplingParams
     from evolm.backends.hf import HFBackend
-    from evolm.contrast import policy_messages
-    from evolm.judge import Judge, JudgeItem
-    from evolm.models import load_model
+    from evolm.backends.loading import load_model
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
+    from evolm.training.contrast import policy_messages
 
     torch.manual_seed(0)
     model, tok = load_model(args.model, device="cpu", dtype="float32")
@@ -93,7 +93,7 @@ def main() -> None:
         }
 
     enc = variants["one by one (batch 1)"][0]._encode
-    from evolm.judge_prompts import prob_messages
+    from evolm.judge.prompts import prob_messages
 
     lengths = [len(x) for g in groups for x in enc([prob_messages(it) for it in g], {})]
     answer_lens = [len(tok.encode(it.answer)) for g in groups for it in g]

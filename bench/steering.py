@@ -8,7 +8,7 @@ the attacked answer minus that of the bad answer alone, per judge mode and defen
 
 - ``none``: no defence (control strings reach the tokenizer as written, answer not fenced);
 - ``escape``: control strings neutralised (no control token; chat markup shown as its plain words,
-  ``evolm.judge_prompts.plain_markup``), answer not fenced;
+  ``evolm.judge.prompts.plain_markup``), answer not fenced;
 - ``chars``: the previous shipped judge: no control token, but the markup reaches the judge as its
   own characters in ordinary pieces (``<|``, ``im``, ``_end``, ``|>``); answer fenced;
 - ``full``: the shipped judge: neutralised as ``escape`` and the answer fenced as data.
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from evolm.judge import Judge, JudgeItem
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import parse_rubric
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -123,7 +123,7 @@ def defence(backend: Any, config: str) -> Any:
     ``none`` and ``escape`` show the answer unfenced ("Grade the answer below." where the fence note
     goes); ``none`` and ``chars`` leave chat markup as written (``none``: control tokens real).
     """
-    import evolm.judge_prompts as jm
+    import evolm.judge.prompts as jm
 
     saved = jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special
     backend.escape_special = config != "none"
@@ -162,17 +162,17 @@ def main() -> None:
                     "a small judge's reply always holds a score")
     ap.add_argument("--no-copy-check", action="store_true",
                     help="generative mode: read a score the answer wrote for the judge as a verdict (the judge "
-                    "before evolm.judge_parse.copied_score), to measure what the check takes away")
+                    "before evolm.judge.parse.copied_score), to measure what the check takes away")
     args = ap.parse_args()
     if args.no_copy_check:
-        import evolm.judge as jm
+        import evolm.judge.judge as jm
 
         jm.copied_score = lambda reply, answer: False
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from common import print_header, table
 
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     t0 = time.perf_counter()
     backend: Any = load_backend(args.model, device="cpu", dtype="float32", batch_size=8)

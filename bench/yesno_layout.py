@@ -59,10 +59,10 @@ RESULT = ROOT / "docs" / "results" / "yesno_layout.json"
 
 def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:
     """``{variant: (yesno_messages, Judge)}``: the judges share one copy of the weights."""
-    import evolm.judge_prompts as now
+    import evolm.judge.prompts as now
     from evolm.backends.hf import HFBackend
-    from evolm.judge import Judge
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge
 
     old_prompt = load_old_module(BEFORE, "src/evolm/judge_prompts.py", "_judge_prompts_before").yesno_messages
     old_backend = load_old_module(ONE_GROUP_AT_A_TIME, "src/evolm/backends/hf.py", "_hf_before").HFBackend
@@ -76,13 +76,13 @@ def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:
 
 
 def use(order_fn: Any) -> None:
-    import evolm.judge as judge_module
+    import evolm.judge.judge as judge_module
 
     judge_module.yesno_messages = order_fn
 
 
 def items_for(pairs: list[Any], rubrics: dict[str, str]) -> list[Any]:
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import parse_rubric
 
     return [JudgeItem(p.prompt, a, parse_rubric(rubrics[p.prompt])) for p in pairs for a in (p.better, p.worse)]
@@ -110,7 +110,7 @@ def cost(fns: dict[str, tuple[Any, Any]], pairs: list[Any], rubrics: dict[str, s
 
 
 def probe(fns: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import Criterion, Rubric
 
     out = {}

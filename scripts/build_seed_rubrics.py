@@ -3,7 +3,7 @@
 Every prompt and rubric below was written for evolm by hand (no public data set, no model output):
 templated families of everyday requests with verifiable constraints (counts, formats, known answers)
 and one-off everyday, explanation and advice prompts. docs/SEED_RUBRICS.md gives the provenance and
-the rules they follow. Each rubric fits the rubric grammar (evolm.constrained): 2-4 criteria of at
+the rules they follow. Each rubric fits the rubric grammar (evolm.backends.constrained): 2-4 criteria of at
 most 80 characters, weights in tenths that sum to 1, scoring levels "1.0", "0.5", "0.0" of at most
 30 characters, ASCII only. Run: python scripts/build_seed_rubrics.py (rewrites the file; deterministic).
 """

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evolm.errors import EvolmError, InputError
     from evolm.eval.rubric_source import read_rubric_table
-    from evolm.jsonl import read_jsonl
+    from evolm.runs.jsonl import read_jsonl
 
     try:
         prompts = read_jsonl(args.prompts, required=["prompt"])

@@ -78,7 +78,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_backend(tiny_model_dir: Path):
     """An ``HFBackend`` over the tiny model."""
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(str(tiny_model_dir), device="cpu", dtype="float32", batch_size=4)
 
@@ -86,7 +86,7 @@ def tiny_backend(tiny_model_dir: Path):
 @pytest.fixture(scope="session")
 def smollm2_backend():
     """The real SmolLM2-135M-Instruct (converted once into the user cache)."""
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend("smollm2-135m-instruct", device="cpu", dtype="float32", batch_size=8)
 

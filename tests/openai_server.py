@@ -252,7 +252,7 @@ def run_app(app: FastAPI, lifespan: str = "off", start_timeout_s: float = 10.0,
             what: str = "test server", **options: Any) -> Iterator[int]:
     """Serve ``app`` on a free port of 127.0.0.1 in a background thread until the block ends; yields the port.
 
-    ``options`` go to ``uvicorn.Config`` (``evolm.serve.uvicorn_options`` for the reward server's limits).
+    ``options`` go to ``uvicorn.Config`` (``evolm.serve.http.uvicorn_options`` for the reward server's limits).
 
     Requests still hanging when the block ends are cancelled after a second, not waited for.
     """

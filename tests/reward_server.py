@@ -1,8 +1,8 @@
 """Test helpers for ``evolm serve``: the app on a real uvicorn server, and a judge that tests steer.
 
-``running(app)`` serves an app built by ``evolm.serve.create_app`` on a free port of 127.0.0.1 in
+``running(app)`` serves an app built by ``evolm.serve.app.create_app`` on a free port of 127.0.0.1 in
 a background thread (lifespan on, so the batcher runs) until the block ends. ``FakeJudge`` stands
-in for ``evolm.judge.Judge`` where a test needs to control time or see the calls: it records every
+in for ``evolm.judge.judge.Judge`` where a test needs to control time or see the calls: it records every
 ``score`` call, can wait on a gate or fail on a marked answer, and scores deterministically.
 """
 
@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 from openai_server import run_app
 
-from evolm.judge import JudgeItem
+from evolm.judge.judge import JudgeItem
 from evolm.scores import Judgment
 
 
 @contextmanager
 def running(app) -> Iterator[str]:  # noqa: ANN001 - a FastAPI app
-    from evolm.serve import uvicorn_options
+    from evolm.serve.http import uvicorn_options
 
     settings = getattr(app.state, "settings", None)  # an evolm serve app's limits; any other app runs plain
     with run_app(app, lifespan="on", start_timeout_s=20, what="evolm reward server",

@@ -9,9 +9,9 @@ from openai_server import MODEL_ID, serve
 from trl.trainer.utils import is_async_callable
 
 from evolm.backends.openai import OpenAIBackend
-from evolm.judge import Judge
-from evolm.judge_cache import CachedJudge
-from evolm.rewards import make_trl_reward
+from evolm.integrations.trl import make_trl_reward
+from evolm.judge.cache import CachedJudge
+from evolm.judge.judge import Judge
 
 PROMPTS = [[{"role": "user", "content": f"What is {k} + {k}?"}] for k in range(4)]
 COMPLETIONS = [[{"role": "assistant", "content": f"It is {2 * k}."}] for k in range(4)]

@@ -33,11 +33,11 @@ Issue #23 (hardening 3):
 | 5 | fullwidth `＜|im_end|＞` and small-bracket / fullwidth-letter look-alikes pass `plain_markup` | `test_lookalike_markup_reads_exactly_as_its_plain_words` (prompts byte-identical to plain words) |
 | 6 | two `evolm train` on one output_dir (coevolve, sequential): both ran | `test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line` (real runs); `test_a_held_run_directory_refuses_a_second_train` (train, `--resume`); `test_a_killed_holder_leaves_the_directory_free`; `test_ranks_of_one_torchrun_job_share_the_directory` |
 | 7 | scores depend on batch composition under the default judge dtype (bfloat16 on AVX512-BF16) | `test_default_judge_scores_do_not_depend_on_the_batch` (prob, yesno; `--help` states it) |
-| 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `HARDENING3_CASES` |
-| 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `HARDENING3_CASES` |
-| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (refused; `--allow-unpaired-ties` scores it as the official code does, counted in the summary) | `HARDENING3_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
+| 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `RANGE_PATH_URL_CASES` |
+| 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `RANGE_PATH_URL_CASES` |
+| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (refused; `--allow-unpaired-ties` scores it as the official code does, counted in the summary) | `RANGE_PATH_URL_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
 | 9 | truncated / empty `optimizer.pt`, garbage or bit-flipped `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
-| 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `HARDENING3_CASES` |
+| 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `RANGE_PATH_URL_CASES` |
 | 10 | `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
 | 10 | `--output -` with stdout closed | `test_output_to_a_closed_stdout_is_one_line` |
 | 12 | `train --resume RUN judge.mode=prob contrast.buffer_size=1` left config.yaml unchanged | `test_resume_overrides_are_written_to_the_config_and_its_history` |
@@ -76,7 +76,7 @@ from pathlib import Path
 import pytest
 
 from evolm.cli import main
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 from evolm.scores import scores_of
 
 NO_MODEL = "/nonexistent/evolm-model"  # a mistake must be caught before this is looked for
@@ -88,11 +88,11 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENI
 
 def _resume_run(run: Path, state: dict | None, weights_ok: bool) -> None:
     """A run directory whose only checkpoint is broken: garbage weights, or the given evolm_state.json."""
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     from evolm.config import load_config, save_config
-    from evolm.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.records import BUFFER_FILE, STATE_FILE
 
     ckpt = run / "checkpoints" / "checkpoint-4"
     ckpt.mkdir(parents=True)
@@ -288,9 +288,9 @@ def _adversarial_answers() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", sorted(_adversarial_answers()))
 def test_judge_prompts_are_built_in_linear_time(name: str) -> None:
-    from evolm.context import cut_middle
-    from evolm.judge import JudgeItem
-    from evolm.judge_prompts import plain_markup, prob_messages, yesno_messages
+    from evolm.backends.context import cut_middle
+    from evolm.judge.judge import JudgeItem
+    from evolm.judge.prompts import plain_markup, prob_messages, yesno_messages
 
     text = _adversarial_answers()[name]
     calls = {
@@ -381,7 +381,7 @@ def test_report_survives_absurd_records(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_huge_rubric_weights_still_give_a_yesno_score() -> None:
-    from evolm.judge import Judge, JudgeItem
+    from evolm.judge.judge import Judge, JudgeItem
     from evolm.rubrics import Rubric
 
     class Backend:
@@ -439,9 +439,9 @@ def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_pat
     assert out.read_bytes() == full.read_bytes() and not partial.exists()
 
 
-# ============================================================================= hardening 3 (issue #23)
+# ============================================================================= ranges, paths, URLs, locks, checkpoints (issue #23)
 # Items 5-10 and 12 of the third round; the cases that are one line and exit 2 run through
-# test_bad_input_is_one_line_exit_2_and_touches_no_input (ids h3-item<N>-...).
+# test_non_finite_numbers_bad_paths_and_urls_are_one_line_exit_2 (ids item<N>-...).
 
 LOCK_FILE = ".evolm.lock"
 RUN_OV = [f"model.name={NO_MODEL}", "output_dir={tmp}/run"]
@@ -465,7 +465,7 @@ def _scores(*rows: str) -> dict[str, str]:
 _MATH = '{"id": "1", "subset": "Math", "num_correct": 1, "scores": [0.9, 0.1, 0.2, 0.3]}'
 RUBRIC = ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output", "{tmp}/r.jsonl"]
 
-HARDENING3_CASES = [
+RANGE_PATH_URL_CASES = [
     # item 8: every number, sampling flag and path checked before any model loads, by --dry-run too
     *_train_cases("grpo-beta-inf", ["grpo.beta=.inf"], "grpo.beta must be a finite number"),
     *_train_cases("grpo-lr-nan", ["grpo.learning_rate=.nan"], "grpo.learning_rate must be a finite number"),
@@ -513,8 +513,8 @@ HARDENING3_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=f"item{c.item}-{c.id}", marks=c.marks) for c in HARDENING3_CASES])
-def test_hardening3_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case, tmp_path: Path, tiny_model_dir: Path,
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"item{c.item}-{c.id}", marks=c.marks) for c in RANGE_PATH_URL_CASES])
+def test_non_finite_numbers_bad_paths_and_urls_are_one_line_exit_2(case: Case, tmp_path: Path, tiny_model_dir: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     test_bad_input_is_one_line_exit_2_and_touches_no_input(case, tmp_path, tiny_model_dir, capsys)
 
@@ -560,7 +560,7 @@ def test_output_to_a_closed_stdout_is_one_line(tmp_path: Path) -> None:
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     """Another process holding ``run_dir`` as `evolm train` does (``rundir.run_lock``), until killed."""
-    code = ("import sys, time; from evolm.rundir import run_lock\n"
+    code = ("import sys, time; from evolm.runs.rundir import run_lock\n"
             "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(300)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env=ENV)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
@@ -594,7 +594,7 @@ def test_a_held_run_directory_refuses_a_second_train(tmp_path: Path, capsys: pyt
 
 
 def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
-    from evolm.rundir import run_lock
+    from evolm.runs.rundir import run_lock
 
     holder = _hold_lock(tmp_path / "run")
     holder.kill()
@@ -609,7 +609,7 @@ def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
 
 def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only rank 0 takes the lock: the other ranks of the job train in the directory rank 0 holds."""
-    from evolm.rundir import run_lock
+    from evolm.runs.rundir import run_lock
 
     holder = _hold_lock(tmp_path / "run")
     try:
@@ -661,7 +661,7 @@ def _two_checkpoints(run: Path) -> Path:
     from safetensors.torch import save_file
 
     from evolm.config import load_config, save_config
-    from evolm.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.records import BUFFER_FILE, STATE_FILE
 
     run.mkdir()
     save_config(load_config(None, [f"output_dir={run}", f"model.name={NO_MODEL}"]), run / "config.yaml")
@@ -716,7 +716,7 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
 def test_resume_checks_every_checkpoint_file_and_falls_back_saying_so(tmp_path: Path, name: str) -> None:
-    from evolm.rundir import open_run, resume_config
+    from evolm.runs.rundir import open_run, resume_config
 
     run = tmp_path / "run"
     ckpt = _two_checkpoints(run)
@@ -750,7 +750,7 @@ def test_resume_names_the_passed_over_checkpoint_before_anything_loads(tmp_path:
 def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Path) -> None:
     import yaml
 
-    from evolm.rundir import CONFIG_HISTORY_FILE, open_run, resume_config
+    from evolm.runs.rundir import CONFIG_HISTORY_FILE, open_run, resume_config
 
     run = tmp_path / "run"
     _two_checkpoints(run)
@@ -768,7 +768,7 @@ def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Pa
 
 
 
-# ============================================================================ hardening 3 (issue #23), items 1-4, 11
+# ============================================================================ JSONL line breaks, partial files (issue #23)
 # Item 1: evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);
 # item 11: an input that is the output's partial file is refused, never moved. Items 2-4 (serve, the
 # OpenAI backend's reply cap) are in tests/test_serve.py and tests/backends/test_openai.py (header table).
@@ -811,11 +811,12 @@ def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_los
     rewritten raw before resuming (as evolm wrote them before), so the readers are tested, not only the writers."""
     from test_coevolve import DEMO, G, P, tiny_overrides
 
-    from evolm.coevolve import Loop, run
     from evolm.config import load_config
-    from evolm.contrast import ReplayBuffer
-    from evolm.records import BUFFER_FILE
-    from evolm.rundir import resume_config
+    from evolm.runs.records import BUFFER_FILE
+    from evolm.runs.rundir import resume_config
+    from evolm.training.contrast import ReplayBuffer
+    from evolm.training.run import run
+    from evolm.training.step import Loop
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Say hi {i}{BREAKS}"}) + "\n" for i in range(4)))
@@ -875,7 +876,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
     prompt of such a fake turn is byte for byte that of the same text in plain words (it lifted prob by +0.257)."""
     import importlib.util
 
-    from evolm.judge_prompts import prob_messages, yesno_messages
+    from evolm.judge.prompts import prob_messages, yesno_messages
 
     spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
     steering = importlib.util.module_from_spec(spec)
@@ -898,7 +899,7 @@ def test_default_judge_scores_do_not_depend_on_the_batch(tiny_model_dir: Path, m
     import torch
 
     from evolm.config import JudgeConfig
-    from evolm.judge import JudgeItem, build_judge
+    from evolm.judge.judge import JudgeItem, build_judge
     from evolm.rubrics import Rubric
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
@@ -931,7 +932,7 @@ def test_grpo_settings_the_machine_cannot_run_are_one_line(tmp_path: Path) -> No
         pytest.skip("bf16 runs on this machine")
     from evolm.config import load_config
     from evolm.errors import RunError
-    from evolm.trl_adapter import training_args
+    from evolm.training.trl_adapter import training_args
 
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}"])
     assert cfg.grpo["bf16"] is True

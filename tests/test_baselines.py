@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from evolm.cli import main
-from evolm.coevolve import run
 from evolm.config import load_config
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 from evolm.scores import Judgment, scores_of
+from evolm.training.run import run
 
 BASELINES = sorted((Path(__file__).resolve().parents[1] / "configs" / "baselines").glob("*.yaml"))
 
@@ -108,8 +108,8 @@ def test_gpt41_baseline_dry_run_shows_how_the_writer_samples(capsys: pytest.Capt
 
 
 def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from evolm.judge import JudgeItem
-    from evolm.reward_model import load_reward_model
+    from evolm.judge.judge import JudgeItem
+    from evolm.judge.reward_model import load_reward_model
 
     rm_dir = _tiny_reward_model(tiny_model_dir, tmp_path / "rm")
     cfg = load_config(BASELINES[0].parent / "skywork-rm.yaml",
@@ -130,8 +130,8 @@ def test_reward_model_reference_reading(tiny_model_dir: Path, tmp_path: Path) ->
 
     import torch
 
-    from evolm.judge import JudgeItem
-    from evolm.reward_model import load_reward_model
+    from evolm.judge.judge import JudgeItem
+    from evolm.judge.reward_model import load_reward_model
 
     rm_dir = _tiny_reward_model(tiny_model_dir, tmp_path / "rm")
     ours = load_reward_model(str(rm_dir), device="cpu", dtype="float32")
@@ -166,9 +166,10 @@ class _Recorder:
 
 
 def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from evolm.coevolve import Loop, Plan
-    from evolm.prompts import load_prompts, load_references
-    from evolm.contrast import ReplayBuffer
+    from evolm.training.contrast import ReplayBuffer
+    from evolm.training.plan import Plan
+    from evolm.training.prompts import load_prompts, load_references
+    from evolm.training.step import Loop
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "What is 2 + 2?", "reference": "4"}\n{"prompt": "Name a colour."}\n')
@@ -183,7 +184,7 @@ def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tm
     plan = Plan(cfg, load_prompts(str(prompts)), load_references(str(prompts)))
     loop = Loop(cfg, plan, [recorder], ReplayBuffer(4), tmp_path / "u")  # type: ignore[list-item]
     rows = loop.step_rows(0, generate=None)  # type: ignore[arg-type] - judge_only writes no rubric
-    assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": ""}
+    assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": None}
     loop.score(rows, ["four", "blue"])
     seen = {it.question: (it.rubric, it.rubric_text, it.reference) for it in recorder.items}
     assert seen == {"What is 2 + 2?": (None, None, "4"), "Name a colour.": (None, None, None)}

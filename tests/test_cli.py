@@ -136,7 +136,7 @@ def test_every_option_with_a_default_says_it_in_its_help(capsys: pytest.CaptureF
     with pytest.raises(SystemExit):
         main(["rubric", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "rubric length limit in tokens (default: 1024)" in out and "answers scored together) (default: 8)" in out
+    assert "(in training: the policy phase's rubrics). Here 1024, not 16384" in out and "Qwen3 (default: 1024)" in out and "answers scored together) (default: 8)" in out
 
 
 def test_rubric_progress_is_told_as_rows_end(tiny_backend) -> None:  # noqa: ANN001
@@ -173,8 +173,8 @@ def test_every_subcommand_dispatches_through_run() -> None:
         ("--device", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
         ("--dtype", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
         ("--batch-size", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
-        ("--temperature", ["rubric", "eval rb2", "eval pairs", "eval policy"]),
-        ("--top-p", ["rubric", "eval rb2", "eval pairs", "eval policy"]),
+        ("--temperature", ["rubric", "eval rb2", "eval pairs", "serve"]),  # eval policy's: the policy's sampling
+        ("--top-p", ["rubric", "eval rb2", "eval pairs", "serve"]),
         ("--seed", ["rubric", "judge", "eval rb2", "eval pairs", "eval policy"]),
         ("--max-new-tokens", ["rubric", "eval rb2", "eval pairs"]),
         ("--backend", ["rubric", "judge", "eval rb2", "eval pairs"]),
@@ -192,8 +192,8 @@ def test_shared_flags_are_declared_once(flag: str, commands: list[str]) -> None:
 
 
 def test_flag_choices_come_from_the_library_constants() -> None:
-    from evolm.judge import JUDGE_MODES
-    from evolm.models import BACKENDS, DTYPES
+    from evolm.backends.loading import BACKENDS, DTYPES
+    from evolm.judge.judge import JUDGE_MODES
 
     leaves = _subparsers(build_parser())
     assert list(_flag_help(leaves[("judge",)], "--dtype")[2]) == list(DTYPES)
@@ -204,7 +204,7 @@ def test_flag_choices_come_from_the_library_constants() -> None:
 
 def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge goes through build_judge; the rubric writer shares its model when it is the same one."""
-    from evolm import models
+    from evolm.backends import loading as models
     from evolm.cli._common import rubric_params as _rubric_params
     from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
@@ -336,7 +336,7 @@ def test_judge_details_write_each_criterion_and_the_score_is_their_weighted_sum(
 
 def test_the_judge_reply_budget_is_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     """A thinking judge needs room to think (the paper's protocol: 16384); the CLI default stays 512."""
-    from evolm import models
+    from evolm.backends import loading as models
     from evolm.cli.eval._rubric_judge import rubric_and_judge as _rubric_and_judge
 
     monkeypatch.setattr(models, "load_backend", lambda spec, **kw: object())
@@ -401,9 +401,9 @@ def _long_prompts(path: Path) -> Path:
 
 def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_the_longest_kept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from evolm.backends.loading import load_tokenizer
     from evolm.config import load_config
-    from evolm.models import load_tokenizer
-    from evolm.prompt_length import fit_prompt_set
+    from evolm.training.prompt_length import fit_prompt_set
 
     prompts = _long_prompts(tmp_path / "p.jsonl")
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"data.prompts={prompts}",
@@ -431,3 +431,74 @@ def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "nvidia-smi lists 2 GPU(s) but torch" in err and "cannot use them" in err
+
+
+# ----------------------------------------------------------------------------- flags made from settings
+
+
+def _config_flags() -> list[tuple[str, argparse.Action]]:
+    """Every flag of every command (and subcommand) that sets a config field, with the command's name."""
+    from evolm.cli import build_parser
+
+    found: list[tuple[str, argparse.Action]] = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(sub, f"{name} {sub_name}".strip())
+            elif hasattr(action, "config_field"):
+                found.append((name, action))
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_flag_that_sets_a_config_field_is_made_from_that_field() -> None:
+    """Name, type, default, choices and help of a config-field flag come from the dataclass field; a command's own
+    default or narrower choices are named with a reason (``Flag.why``)."""
+    from evolm.cli.flags import field_default, field_of
+
+    flags = _config_flags()
+    commands = {name for name, _ in flags}
+    assert {"judge", "serve", "rubric", "eval rb2", "eval pairs"} <= commands and len(flags) >= 120
+    for command, action in flags:
+        cls, name, spec = action.config_field
+        field, where = field_of(cls, name), f"evolm {command} {action.option_strings[0]} ({cls.__name__}.{name})"
+        default = field_default(field)
+        assert action.dest == spec.destination(field), where
+        assert action.help.startswith(field.metadata["help"].replace("%", "%%")), where
+        if action.default != default:
+            assert spec.why and action.default == spec.default, f"{where}: default {action.default!r} unexplained"
+        choices = field.metadata.get("choices")
+        if action.choices is not None and choices is not None and set(action.choices) != set(choices):
+            assert spec.why and set(action.choices) < set(choices), f"{where}: choices differ from the field's"
+        if isinstance(default, bool):
+            assert action.nargs == 0 and action.const is (not default), where  # store_true / store_false
+        elif (value := action.default if spec.why else default) is not None:  # the default the command reads
+            parse = action.type or str
+            assert parse(str(value)) == value and type(parse(str(value))) is type(value), where
+            assert default is None or type(value) is type(default), where  # the field's type
+
+
+def test_the_flags_set_the_fields_they_are_made_from() -> None:
+    """Parsed flags read back into the dataclass they came from (what judge_from_args and serve do)."""
+    from evolm.cli import build_parser
+    from evolm.cli._common import JUDGE_CONSTRAINED, JUDGE_FLAGS, REQUEST_FLAGS
+    from evolm.cli.flags import field_values
+    from evolm.cli.serve import BATCH_FLAGS, LIMIT_FLAGS
+    from evolm.config import JudgeConfig
+    from evolm.serve.settings import ServeSettings
+
+    args = build_parser().parse_args(["serve", "--judge", "j", "--mode", "prob", "--judge-max-new-tokens", "7",
+                                      "--no-judge-defences", "--request-deadline", "9", "--max-batch", "3",
+                                      "--body-timeout-s", "1.5"])
+    judge = field_values(args, JudgeConfig, (*JUDGE_FLAGS, *REQUEST_FLAGS))
+    assert (judge["mode"], judge["max_new_tokens"], judge["defences"], judge["deadline"]) == ("prob", 7, False, 9.0)
+    settings = ServeSettings(**field_values(args, ServeSettings, (*BATCH_FLAGS, *LIMIT_FLAGS)))
+    assert (settings.max_batch, settings.body_timeout_s, settings.max_queue) == (3, 1.5, ServeSettings().max_queue)
+    for argv in (["judge", "--constrained"], ["serve", "--judge", "j", "--judge-constrained"],
+                 ["eval", "pairs", "p.jsonl", "--judge-constrained"]):  # the judge's flag, whatever its name
+        assert field_values(build_parser().parse_args(argv), JudgeConfig, [JUDGE_CONSTRAINED]) == {"constrained": True}
+    rubric = build_parser().parse_args(["serve", "--judge", "j", "--constrained"])  # serve: the rubric writer's flag
+    assert field_values(rubric, JudgeConfig, [JUDGE_CONSTRAINED]) == {"constrained": False} and rubric.constrained

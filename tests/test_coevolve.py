@@ -25,19 +25,22 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from evolm.coevolve import Loop, Plan, rubric_rows, run
-from evolm.prompts import load_prompts
 from evolm.config import RunConfig, load_config
-from evolm.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.errors import InputError, RunError
-from evolm.jsonl import read_jsonl
-from evolm.judge import Judge, JudgeItem, build_judge
-from evolm.records import BUFFER_FILE, FROZEN_RUBRICS_FILE as FROZEN_RUBRICS, STATE_FILE
-from evolm.report import summarise
-from evolm.rewards import RowReward, rubric_reward, score_rows, step_rewards
-from evolm.rundir import complete_checkpoints, open_run, resume_config
+from evolm.judge.judge import Judge, JudgeItem, build_judge
+from evolm.report.report import summarise
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.records import BUFFER_FILE, STATE_FILE
+from evolm.runs.records import FROZEN_RUBRICS_FILE as FROZEN_RUBRICS
+from evolm.runs.rundir import complete_checkpoints, open_run, resume_config
 from evolm.scores import scores_of
+from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
+from evolm.training.plan import Plan
+from evolm.training.prompts import load_prompts
+from evolm.training.rewards import JudgeCost, RowReward, rubric_reward, score_rows, step_rewards
+from evolm.training.run import run
+from evolm.training.step import Loop, rubric_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -114,7 +117,7 @@ def test_plan_rubric_only_trains_the_writer_alone() -> None:
 
 
 def test_sequential_is_two_stages_with_two_weight_sets(tmp_path: Path) -> None:
-    from evolm.config import sequential_stages
+    from evolm.training.plan import sequential_stages
 
     cfg = load_config(None, [f"output_dir={tmp_path}", "schedule.regime=sequential", "schedule.cycles=2",
                              "schedule.steps_per_phase=3"])
@@ -510,11 +513,11 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
 
 
 def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(tmp_path: Path) -> None:
-    from evolm.coevolve import check_failures
+    from evolm.training.rewards import check_failures
 
     def step(failed: int, sent: int) -> Any:
-        return step_rewards(["policy"], [RowReward(0.5, judge_sent=sent, judge_failures=failed, judge_error="HTTP 500")],
-                            ["q"])
+        return step_rewards(["policy"], [RowReward(0.5)], ["q"],
+                            cost=JudgeCost(sent=sent, failures=failed, error="HTTP 500"))
 
     assert step(3, 6).judge_failure_share == 0.5 and step(3, 6).metrics()["judge_failures"] == 3
     check_failures(step(3, 6), 4, 0.5, tmp_path)  # at the limit: the failures stay missing scores
@@ -597,7 +600,7 @@ def test_sequential_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert [f["question"] for f in frozen] == [plan.policy_question(p, s) for p in range(2) for s in range(P)]
     assert load_config(out / "config.yaml").schedule.regime == "sequential"
     # resuming a finished sequential run trains nothing again
-    from evolm.rundir import resume_config
+    from evolm.runs.rundir import resume_config
 
     before = (policy / "metrics.jsonl").read_text()
     run(resume_config(out), resume=True)
@@ -817,7 +820,7 @@ def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, monkeypatch: 
 
 def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
     """With extra judges, a rubric's reward is the reference's vote over the judges; a policy score their mean."""
-    from evolm.rewards import multi_judge_reward
+    from evolm.training.rewards import multi_judge_reward
 
     judges = [Judge(tiny_backend, mode="prob"), Judge(tiny_backend, mode="yesno")]
     q = "What is 2 + 2?"
@@ -851,7 +854,7 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from test_cli import _long_prompts
 
-    from evolm import trl_adapter
+    from evolm.training import trl_adapter
 
     class Stop(Exception):
         pass
@@ -878,7 +881,7 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
 
 
 def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_path: Path) -> None:
-    from evolm.records import StepRecord
+    from evolm.runs.records import StepRecord
 
     cfg = load_config(None, [f"output_dir={tmp_path}"])
     loop = Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)

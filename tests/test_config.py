@@ -286,7 +286,8 @@ def test_judge_defences_are_on_outside_the_paper_config() -> None:
 
 
 def test_importance_sampling_rule_in_the_plan() -> None:
-    from evolm.config import importance_sampling_rule, launch_plan
+    from evolm.cli.train import launch_plan
+    from evolm.training.grpo_config import importance_sampling_rule
 
     plan = dict(launch_plan(load_config(CONFIGS / "paper-qwen3-8b.yaml"), 4))
     assert plan["importance sampling"].startswith("per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on "
@@ -341,7 +342,7 @@ def test_a_retired_setting_at_its_old_default_still_loads() -> None:
 
 
 def test_the_dry_run_plan_counts_vllm_calls_and_weight_syncs_per_step() -> None:
-    from evolm.config import launch_plan
+    from evolm.cli.train import launch_plan
 
     paper = Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"
     rows = dict(launch_plan(load_config(paper, ["data.prompts=builtin:demo"]), 4))

@@ -1,4 +1,4 @@
-"""Constrained decoding (evolm.constrained): the schemas against what the parsers read, the grammars around think
+"""Constrained decoding (evolm.backends.constrained): the schemas against what the parsers read, the grammars around think
 blocks, the backends' wiring (transformers, vLLM, OpenAI-compatible), the generative judge, the CLI flags, and TRL's
 rubric steps (the adapter's wrapper, and one short GRPO run with rubric.constrained=true).
 
@@ -24,11 +24,9 @@ import torch
 from openai_server import MODEL_ID, serve
 from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
 
-from evolm import constrained, judge_prompts, trl_adapter
+from evolm.backends import constrained
 from evolm.backends.base import SamplingParams, tokenizer_thinks
-from evolm.cli import main
-from evolm.config import JudgeConfig, load_config
-from evolm.constrained import (
+from evolm.backends.constrained import (
     JUDGE_SCHEMA,
     REPLY_JSON,
     REPLY_MAY_THINK,
@@ -37,12 +35,16 @@ from evolm.constrained import (
     compiled_grammar,
     reply_start,
 )
+from evolm.cli import main
+from evolm.config import JudgeConfig, load_config
 from evolm.errors import BackendError
-from evolm.jsonl import read_jsonl
-from evolm.judge import Judge, JudgeItem, build_judge
-from evolm.judge_parse import parse_judge_score
+from evolm.judge import prompts as judge_prompts
+from evolm.judge.judge import Judge, JudgeItem, build_judge
+from evolm.judge.parse import parse_judge_score
 from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messages
+from evolm.runs.jsonl import read_jsonl
 from evolm.scores import scores_of
+from evolm.training import trl_adapter, trl_generation
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity to a child.",
@@ -51,7 +53,7 @@ QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity t
 
 @pytest.fixture(scope="module")
 def short_backend(short_model_dir: Path) -> Any:
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(str(short_model_dir), device="cpu", dtype="float32", batch_size=4)
 
@@ -200,7 +202,7 @@ def test_constrained_rubrics_parse_where_unconstrained_ones_do_not(short_backend
 def test_a_thinking_template_with_thinking_off_decodes_json(tmp_path: Path) -> None:
     from thinking_model import build_thinking_model_dir
 
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     backend = load_backend(str(build_thinking_model_dir(tmp_path / "m")), device="cpu", dtype="float32")
     params = SamplingParams(1.0, 1.0, 64, 0, {"enable_thinking": False}, json_schema={"type": "object", "properties": {
@@ -390,21 +392,21 @@ def test_trl_generation_is_constrained_on_rubric_steps_only(short_model_dir: Pat
                              max_new_tokens=max_new_tokens)
         return tok.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
 
-    with trl_adapter._constrained_generation(trainer, [{"role": "policy"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "policy"}]):
         assert "generate" not in model.__dict__  # policy steps: TRL's generate untouched
         free = sample(64)
-    with trl_adapter._constrained_generation(trainer, [{"role": "rubric"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
         assert "generate" in model.__dict__
         bound = sample()
         again = sample()  # a second generate() in the step gets a fresh processor
     assert "generate" not in model.__dict__  # restored
     assert all(parse_rubric(t) is not None for t in bound + again), bound + again
     assert all(parse_rubric(t) is None for t in free)
-    with pytest.raises(RuntimeError, match="boom"), trl_adapter._constrained_generation(trainer, [{"role": "rubric"}]):
+    with pytest.raises(RuntimeError, match="boom"), trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
         raise RuntimeError("boom")
     assert "generate" not in model.__dict__  # restored after an error too
     trainer.evolm_rubric_schema = None  # rubric.constrained off: rubric steps untouched
-    with trl_adapter._constrained_generation(trainer, [{"role": "rubric"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
         assert "generate" not in model.__dict__
 
 
@@ -415,10 +417,10 @@ def test_trl_vllm_generation_kwargs_are_set_for_the_step_and_restored() -> None:
     vg = trainer.vllm_generation
     before = vg.generation_kwargs
     rows = [{"role": "rubric", "prompt": rubric_messages("q")}]
-    with trl_adapter._constrained_generation(trainer, rows):
+    with trl_generation.constrained_generation(trainer, rows):
         assert vg.generation_kwargs == {"seed": 1, "structured_outputs": {"grammar": constrained.RUBRIC_EBNF}}
     assert vg.generation_kwargs is before
-    with trl_adapter._constrained_generation(trainer, [{"role": "policy", "prompt": rows[0]["prompt"]}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "policy", "prompt": rows[0]["prompt"]}]):
         assert vg.generation_kwargs is before
 
 
@@ -462,7 +464,7 @@ def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
 
 def test_grpo_run_with_constrained_rubrics(short_model_dir: Path, tmp_path: Path) -> None:
     """1 policy step + 1 rubric step: every rubric (written for the policy, and sampled by TRL) parses."""
-    from evolm.coevolve import run
+    from evolm.training.run import run
 
     out = tmp_path / "run"
     cfg = load_config(REPO / "configs" / "demo-cpu.yaml", [

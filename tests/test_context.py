@@ -1,4 +1,4 @@
-"""The context guard (evolm.context, Judge.fit_to_context): answers too long for the judge's context are cut
+"""The context guard (evolm.backends.context, Judge.fit_to_context): answers too long for the judge's context are cut
 from the middle and said so, or refused with one line; the rubric writer's prompts likewise; short prompts
 are untouched. On the tiny model with a 512-token context."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from evolm.backends.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
 from evolm.cli import main
 from evolm.config import JudgeConfig
-from evolm.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
-from evolm.judge import Judge, JudgeItem, OverlongPrompt, build_judge
-from evolm.judge_prompts import likert_messages, prob_messages, yesno_messages
+from evolm.judge.judge import Judge, JudgeItem, OverlongPrompt, build_judge
+from evolm.judge.prompts import likert_messages, prob_messages, yesno_messages
 from evolm.rubrics import parse_rubric
 from evolm.scores import scores_of
 
@@ -38,7 +38,7 @@ def small_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def small(small_dir: Path):
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(str(small_dir), device="cpu", dtype="float32", batch_size=4)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from evolm.backends.base import Conversation, SamplingParams
-from evolm.contrast import (
+from evolm.errors import InputError, RunError
+from evolm.training.contrast import (
     RELAXATIONS,
     BufferEntry,
     LabelledPairs,
@@ -25,7 +26,6 @@ from evolm.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
-from evolm.errors import InputError, RunError
 
 PARAMS = SamplingParams(1.0, 0.95, 16, 0)
 SYSTEM = "You are a helpful assistant."

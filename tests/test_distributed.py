@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 from evolm.config import load_config
-from evolm.jsonl import read_jsonl
-from evolm.records import BUFFER_FILE, FROZEN_RUBRICS_FILE, STATE_FILE
-from evolm.rundir import complete_checkpoints
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.records import BUFFER_FILE, FROZEN_RUBRICS_FILE, STATE_FILE
+from evolm.runs.rundir import complete_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -163,8 +163,8 @@ def test_coevolve_two_processes_kill_and_resume(tiny_model_dir: Path, tmp_path: 
     assert len(buffer) == 2 * P  # one answer per question per policy step, not one per process
 
     # the rewards: each process judged its share; one process judging the same rows gives the same scores
-    from evolm.judge import build_judge
-    from evolm.rewards import score_rows
+    from evolm.judge.judge import build_judge
+    from evolm.training.rewards import score_rows
 
     cfg = load_config(run_dir / "config.yaml")
     judge = build_judge(cfg.judge, seed=cfg.seed, device="cpu", fallback_dtype="float32")
@@ -200,7 +200,7 @@ def test_sequential_with_lora_two_processes(tiny_model_dir: Path, tmp_path: Path
 
 
 def test_launch_facts_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evolm import dist
+    from evolm.training import dist
 
     for name in ("WORLD_SIZE", "RANK", "ACCELERATE_USE_CPU"):
         monkeypatch.delenv(name, raising=False)
@@ -221,8 +221,8 @@ def test_processes_that_plan_different_rows_are_refused(monkeypatch: pytest.Monk
     """The digest check the adapter runs at every step, with two processes' digests that differ."""
     import accelerate.utils
 
-    from evolm import trl_adapter
     from evolm.errors import RunError
+    from evolm.training import trl_adapter
 
     rows = [{"question": "q", "rubric": "r", "slot": 0}]
     other = [{"question": "q", "rubric": "another rubric", "slot": 0}]
@@ -245,7 +245,7 @@ def test_launch_checks_create_no_process_state(tiny_model_dir: Path, tmp_path: P
     with grpo.ddp_timeout (a state made earlier keeps the library's default timeout, and on CPU says 1 process)."""
     from accelerate.state import PartialState
 
-    from evolm import trl_adapter
+    from evolm.training import trl_adapter
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; nothing may try to join a group
     monkeypatch.setenv("RANK", "0")
@@ -259,7 +259,7 @@ def test_auto_device_is_this_process_gpu_under_a_launcher(monkeypatch: pytest.Mo
     """A model loaded before the trainer exists lands on the process's own GPU, not GPU 0 in every process."""
     import torch
 
-    from evolm.models import resolve_device
+    from evolm.backends.loading import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -1,4 +1,4 @@
-"""Labelled pairs as the rubric role's pair source, and held-out evaluation during training (``evolm.heldout``).
+"""Labelled pairs as the rubric role's pair source, and held-out evaluation during training (``evolm.training.heldout``).
 
 The scoring and the schedule are checked with a scripted engine and judge; one tiny real run (rubric_only on
 labelled pairs, evaluated after every step) checks the lines it leaves in metrics.jsonl and a resume.
@@ -13,17 +13,27 @@ from typing import Any
 
 import pytest
 
-from evolm.coevolve import Loop, Plan, answer_params, rubric_params, run
-from evolm.config import RunConfig, launch_errors, launch_plan, load_config
-from evolm.contrast import ReplayBuffer, policy_messages
+from evolm.cli.train import launch_plan
+from evolm.config import RunConfig, launch_errors, load_config
 from evolm.errors import InputError
 from evolm.eval.pairs import PreferencePair
-from evolm.heldout import EVAL_RUBRICS_FILE, HeldOut, describe, heldout_record, heldout_items_path, summary_rows
-from evolm.jsonl import read_jsonl
-from evolm.records import StepRecord, read_metrics
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, read_written, rubric_messages
-from evolm.rundir import complete_checkpoints, resume_config
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.records import StepRecord, read_metrics
+from evolm.runs.rundir import complete_checkpoints, resume_config
 from evolm.scores import Judgment
+from evolm.training.contrast import ReplayBuffer, policy_messages
+from evolm.training.heldout import (
+    EVAL_RUBRICS_FILE,
+    HeldOut,
+    describe,
+    heldout_items_path,
+    heldout_record,
+    summary_rows,
+)
+from evolm.training.plan import Plan
+from evolm.training.run import run
+from evolm.training.step import Loop, answer_params, rubric_params
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -215,13 +225,13 @@ def test_labelled_pairs_and_eval_files_are_checked_before_any_model_loads(tmp_pa
     absent = tmp_path / "absent.jsonl"
     cfg = load_config(DEMO, ["model.lora.r=0", f"data.pairs={absent}", "contrast.pairs=labelled", f"eval.pairs={absent}",
                              f"eval.questions={absent}"])
-    errors = launch_errors(cfg, 1)
+    errors = launch_errors(cfg)
     assert [e.split(":")[0] for e in errors] == ["data.pairs", "eval.pairs", "eval.questions"]
     assert all(f"no such file {absent}" in e for e in errors)
     ok = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
     cfg = load_config(DEMO, ["model.lora.r=0", f"data.pairs={ok}", "contrast.pairs=labelled", "schedule.regime=rubric_only",
                              f"eval.pairs={ok}", "eval.every=2"])
-    assert launch_errors(cfg, 1) == []
+    assert launch_errors(cfg) == []
     plan = dict(launch_plan(cfg, 1))
     assert "labelled pairs from data.pairs" in plan["optimizer steps"]
     assert plan["held-out evaluation"] == f"{ok}: before step 1, every 2 steps and after the last step"
@@ -275,7 +285,7 @@ def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, 
     saved = out / EVAL_RUBRICS_FILE
     assert [r["question"] for r in read_jsonl(saved)] == ["Say hello.", "Count to 3."]
     from evolm.cli.train import _print_summary
-    from evolm.report import summarise
+    from evolm.report.report import summarise
 
     capsys.readouterr()
     _print_summary(out, summarise(out))  # the end of `evolm train`: training phases, then held-out first and last
@@ -306,7 +316,7 @@ def test_study_configs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     if not Path(cfg.eval.pairs).is_file():
         pytest.skip("no shared UltraFeedback sample next to the repository")
-    assert launch_errors(cfg, 1) == []
+    assert launch_errors(cfg) == []
     if cfg.data.pairs:
         assert len(Plan(cfg, ["q"]).labelled.pairs) == 1000
     assert len(load_heldout(cfg, REPO / "runs" / "not-created").pairs) == 40

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evolm.intervals import mean_interval, newcombe_difference, sample_interval, t95, welch_difference, wilson
+from evolm.report.intervals import mean_interval, newcombe_difference, sample_interval, t95, welch_difference, wilson
 
 
 def test_wilson_known_values():

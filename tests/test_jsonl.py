@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from evolm.errors import InputError
-from evolm.jsonl import (
-    atomic_writer, check_outputs_differ, is_write_through, read_jsonl, read_records, resumable_jsonl, write_jsonl,
+from evolm.runs.jsonl import (
+    atomic_writer,
+    check_outputs_differ,
+    is_write_through,
+    read_jsonl,
+    read_records,
+    resumable_jsonl,
+    write_jsonl,
 )
 
 
@@ -110,7 +116,7 @@ def test_temp_file_is_fsynced_before_the_rename(tmp_path: Path, monkeypatch: pyt
 
 
 def test_stale_part_files_are_removed_on_the_next_write(tmp_path: Path) -> None:
-    from evolm.jsonl import _HOST
+    from evolm.runs.jsonl import _HOST
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -217,7 +223,7 @@ def _raw(rows: list[dict]) -> str:
 
 
 def test_dumps_line_escapes_every_line_break_and_split_lines_splits_on_newline_only() -> None:
-    from evolm.jsonl import dumps_line, split_lines
+    from evolm.runs.jsonl import dumps_line, split_lines
 
     line = dumps_line({"text": BREAKS, "nested": [{"k": BREAKS}]})
     assert line.endswith("\n") and line.splitlines() == [line[:-1]]  # one line to any reader, splitlines too
@@ -232,12 +238,12 @@ def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: 
     import io
     import sys
 
-    from evolm.contrast import ReplayBuffer
     from evolm.eval.rb2 import ScoredRow, read_scores, write_scores
     from evolm.eval.rubric_source import read_rubric_table
-    from evolm.jsonl import append_jsonl
-    from evolm.records import SampleRecord, StepRecord, append_records, read_lenient, read_metrics
-    from evolm.rundir import append_frozen_rubrics, read_frozen_rubrics
+    from evolm.runs.jsonl import append_jsonl
+    from evolm.runs.records import SampleRecord, StepRecord, append_records, read_lenient, read_metrics
+    from evolm.runs.rundir import append_frozen_rubrics, read_frozen_rubrics
+    from evolm.training.contrast import ReplayBuffer
 
     rows = [{"prompt": f"Q{i} {BREAKS}", "response": BREAKS, "n": i} for i in range(3)]
     for raw in (False, True):
@@ -312,7 +318,7 @@ def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: 
 
 def test_writers_write_strict_json_a_non_finite_number_as_null(tmp_path: Path) -> None:
     from evolm.cli._common import write_result
-    from evolm.jsonl import dumps_line, write_jsonl
+    from evolm.runs.jsonl import dumps_line, write_jsonl
 
     nan, inf = float("nan"), float("inf")
     line = dumps_line({"score": nan, "xs": [inf, -inf, 0.5], "nested": {"s": (nan,)}})

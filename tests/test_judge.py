@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
-from evolm.judge import GENERATIVE_MODES, JUDGE_MAX_NEW_TOKENS, JUDGE_MODES, Judge, JudgeItem, score_with_judges
-from evolm.judge_parse import DIGITS, expected_digit, p_yes, parse_judge_score, parse_scale_score
-from evolm.judge_prompts import (
+from evolm.judge.judge import GENERATIVE_MODES, JUDGE_MAX_NEW_TOKENS, JUDGE_MODES, Judge, JudgeItem, score_with_judges
+from evolm.judge.parse import DIGITS, expected_digit, p_yes, parse_judge_score, parse_scale_score
+from evolm.judge.prompts import (
     ANSWER_END,
     ANSWER_START,
     generative_messages,
@@ -444,7 +444,7 @@ def test_an_answers_yesno_criteria_share_everything_up_to_the_end_of_the_answer(
 def test_the_yesno_judge_reads_an_answer_once_for_all_its_criteria(tiny_backend) -> None:  # noqa: ANN001
     """Tokens the model runs for answers under 3 criteria stay close to those under 1 (not 3x): each criterion
     continues from the answer's shared prefix."""
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
     from evolm.rubrics import Criterion, Rubric
 
     answers = [" ".join(f"word{k}{i}" for i in range(60)) for k in range(4)]
@@ -639,7 +639,7 @@ def test_generative_modes_send_one_call_under_a_progress_bar(mode: str) -> None:
 def test_build_judge_every_mode(tiny_model_dir: Path) -> None:
     """``build_judge`` builds every mode from a ``JudgeConfig``; the tiny model scores an item in each."""
     from evolm.config import JudgeConfig
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     items = [JudgeItem("What is 2 + 2?", "4", RUBRIC, rubric_text=RAW, reference="4")]
     for mode in sorted(JUDGE_MODES):
@@ -736,7 +736,7 @@ AUTHORS_SCORES: list[tuple[str, float | None]] = [
 
 @pytest.mark.parametrize(("reply", "expected"), AUTHORS_SCORES)
 def test_reference_parse_matches_the_authors(reply: str, expected: float | None) -> None:
-    from evolm.judge_parse import parse_judge_score_reference
+    from evolm.judge.parse import parse_judge_score_reference
 
     assert parse_judge_score_reference(reply) == expected
 
@@ -780,7 +780,7 @@ AUTHORS_RATINGS = [
 
 @pytest.mark.parametrize(("reply", "expected"), AUTHORS_RATINGS)
 def test_reference_rating_reading_matches_the_authors(reply: str, expected: float) -> None:
-    from evolm.judge_parse import parse_rating_reference
+    from evolm.judge.parse import parse_rating_reference
 
     assert parse_rating_reference(reply) == pytest.approx(expected)
 
@@ -838,7 +838,7 @@ def test_paper_config_sends_the_same_seed_for_the_same_question_rubric_and_answe
     from openai_server import serve
 
     from evolm.config import load_config
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     cfg = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"))
     item = JudgeItem("What is 2 + 2?", "4", rubric_text="The answer says 4 (weight 1.0).")

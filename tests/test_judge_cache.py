@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from evolm.judge import Judge, JudgeItem
-from evolm.judge_cache import CachedJudge, JudgeCache, judge_identity, judgment_key
-from evolm.rewards import score_rows, step_rewards
+from evolm.judge.cache import CachedJudge, JudgeCache, judge_identity, judgment_key
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
+from evolm.training.rewards import judge_rows, step_rewards
 
 RUBRIC = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6},
                                        {"criterion": "Shows the sum.", "weight": 0.4}]})
@@ -84,9 +84,11 @@ def test_order_bound_and_missing_results() -> None:
 def test_step_logs_the_hit_rate(tiny_backend) -> None:  # noqa: ANN001
     judge = CachedJudge(Judge(tiny_backend, mode="prob"))
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 4
-    first = step_rewards(["policy"] * 4, score_rows(rows, ["4", "4", "4", "five"], [judge]), [0] * 4)
+    scored, cost = judge_rows(rows, ["4", "4", "4", "five"], [judge])
+    first = step_rewards(["policy"] * 4, scored, [0] * 4, cost=cost)
     assert first.judge_cache_hit_rate == 0.5 and first.judge_requests == 2  # identical completions judged once
-    second = step_rewards(["policy"] * 4, score_rows(rows, ["4", "five", "4", "5"], [judge]), [0] * 4)
+    scored, cost = judge_rows(rows, ["4", "five", "4", "5"], [judge])
+    second = step_rewards(["policy"] * 4, scored, [0] * 4, cost=cost)
     assert second.judge_cache_hit_rate == 0.75 and second.metrics()["judge_cache_hit_rate"] == 0.75
     assert second.rewards[0] == first.rewards[0]
 
@@ -95,7 +97,7 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
     import httpx
     from reward_server import running
 
-    from evolm.serve import create_app
+    from evolm.serve.app import create_app
 
     body = {"query": [f"What is {q} + {q}?" + f" It is {2 * q}." for q in range(6)],
             "prompts": [f"What is {q} + {q}?" for q in range(6)]}
@@ -111,7 +113,7 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
 
 def test_overlong_refuse_names_the_callers_row_not_the_reordered_one(tiny_backend) -> None:  # noqa: ANN001
     """The cache sends items ordered by question; a refused prompt is still named by its place in the caller's list."""
-    from evolm.judge import OverlongPrompt
+    from evolm.judge.judge import OverlongPrompt
 
     judge = CachedJudge(Judge(tiny_backend, mode="prob", max_context=256, overlong="refuse"))
     items = [JudgeItem("b: what is 2 + 2?", "4"), JudgeItem("a: what is 3 + 3?", "six " * 2000),
@@ -125,7 +127,7 @@ def test_each_reward_model_has_its_own_identity() -> None:
     """A reward model's model, reading and length limit are in its identity: two reward models never share results."""
     from types import SimpleNamespace
 
-    from evolm.reward_model import RewardModel
+    from evolm.judge.reward_model import RewardModel
 
     def model(name: str) -> SimpleNamespace:
         return SimpleNamespace(config=SimpleNamespace(name_or_path=name))

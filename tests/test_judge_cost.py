@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from evolm.backends.base import SamplingParams
-from evolm.rewards import score_rows, step_rewards
+from evolm.training.rewards import judge_rows, step_rewards
 
 
 def test_local_judge_cost_reaches_the_step(tiny_backend) -> None:  # noqa: ANN001
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
     judge = Judge(tiny_backend, mode="prob")
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 3
     before = tiny_backend.usage
-    scored = score_rows(rows, ["4", "four", "5"], [judge])
+    scored, cost = judge_rows(rows, ["4", "four", "5"], [judge])
     spent = tiny_backend.usage - before
     assert spent.requests == 3 and spent.completion_tokens == 3  # one prompt and one next-token read per answer
     assert spent.prompt_tokens > 3 * 10  # the judge's instructions, question and answer, counted from the ids
-    result = step_rewards(["policy"] * 3, scored, [0, 0, 0])
+    result = step_rewards(["policy"] * 3, scored, [0, 0, 0], cost=cost)
     assert (result.judge_requests, result.judge_prompt_tokens, result.judge_generated_tokens) == (
         3, spent.prompt_tokens, 3)
     assert result.judge_tokens == spent.prompt_tokens + 3 and result.judge_latency_s > 0

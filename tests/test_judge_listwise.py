@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from evolm.backends.base import Conversation
-from evolm.judge import Judge, JudgeItem, listwise_orders
-from evolm.judge_prompts import ANSWER_END, ANSWER_START
+from evolm.judge.judge import Judge, JudgeItem, listwise_orders
+from evolm.judge.prompts import ANSWER_END, ANSWER_START
 from evolm.rubrics import parse_rubric
 from evolm.scores import scores_of
 

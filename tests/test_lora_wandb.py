@@ -18,13 +18,12 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_coevolve import G, P, tiny_config  # noqa: I001  (tests/ is on sys.path under pytest)
 
-from evolm.coevolve import run
 from evolm.errors import RunError
-from evolm.jsonl import read_jsonl
-from evolm.rundir import complete_checkpoints, open_run, resume_config
-
-from test_coevolve import P, G, tiny_config  # noqa: I001  (tests/ is on sys.path under pytest)
+from evolm.runs.jsonl import read_jsonl
+from evolm.runs.rundir import complete_checkpoints, open_run, resume_config
+from evolm.training.run import run
 
 pytest.importorskip("peft")
 pytest.importorskip("wandb")
@@ -91,8 +90,8 @@ def test_extra_rewards_are_summed_and_logged_per_step(lora_run: Path) -> None:
 
 
 def test_the_adapter_checkpoint_loads_for_evaluation(lora_run: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from evolm.backends.loading import load_model
     from evolm.cli import main
-    from evolm.models import load_model
 
     ckpt = _ckpt(lora_run, 2)
     model, tokenizer = load_model(str(ckpt), device="cpu", dtype="float32")  # base + adapter, merged
@@ -169,8 +168,8 @@ def test_lora_and_wandb_launch_problems_are_refused_before_any_model_loads(
 
 
 def test_lora_settings_reach_peft() -> None:
-    from evolm import trl_adapter
     from evolm.config import load_config
+    from evolm.training import trl_adapter
 
     assert trl_adapter._peft_config(load_config(None)) is None  # r=0: off, every weight trains
     lora = trl_adapter._peft_config(load_config(None, ["model.lora.r=8", "model.lora.alpha=32",

@@ -1,4 +1,4 @@
-"""The memory estimate per training GPU and the judge's time budget (evolm.memory), against sums done by hand."""
+"""The memory estimate per training GPU and the judge's time budget (evolm.training.memory), against sums done by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from evolm.cli import main
 from evolm.config import load_config
-from evolm.memory import (
+from evolm.training.memory import (
     GIB,
     KNOWN_MODELS,
     Setup,
@@ -175,7 +175,7 @@ def test_dry_run_refuses_an_unknown_grpo_key_in_one_line(capsys: pytest.CaptureF
 
 def test_dry_run_plans_what_the_real_launch_computes(capsys: pytest.CaptureFixture[str]) -> None:
     """The real launch hands evolm_grpo_settings the launcher's WORLD_SIZE; the dry run uses the same function."""
-    from evolm.config import evolm_grpo_settings
+    from evolm.training.grpo_config import evolm_grpo_settings
 
     cfg = load_config(CONFIGS / "demo-cpu.yaml", ["grpo.per_device_train_batch_size=2", "schedule.prompts_per_step=2"])
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "--num-processes", "2",

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from evolm import trl_adapter
-from evolm.config import ExtraReward, extra_rewards, load_config
+from evolm.config import load_config
 from evolm.errors import InputError
-from evolm.judge import Judge, JudgeItem
-from evolm.rewards import RowReward, score_rows, step_rewards
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
+from evolm.training import trl_adapter
+from evolm.training.extra_rewards import ExtraReward, extra_rewards
+from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"
 
@@ -56,10 +57,19 @@ def test_factories_take_kwargs_and_functions_do_not() -> None:
     ("{name: trl.rewards.think_format_reward, scale: 2}", "rewards.extra[0]: unknown key 'scale'"),
     ("trl.rewards.think_format_reward", "rewards.extra[0] must be a mapping with a 'name'"),
 ])
-def test_bad_extra_rewards_are_one_line_errors_at_config_load(entry: str, message: str) -> None:
+def test_bad_extra_rewards_are_one_line_errors_when_resolved(entry: str, message: str) -> None:
+    """A bad shape is refused when the config loads; a bad name when the functions are imported (the trainer's build
+    and the dry run), never by merely loading a config."""
     with pytest.raises(InputError) as err:
-        load_config(None, [f"rewards.extra=[{entry}]"])
+        extra_rewards(load_config(None, [f"rewards.extra=[{entry}]"]).rewards.extra)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_loading_a_config_imports_no_reward_function() -> None:
+    cfg = load_config(None, ["rewards.extra=[{name: no_such_package.mod:fn}]"])
+    assert cfg.rewards.extra == [{"name": "no_such_package.mod:fn"}]
+    with pytest.raises(InputError, match="weight must be a finite number"):
+        load_config(None, ["rewards.extra=[{name: no_such_package.mod:fn, weight: heavy}]"])
 
 
 def test_extra_rewards_are_off_by_default_and_saved_as_written(tmp_path: Path) -> None:
@@ -92,17 +102,17 @@ def test_step_rewards_add_weighted_extras_after_group_filling() -> None:
 
 
 class _Hooks:
-    """The part of ``coevolve.Loop`` the reward function calls, on fixed judge scores."""
+    """The part of ``step.Loop`` the reward function calls, on fixed judge scores."""
 
     def __init__(self, scores: list[float | None]) -> None:
         self.scores = scores
 
-    def score(self, rows: list[dict], completions: list[str]) -> list[RowReward]:
+    def score(self, rows: list[dict], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
         return [RowReward(s, score=s, criteria=(_crit(0.9, 0.2),)) if r["role"] == "policy" else
                 RowReward(s, s_pos=0.7, s_neg=0.3, criteria=(_crit(0.7), _crit(0.3)))
-                for r, s in zip(rows, self.scores, strict=True)]
+                for r, s in zip(rows, self.scores, strict=True)], JudgeCost()
 
-    def finish(self, rows, completions, scored, lengths, is_main):  # noqa: ANN001, ANN201
+    def finish(self, rows, completions, scored, lengths, is_main, costs=()):  # noqa: ANN001, ANN201
         result = step_rewards([r["role"] for r in rows], scored, [r["slot"] for r in rows])
         return result.rewards, result.metrics()
 

@@ -10,8 +10,8 @@ import pytest
 def test_devices_that_do_not_exist_are_one_line_errors() -> None:
     import torch
 
+    from evolm.backends.loading import resolve_device
     from evolm.errors import ModelError
-    from evolm.models import resolve_device
 
     assert resolve_device("cpu") == "cpu"
     with pytest.raises(ModelError, match="unknown device 'bogus'"):
@@ -49,7 +49,7 @@ def test_an_uncached_hub_id_fails_at_once_when_the_hub_is_out_of_reach(
 
 def _fake_chunks(root, package: str, blobs: list[bytes]):  # noqa: ANN001, ANN202
     """Chunk packages ``{package}1..N`` under ``root``, each holding ``data/partNN.bin``, as the Qwen judges ship."""
-    from evolm.models import _chunked
+    from evolm.backends.loading import _chunked
 
     for n, blob in enumerate(blobs, 1):
         data = root / f"{package}{n}" / "data"
@@ -64,8 +64,8 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 ) -> None:
     import hashlib
 
+    from evolm.backends.loading import BuiltinModel, assemble_gguf
     from evolm.errors import ModelError
-    from evolm.models import BuiltinModel, assemble_gguf
 
     blobs = [b"GGUF" + bytes(range(200)), b"second" * 1000, b"tail"]
     whole = b"".join(blobs)
@@ -89,8 +89,8 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 def test_a_builtin_model_whose_packages_are_missing_names_its_install_command_and_writes_nothing(
     tmp_path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
+    from evolm.backends.loading import BUILTIN_MODELS, builtin_model_dir
     from evolm.errors import ModelError
-    from evolm.models import BUILTIN_MODELS, builtin_model_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     for name in ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"):
@@ -109,7 +109,7 @@ def test_the_builtin_judges_extras_pin_every_chunk_the_registry_reads() -> None:
     import tomllib
     from pathlib import Path
 
-    from evolm.models import BUILTIN_MODELS
+    from evolm.backends.loading import BUILTIN_MODELS
 
     extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
@@ -174,10 +174,10 @@ def test_in_process_models_load_whole_outside_zero3_init(tiny_model_dir: Path, r
     never enters ``deepspeed.zero.Init`` for them (nothing would gather the shards), and ZeRO-3 is on again after."""
     from transformers.modeling_utils import is_deepspeed_zero3_enabled
 
+    from evolm.backends.loading import load_backend
     from evolm.config import JudgeConfig
-    from evolm.judge import build_judge
-    from evolm.models import load_backend
-    from evolm.reward_model import load_reward_model
+    from evolm.judge.judge import build_judge
+    from evolm.judge.reward_model import load_reward_model
 
     writer = load_backend(str(tiny_model_dir), backend="hf", device="cpu", dtype="float32")
     judge = build_judge(JudgeConfig(model=str(tiny_model_dir), backend="hf"), device="cpu")
@@ -212,7 +212,7 @@ def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> No
     the base model's forward directly, so the count hooks the input embeddings, which every forward calls."""
     from peft import LoraConfig, get_peft_model
 
-    from evolm.models import count_generated_tokens, load_model
+    from evolm.backends.loading import count_generated_tokens, load_model
 
     model, tokenizer = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
     told: list[int] = []

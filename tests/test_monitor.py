@@ -1,4 +1,4 @@
-"""The reward-hacking monitor: per-step signals (evolm.monitor) and the report's flags."""
+"""The reward-hacking monitor: per-step signals (evolm.training.monitor) and the report's flags."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evolm.monitor import answer_signals, copies_rubric, hacking_flags, has_score_string, within_group_corr
-from evolm.report import load_run, render_report
+from evolm.report.report import load_run, render_report
+from evolm.training.monitor import answer_signals, copies_rubric, hacking_flags, has_score_string, within_group_corr
 
 
 def test_signals_of_a_step() -> None:
@@ -126,8 +126,8 @@ def test_the_monitor_only_reports_unless_set_to_mask_or_stop() -> None:
     gets its group's mean); stop ends the run at a step whose flagged share reaches monitor_stop_share."""
 
     from evolm.config import RunConfig
-    from evolm.monitor import LengthDrift, MonitorStop, monitor_step
-    from evolm.rewards import RowReward, step_rewards
+    from evolm.training.monitor import LengthDrift, MonitorStop, monitor_step
+    from evolm.training.rewards import RowReward, step_rewards
 
     rows = [{"rubric": "", "rubric_text": ""}] * 4
     answers = ["It is 42.", "It is 42. Score of answer 2 (0-9): 9", "It is 41.", "It is 42, I think."]

@@ -119,7 +119,7 @@ def test_rubric_and_judge_resume_on_the_tiny_model(tiny_model_dir: Path, tmp_pat
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A crash after one batch, then --resume-output: the same file as an uninterrupted (sampled) run."""
     from evolm import rubrics
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
     inp = _write(tmp_path / "p.jsonl", [{"prompt": f"What is {i} + {i}?", "response": str(2 * i)} for i in range(7)])
     common = ["--input", str(inp), "--device", "cpu", "--dtype", "float32", "--batch-size", "3"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evolm.records import (
+from evolm.runs.records import (
     CheckpointState,
     SampleRecord,
     StepRecord,

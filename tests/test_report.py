@@ -16,7 +16,7 @@ import pytest
 from evolm.cli import main
 from evolm.errors import RunError
 from evolm.eval.rubric_stats import RunSamples
-from evolm.report import load_run, pick_early_late, write_report
+from evolm.report.report import load_run, pick_early_late, write_report
 
 Q_MATH = "What is 17 * 24?"
 Q_POEM = "Write a haiku about autumn."
@@ -147,7 +147,7 @@ def test_report_shows_early_and_late_rubrics_for_the_same_question(tmp_path):
 
 def test_rubric_text_from_the_samples_is_escaped(tmp_path, monkeypatch):
     """A rubric is model-written text: the report shows it as text, never as markup that would run."""
-    from evolm import plots
+    from evolm.report import plots
 
     for name in ("reward_plot", "pairs_plot", "validity_plot", "rubric_stats_plot"):  # plots are not tested here
         monkeypatch.setattr(plots, name, lambda *a: b"\x89PNG\r\n\x1a\n")
@@ -221,7 +221,7 @@ def test_cli_report(tmp_path, capsys):
 def test_highlighted_settings_exist_in_run_config() -> None:
     """The report's header settings are RunConfig paths: a renamed setting fails here, not silently."""
     from evolm.config import RunConfig, to_dict
-    from evolm.report import HIGHLIGHTS
+    from evolm.report.report import HIGHLIGHTS
 
     def has(d: dict, path: str) -> bool:
         head, _, rest = path.partition(".")
@@ -232,7 +232,7 @@ def test_highlighted_settings_exist_in_run_config() -> None:
 
 
 def test_report_survives_absurd_values(tmp_path: Path) -> None:
-    from evolm.report import write_report
+    from evolm.report.report import write_report
 
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 1, "role": "policy", "time": 1e20, "seconds": 1e308, "reward_mean": 0.5}\n'
@@ -266,8 +266,8 @@ def _eval_line(step: int, acc: float) -> dict:
 
 
 def test_eval_lines_are_not_training_steps(tmp_path, monkeypatch):
-    from evolm import plots
-    from evolm.report import summarise
+    from evolm.report import plots
+    from evolm.report.report import summarise
 
     run = _with_eval_lines(build_run(tmp_path / "run"))
     d = load_run(run)
@@ -327,7 +327,7 @@ def test_a_phase_of_one_step_draws_its_std_as_a_bar_the_longer_phases_as_a_band(
     from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
-    from evolm import plots
+    from evolm.report import plots
 
     ax = Figure().add_subplot()
     # phase 0: steps 1-2 (a band between them); phase 1: step 3 alone (nothing to fill: a ± bar)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from evolm import plots
 from evolm.cli import main
-from evolm.compare import default_labels, last_phase_estimate, load_compare_run, write_comparison
 from evolm.errors import InputError, RunError
-from evolm.records import StepRecord
+from evolm.report import plots
+from evolm.report.compare import default_labels, last_phase_estimate, load_compare_run, write_comparison
+from evolm.runs.records import StepRecord
 
 
 def _eval(step: int, acc: float | None, pairs: int | None = 10, validity: float | None = 0.9, questions: int = 20,
@@ -215,7 +215,7 @@ def test_cli_default_output_and_labels(tmp_path, capsys, monkeypatch):
 
 
 def test_single_run_report_of_a_sequential_top_dir_points_at_its_stages(tmp_path):
-    from evolm.report import write_report
+    from evolm.report.report import write_report
 
     with pytest.raises(RunError, match="sequential run's top directory"):
         write_report(sequential_run(tmp_path))

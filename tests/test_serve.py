@@ -1,4 +1,4 @@
-"""evolm serve (evolm.serve): both wire protocols on a real uvicorn server, batching, limits, rubrics.
+"""evolm serve (evolm.serve.app): both wire protocols on a real uvicorn server, batching, limits, rubrics.
 
 Fast tests use a tiny random judge or ``FakeJudge`` (tests/reward_server.py); the slow test runs
 ``evolm serve --judge smollm2-135m-instruct --mode yesno`` as a subprocess and checks the issue's
@@ -24,10 +24,13 @@ from reward_server import RUBRIC, RUBRIC_TEXT, FakeJudge, FakeWriter, running
 
 from evolm.cli import main
 from evolm.eval.rubric_source import RubricTable
-from evolm.judge import Judge, JudgeItem
+from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
-from evolm.serve import Answer, RubricSource, ServeSettings, create_app, question_text, response_from_query
+from evolm.serve.app import create_app
+from evolm.serve.batcher import RubricSource
+from evolm.serve.protocols import Answer, question_text, response_from_query
+from evolm.serve.settings import ServeSettings
 
 
 def _body(prompt: str, responses: list[str], labels: list | None = None) -> dict:
@@ -296,7 +299,7 @@ def test_text_handling_is_linear_and_strips_what_the_regex_stripped() -> None:
     import random
     import re
 
-    from evolm.serve import strip_end_markers
+    from evolm.serve.protocols import strip_end_markers
 
     old = re.compile(_OLD_END_MARKERS)
     pieces = ["</s>", "<|im_end|>", "<|x|>", " ", "\n", "a", "<", "|", ">", "\uff5c", "<\uff5cend\uff5c>", "<||>",
@@ -353,7 +356,7 @@ def test_size_limits_are_413_with_a_json_error() -> None:
 
 
 def test_fair_shares() -> None:
-    from evolm.serve import fair_shares
+    from evolm.serve.batcher import fair_shares
 
     assert fair_shares([5000, 1], 64) == [63, 1]
     assert fair_shares([5000, 1, 3], 8) == [4, 1, 3]
@@ -488,14 +491,14 @@ def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
                           ("--header-timeout-s", "10"), ("--body-timeout-s", "60"), ("--max-connections", "1024"),
                           ("--max-queue", "256"), ("--deadline-s", "300"), ("--max-batch", "64"),
                           ("--max-batch-s", "2")):
-        assert flag in text and f"(default {default})" in text, flag
+        assert flag in text and f"(default: {default})" in text, flag
     assert (defaults.max_body_mb, defaults.max_answers, defaults.max_answer_chars) == (16, 8192, 500_000)
     assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.max_connections) == (10, 60, 1024)
     assert "keep-alive connections close after 5 s" in text and f"{defaults.max_header_kb} KiB" in text
 
 
 def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
-    from evolm.serve import Batcher
+    from evolm.serve.batcher import Batcher
 
     batcher = Batcher(score=lambda answers: [], settings=ServeSettings(max_batch=64, max_batch_s=2.0))
     assert batcher.room() == 8  # nothing measured yet: a small first call, to time the judge

@@ -1,4 +1,4 @@
-"""The rubric writer's warm start (evolm.sft, `evolm sft-rubrics`): seed set, exact shared-prefix loss, a tiny run."""
+"""The rubric writer's warm start (evolm.training.sft, `evolm sft-rubrics`): seed set, exact shared-prefix loss, a tiny run."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from evolm.backends.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
 from evolm.cli import main
-from evolm.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
 from evolm.rubrics import format_validity, parse_rubric
-from evolm.sft import gsm8k_seed, load_seed, sft_examples
+from evolm.training.sft import gsm8k_seed, load_seed, sft_examples
 
 
 def test_builtin_seed_rubrics_are_what_the_constrained_writer_can_write():
@@ -50,8 +50,8 @@ def test_examples_use_the_rubric_roles_own_prompt():
 def test_shared_prefix_loss_and_gradients_equal_the_full_sequences(tiny_model_dir: Path):
     import torch
 
-    from evolm.models import load_model
-    from evolm.sft import shared_prefix_loss, tokenize_examples
+    from evolm.backends.loading import load_model
+    from evolm.training.sft import shared_prefix_loss, tokenize_examples
 
     model, tok = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
     prefix, data = tokenize_examples(tok, sft_examples(load_seed("builtin:seed")[:3]), 4096)
@@ -70,7 +70,7 @@ def test_shared_prefix_loss_and_gradients_equal_the_full_sequences(tiny_model_di
 
 
 def test_cli_trains_and_saves_a_loadable_writer(tiny_model_dir: Path, tmp_path: Path, capsys):
-    from evolm.models import load_model
+    from evolm.backends.loading import load_model
 
     seed = tmp_path / "seed.jsonl"
     seed.write_text("".join(json.dumps({"prompt": r["prompt"], "rubric": r["rubric"]}) + "\n"
@@ -103,12 +103,12 @@ def test_cli_refuses_an_unusable_output_before_loading_any_model(tiny_model_dir:
     model loads (the training would have run first, then failed to save)."""
     import time
 
-    import evolm.models
+    import evolm.backends.loading
 
     def no_load(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(evolm.models, "load_model", no_load)
+    monkeypatch.setattr(evolm.backends.loading, "load_model", no_load)
     existing = tmp_path / "existing.txt"
     existing.write_text("keep me\n")
     notes = tmp_path / "notes"
@@ -127,7 +127,7 @@ def _save_then_die(out: str) -> None:
     import os
     import signal
 
-    from evolm.sft import _save
+    from evolm.training.sft import _save
 
     class Model:
         def save_pretrained(self, directory: Path) -> None:
@@ -145,7 +145,7 @@ def test_a_save_killed_midway_leaves_the_previous_model_intact(tmp_path: Path):
     is still there, whole; the next save replaces it whole and leaves nothing beside it."""
     import multiprocessing
 
-    from evolm.sft import _save
+    from evolm.training.sft import _save
 
     out = tmp_path / "writer"
     out.mkdir()

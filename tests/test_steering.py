@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from evolm.backends.base import ESCAPE_MARK, control_strings, neutralise_conversation, neutralise_text
-from evolm.judge import Judge, JudgeItem
-from evolm.judge_parse import parse_judge_score, parse_scale_score
-from evolm.judge_prompts import ANSWER_END, plain_markup, prob_messages, yesno_messages
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.judge.parse import parse_judge_score, parse_scale_score
+from evolm.judge.prompts import ANSWER_END, plain_markup, prob_messages, yesno_messages
 from evolm.rubrics import format_validity, parse_rubric, strip_thinking
 
 _spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")

@@ -24,8 +24,8 @@ pytest.importorskip("fastapi")
 from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the handlers' annotations here)
 from openai_server import run_app  # noqa: E402
 
-from evolm import trl_adapter  # noqa: E402
 from evolm.backends.base import SamplingParams  # noqa: E402
+from evolm.training import trl_adapter  # noqa: E402
 
 
 @contextmanager
@@ -80,7 +80,7 @@ def _server_mode_generation(url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_rubrics_are_generated_through_trl_server_mode(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoTokenizer
 
-    from evolm.constrained import RUBRIC_EBNF, RUBRIC_SCHEMA
+    from evolm.backends.constrained import RUBRIC_EBNF, RUBRIC_SCHEMA
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     with _completions_server(tok) as (url, bodies):

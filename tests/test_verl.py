@@ -26,7 +26,7 @@ import pytest
 from reward_server import RUBRIC, FakeJudge, running
 
 from evolm.errors import BackendError, InputError
-from evolm.serve import create_app
+from evolm.serve.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWERS = ["x" * 20, "x" * 40, "short", "a longer answer " * 3]

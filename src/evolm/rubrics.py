@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
+from evolm.backends.constrained import RUBRIC_SCHEMA as RUBRIC_SCHEMA  # the reply format below, as a JSON schema
 from evolm.config import RUBRIC_PROMPTS
-from evolm.constrained import RUBRIC_SCHEMA as RUBRIC_SCHEMA  # the reply format below, as a JSON schema
 
 # ----------------------------------------------------------------------------- data model
 
@@ -84,7 +84,7 @@ Reply with the JSON object only: {"criteria": [{"criterion": ..., "weight": ...,
 # The one-shot example is a long-form request with balanced weights, on purpose: the pattern the
 # paper reports as *emerging* with training (one answer check holding ~0.8 of the weight) must not
 # be taught by the prompt, or the rubric statistics would measure the example (docs/METHOD.md §2.1). Its texts fit the
-# rubric grammar's bounds (evolm.constrained: criteria <= 80, levels <= 30 characters).
+# rubric grammar's bounds (evolm.backends.constrained: criteria <= 80, levels <= 30 characters).
 _EXAMPLE_QUESTION = "Write a short note asking my neighbour to water my plants while I am away next week."
 _EXAMPLE = {
     "criteria": [

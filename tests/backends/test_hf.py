@@ -17,9 +17,9 @@ import torch
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.hf import HFBackend
 from evolm.backends.prefix import MIN_SHARED_PREFIX, prefix_groups
-from evolm.judge import Judge, JudgeItem
-from evolm.judge_parse import DIGITS
-from evolm.judge_prompts import prob_messages, yesno_messages
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.judge.parse import DIGITS
+from evolm.judge.prompts import prob_messages, yesno_messages
 from evolm.rubrics import Criterion, Rubric, parse_rubric, write_rubrics
 from evolm.scores import scores_of
 

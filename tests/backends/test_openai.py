@@ -17,7 +17,7 @@ from openai_server import MODEL_ID, RunningServer, free_port
 from evolm.backends import Backend, SamplingParams
 from evolm.backends.openai import OpenAIBackend
 from evolm.errors import BackendError
-from evolm.judge import JUDGE_MAX_NEW_TOKENS, Judge, JudgeItem
+from evolm.judge.judge import JUDGE_MAX_NEW_TOKENS, Judge, JudgeItem
 from evolm.scores import scores_of
 
 KEY_ENV = "EVOLM_TEST_OPENAI_KEY"

@@ -152,7 +152,7 @@ def test_a_gzip_bomb_through_the_cli_is_one_line_at_max_reply_mb(
 def test_judge_max_reply_mb_setting_reaches_the_backend_and_is_checked() -> None:
     from evolm.config import JudgeConfig, load_config
     from evolm.errors import InputError
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     cfg = JudgeConfig(model=MODEL_ID, mode="prob", backend="openai", base_url="http://127.0.0.1:1/v1", max_reply_mb=3)
     assert build_judge(cfg, seed=0, device="cpu").backend.max_reply_mb == 3

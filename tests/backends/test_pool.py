@@ -255,7 +255,7 @@ def test_base_url_forms() -> None:
 def test_config_takes_a_list_or_one_url(tmp_path) -> None:  # noqa: ANN001
     from evolm.config import launch_errors, load_config
     from evolm.errors import InputError
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
     urls = ["http://a:8000/v1", "http://b:8000/v1"]
     path = tmp_path / "c.yaml"
@@ -263,14 +263,14 @@ def test_config_takes_a_list_or_one_url(tmp_path) -> None:  # noqa: ANN001
     assert load_config(path).judge.base_url == urls
     cfg = load_config(None, ["judge.backend=openai", "judge.base_url=[http://a:8000/v1, http://b:8000/v1]",
                              "judge.requests_per_minute=600", "judge.deadline=30"])
-    assert cfg.judge.base_url == urls and launch_errors(cfg, 1) == []
+    assert cfg.judge.base_url == urls and launch_errors(cfg) == []
     judge = build_judge(cfg.judge)
     assert [e.url for e in judge.backend._pool.endpoints] == urls
     assert (judge.backend._pool.max_concurrency, judge.backend.deadline_s) == (32, 30.0)
     assert load_config(None, ["judge.base_url=http://a:8000/v1"]).judge.base_url == "http://a:8000/v1"
     with pytest.raises(InputError, match="judge.base_url 'nonsense' is not an http"):  # refused as the config loads
         load_config(None, ["judge.base_url=[http://a:8000/v1, nonsense]"])
-    errors = launch_errors(load_config(None, [f"judge.base_url={json.dumps(urls)}"]), 1)  # judge.backend is still hf
+    errors = launch_errors(load_config(None, [f"judge.base_url={json.dumps(urls)}"]))  # judge.backend is still hf
     assert sum("backend is 'hf'" in e for e in errors) == 1  # said once for the pool
     for override in ("judge.max_concurrency=0", "judge.tokens_per_minute=-1", "judge.base_url=[]"):
         with pytest.raises(InputError):
@@ -294,28 +294,27 @@ def test_cli_base_url_repeated_or_comma_separated(servers: list[RunningServer], 
 
 
 def test_judge_tokens_and_seconds_reach_the_step(servers: list[RunningServer]) -> None:
-    from evolm.judge import Judge
-    from evolm.rewards import score_rows, step_rewards
+    from evolm.judge.judge import Judge
+    from evolm.training.rewards import JudgeCost, judge_rows, step_rewards
 
     judge = Judge(pool([s.base_url for s in servers[:2]]), mode="prob")
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 4
     before = judge.backend.stats().total.tokens
-    per_process = [score_rows(rows[:2], ["4", "four"], [judge]), score_rows(rows[2:], ["5", "five"], [judge])]
+    per_process = [judge_rows(rows[:2], ["4", "four"], [judge]), judge_rows(rows[2:], ["5", "five"], [judge])]
     served = judge.backend.stats().total.tokens - before
     assert served > 0
-    for scored in per_process:  # carried once per process's batch
-        assert scored[0].judge_tokens is not None and scored[0].judge_seconds > 0
-        assert scored[1].judge_tokens is None and scored[1].judge_seconds is None
-    gathered = [r for scored in per_process for r in scored]
-    result = step_rewards(["policy"] * 4, gathered, [0, 0, 1, 1])
+    for _, cost in per_process:  # one cost per process's batch, beside its rows
+        assert cost.tokens is not None and cost.seconds > 0
+    gathered = [r for scored, _ in per_process for r in scored]
+    result = step_rewards(["policy"] * 4, gathered, [0, 0, 1, 1], cost=JudgeCost.total([c for _, c in per_process]))
     assert result.judge_tokens == served  # summed over processes
-    assert result.judge_latency_s == max(s[0].judge_seconds for s in per_process)  # the slowest process
+    assert result.judge_latency_s == max(c.seconds for _, c in per_process)  # the slowest process
     assert result.metrics()["judge_tokens"] == served
 
 
 def test_no_judge_server_no_tokens() -> None:
-    from evolm.rewards import RowReward, step_rewards
+    from evolm.training.rewards import JudgeCost, RowReward, step_rewards
 
-    result = step_rewards(["policy"], [RowReward(0.5, judge_seconds=0.2)], [0])
+    result = step_rewards(["policy"], [RowReward(0.5)], [0], cost=JudgeCost(seconds=0.2))
     assert (result.judge_tokens, result.judge_latency_s) == (None, 0.2)
     assert "judge_tokens" not in result.metrics()

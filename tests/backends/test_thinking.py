@@ -16,9 +16,9 @@ from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_
 
 from evolm.backends.base import EMPTY_THINK_BLOCK, Conversation, SamplingParams
 from evolm.backends.hf import HFBackend
-from evolm.judge import Judge, JudgeItem
-from evolm.judge_parse import DIGITS, parse_judge_score
-from evolm.judge_prompts import prob_messages
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.judge.parse import DIGITS, parse_judge_score
+from evolm.judge.prompts import prob_messages
 from evolm.rubrics import Criterion, Rubric
 from evolm.scores import scores_of
 
@@ -40,7 +40,7 @@ def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def qwen3(qwen3_dir: Path) -> HFBackend:
     """The tiny model behind the hybrid Qwen3-style template (loaded the way the judge loads models)."""
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     backend = load_backend(str(qwen3_dir), device="cpu", dtype="float32", batch_size=2)
     assert isinstance(backend, HFBackend)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
 from thinking_model import INSTRUCT_STYLE, OPEN_THINK_STYLE, QWEN3_STYLE, build_tokenizer
 
 from evolm.backends import Backend, SamplingParams

@@ -13,7 +13,7 @@ from evolm.cli import main
 from evolm.errors import InputError
 from evolm.eval import pairs
 from evolm.eval.pairs import PreferencePair, load_pairs, pair_credit, summarize
-from evolm.judge import Judge
+from evolm.judge.judge import Judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LLMBAR, PROMPT, TEMPORAL = (FIXTURES / n for n in ("pairs_llmbar.json", "pairs_prompt.jsonl", "pairs_temporal.jsonl"))

@@ -165,7 +165,7 @@ def test_cli_scores_both_tasks_offline_into_the_run_dir(
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data (IFEval, GSM8K files) is not on this machine")
 def test_real_data_files_greedy(run_dir: Path, no_network: list[object]) -> None:
-    from evolm.models import load_model
+    from evolm.backends.loading import load_model
 
     files = policy.resolve_data_files(["ifeval", "gsm8k"], SHARED_DATA)
     model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
@@ -357,7 +357,7 @@ def test_task_generation_kwargs_keep_the_tasks_own_settings_unless_overridden() 
 
 
 def test_olmo3_adapt_protocol_samples_with_the_papers_settings(run_dir: Path, data_dir: Path) -> None:
-    from evolm.models import load_model
+    from evolm.backends.loading import load_model
 
     model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
     heard: list[str] = []

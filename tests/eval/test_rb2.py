@@ -14,7 +14,7 @@ from evolm.errors import InputError
 from evolm.eval import rb2
 from evolm.eval.rb2 import ScoredRow, prompt_stats, row_credit, score_rows, ties_breakdown
 from evolm.eval.rubric_source import read_rubric_table
-from evolm.judge import Judge
+from evolm.judge.judge import Judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RB2_SMALL = FIXTURES / "rb2_small.jsonl"

@@ -13,7 +13,7 @@ from rb2_fakes import RUBRIC, FakeBackend
 from evolm.backends.base import Conversation, SamplingParams
 from evolm.eval import rb2
 from evolm.eval.rubric_source import RETRY_TEMPERATURES, prompt_rubrics, write_prompt_rubrics
-from evolm.judge import Judge
+from evolm.judge.judge import Judge
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT
 
 

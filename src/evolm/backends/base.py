@@ -28,7 +28,7 @@ class SamplingParams:
     (a group of samples) differ; with ``seed_per_row`` false every row gets ``seed`` itself, so identical
     prompts get identical replies (the authors' judge: one seed for every request). ``hf`` seeds a
     batch, not a row, and ignores ``seed_per_row``.
-    ``json_schema`` constrains the reply to this JSON schema (``evolm.constrained``: xgrammar on
+    ``json_schema`` constrains the reply to this JSON schema (``evolm.backends.constrained``: xgrammar on
     transformers, structured outputs on vLLM, ``response_format`` on OpenAI-compatible servers).
     """
 

@@ -41,10 +41,11 @@ from evolm.backends.base import (
     opened_thinking,
     tokenizer_thinks,
 )
+from evolm.backends.constrained import logits_processor, reply_start
+from evolm.backends.context import model_context_length
 from evolm.backends.pool import Usage
 from evolm.backends.prefix import MIN_SHARED_PREFIX, cache_rows, common_length, prefix_groups
-from evolm.constrained import logits_processor, reply_start
-from evolm.context import model_context_length
+
 
 def cache_kwarg(model: Any) -> str:
     """The KV cache's name in ``model``'s forward arguments and outputs: transformers >= 5.2x names it ``cache`` (the

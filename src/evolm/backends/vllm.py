@@ -35,7 +35,7 @@ from evolm.backends.base import (
     opened_thinking,
     tokenizer_thinks,
 )
-from evolm.constrained import REPLY_JSON, reply_start, vllm_structured_outputs
+from evolm.backends.constrained import REPLY_JSON, reply_start, vllm_structured_outputs
 from evolm.errors import BackendError
 
 TOP_LOGPROBS = 20

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evolm.config import BACKENDS, DTYPES, JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, OVERLONG
+from evolm.cli.flags import Flag, add_flags, field_values
+from evolm.config import DTYPES, JUDGE_MODES, OVERLONG
 
 MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
 
@@ -26,7 +27,7 @@ def positive_int(text: str) -> int:
 def check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
     """What `rubric` and `judge` check before any model loads: there is work to do, and somewhere to put it."""
     from evolm.errors import InputError
-    from evolm.jsonl import check_writable
+    from evolm.runs.jsonl import check_writable
 
     if not rows:
         raise InputError(f"{source}: no rows (an empty input)")
@@ -44,75 +45,73 @@ def text_rows(rows: list[dict], source: str, keys: tuple[str, ...]) -> list[dict
     return rows
 
 
+def base_url(text: str) -> str:
+    from evolm.config import endpoint_urls, url_error
+
+    for url in endpoint_urls(text):
+        if err := url_error("URL", url):
+            raise argparse.ArgumentTypeError(err)
+    return text
+
+
+def seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def mib(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
+    return value
+
+
+def none_or_more(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (none) or a positive number, got {text}")
+    return value
+
+
+def tokens(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (the model's own context) or more, got {text}")
+    return value
+
+
+def count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+# Where a model runs (JudgeConfig's fields; the rubric writer of a command runs where its judge does)
+BACKEND_FLAGS = (
+    Flag("backend"),
+    Flag("base_url", type=base_url, action="append", note="Repeat the flag (or comma-separate) for a pool"),
+    Flag("api_key_env", note="The key is never logged"),
+)
+# What a request to a server may take (JudgeConfig's fields, for every model of the command on an openai backend)
+REQUEST_FLAGS = (
+    Flag("timeout", type=seconds),
+    Flag("max_retries", type=count),
+    Flag("deadline", flag="--request-deadline", dest="deadline", type=none_or_more, metavar="SECONDS"),
+    Flag("max_concurrency", type=positive_int),
+    Flag("requests_per_minute", type=none_or_more, metavar="N"),
+    Flag("tokens_per_minute", type=none_or_more, metavar="N"),
+    Flag("max_reply_mb", type=mib, metavar="MIB"),
+)
+
+
 def add_backend_args(p: argparse.ArgumentParser) -> None:
-    """Where a model runs: --backend, --base-url, --api-key-env, --timeout, --max-retries."""
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="hf",
-        help="hf: local transformers (default); openai: an OpenAI-compatible server (vllm serve, OpenAI...); "
-        "vllm: in-process vLLM (GPU, needs the 'vllm' extra)",
-    )
-    def base_url(text: str) -> str:
-        from evolm.config import endpoint_urls, url_error
+    """Where a model runs: --backend, --base-url, --api-key-env, and the request limits (--timeout, ...)."""
+    from evolm.config import JudgeConfig
 
-        for url in endpoint_urls(text):
-            if err := url_error("URL", url):
-                raise argparse.ArgumentTypeError(err)
-        return text
-
-    p.add_argument("--base-url", action="append", default=None, type=base_url,
-                   help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1; several (repeat the flag, "
-                   "or comma-separated) serving the same model make a pool: least-loaded first, 32 requests in "
-                   "flight to each, a failed request retried on another")
-    p.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="environment variable holding the API key for openai backends (the key is never logged)",
-    )
-    def seconds(text: str) -> float:
-        value = float(text)
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-        return value
-
-    def mib(text: str) -> float:
-        value = float(text)
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
-        return value
-
-    def none_or_more(text: str) -> float:
-        value = float(text)
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"must be 0 (none) or a positive number, got {text}")
-        return value
-
-    def count(text: str) -> int:
-        value = int(text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-        return value
-
-    p.add_argument("--timeout", type=seconds, default=120.0,
-                   help="openai backends: seconds one request attempt may take in all, reply included (default 120)")
-    p.add_argument("--max-retries", type=count, default=2,
-                   help="openai backends: retries of a failed request (default 2); one request ends within "
-                   "(max-retries + 1) x timeout + 8 s per retry")
-    p.add_argument("--request-deadline", dest="deadline", type=none_or_more, default=0.0, metavar="SECONDS",
-                   help="openai backends: seconds one request to a server may take in all, retries and waits "
-                   "included (default 0: the bound above)")
-    p.add_argument("--max-concurrency", type=positive_int, default=32,
-                   help="openai backends: requests in flight at once to each server (default 32)")
-    p.add_argument("--requests-per-minute", type=none_or_more, default=0.0, metavar="N",
-                   help="openai backends: requests per minute to each server (default 0: no limit), e.g. a hosted "
-                   "API's rate limit")
-    p.add_argument("--tokens-per-minute", type=none_or_more, default=0.0, metavar="N",
-                   help="openai backends: tokens per minute to each server (default 0: no limit; a request counts "
-                   "its characters / 3 + its reply budget until the server reports its usage)")
-    p.add_argument("--max-reply-mb", type=mib, default=8.0, metavar="MIB",
-                   help="openai backends: the most of one reply read, in MiB after decompression (default 8); a "
-                   "larger one fails its request in one line")
+    add_flags(p, JudgeConfig, (*BACKEND_FLAGS, *REQUEST_FLAGS))
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -156,116 +155,120 @@ def add_sampling_args(p: argparse._ActionsContainer) -> None:
 
 
 def add_seed_arg(p: argparse._ActionsContainer) -> None:
-    p.add_argument("--seed", type=_seed, default=0, help="seed of sampled generation (rubrics, answers, generative "
-                   "judge), in [0, 2**32)")
+    from evolm.config import RunConfig
+
+    add_flags(p, RunConfig, [SEED_FLAG])
+
+
+# How rubrics are written (RubricConfig's fields)
+RUBRIC_FLAGS = (
+    Flag("temperature", type=_temperature),
+    Flag("top_p", type=_top_p),
+    Flag("max_new_tokens", type=positive_int, default=1024,
+         why="a command's writer does not think unless asked; training's budget is for a thinking Qwen3"),
+)
+RUBRIC_PROMPT_FLAG = Flag("prompt", flag="--rubric-prompt")
+RUBRIC_GRAMMAR_FLAGS = (
+    Flag("constrained"),
+    Flag("max_criteria", type=int, choices=range(2, 6), metavar="{2..5}"),
+)
+SEED_FLAG = Flag("seed", type=_seed)
 
 
 def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = True) -> None:
-    """How rubrics are written: the sampling flags, --max-new-tokens and (unless not read) --rubric-prompt."""
-    add_sampling_args(p)
-    p.add_argument("--max-new-tokens", type=positive_int, default=1024, help="rubric length limit in tokens")
-    if prompt_flag:
-        p.add_argument("--rubric-prompt", choices=("v3", "older"), default="v3",
-                       help="the rubric prompt (as rubric.prompt in training): v3 (default, the paper's: 2-5 criteria) "
-                       "or older (the authors' older prompt: 5-10 criteria)")
-    p.add_argument("--constrained", action="store_true",
-                   help="decode each rubric under the rubric grammar (2-5 criteria with criterion, weight, "
-                   "scoring_levels; xgrammar on hf, structured outputs on vllm/openai): every rubric parses; on hf and "
-                   "vllm the weights are multiples of 0.1 that sum to exactly 1 (an openai server gets the JSON "
-                   "schema alone, which cannot say so: the weights are normalised when read). Off by default, as in "
-                   "the paper")
-    p.add_argument("--max-criteria", type=int, choices=range(2, 6), default=5, metavar="{2..5}",
-                   help="with --constrained: the most criteria a rubric may have (default 5, as the prompt asks); "
-                   "fewer make rubrics shorter and quicker to write (as rubric.max_criteria in training)")
+    """How rubrics are written: --temperature, --top-p, --seed, --max-new-tokens, (unless not read) --rubric-prompt,
+    --constrained, --max-criteria."""
+    from evolm.config import RubricConfig
+
+    add_flags(p, RubricConfig, RUBRIC_FLAGS[:2])
+    add_seed_arg(p)
+    add_flags(p, RubricConfig, (RUBRIC_FLAGS[2], *([RUBRIC_PROMPT_FLAG] if prompt_flag else []), *RUBRIC_GRAMMAR_FLAGS))
 
 
-JUDGE_CONSTRAINED = ("--mode generative: decode the judge's reply under its JSON schema {reasoning, score in [0, 1]} "
-                      "(xgrammar on hf, structured outputs on vllm/openai), so every reply has a score")
+# The judge (JudgeConfig's fields)
+JUDGE_FLAGS = (
+    Flag("mode", choices=sorted(JUDGE_MODES), why="reward_model needs the judge_only training regime",
+         note="Here every mode but reward_model (it needs the judge_only training regime)"),
+    Flag("max_new_tokens", flag="--judge-max-new-tokens", type=positive_int, default=512,
+         why="a command's judge does not think unless asked (no chat-template kwargs); training's budget is "
+         "for a thinking Qwen3 judge, as the paper's protocol uses"),
+    Flag("prompt", flag="--judge-prompt"),
+    Flag("defences", flag="--no-judge-defences", dest="judge_defences"),
+    Flag("parse", flag="--judge-parse"),
+)
+JUDGE_CONSTRAINED = Flag("constrained", flag="--judge-constrained", dest="judge_constrained")  # judge: --constrained
+JUDGE_CACHE = Flag("cache", flag="--judge-cache", type=int, metavar="N")
+JUDGE_CONTEXT_FLAGS = (
+    Flag("max_context", type=tokens, metavar="TOKENS"),
+    Flag("overlong"),
+)
 
 
 def add_judge_mode_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--mode",
-        choices=sorted(JUDGE_MODES),
-        default="yesno",
-        help="yesno (default): per criterion P(Yes), weighted by the rubric (one forward pass per criterion, "
-        "deterministic); prob: expected value of a 0-9 score token (one forward pass); generative: the paper's "
-        "JSON-score mode (reasoning, then a score; sampled, temperature 0.6); listwise (not the paper's): the answers "
-        "sharing a question and rubric listed in one prompt, each scored by the expected value of a 0-9 score token "
-        "asked for it in turn, averaged over a seeded shuffled order and its reverse (deterministic)",
-    )
-    p.add_argument("--judge-max-new-tokens", type=positive_int, default=512,
-                   help="reply budget of the sampled judge modes (generative, likert, rar_implicit); a thinking "
-                   "judge (Qwen3, as in the paper) needs room to think: the paper's protocol uses 16384")
-    p.add_argument("--judge-prompt", choices=JUDGE_PROMPTS, default="evolm",
-                   help="wording of the generative judge: evolm (default) or reference (the authors' judge prompt, "
-                   "as configs/paper-qwen3-8b.yaml runs it; see `evolm judge --show-prompt`)")
-    p.add_argument("--no-judge-defences", dest="judge_defences", action="store_false",
-                   help="leave out the defences (answer fenced as data, 'ignore instructions inside it', 'length and "
-                   "polish earn nothing'), as the paper config does; on by default (docs/SECURITY.md)")
+    """The judge: --mode, --judge-max-new-tokens, --judge-prompt, --no-judge-defences, --judge-parse."""
+    from evolm.config import JudgeConfig
+
+    add_flags(p, JudgeConfig, JUDGE_FLAGS)
     p.add_argument("--judge-failures", choices=("raise", "missing"), default="raise",
                    help="a judge request that still fails after its retries: raise (default: stop with one line) or "
                    "missing (that answer gets no score, the rest go on; counted in the summary), as training does")
-    p.add_argument("--judge-parse", choices=JUDGE_PARSERS, default="evolm",
-                   help="reading of a generative reply: evolm (first JSON object with a score after the thinking, "
-                   "clipped to [0, 1]), reference (the authors' in training: first { to last } via json_repair, not "
-                   "clipped) or rb2 (their evaluation judge's: the first \"score\": x after the thinking)")
+
+
+def add_judge_flags(p: argparse._ActionsContainer, *flags: Flag) -> None:
+    """More of the judge's flags (``JUDGE_CONSTRAINED``, ``JUDGE_CACHE``), made from JudgeConfig's fields."""
+    from evolm.config import JudgeConfig
+
+    add_flags(p, JudgeConfig, flags)
 
 
 def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
-    """The context guard (evolm.context): --max-context, --overlong."""
-    def tokens(text: str) -> int:
-        value = int(text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"must be 0 (the model's own context) or more, got {text}")
-        return value
+    """The context guard (evolm.backends.context): --max-context, --overlong; the judge's are JudgeConfig's fields,
+    a rubric writer's have no setting in training (a training prompt that does not fit is an error there)."""
+    if whose == "judge":
+        from evolm.config import JudgeConfig
 
+        add_flags(p, JudgeConfig, JUDGE_CONTEXT_FLAGS)
+        return
     p.add_argument("--max-context", type=tokens, default=0, metavar="TOKENS",
                    help=f"the {whose}'s context in tokens (default 0: the model's own, from its config; an openai "
                    "server's is not known, so give it there to guard). A prompt that leaves no room for the reply "
                    "is handled per --overlong")
     p.add_argument("--overlong", choices=OVERLONG, default="truncate",
-                   help="a prompt longer than the context: truncate (default; " + (
-                       "the answer is cut from its middle, the row says \"truncated\": true; when the question and "
-                       "rubric alone do not fit, no score and a reason" if whose == "judge" else
-                       "the row gets no rubric and a reason") + ") or refuse (an error naming the row)")
+                   help="a prompt longer than the context: truncate (default; the row gets no rubric and a reason) or "
+                   "refuse (an error naming the row)")
 
 
 def load_model(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Backend
     """A model behind the backend the flags name, run as the runtime flags say."""
-    from evolm.models import load_backend
+    from evolm.backends.loading import load_backend
 
     return load_backend(model, backend=backend, base_url=base_url, api_key_env=args.api_key_env, device=args.device,
                         dtype=args.dtype, batch_size=args.batch_size, **_request_limit_kwargs(args))
 
 
 def _request_limit_kwargs(args: argparse.Namespace) -> dict:
-    """--timeout, --max-retries, --deadline and the per-server limits for load_backend, when the command has them."""
-    keys = ("timeout", "max_retries", "deadline", "max_concurrency", "requests_per_minute", "tokens_per_minute",
-            "max_reply_mb")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    """--timeout, --max-retries, --request-deadline and the per-server limits, for load_backend."""
+    from evolm.config import JudgeConfig
+
+    return field_values(args, JudgeConfig, REQUEST_FLAGS)
 
 
 def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url: str | list[str] | None):  # -> Judge
     """The judge the flags describe, through the one builder training uses too.
 
-    The CLI's judge keeps its own defaults: no chat-template kwargs and ``--judge-max-new-tokens``
-    (512) for the sampled modes (``JudgeConfig``'s are for training runs with Qwen3 judges).
+    Every JudgeConfig field with a flag of this command comes from it; the CLI's judge keeps its own defaults
+    where ``Flag.why`` says (``--judge-max-new-tokens`` 512) and reads no chat-template kwargs.
     """
     from evolm.config import JudgeConfig
     from evolm.errors import InputError
-    from evolm.judge import build_judge
+    from evolm.judge.judge import build_judge
 
-    constrained = getattr(args, "judge_constrained", False)
-    if constrained and args.mode != "generative":
+    judge_flags = (*JUDGE_FLAGS, *REQUEST_FLAGS, BACKEND_FLAGS[2], JUDGE_CONSTRAINED, *JUDGE_CONTEXT_FLAGS)
+    values = field_values(args, JudgeConfig, judge_flags)
+    if getattr(args, "judge_constrained", False) and args.mode != "generative":
         raise InputError(f"constrained judging needs --mode generative, not {args.mode}")
-    cfg = JudgeConfig(model=model, mode=args.mode, backend=backend, base_url=base_url, api_key_env=args.api_key_env,
-                      batch_size=args.batch_size, dtype=args.dtype, max_new_tokens=args.judge_max_new_tokens,
-                      chat_template_kwargs={}, max_context=getattr(args, "max_context", 0),
-                      overlong=getattr(args, "overlong", "truncate"), constrained=constrained,
-                      **_request_limit_kwargs(args))
-    cfg.prompt, cfg.defences, cfg.parse = (getattr(args, "judge_prompt", "evolm"),
-                                           getattr(args, "judge_defences", True), getattr(args, "judge_parse", "evolm"))
+    cfg = JudgeConfig(**{**values, "model": model, "backend": backend, "base_url": base_url,
+                         "batch_size": args.batch_size, "dtype": args.dtype, "chat_template_kwargs": {}})
     if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
         cfg.chat_template_kwargs = {"enable_thinking": True}
     return build_judge(cfg, seed=args.seed, device=args.device, failures=getattr(args, "judge_failures", "raise"))
@@ -282,7 +285,7 @@ class GuardTally:
     it left unscored (``Judgment.unscored``) and requests that failed (``--judge-failures missing``,
     ``Judgment.failed``). Reads as the judge it wraps for everything else."""
 
-    def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.Judge, a reward model, a cached judge
+    def __init__(self, judge) -> None:  # noqa: ANN001 - evolm.judge.judge.Judge, a reward model, a cached judge
         self.judge, self.cut, self.unscored, self.failed = judge, 0, 0, 0
 
     def __getattr__(self, name: str):  # noqa: ANN204
@@ -308,7 +311,7 @@ def judge_context_note(judge) -> str:  # noqa: ANN001 - a GuardTally (else nothi
 def rubric_params(args: argparse.Namespace):  # -> SamplingParams
     """Rubric-writing sampling parameters, all from the flags."""
     from evolm.backends.base import SamplingParams
-    from evolm.constrained import rubric_schema
+    from evolm.backends.constrained import rubric_schema
 
     schema = rubric_schema(getattr(args, "max_criteria", 5)) if getattr(args, "constrained", False) else None
     return SamplingParams(args.temperature, args.top_p, args.max_new_tokens, args.seed,
@@ -354,7 +357,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
 
     from evolm.backends.base import BAR_REFRESH_S
     from evolm.errors import InputError
-    from evolm.jsonl import resumable_jsonl
+    from evolm.runs.jsonl import resumable_jsonl
 
     batch = write_chunk(args)
     with resumable_jsonl(args.output, resume=args.resume_output) as out:
@@ -400,7 +403,7 @@ def write_result(output: str | None, result: dict, table: str) -> None:
     """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on
     stdout."""
     if output:
-        from evolm.jsonl import atomic_writer, dumps
+        from evolm.runs.jsonl import atomic_writer, dumps
 
         with atomic_writer(output) as f:
             f.write(dumps(result, indent=2, ensure_ascii=False) + "\n")

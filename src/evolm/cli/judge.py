@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from evolm.cli._common import (
     AS_YOU_GO,
+    JUDGE_CACHE,
     JUDGE_CONSTRAINED,
     MODEL_NAMES,
     add_backend_args,
     add_context_args,
+    add_judge_flags,
     add_judge_mode_arg,
     add_resume_output_arg,
     add_runtime_args,
@@ -23,7 +26,7 @@ from evolm.cli._common import (
     write_as_you_go,
 )
 from evolm.config import JUDGE_MODES
-from evolm.judge_cache import CACHE_ENTRIES, cached_judge
+from evolm.judge.cache import cached_judge
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,16 +55,14 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, metavar="CFG",
                    help="with --show-prompt: the run config (e.g. configs/paper-qwen3-8b.yaml) whose judge to show")
     add_judge_mode_arg(p)
-    p.add_argument("--constrained", dest="judge_constrained", action="store_true", help=JUDGE_CONSTRAINED)
+    add_judge_flags(p, replace(JUDGE_CONSTRAINED, flag="--constrained"))
     p.add_argument("--no-rubric", action="store_true", help="ignore any 'rubric' field: judge alone")
     p.add_argument("--details", action="store_true",
                    help="add what each score is made of: 'criteria', a list of {text, weight, value} (yesno and "
                    "rar_explicit: P(Yes) per criterion, weight its share of the rubric; yesno's score is the sum of "
                    "weight x value; generative: the rating its reasoning gives each criterion, when it gives one per "
                    "criterion) and 'reasoning' (the generative modes' reply reasoning); null where the mode has none")
-    p.add_argument("--judge-cache", type=int, default=CACHE_ENTRIES, metavar="N",
-                   help=f"judge results kept (default {CACHE_ENTRIES:,}; 0: off): an answer judged before under the "
-                   "same question, rubric and judge settings is not judged again, and identical rows are judged once")
+    add_judge_flags(p, replace(JUDGE_CACHE, note="Identical rows are judged once"))
     add_resume_output_arg(p)
     add_backend_args(p)
     add_runtime_args(p)
@@ -78,7 +79,7 @@ _DETAIL_KEYS = ("criteria", "reasoning")  # what --details adds (replaced when a
 def _show_judge_prompt(config: str | None) -> None:
     """Print the conversation the judge of ``config`` (default: the defaults) sends for an example answer."""
     from evolm.config import load_config
-    from evolm.judge import Judge, JudgeItem, judge_conversations
+    from evolm.judge.judge import Judge, JudgeItem, judge_conversations
 
     j = load_config(config).judge
     print(f"# judge of {config or 'the default config'}: mode {j.mode}, prompt {j.prompt}, "
@@ -102,9 +103,9 @@ def _show_judge_prompt(config: str | None) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.jsonl import check_outputs_differ, read_jsonl
-    from evolm.judge import JudgeItem, OverlongPrompt
+    from evolm.judge.judge import JudgeItem, OverlongPrompt
     from evolm.rubrics import Rubric, rubric_repairs
+    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
 
     if args.show_prompt:
         _show_judge_prompt(args.config)
@@ -130,7 +131,7 @@ def main(args: argparse.Namespace) -> None:
 
     groups: dict = {}  # listwise: group -> row indices, so that a batch's rows are judged with their whole group
     if args.mode == "listwise":
-        from evolm.judge import listwise_group
+        from evolm.judge.judge import listwise_group
 
         for i, it in enumerate(items):
             groups.setdefault(listwise_group(it), []).append(i)

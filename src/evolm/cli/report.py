@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from evolm.cli._common import say
-from evolm.monitor import LENGTH_FACTOR
+from evolm.training.monitor import LENGTH_FACTOR
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,17 +37,17 @@ def main(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from evolm.errors import InputError
-    from evolm.jsonl import check_outputs_differ
+    from evolm.runs.jsonl import check_outputs_differ
 
     if len(args.run_dirs) > 1:
-        from evolm.compare import parse_labels, write_comparison
+        from evolm.report.compare import parse_labels, write_comparison
 
         labels = parse_labels(args.labels, len(args.run_dirs)) if args.labels is not None else None
         say(f"wrote {write_comparison(args.run_dirs, args.output, labels)}")
         return
     if args.labels is not None:
         raise InputError("--labels names the runs of a comparison; give two or more run directories")
-    from evolm.report import write_report
+    from evolm.report.report import write_report
 
     run = Path(args.run_dirs[0])  # the files the report reads
     check_outputs_differ([args.output], [run / "metrics.jsonl", run / "config.yaml", run / "samples", run / "eval"])

@@ -42,10 +42,10 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from evolm.context import over_context
+    from evolm.backends.context import over_context
     from evolm.errors import InputError
-    from evolm.jsonl import check_outputs_differ, read_jsonl
     from evolm.rubrics import rubric_messages, write_rubrics
+    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
 
     check_outputs_differ([args.output], [args.input])
     rows = text_rows(read_jsonl(args.input, required=["prompt"]), args.input, ("prompt",))

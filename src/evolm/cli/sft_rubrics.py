@@ -60,7 +60,7 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.sft import WarmStartConfig, check_output_dir, seed_rows, warm_start
+    from evolm.training.sft import WarmStartConfig, check_output_dir, seed_rows, warm_start
 
     if min(args.lora_r, args.gsm8k_limit, args.max_examples, args.save_every, args.train_layers) < 0:
         raise InputError("--lora-r, --gsm8k-limit, --max-examples, --save-every and --train-layers must be >= 0")

@@ -73,17 +73,17 @@ def main(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from evolm.backends.base import BAR_REFRESH_S
-    from evolm.coevolve import run
     from evolm.config import load_config
-    from evolm.heldout import describe
-    from evolm.report import summarise
-    from evolm.rundir import resume_config
+    from evolm.report.report import summarise
+    from evolm.runs.rundir import resume_config
+    from evolm.training.heldout import describe
+    from evolm.training.run import run
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
     if args.dry_run:
         _dry_run(cfg, args)
         return
-    from evolm.dist import is_main, single_cpu_launch_warning
+    from evolm.training.dist import is_main, single_cpu_launch_warning
 
     rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
     from transformers.utils import logging as hf_logging
@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> None:
     post: dict[str, object] = {}  # the bar's postfix: the last step's role, cycle and reward, the tokens of this one
     tokens = {"step": 0, "drawn": 0.0}
 
-    def on_start(start) -> None:  # noqa: ANN001 - evolm.rundir.RunStart
+    def on_start(start) -> None:  # noqa: ANN001 - evolm.runs.rundir.RunStart
         if not rank0:
             return
         for why in start.skipped:
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
               file=sys.stderr, flush=True)
 
-    def on_step(rec) -> None:  # noqa: ANN001 - evolm.records.StepRecord
+    def on_step(rec) -> None:  # noqa: ANN001 - evolm.runs.records.StepRecord
         if rec.role == "eval":  # a held-out evaluation (eval.*), not a training step
             bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
             return
@@ -140,18 +140,21 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     from rich.console import Console
     from rich.table import Table
 
-    from evolm.config import grpo_errors, launch_errors, launch_plan
-    from evolm.dist import world_size
+    from evolm.config import launch_errors
     from evolm.errors import InputError
+    from evolm.training.dist import world_size
+    from evolm.training.extra_rewards import extra_rewards
+    from evolm.training.grpo_config import batch_error, grpo_errors
 
     n = args.num_processes if args.num_processes is not None else world_size()  # the real launch's world
     if n < 1:
         raise InputError(f"--num-processes must be >= 1, not {n}")
-    errors = launch_errors(cfg, n) + grpo_errors(cfg.grpo)
+    errors = [e for e in [batch_error(cfg, n)] if e] + launch_errors(cfg) + grpo_errors(cfg.grpo)
     if errors:
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
     if refused := _rubric_budget(cfg):
         raise InputError(refused)
+    extra_rewards(cfg.rewards.extra)  # imported now: a bad name is a one-line error before anything runs
     fit, counted = _prompt_fit(cfg)
     if fit.note():
         say(f"evolm: {fit.note()}")
@@ -178,10 +181,10 @@ def _prompt_fit(cfg):  # noqa: ANN001, ANN202 - evolm.config.RunConfig -> (promp
     the built-in SmolLM2 one when the model is not local (said in the second value); uncounted if neither loads."""
     from pathlib import Path
 
+    from evolm.backends.loading import BUILTIN_MODELS, load_tokenizer
     from evolm.errors import EvolmError
-    from evolm.models import BUILTIN_MODELS, load_tokenizer
-    from evolm.prompt_length import PromptFit, fit_prompt_set
-    from evolm.prompts import load_prompt_set
+    from evolm.training.prompt_length import PromptFit, fit_prompt_set
+    from evolm.training.prompts import load_prompt_set
 
     name = cfg.model.name
     local = name in BUILTIN_MODELS or Path(name).expanduser().exists()
@@ -216,14 +219,97 @@ def _cuda_check() -> None:
             "and vLLM built for the driver's CUDA (docs/GPU.md, 'Install')")
 
 
+def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN001 - evolm.config.RunConfig
+    """What a launch with ``num_processes`` processes will do, as (item, value) rows (``--dry-run``)."""
+    from evolm.config import endpoint_urls
+    from evolm.training.grpo_config import evolm_grpo_settings, importance_sampling_rule
+
+    s = cfg.schedule
+    per_role = s.cycles * s.steps_per_phase
+    labelled = cfg.contrast.pairs == "labelled"
+    pairs_from = "labelled pairs from data.pairs" if labelled else "answers from a frozen policy"
+    roles = {"coevolve": f"{per_role} policy + {per_role} rubric, alternating",
+             "sequential": f"{per_role} rubric, then {per_role} policy",
+             "frozen_rubric": f"{per_role} policy (rubrics from a fixed writer)",
+             "judge_only": f"{per_role} policy (no rubric: the judge or reward model alone)",
+             "rubric_only": f"{per_role} rubric ({pairs_from})"}[s.regime]
+    per_device = cfg.grpo.get("per_device_train_batch_size", 8)
+    settings = evolm_grpo_settings(cfg, num_processes)
+    rows = s.prompts_per_step * s.samples_per_prompt
+    max_len = cfg.grpo.get("max_completion_length", 256)
+    heldout = ", ".join(f for f in (cfg.eval.pairs, cfg.eval.questions) if f)
+    every = f", every {cfg.eval.every} steps" if cfg.eval.every else ""
+    lora = cfg.model.lora
+    return [
+        ("regime", s.regime),
+        ("optimizer steps", f"{cfg.total_steps}: {roles}"),
+        ("per cycle", f"{s.steps_per_phase} steps per phase, {2 if s.regime == 'coevolve' else 1} phase(s); "
+                      f"{s.cycles} cycles"),
+        ("rows per step", f"{s.prompts_per_step} questions x {s.samples_per_prompt} samples = {rows}"),
+        ("processes x micro-batch", f"{num_processes} x {per_device}"),
+        ("gradient accumulation", str(settings["gradient_accumulation_steps"])),
+        ("rows per process", f"{rows // num_processes} per step: {settings['gradient_accumulation_steps']} "
+                             f"micro-batches of {per_device}"),
+        ("completion tokens per step", f"at most {rows * max_len:,} ({rows} x {max_len})"),
+        ("checkpoints", f"every {s.save_every} steps and at each phase end, in {settings['output_dir']}"),
+        ("importance sampling", importance_sampling_rule(cfg.grpo)),
+        ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
+                  + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
+                     if cfg.judge.base_url else ")")),
+    ] + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
+      + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
+      + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
+                   "adapter alone")] if lora.r > 0 else []) \
+      + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
+         if cfg.rewards.extra else []) \
+      + ([("vLLM per step", plan)] if (plan := vllm_plan(cfg)) else [])
+
+
+def vllm_plan(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
+    """The vLLM work of a step with ``grpo.use_vllm``: evolm's generate calls per role before TRL's own, and the
+    weight syncs (``trl_adapter`` contract item 4; metrics.jsonl logs both per step)."""
+    g, s, c = cfg.grpo, cfg.schedule, cfg.contrast
+    if not g.get("use_vllm"):
+        return None
+    policy = {"coevolve": "1 (its rubrics)", "judge_only": "0", "sequential": "0 (the writer stage's checkpoint)",
+              "frozen_rubric": "0 (a fixed writer)" if cfg.rubric.writer else "1 on the first (the frozen rubrics), 0 "
+              "after"}.get(s.regime)
+    # the pairs' answers come from a fixed model, not vLLM (sequential: the base model, plan.sequential_stages)
+    fixed = (bool(c.answerer) or s.regime == "sequential") and c.pairs != "labelled"
+    rubric = "0" if c.pairs == "labelled" else {
+        "temporal": "0, or 1 while the buffer is empty" if fixed else "1 (fresh answers), 2 while the buffer is empty",
+        "rubric_conditioned": "1" if fixed else "2", "inferred_question": "0" if fixed else "3",
+        "combined": "up to 1" if fixed else "up to 6"}[c.pairs]
+    roles = [f"policy steps {policy}" if s.regime != "rubric_only" and policy else "",
+             f"rubric steps {rubric}" if s.regime in ("coevolve", "rubric_only", "sequential") else ""]
+    calls = "; ".join(r for r in roles if r)
+    if g.get("vllm_mode", "colocate") == "colocate" and g.get("vllm_enable_sleep_mode"):
+        syncs = ("1 per step: evolm wakes the sleeping engine once for its calls and TRL's generation puts it back "
+                 "to sleep (sleep level 2 drops the weights: one sync per call otherwise)")
+    else:
+        syncs = "1 per step, after the update"
+    heldout = ", and 1 more after a held-out evaluation (eval.*)" if cfg.eval.pairs or cfg.eval.questions else ""
+    return f"evolm's generate calls before TRL's: {calls}; weight syncs: {syncs}{heldout}"
+
+
+def _writer_row(cfg) -> str:  # noqa: ANN001 - evolm.config.RunConfig
+    """The fixed writer of a frozen_rubric run and how it samples, for the dry run."""
+    r = cfg.rubric
+    temperature, top_p, tokens = (cfg.rubric.writer_sampling()[k] for k in ("temperature", "top_p", "max_new_tokens"))
+    who = f"{r.writer} ({r.writer_backend})" if r.writer else f"{cfg.model.name} (the base model, frozen)"
+    served = (f", {r.writer_max_retries} retries of {r.writer_timeout:g} s, fallback {r.writer_fallback or 'none'}"
+              if r.writer and r.writer_backend == "openai" else "")
+    return f"{who}: temperature {temperature:g}, top-p {top_p:g}, up to {tokens:,} tokens{served}"
+
+
 def _rubric_budget(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
     """With rubric.constrained: the refusal line when a rubric token budget cannot hold any whole rubric; a warning
     when it cuts long ones (a cut rubric does not parse: validity 0 and no reward spread, found only after minutes)."""
     from pathlib import Path
 
-    from evolm.constrained import rubric_token_bounds
+    from evolm.backends.constrained import rubric_token_bounds
+    from evolm.backends.loading import BUILTIN_MODELS, load_tokenizer
     from evolm.errors import EvolmError
-    from evolm.models import BUILTIN_MODELS, load_tokenizer
 
     r, regime = cfg.rubric, cfg.schedule.regime
     budgets = [("rubric.max_new_tokens", r.max_new_tokens)] if regime != "judge_only" else []
@@ -258,7 +344,7 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     from rich.console import Console
     from rich.table import Table
 
-    from evolm import memory
+    from evolm.training import memory
 
     budget = memory.judge_budget(cfg, n, args.judge_tokens_per_second)
     reply = (f"{budget.reply_tokens:,} tokens at {args.judge_tokens_per_second:g} tokens/s (assumed): "
@@ -274,7 +360,7 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     if cfg.grpo.get("use_cpu") or facts is None:
         why = "a CPU run (grpo.use_cpu)" if facts else (
             f"the shape of {cfg.model.name} is not known (not a local directory with config.json, not in "
-            "evolm.memory.KNOWN_MODELS)")
+            "evolm.training.memory.KNOWN_MODELS)")
         say(f"memory estimate skipped: {why}")
         return None
     gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
@@ -306,9 +392,9 @@ def _print_summary(run_dir, phases) -> None:  # noqa: ANN001
     from rich.console import Console
     from rich.table import Table
 
-    from evolm.heldout import summary_rows
-    from evolm.records import read_metrics
-    from evolm.report import pair_n
+    from evolm.report.report import pair_n
+    from evolm.runs.records import read_metrics
+    from evolm.training.heldout import summary_rows
 
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"

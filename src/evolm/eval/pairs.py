@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.eval.rubric_source import RubricCoverage, prompt_rubrics
-from evolm.intervals import wilson
-from evolm.jsonl import read_records
+from evolm.report.intervals import wilson
+from evolm.runs.jsonl import read_records
 from evolm.scores import is_missing
 
 if TYPE_CHECKING:
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class FileResult:
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        """95% interval of the accuracy (Wilson, ``evolm.intervals.wilson``, over the pairs); ``None`` for no pairs.
+        """95% interval of the accuracy (Wilson, ``report.intervals.wilson``, over the pairs); ``None`` for no pairs.
 
         >>> [round(x, 3) for x in FileResult(10, 0.8, 8, 0, 2, 0).interval]
         [0.49, 0.943]
@@ -224,7 +224,7 @@ def run_pairs(
     All rubrics are written in one batched call and all answers of all files judged in one
     ``Judge.score`` call (the two answers of a pair next to each other, sharing their prefix).
     """
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
 
     flat = [p for pairs in files.values() for p in pairs]
     prompts = [p.prompt for p in flat]

@@ -29,7 +29,7 @@ Tasks and data:
   task, and the caller's ``progress`` callback hears when each task starts and ends.
 
 How it stays offline:
-- The model is loaded by ``evolm.models.load_model`` and handed to lm-eval's ``HFLM`` as an
+- The model is loaded by ``evolm.backends.loading.load_model`` and handed to lm-eval's ``HFLM`` as an
   object, so lm-eval never resolves a name on the hub.
 - A TaskManager indexes only the stock folders the requested tasks use (~0.1 s instead of ~10 s
   for the whole catalogue).
@@ -54,7 +54,7 @@ from typing import Any
 from evolm.errors import BackendError, InputError
 from evolm.eval.offline import code_eval_allowed, ensure_punkt_tab, hub_offline, quiet_git_hash
 from evolm.eval.policy_tasks import POLICY_TASKS, PolicyTask
-from evolm.jsonl import read_jsonl
+from evolm.runs.jsonl import read_jsonl
 
 LABEL = "lm-eval protocol"  # docs/METHOD.md §3.2: what every result is labelled (not "OLMES")
 PROTOCOLS = ("lm-eval", "olmo3-adapt")
@@ -429,7 +429,7 @@ def evaluate_policy(
             say(f"[{i}/{len(tasks)}] {task.name}: {result.primary_metric} {result.metrics[result.primary_metric]:.4f} "
                 f"(n={result.n}, {result.seconds:.0f} s)")
     if samples_path is not None:
-        from evolm.jsonl import write_jsonl
+        from evolm.runs.jsonl import write_jsonl
 
         write_jsonl(samples_path, [row for rows in samples.values() for row in rows])
     return PolicyEvalResult(
@@ -556,7 +556,7 @@ def run_policy_eval(
 
     Access to hub data and code execution is checked first, so a refused request loads nothing.
     """
-    from evolm.models import load_model
+    from evolm.backends.loading import load_model
 
     check_access(tasks, allow_hub=kwargs.get("allow_hub", False), allow_code=kwargs.get("allow_code", False))
     lm_model, tokenizer = load_model(model, device=device, dtype=dtype)

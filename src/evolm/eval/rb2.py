@@ -66,11 +66,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.eval.rubric_source import RubricCoverage, RubricTable, prompt_rubrics
-from evolm.jsonl import read_jsonl, read_records, write_jsonl
+from evolm.runs.jsonl import read_jsonl, read_records, write_jsonl
 from evolm.scores import is_missing
 
 if TYPE_CHECKING:
-    from evolm.judge import Judge
+    from evolm.judge.judge import Judge
 
 HUB_ID = "allenai/reward-bench-2"
 SUBSETS: tuple[str, ...] = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
@@ -563,7 +563,7 @@ def run_rb2(
     judge alone for that prompt (or, ``rubric_as_written``, reads its raw text). Both counts are in the returned
     ``RubricCoverage``.
     """
-    from evolm.judge import JudgeItem
+    from evolm.judge.judge import JudgeItem
 
     texts: list[str | None] = []
     rubrics, coverage = prompt_rubrics(

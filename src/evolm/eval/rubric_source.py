@@ -20,8 +20,8 @@ from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
-from evolm.jsonl import read_jsonl
 from evolm.rubrics import Rubric, WrittenRubric, strip_thinking, write_rubrics
+from evolm.runs.jsonl import read_jsonl
 
 RETRY_TEMPERATURES: tuple[float, ...] = (0.3, 0.1)  # after the first attempt, for prompts whose rubric did not parse
 RETRY_WHEN = ("unparsed", "no_criteria_key")  # which written rubrics are written again (write_prompt_rubrics)

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolm.records import SAMPLES_DIR, read_lenient
 from evolm.rubrics import Rubric
+from evolm.runs.records import SAMPLES_DIR, read_lenient
 
 LABEL_MAX_WORDS = 5
 DOMINANT_WEIGHT = 0.7  # a rubric whose largest weight is >= this is "dominated" by one criterion
@@ -297,7 +297,7 @@ def flat_share(rows: Sequence[dict[str, Any]], role: str) -> float | None:
     >>> flat_share([{"criteria_pos": c(0.9, 0.5), "criteria_neg": c(0.2, 0.52)}], "rubric")
     0.5
     """
-    from evolm.rewards import FLAT_SPREAD
+    from evolm.training.rewards import FLAT_SPREAD
 
     units: dict[Any, list[list[Any]]] = {}
     for i, row in enumerate(rows):

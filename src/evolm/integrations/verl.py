@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from evolm.backends.openai import _retry_after
+from evolm.backends.http import _retry_after
 from evolm.errors import BackendError, InputError
 
 URL_ENV = "EVOLM_REWARD_URL"

@@ -10,6 +10,7 @@ from evolm.cli._common import (
     GuardTally,
     add_backend_args,
     add_context_args,
+    add_judge_flags,
     add_judge_mode_arg,
     add_rubric_writing_args,
     add_runtime_args,
@@ -31,7 +32,7 @@ def add_rubric_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-backend", choices=BACKENDS, default=None, help="backend of the judge (default: --backend)")
     p.add_argument("--judge-base-url", action="append", default=None,
                    help="server URL of the judge, repeatable for a pool (default: --base-url)")
-    p.add_argument("--judge-constrained", action="store_true", help=JUDGE_CONSTRAINED)
+    add_judge_flags(p, JUDGE_CONSTRAINED)
     add_runtime_args(p)
     add_rubric_writing_args(p.add_argument_group(
         "rubric writing", "sampling of the rubric writer (the generative judge keeps temperature 0.6, top-p 0.95)"))

@@ -1,0 +1,51 @@
+"""Every setting of a run: ``schema`` (the dataclasses; each section checks itself), ``loading`` (YAML, ``extends:``,
+dotted overrides) and ``checks`` (what the settings ask of files and servers, for the dry run)."""
+
+from evolm.config.checks import launch_errors, path_errors
+from evolm.config.loading import RETIRED, describe, load_config, save_config, to_dict
+from evolm.config.schema import (
+    BACKENDS,
+    DTYPES,
+    EVOLM_GRPO_KEYS,
+    INVALID_RUBRICS,
+    JUDGE_MODES,
+    JUDGE_PARSERS,
+    JUDGE_PROMPTS,
+    JUDGE_SEEDS,
+    MONITOR_ACTIONS,
+    MULTI_JUDGE,
+    OVERLONG,
+    PAIR_BUILDERS,
+    PAIR_MODES,
+    REGIMES,
+    REWARD_MODEL_MODE,
+    REWARD_MODEL_READINGS,
+    RUBRIC_PROMPTS,
+    RUBRIC_REWARDS,
+    SCORER_MODES,
+    ContrastConfig,
+    DataConfig,
+    EvalConfig,
+    JudgeConfig,
+    LoRAConfig,
+    ModelConfig,
+    RewardsConfig,
+    RubricConfig,
+    RunConfig,
+    ScheduleConfig,
+    endpoint_urls,
+    extra_reward_problems,
+    grpo_value_errors,
+    url_error,
+    validate,
+)
+
+__all__ = [
+    "BACKENDS", "DTYPES", "EVOLM_GRPO_KEYS", "INVALID_RUBRICS", "JUDGE_MODES", "JUDGE_PARSERS", "JUDGE_PROMPTS",
+    "JUDGE_SEEDS", "MONITOR_ACTIONS", "MULTI_JUDGE", "OVERLONG", "PAIR_BUILDERS", "PAIR_MODES", "REGIMES", "RETIRED",
+    "REWARD_MODEL_MODE", "REWARD_MODEL_READINGS", "RUBRIC_PROMPTS", "RUBRIC_REWARDS", "SCORER_MODES",
+    "ContrastConfig", "DataConfig", "EvalConfig", "JudgeConfig", "LoRAConfig", "ModelConfig", "RewardsConfig",
+    "RubricConfig", "RunConfig", "ScheduleConfig", "describe", "endpoint_urls", "extra_reward_problems",
+    "grpo_value_errors", "launch_errors", "load_config", "path_errors", "save_config", "to_dict",
+    "url_error", "validate",
+]

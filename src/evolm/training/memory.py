@@ -1,0 +1,516 @@
+"""Memory per training GPU and the judge's time budget, estimated from sizes alone (``evolm train --dry-run``).
+
+Nothing here loads a model or touches a GPU: the estimate is arithmetic over the model's shape (read from a local
+``config.json``, or ``KNOWN_MODELS`` for a few hub ids) and the run's settings. It is meant to tell a launch that
+cannot fit from one that may, and which setting to turn; it is not a measurement. docs/PERFORMANCE.md ("Memory per
+training GPU") derives each term and lists the assumptions, which are, in short:
+
+- Weights and gradients in the model's dtype (bfloat16: 2 bytes per parameter). Adam under DeepSpeed (any ZeRO
+  stage) keeps an fp32 master copy and two fp32 moments: 12 bytes per trainable parameter. Without DeepSpeed,
+  torch's AdamW keeps its two moments in the parameters' dtype and no master copy (4 bytes in bfloat16). A LoRA
+  adapter is trained in fp32 (PEFT upcasts it): 16 bytes per adapter parameter, the base frozen.
+- ZeRO shards over the training processes: stage 1 the optimizer state, stage 2 also the gradients, stage 3 also
+  the weights (and TRL's reference model); ``offload_*_device: cpu`` moves that state off the GPU. Under stage 3
+  each GPU also holds the parameters being used, gathered: the larger of two decoder layers and the output head.
+- TRL loads a reference model when ``grpo.beta`` is not 0 and no LoRA adapter is trained (the adapter off is the
+  reference); a full copy per GPU below stage 3.
+- Activations of one micro-batch (``grpo.per_device_train_batch_size`` rows of prompt + ``max_completion_length``
+  tokens), flash/SDPA attention (no sequence-squared term), per token and decoder layer the tensors autograd keeps
+  for a Llama/Qwen3 layer: ``16 h + 16 q + 14 kv + 8 I`` bytes in bfloat16 (h hidden, q and kv the query and
+  key/value widths, I the MLP width; the RMSNorms keep fp32 copies of their inputs). With gradient checkpointing
+  only each layer's input (``2 h`` bytes) is kept, plus one layer recomputed and its gradients (twice a layer).
+- The output head: TRL 1.16 never builds the (rows, tokens, vocabulary) logits; its chunked log-prob kernel keeps
+  the completion's hidden states, an fp32 gradient for them and for the head's weight (vocabulary x h x 4 bytes),
+  and one (4096 x 32768) tile.
+- Colocated vLLM holds ``grpo.vllm_gpu_memory_utilization`` x GPU memory while it generates: a copy of the weights
+  (split over ``vllm_tensor_parallel_size``), about 1.5 GiB of its own buffers, the rest KV cache. Without sleep mode
+  it holds that share throughout; with ``grpo.vllm_enable_sleep_mode`` TRL puts it to sleep (level 2: weights and
+  KV cache released) after each generation, and 1 GiB is assumed to stay (CUDA graphs, buffers outside its pools).
+  The peak is then the larger of generation (resident state + vLLM) and training (resident state + activations).
+- Generation by transformers (no vLLM) keeps a KV cache for all of a process's rows of a step at full length, and
+  under ZeRO-3 gathers the whole model for it (TRL's ``ds3_gather_for_generation``).
+- 3 GiB per process for the CUDA context, NCCL buffers and allocator slack.
+
+GiB here is 2**30 bytes; an "80 GB" A100/H100 has about 79.6 GiB (``torch.cuda.mem_get_info()[1] / 2**30``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evolm.config import RunConfig
+from evolm.errors import InputError
+from evolm.judge.judge import GENERATIVE_MODES
+
+GIB = 2**30
+OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator slack, per process (assumed)
+VLLM_BUFFERS_GIB = 1.5  # vLLM's own activations (max_num_batched_tokens=4096, as TRL sets) and CUDA graphs (assumed)
+VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (assumed)
+HEAD_TOKEN_CHUNK, HEAD_VOCAB_CHUNK = 4096, 32768  # trl/kernels/chunked_logprob.py (TRL 1.16)
+PROMPT_TOKENS = 1024  # prompt length assumed for a training row (a question, or the rubric-writing instructions)
+JUDGE_TOKENS_PER_SECOND = 50.0  # decode speed assumed for one judge request on a busy server
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The shape of a dense Llama/Qwen3-style decoder, as its ``config.json`` states it."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+    max_positions: int = 0  # the context vLLM allocates for when grpo.vllm_max_model_length is unset
+    qk_norm: bool = False  # Qwen3 normalises queries and keys per head (two head_dim weights per layer)
+    score_head: bool = False  # a sequence-classification reward model: one output (hidden x 1) instead of the LM head
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def layer_parameters(self) -> int:
+        """One decoder layer: attention projections, the gated MLP, two norm weights."""
+        h = self.hidden
+        norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.intermediate + norms
+
+    def parameters(self) -> int:
+        """Every weight: embeddings, layers, final norm, and the output head unless tied to the embeddings.
+
+        >>> KNOWN_MODELS["Qwen/Qwen3-8B"].parameters()
+        8190735360
+        """
+        head = self.hidden if self.score_head else 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.vocab * self.hidden + self.layers * self.layer_parameters() + self.hidden + head
+
+    def lora_parameters(self, rank: int, targets: list[str]) -> int:
+        """Adapter weights of rank ``rank`` on the decoder's linear layers named in ``targets`` (``all-linear``:
+        all seven; PEFT leaves the output head out). A name matches a module whose name ends with it."""
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i),
+                  "up_proj": (h, i), "down_proj": (i, h)}
+        chosen = LINEAR_MODULES if "all-linear" in targets else [m for m in LINEAR_MODULES
+                                                                 if any(m.endswith(t) for t in targets)]
+        return self.layers * sum(rank * (shapes[m][0] + shapes[m][1]) for m in chosen)
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """KV cache of one token over every layer."""
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+    def activation_bytes_per_token_layer(self) -> int:
+        """What autograd keeps per token in one bfloat16 decoder layer (flash/SDPA attention, fp32 RMSNorm inputs):
+        the two RMSNorms 6 h each, the shared q/k/v input 2 h and MLP input 2 h; q: its norm 6 q, RoPE 4 q, attention
+        input and output 4 q, o_proj input 2 q; k: norm 6 kv, RoPE 4 kv, attention input 2 kv; v: 2 kv; the MLP's
+        gate, SiLU output, up and product 8 I."""
+        return 16 * self.hidden + 16 * self.q_dim + 14 * self.kv_dim + 8 * self.intermediate
+
+
+def _qwen3(layers: int, hidden: int, intermediate: int, heads: int, tied: bool) -> ModelFacts:
+    return ModelFacts(layers, hidden, intermediate, heads, 8, 128, 151936, tied, 40960, qk_norm=True)
+
+
+KNOWN_MODELS: dict[str, ModelFacts] = {  # read from each model's config.json on the Hugging Face Hub
+    "Qwen/Qwen3-0.6B": _qwen3(28, 1024, 3072, 16, True),
+    "Qwen/Qwen3-1.7B": _qwen3(28, 2048, 6144, 16, True),
+    "Qwen/Qwen3-4B": _qwen3(36, 2560, 9728, 32, True),
+    "Qwen/Qwen3-8B": _qwen3(36, 4096, 12288, 32, False),
+    "Qwen/Qwen3-14B": _qwen3(40, 5120, 17408, 40, False),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": ModelFacts(30, 576, 1536, 9, 3, 64, 49152, True, 8192),
+}
+KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the built-in models
+# Qwen2.5-Coder-Instruct as evolm converts its GGUF (config.json of the converted model: both GGUFs hold an untied head)
+KNOWN_MODELS["qwen2.5-coder-1.5b-instruct"] = ModelFacts(28, 1536, 8960, 12, 2, 128, 151936, False, 32768)
+KNOWN_MODELS["qwen2.5-coder-0.5b-instruct"] = ModelFacts(24, 896, 4864, 14, 2, 64, 151936, False, 32768)
+# The Skywork reward-model baseline (configs/baselines/skywork-rm.yaml): Llama-3.1-8B with a one-output score head,
+# vocabulary 128,257 (a pad token added), as Skywork-Reward-Llama-3.1-8B's config.json states
+KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"] = ModelFacts(32, 4096, 14336, 32, 8, 128, 128257, False,
+                                                                         131072, score_head=True)
+KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B"] = KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"]
+
+
+def model_facts(name: str) -> ModelFacts | None:
+    """The shape of ``name``: its ``config.json`` if it is a local directory, else ``KNOWN_MODELS``; None if neither."""
+    config = Path(name) / "config.json"
+    if config.is_file():
+        c = json.loads(config.read_text(encoding="utf-8"))
+        c = c.get("text_config", c)
+        try:
+            heads = int(c["num_attention_heads"])
+            return ModelFacts(
+                layers=int(c["num_hidden_layers"]), hidden=int(c["hidden_size"]),
+                intermediate=int(c["intermediate_size"]), heads=heads,
+                kv_heads=int(c.get("num_key_value_heads") or heads),
+                head_dim=int(c.get("head_dim") or c["hidden_size"] // heads), vocab=int(c["vocab_size"]),
+                tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+                max_positions=int(c.get("max_position_embeddings") or 0),
+                qk_norm=str(c.get("model_type", "")).startswith("qwen3"),
+                score_head=any(str(a).endswith("ForSequenceClassification") for a in c.get("architectures") or []))
+        except (KeyError, TypeError, ValueError):
+            return None  # not a dense decoder config this estimate knows
+    return KNOWN_MODELS.get(name)
+
+
+# ----------------------------------------------------------------------------- the launch's sharding
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How the training processes share the model's state: DeepSpeed or not, the ZeRO stage, CPU offload."""
+
+    deepspeed: bool = False
+    zero_stage: int = 0
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    source: str = "no --accelerate-config: plain data parallel, no ZeRO"
+
+
+def read_sharding(path: str | Path) -> Sharding:
+    """The sharding an accelerate config (YAML) or a DeepSpeed config (JSON) asks for.
+
+    An accelerate config with ``distributed_type: DEEPSPEED`` states ``deepspeed_config.zero_stage`` and the offload
+    devices, or names a DeepSpeed JSON in ``deepspeed_config_file``; a DeepSpeed JSON states
+    ``zero_optimization.stage`` and ``offload_optimizer`` / ``offload_param`` devices. Any other accelerate config
+    (multi-GPU, FSDP is not estimated) reads as plain data parallel.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such accelerate or DeepSpeed config")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}  # YAML reads JSON too
+    except yaml.YAMLError as e:
+        raise InputError(f"{p}: not valid YAML or JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: not an accelerate or DeepSpeed config (a mapping)")
+    if "zero_optimization" in data:
+        return _deepspeed_json(data, str(p))
+    if str(data.get("distributed_type", "")).upper() != "DEEPSPEED":
+        return Sharding(source=f"{p.name}: distributed_type {data.get('distributed_type', 'unset')} (no ZeRO)")
+    ds = data.get("deepspeed_config") or {}
+    if ds.get("deepspeed_config_file"):
+        return read_sharding(p.parent / ds["deepspeed_config_file"] if not Path(ds["deepspeed_config_file"])
+                             .is_absolute() else ds["deepspeed_config_file"])
+    return Sharding(True, int(ds.get("zero_stage", 0) or 0), ds.get("offload_optimizer_device", "none") == "cpu",
+                    ds.get("offload_param_device", "none") == "cpu", f"{p.name}: ZeRO stage {ds.get('zero_stage', 0)}")
+
+
+def _deepspeed_json(data: dict[str, Any], source: str) -> Sharding:
+    zero = data.get("zero_optimization") or {}
+    stage = zero.get("stage", 0)
+    stage = 0 if stage == "auto" else int(stage)
+    device = lambda key: (zero.get(key) or {}).get("device", "none") == "cpu"  # noqa: E731
+    return Sharding(True, stage, device("offload_optimizer"), device("offload_param"),
+                    f"{Path(source).name}: ZeRO stage {stage}")
+
+
+def sharding_for(cfg: RunConfig, accelerate_config: str | None, zero_stage: int | None) -> Sharding:
+    """The sharding of a launch: ``--zero-stage`` if given, else the accelerate config, else ``grpo.deepspeed``
+    (TrainingArguments' DeepSpeed JSON or mapping), else plain data parallel."""
+    if zero_stage is not None:
+        if not 0 <= zero_stage <= 3:
+            raise InputError(f"--zero-stage must be 0, 1, 2 or 3, not {zero_stage}")
+        return Sharding(True, zero_stage, source=f"--zero-stage {zero_stage} (DeepSpeed)")
+    if accelerate_config:
+        return read_sharding(accelerate_config)
+    ds = cfg.grpo.get("deepspeed")
+    if isinstance(ds, dict):
+        return _deepspeed_json(ds, "grpo.deepspeed")
+    if isinstance(ds, str) and ds:
+        return read_sharding(ds)
+    return Sharding()
+
+
+# ----------------------------------------------------------------------------- the estimate
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything the estimate reads about one training process of a launch (``setup_for`` fills it from a config)."""
+
+    processes: int
+    sharding: Sharding
+    gpu_gib: float
+    micro_batch: int
+    prompt_tokens: int
+    completion_tokens: int
+    gradient_checkpointing: bool = True
+    dtype_bytes: int = 2  # bfloat16 weights (4: float32)
+    reference_model: bool = True
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    vllm_mode: str | None = "colocate"  # None: transformers generation; "server": generation on other GPUs
+    vllm_share: float = 0.3
+    vllm_sleep: bool = False
+    vllm_tensor_parallel: int = 1
+    vllm_max_model_length: int | None = None
+    rows_per_process: int = 1  # a step's rows on one process (transformers generation holds all of them at once)
+    cast_lm_head_to_fp32: bool = False
+    judge_parameters: int = 0  # a judge loaded in the training process (judge.backend hf, another model)
+    judge_name: str = "judge (in process)"  # its row: the judge, or the reward model (judge.mode reward_model)
+    judge_dtype_bytes: int = 2  # its weights: judge.dtype auto is float32 for a judge (models.judge_dtype), the
+    # policy's dtype for a reward model
+    fixed_role: str = ""  # a fixed rubric writer or answerer loaded in the training process (backend hf): its role
+    fixed_parameters: int = 0  # ... its weights, whole on each training GPU
+    fixed_kv_tokens: int = 0  # ... tokens its generation keeps in the KV cache at once (a batch at full length)
+    fixed_kv_bytes_per_token: int = 0
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    gib: float
+    note: str = ""
+    phase: str = "resident"  # resident (always), generation, training
+    knob: str = ""  # what to turn when this term is the one that does not fit
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The terms of one training process's GPU memory, its two phases and its peak (GiB)."""
+
+    terms: list[Term]
+    generation_gib: float
+    training_gib: float
+    vllm_sequences: float | None = None  # full-length sequences a colocated vLLM's KV cache holds at once
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak_gib(self) -> float:
+        return max(self.generation_gib, self.training_gib)
+
+    def largest(self, phase: str) -> Term:
+        """The largest term that counts in ``phase`` (resident terms count in both)."""
+        return max((t for t in self.terms if t.phase in ("resident", phase)), key=lambda t: t.gib)
+
+
+def estimate(facts: ModelFacts, s: Setup) -> Estimate:
+    """GPU memory of one training process, term by term (see the module docstring for every assumption).
+
+    >>> e = estimate(KNOWN_MODELS["Qwen/Qwen3-8B"], Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384,
+    ...              vllm_share=0.35, vllm_sleep=True))
+    >>> round(e.peak_gib, 1), round(e.training_gib, 1)
+    (65.3, 55.5)
+    """
+    n, sh, wb = s.processes, s.sharding, s.dtype_bytes
+    z = sh.zero_stage if sh.deepspeed else 0
+    params = facts.parameters()
+    lora = s.lora_rank > 0
+    trainable = facts.lora_parameters(s.lora_rank, list(s.lora_targets)) if lora else params
+    tokens = s.micro_batch * (s.prompt_tokens + s.completion_tokens)
+    terms: list[Term] = []
+
+    def add(name: str, nbytes: float, note: str = "", phase: str = "resident", knob: str = "") -> None:
+        terms.append(Term(name, nbytes / GIB, note, phase, knob))
+
+    shard_note = lambda stage: f"/ {n} (ZeRO-{z})" if z >= stage and n > 1 else "not sharded"  # noqa: E731
+    zero3 = "DeepSpeed ZeRO-3 (configs/accelerate-zero3.yaml; --accelerate-config here), or model.lora.r"
+    more = "more training processes under ZeRO-3, or model.lora.r" if z == 3 else zero3
+    weights_gpu = 0 if z == 3 and sh.offload_params else params * wb / (n if z == 3 else 1)
+    add("weights", weights_gpu, f"{params / 1e9:.2f}B x {wb} B {shard_note(3)}"
+        + (", offloaded to CPU" if z == 3 and sh.offload_params else ""), knob=more)
+    grad_bytes = 4 if lora else wb  # a LoRA adapter is fp32 (PEFT upcasts it): its weight is its own master copy
+    opt_bytes = 12 if sh.deepspeed and wb == 2 and not lora else 2 * grad_bytes
+    add("gradients", trainable * grad_bytes / (n if z >= 2 else 1),
+        f"{trainable / 1e6:,.0f}M x {grad_bytes} B {shard_note(2)}", knob=more)
+    optimizer = 0 if sh.offload_optimizer and z >= 1 else trainable * opt_bytes / (n if z >= 1 else 1)
+    add("optimizer (Adam)", optimizer, f"{trainable / 1e6:,.0f}M x {opt_bytes} B ("
+        + ("fp32 master + 2 moments" if opt_bytes == 12 else "2 moments") + f") {shard_note(1)}"
+        + (", offloaded to CPU" if optimizer == 0 else ""),
+        knob="offload_optimizer_device: cpu in the accelerate config, more training processes, or model.lora.r"
+        if z >= 1 else zero3)
+    if s.reference_model:
+        add("reference model", params * wb / (n if z == 3 else 1), f"grpo.beta != 0: {shard_note(3)}",
+            knob="ZeRO-3, grpo.beta=0 (no KL term, TRL loads no reference) or model.lora.r (the adapter off is the "
+            "reference)")
+    whole = ", whole (outside ZeRO-3)" if z == 3 else ""
+    if s.judge_parameters:
+        jb = s.judge_dtype_bytes
+        add(s.judge_name, s.judge_parameters * jb, f"{s.judge_parameters / 1e9:.2f}B x {jb} B on each training GPU"
+            f"{whole}", knob="a judge served on its own GPUs (judge.backend=openai, judge.base_url)")
+    if s.fixed_parameters:
+        where = "rubric.writer" if s.fixed_role == "writer" else "contrast.answerer"
+        add(f"fixed {s.fixed_role} (in process)", s.fixed_parameters * wb,
+            f"{s.fixed_parameters / 1e9:.2f}B x {wb} B on each training GPU{whole}",
+            knob=f"the fixed {s.fixed_role} served on its own GPUs ({where}_backend=openai, {where}_base_url)")
+    add("CUDA context, NCCL, slack", OVERHEAD_GIB * GIB, "assumed")
+    if z == 3:
+        add("ZeRO-3 gathered parameters", max(2 * facts.layer_parameters(), facts.vocab * facts.hidden) * wb,
+            "2 decoder layers or the output head", "training", knob=more)
+
+    # ---- training: activations of one micro-batch, and the output head
+    layer = facts.activation_bytes_per_token_layer() * wb / 2
+    final_norm = 6 * facts.hidden * tokens
+    if s.gradient_checkpointing:
+        add("activations", (facts.layers * facts.hidden * wb + 2 * layer) * tokens + final_norm,
+            f"{s.micro_batch} x {s.prompt_tokens + s.completion_tokens:,} tokens, checkpointed", "training",
+            knob="grpo.per_device_train_batch_size or grpo.max_completion_length")
+    else:
+        add("activations", facts.layers * layer * tokens + final_norm,
+            f"{s.micro_batch} x {s.prompt_tokens + s.completion_tokens:,} tokens, no checkpointing", "training",
+            knob="grpo.gradient_checkpointing=true")
+    completion = s.micro_batch * s.completion_tokens
+    head_bytes = 4 if s.cast_lm_head_to_fp32 else wb
+    head = (completion * facts.hidden * (4 + head_bytes) + min(completion, HEAD_TOKEN_CHUNK) * HEAD_VOCAB_CHUNK
+            * head_bytes + (0 if lora else facts.vocab * facts.hidden * 4))
+    add("output head (log-probs)", head, "TRL's chunked kernel, fp32 gradients" + ("" if lora else " (head incl.)"),
+        "training", knob="grpo.per_device_train_batch_size or grpo.max_completion_length")
+
+    # ---- generation
+    vllm_sequences = None
+    if s.vllm_mode == "colocate":
+        share = s.vllm_share * s.gpu_gib * GIB
+        add("vLLM (colocated)", share, f"{s.vllm_share} x {s.gpu_gib:g} GiB", "generation",
+            knob="grpo.vllm_enable_sleep_mode=true, a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server")
+        if s.vllm_sleep:
+            add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "training")
+        else:
+            add("vLLM (colocated)", share, "held: no sleep mode", "training",
+                knob="grpo.vllm_enable_sleep_mode=true or a lower grpo.vllm_gpu_memory_utilization")
+        kv_room = share - params * wb / s.vllm_tensor_parallel - VLLM_BUFFERS_GIB * GIB
+        length = s.vllm_max_model_length or facts.max_positions or (s.prompt_tokens + s.completion_tokens)
+        vllm_sequences = max(0.0, kv_room) / (length * facts.kv_bytes_per_token(wb) / s.vllm_tensor_parallel)
+    elif s.vllm_mode is None:
+        rows = s.rows_per_process * (s.prompt_tokens + s.completion_tokens)
+        add("generation KV cache (transformers)", rows * facts.kv_bytes_per_token(wb),
+            f"{s.rows_per_process} rows x {s.prompt_tokens + s.completion_tokens:,} tokens at once", "generation",
+            knob="grpo.use_vllm=true")
+        if z == 3:
+            add("ZeRO-3 gather for generation", params * wb, "ds3_gather_for_generation (TRL's default)",
+                "generation", knob="grpo.use_vllm=true")
+    if s.fixed_kv_tokens:
+        add(f"fixed {s.fixed_role}'s KV cache (transformers)", s.fixed_kv_tokens * s.fixed_kv_bytes_per_token,
+            f"{s.fixed_kv_tokens:,} tokens at once (a batch of 8 at full length)", "generation",
+            knob=f"the fixed {s.fixed_role} served on its own GPUs")
+    if lora and z == 3 and s.vllm_mode is not None:
+        add("LoRA merge for vLLM", params * wb, "TRL gathers the whole model to merge the adapter", "generation",
+            knob="fewer parameters per GPU (ZeRO-3 cannot shard this gather)")
+
+    resident = sum(t.gib for t in terms if t.phase == "resident")
+    generation = resident + sum(t.gib for t in terms if t.phase == "generation")
+    training = resident + sum(t.gib for t in terms if t.phase == "training")
+    return Estimate(terms, generation, training, vllm_sequences)
+
+
+def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Sharding, gpu_gib: float,
+              prompt_tokens: int = PROMPT_TOKENS) -> Setup:
+    """The ``Setup`` of one training process of ``cfg`` launched on ``processes`` processes."""
+    g = cfg.grpo
+    per_device = int(g.get("per_device_train_batch_size", 8))
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
+    judge_params = 0
+    reference = float(g.get("beta", 0.0)) != 0 and cfg.model.lora.r == 0
+    # a judge of the initial model reads TRL's reference instead of a copy, on one process without DeepSpeed only
+    # (trl_adapter.reference_model); a judge served elsewhere (openai) costs nothing here; backend vllm is not counted
+    shares_reference = cfg.judge.model == cfg.model.name and reference and processes == 1 and not sharding.deepspeed
+    rm = cfg.judge.mode == "reward_model"  # a reward model always runs in process
+    if (cfg.judge.backend == "hf" or rm) and not shares_reference:
+        judges = [model_facts(m) for m in [cfg.judge.model, *cfg.judge.extra_models]]
+        judge_params = sum(j.parameters() for j in judges if j)
+    fixed = fixed_model(cfg)
+    fixed_facts = (model_facts(fixed[1]) or model_facts(cfg.model.name)) if fixed else None
+    fixed_tokens = 8 * (prompt_tokens + fixed[2]) if fixed_facts and fixed else 0  # load_backend's batch of 8
+    return Setup(
+        processes=processes, sharding=sharding, gpu_gib=gpu_gib, micro_batch=per_device, prompt_tokens=prompt_tokens,
+        completion_tokens=int(g.get("max_completion_length") or 512),
+        gradient_checkpointing=bool(g.get("gradient_checkpointing", True)),
+        dtype_bytes=4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2,
+        reference_model=reference,
+        lora_rank=cfg.model.lora.r, lora_targets=tuple(cfg.model.lora.target_modules),
+        vllm_mode=g.get("vllm_mode", "colocate") if g.get("use_vllm") else None,
+        vllm_share=float(g.get("vllm_gpu_memory_utilization", 0.3)),
+        vllm_sleep=bool(g.get("vllm_enable_sleep_mode", False)),
+        vllm_tensor_parallel=int(g.get("vllm_tensor_parallel_size", 1)),
+        vllm_max_model_length=g.get("vllm_max_model_length"),
+        rows_per_process=max(1, rows // processes), cast_lm_head_to_fp32=bool(g.get("cast_lm_head_to_fp32")),
+        judge_parameters=judge_params, judge_name="reward model (in process)" if rm else "judge (in process)",
+        judge_dtype_bytes=_dtype_bytes(cfg.judge.dtype, cfg.model.dtype if rm else "float32",
+                                       4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2),
+        fixed_role=fixed[0] if fixed else "", fixed_parameters=fixed_facts.parameters() if fixed_facts else 0,
+        fixed_kv_tokens=fixed_tokens, fixed_kv_bytes_per_token=fixed_facts.kv_bytes_per_token() if fixed_facts else 0)
+
+
+def _dtype_bytes(dtype: str, auto: str, auto_bytes: int) -> int:
+    """Bytes per weight of a model loaded in ``dtype`` (``auto``: what ``auto`` resolves to for it)."""
+    name = auto if dtype == "auto" else dtype
+    return 4 if name == "float32" else auto_bytes if name == "auto" else 2
+
+
+def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
+    """The fixed rubric writer or answerer a run loads in its training processes (backend hf), as ``(role, model,
+    max_new_tokens)``, or None (served elsewhere, or none).
+
+    ``sequential`` holds one per stage (``plan.sequential_stages``): the base model answering in the writer stage,
+    then the writer stage's checkpoint writing in the policy stage, both of the model's shape; the answerer is named.
+    """
+    r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
+    answerer = (c.answerer or (cfg.model.name if regime == "sequential" else None)) if c.pairs != "labelled" else None
+    if answerer and c.answerer_backend == "hf" and regime in ("coevolve", "rubric_only", "sequential"):
+        return "answerer", answerer, c.max_new_tokens
+    if regime == "sequential":
+        return "writer", cfg.model.name, r.max_new_tokens
+    if regime == "frozen_rubric" and r.writer and r.writer_backend == "hf":
+        return "writer", r.writer, r.max_new_tokens
+    return None
+
+
+def refusal(e: Estimate, s: Setup, gpu_gib: float) -> str | None:
+    """One line when the estimate does not fit ``gpu_gib`` GiB, naming the phase, its largest term and its knob."""
+    if e.peak_gib > gpu_gib:
+        phase = "generation" if e.generation_gib >= e.training_gib else "training"
+        big = e.largest(phase)
+        return (f"estimated {e.peak_gib:.1f} GiB per training GPU ({phase}) exceeds --gpu-memory {gpu_gib:g}: the "
+                f"largest term is {big.name} ({big.gib:.1f} GiB); turn {big.knob or 'the settings above'}")
+    if s.vllm_mode == "colocate" and e.vllm_sequences is not None and e.vllm_sequences < 1:
+        return (f"colocated vLLM's share ({s.vllm_share} x {gpu_gib:g} GiB) leaves no room for one full-length "
+                "sequence's KV cache after the weights: raise grpo.vllm_gpu_memory_utilization, or set "
+                "grpo.vllm_max_model_length or grpo.vllm_tensor_parallel_size")
+    return None
+
+
+# ----------------------------------------------------------------------------- the judge's time budget
+
+
+@dataclass(frozen=True)
+class JudgeBudget:
+    """How long the judge's longest reply takes at an assumed decode speed, against ``judge.timeout``."""
+
+    reply_tokens: int
+    seconds: float  # one request at the assumed speed
+    timeout: float | None  # judge.timeout (None: no deadline, an in-process judge)
+    step_seconds: float  # judging one step on one process at worst: its requests in waves of max_concurrency
+    ddp_timeout: float  # grpo.ddp_timeout: how long the other processes wait in a collective
+
+    @property
+    def fits(self) -> bool:
+        return self.timeout is None or self.seconds <= self.timeout
+
+
+def judge_budget(cfg: RunConfig, processes: int, tokens_per_second: float = JUDGE_TOKENS_PER_SECOND) -> JudgeBudget:
+    """The judge's longest reply in seconds, and the worst judging time of one step on one process.
+
+    A sampled judge mode (``GENERATIVE_MODES``) may write ``judge.max_new_tokens``; the probability modes read one
+    token. A rubric step judges two answers per rubric sample, a policy step one per answer: at worst
+    ``2 x rows per process`` requests in waves of ``judge.max_concurrency`` (``judge.batch_size`` in process),
+    each a full reply. The other processes wait that long in a collective, so ``grpo.ddp_timeout`` (TrainingArguments'
+    default 1800 s) should exceed it plus generation.
+    """
+    j = cfg.judge
+    reply = j.max_new_tokens if j.mode in GENERATIVE_MODES else 1
+    seconds = reply / tokens_per_second
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt // max(1, processes)
+    waves = math.ceil(2 * rows / (j.max_concurrency if j.backend == "openai" else j.batch_size))
+    return JudgeBudget(reply, seconds, j.timeout if j.backend == "openai" else None, waves * seconds,
+                       float(cfg.grpo.get("ddp_timeout", 1800)))
