@@ -225,3 +225,10 @@ def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> No
     assert sum(told) == 2 * 4  # decoding steps after the first token (from the prompt's pass): 4 per row
     peft(**ids)  # a training-style forward of whole sequences decodes nothing
     assert sum(told) == 8
+
+
+def test_the_cli_help_names_every_builtin_model() -> None:
+    from evolm.backends.loading import BUILTIN_MODELS
+    from evolm.cli._common import MODEL_NAMES
+
+    assert all(name in MODEL_NAMES for name in BUILTIN_MODELS), MODEL_NAMES

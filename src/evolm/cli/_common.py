@@ -13,7 +13,8 @@ import sys
 from evolm.cli.flags import Flag, add_flags, field_values
 from evolm.config import DTYPES, JUDGE_MODES, OVERLONG
 
-MODEL_NAMES = "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct'"
+MODEL_NAMES = ("local dir, Hugging Face id, or a built-in name: smollm2-135m-instruct, or qwen2.5-coder-1.5b-instruct "
+               "and qwen2.5-coder-0.5b-instruct once their extras are installed (docs/USAGE.md, 'Built-in models')")
 
 
 def positive_int(text: str) -> int:

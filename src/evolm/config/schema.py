@@ -84,7 +84,8 @@ class LoRAConfig:
 class ModelConfig:
     """The one model that plays both roles (policy and rubric writer)."""
 
-    name: str = _f("Qwen/Qwen3-8B", "local dir, Hugging Face id, or built-in 'smollm2-135m-instruct' (paper: Qwen3-8B)")
+    name: str = _f("Qwen/Qwen3-8B", "local dir, Hugging Face id, or a built-in name (smollm2-135m-instruct; the "
+                    "Qwen2.5-Coder judges with their extras: docs/USAGE.md) (paper: Qwen3-8B)")
     dtype: str = _f("auto", "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16", choices=DTYPES)
     system_prompt: str = _f("You are a helpful assistant.", "system prompt of the policy role (paper's)")
     chat_template_kwargs: dict = _f({}, "passed to the chat template, e.g. {enable_thinking: false} for Qwen3")
