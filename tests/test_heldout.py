@@ -309,13 +309,13 @@ def test_study_configs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The study configs load; from the repository root (their paths are relative to it) they pass the launch checks
     when the shared data is there."""
     cfg = load_config(REPO / "configs" / "study" / f"{name}.yaml")
-    assert (cfg.eval.pairs, cfg.eval.limit) == ("../shared/data/ultrafeedback_sample/eval_clean.jsonl", 40)
+    assert (cfg.eval.pairs, cfg.eval.limit) == ("data/ultrafeedback_sample/eval_clean.jsonl", 40)
     if name == "writer-labelled":
         assert (cfg.schedule.regime, cfg.contrast.pairs, cfg.contrast.answerer) == ("rubric_only", "labelled", None)
-        assert cfg.data.pairs == "../shared/data/ultrafeedback_sample/train_clean.jsonl"
+        assert cfg.data.pairs == "data/ultrafeedback_sample/train_clean.jsonl"
     monkeypatch.chdir(REPO)
     if not Path(cfg.eval.pairs).is_file():
-        pytest.skip("no shared UltraFeedback sample next to the repository")
+        pytest.skip("no UltraFeedback sample in data/ (python scripts/fetch_data.py ultrafeedback_sample)")
     assert launch_errors(cfg) == []
     if cfg.data.pairs:
         assert len(Plan(cfg, ["q"]).labelled.pairs) == 1000
