@@ -15,7 +15,6 @@ front of the reply (``opened_thinking``), so that a reply cut while thinking rea
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import time
@@ -381,7 +380,10 @@ class HFBackend:
     def _prefix_cache(self, tokens: list[int]) -> Any:
         """The KV cache after ``tokens``: ``[1, heads, P, d]`` per layer."""
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, **self._last_only)
+        return self._cache_of(self.model(input_ids=ids, use_cache=True, **self._last_only))
+
+    def _cache_of(self, out: Any) -> Any:
+        """The KV cache a forward pass returned, under either of its names (``cache_kwarg``)."""
         return out.cache if self._cache_kw == "cache" else out.past_key_values
 
     def _grouped_logits(self, encoded: list[list[int]], groups: list[tuple[list[int], int]], base: Any,
@@ -440,10 +442,7 @@ class HFBackend:
         width = max(len(p) for p in parts)
         mask = torch.zeros((len(chunk), common + width), dtype=torch.long)
         mask[:, :common] = 1
-        cache = None
-        if base is not None:
-            cache = copy.deepcopy(base)
-            cache.batch_repeat_interleave(len(chunk))
+        cache = None if base is None else cache_rows(base, [0] * len(chunk), self.device)  # base's row per group
         if width == 0:  # the groups are the common prefix alone
             return cache, mask
         ids = torch.full((len(chunk), width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -454,7 +453,7 @@ class HFBackend:
         out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                          position_ids=positions.to(self.device), use_cache=True,
                          **({} if cache is None else {self._cache_kw: cache}), **self._last_only)
-        return (out.cache if self._cache_kw == "cache" else out.past_key_values), mask
+        return self._cache_of(out), mask
 
 
 class _RowsEnded:
