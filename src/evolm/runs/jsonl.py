@@ -42,7 +42,6 @@ from typing import Any, TextIO
 
 from evolm.errors import InputError
 
-
 LINE_END = "\n"
 """What ends a JSONL line, and the only thing that does."""
 _UNSAFE_RAW = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # line breaks to splitlines()

@@ -6,7 +6,8 @@ A run directory holds::
     config_history.jsonl             what each such resume changed: step, time, {key: {from, to}}
     .evolm.lock                      held (flock) by the one process training here; holds its PID
     metrics.jsonl                    one StepRecord per optimizer step (appended, fsync'ed), and one with role
-                                     "eval" per held-out evaluation (``evolm.training.heldout``; readers of steps skip it)
+                                     "eval" per held-out evaluation (``evolm.training.heldout``; step readers skip
+                                     it)
     samples/phase-XXX-<role>.jsonl   SampleRecords: every generated row with its reward and details
     frozen_rubrics.jsonl             rubrics of a fixed writer (sequential / frozen_rubric), written once
     eval_rubrics.jsonl               the fixed rubric set of held-out policy scores, written once at step 0

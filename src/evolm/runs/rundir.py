@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from evolm.config import RunConfig, load_config, save_config, to_dict
-from evolm.training.contrast import ReplayBuffer
-from evolm.training.dist import is_main
 from evolm.errors import RunError
 from evolm.runs.jsonl import atomic_writer, dumps, write_jsonl
 from evolm.runs.records import (
@@ -34,7 +33,8 @@ from evolm.runs.records import (
     append_records,
     iter_lenient,
 )
-
+from evolm.training.contrast import ReplayBuffer
+from evolm.training.dist import is_main
 
 CONFIG_HISTORY_FILE = "config_history.jsonl"  # the settings a resume changed, one line per such resume
 LOCK_FILE = ".evolm.lock"  # held (flock) by the process training in the directory; holds its PID
