@@ -10,6 +10,10 @@ differs and a paired bootstrap interval of the difference in accuracy.
 
     .venv/bin/python bench/judge_dtype.py                             # Natural (100 pairs), prob and yesno
     .venv/bin/python bench/judge_dtype.py --sets Natural Adversarial_Neighbor --modes yesno
+    .venv/bin/python bench/judge_dtype.py --model qwen2.5-coder-1.5b-instruct --modes yesno --limit 8
+
+Besides, per mode and dtype: the probe of ``bench/learning.py writers-probe`` (P(Yes) of a right minus a wrong
+short answer under a criterion naming the expected value), and the CPU seconds (this process) per judged answer.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
-from learning import bootstrap_mean, sign_test  # noqa: E402  (the learning study's statistics)
+from learning import PROBES, bootstrap_mean, sign_test  # noqa: E402  (the learning study's statistics, its probe)
 
 
 def main() -> None:
@@ -33,6 +37,7 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", default=["Natural"], help="LLMBar files (without .json)")
     ap.add_argument("--modes", default="prob,yesno", help="comma-separated probability modes")
     ap.add_argument("--batch-size", type=int, default=16, help="judge batch size (the CLI's default: 16)")
+    ap.add_argument("--limit", type=int, default=0, help="the first N pairs only (0: all), for a large judge")
     args = ap.parse_args()
 
     import torch
@@ -40,7 +45,7 @@ def main() -> None:
     from evolm.backends.loading import load_backend
     from evolm.eval.pairs import pair_credit
     from evolm.judge.judge import Judge, JudgeItem
-    from evolm.rubrics import Rubric
+    from evolm.rubrics import Criterion, Rubric
 
     rubric = Rubric.from_obj(GENERIC_RUBRIC)
     pairs = []
@@ -48,7 +53,9 @@ def main() -> None:
         for r in json.loads((LLMBAR_NATURAL.parent / f"{name}.json").read_text(encoding="utf-8")):
             better, worse = (r["output_1"], r["output_2"]) if int(r["label"]) == 1 else (r["output_2"], r["output_1"])
             pairs.append((r["input"], better, worse))
+    pairs = pairs[:args.limit] if args.limit else pairs
     items = [JudgeItem(q, a, rubric) for q, b, w in pairs for a in (b, w)]
+    probe = [JudgeItem(q, a, Rubric((Criterion(c, 1.0),))) for q, c, right, wrong in PROBES for a in (right, wrong)]
     modes = args.modes.split(",")
     print_header("Judge weights: bfloat16 vs float32", {
         "model": args.model, "sets": " ".join(args.sets), "pairs": len(pairs), "answers": len(items),
@@ -63,16 +70,22 @@ def main() -> None:
         for mode in modes:
             judge = Judge(backend, mode=mode)
             judge.score(items[: args.batch_size])  # warm-up
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             s = [j.score for j in judge.score(items, progress=True)]
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             c = [pair_credit(a, b) for a, b in zip(s[0::2], s[1::2], strict=True)]
             credits[mode, dtype], scores[mode, dtype] = c, s
             lo, hi = bootstrap_mean(c)
+            ps = [j.score for j in judge.score(probe)]
+            gaps = [ps[2 * i] - ps[2 * i + 1] for i in range(len(PROBES))]
+            glo, ghi = bootstrap_mean(gaps)
             rows.append([mode, dtype, len(c), f"{statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]", seconds,
-                         len(items) / seconds])
+                         len(items) / seconds, f"{cpu / len(items):.2f}",
+                         f"{statistics.fmean(gaps):+.3f} [{glo:+.3f}, {ghi:+.3f}], {sum(g > 0 for g in gaps)} / "
+                         f"{sum(g < 0 for g in gaps)}"])
         del backend
-    print(table(["mode", "weights", "pairs", "pairwise accuracy [95% CI]", "seconds", "answers/s"], rows))
+    print(table(["mode", "weights", "pairs", "pairwise accuracy [95% CI]", "seconds", "answers/s",
+                 "CPU s / answer", "probe: right - wrong, right / wrong higher"], rows))
     print("\nbfloat16 against float32, same pairs:\n")
     rows = []
     for mode in modes:

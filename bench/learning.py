@@ -409,8 +409,8 @@ def backfill_policy(name: str) -> None:
 # runs/study/writers/judge-NAME, on this machine only.
 JUDGE = "qwen2.5-coder-1.5b-instruct"
 # The writers study's judge weights (held-out arms, probe and the 1.5B training configs): bfloat16, as the paper's
-# served judge; on this CPU (AMX) 2.4x cheaper than float32 with the probe gap +0.309 against +0.312 and the same
-# pair order (docs/PERFORMANCE.md, "The yesno judge's cost").
+# served judge; on this CPU (AMX) about 2.4x cheaper than float32 with the same probe gap (docs/PERFORMANCE.md,
+# "bfloat16 judge weights"; bench/judge_dtype.py).
 JUDGE_DTYPE = "bfloat16"
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
@@ -656,8 +656,8 @@ def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
              "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
             for i, (q, c, _, _) in enumerate(PROBES)]
     WRITERS.mkdir(parents=True, exist_ok=True)
-    probe_file(model, mode).write_text(json.dumps({"judge": model, "mode": mode, "dtype": JUDGE_DTYPE, "rows": rows}, indent=1),
-                                       encoding="utf-8")
+    probe_file(model, mode).write_text(
+        json.dumps({"judge": model, "mode": mode, "dtype": JUDGE_DTYPE, "rows": rows}, indent=1), encoding="utf-8")
     print(_probe_line(rows, mode, model))
     return {"rows": rows}
 
