@@ -658,7 +658,7 @@ def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
     WRITERS.mkdir(parents=True, exist_ok=True)
     probe_file(model, mode).write_text(
         json.dumps({"judge": model, "mode": mode, "dtype": JUDGE_DTYPE, "rows": rows}, indent=1), encoding="utf-8")
-    print(_probe_line(rows, mode, model))
+    print(_probe_line(rows, mode, model, JUDGE_DTYPE))
     return {"rows": rows}
 
 
@@ -668,13 +668,15 @@ def probe_file(model: str = JUDGE, mode: str = "yesno") -> Path:
     return FIGURES / "writers" / f"probe-{Path(model).name}{'' if mode == 'yesno' else f'-{mode}'}.json"
 
 
-def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str = JUDGE) -> str:
+def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str = JUDGE,
+                dtype: str = "float32") -> str:
     value = "P(Yes)" if mode == "yesno" else f"{mode} score"
     gap_r = [r["right_rubric"] - r["wrong_rubric"] for r in rows]
     gap_n = [r["right_none"] - r["wrong_none"] for r in rows]
     up, down, p = sign_test(gap_r, [0.0] * len(gap_r))
     flags = ("" if model == JUDGE else f" --judge {model}") + ("" if mode == "yesno" else f" --judge-mode {mode}")
-    return (f"Probe of `{Path(model).name}` ({len(rows)} short questions, a right and a wrong one-line answer each; "
+    return (f"Probe of `{Path(model).name}` in {dtype} ({len(rows)} short questions, a right and a wrong one-line "
+            "answer each; "
             f"`python bench/learning.py writers-probe{flags}`): {value} right minus wrong under "
             "a criterion naming the expected value "
             f"{fmt_ci(statistics.fmean(gap_r), bootstrap_mean(gap_r))} (right higher in {up}, wrong higher in {down}, "
@@ -844,7 +846,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines += ["", drop_line]
     for path in sorted((FIGURES / "writers").glob("probe-*.json")):  # every judge probed, in each mode
         probe = json.loads(path.read_text(encoding="utf-8"))
-        lines += ["", _probe_line(probe["rows"], probe["mode"], probe["judge"])]
+        lines += ["", _probe_line(probe["rows"], probe["mode"], probe["judge"], probe.get("dtype", "float32"))]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
               ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
