@@ -818,7 +818,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                                                          ("warm-evolm2", "warm-evolm"), ("warm-seq", "warm"),
                                                          ("warm-evolm2", "warm-seq"), ("warm-grpo", "warm"),
                                                          ("warm-grpo", "warm-evolm2"), ("warm", "base"),
-                                                         ("hand", "base")]
+                                                         ("hand", "base"), ("strong", "base"), ("hand", "warm"),
+                                                         ("warm-evolm", "warm-grpo"), ("hand", "warm-evolm")]
     tests = [_diff_row(a, b, res) for a, b in comps
              if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
     lines += ["", "| comparison | pairs better / worse | exact sign test p | "
@@ -826,6 +827,12 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     for a, b, up, down, p, d, ci, n in tests:
         on = f" (on the {n} pairs both judged)" if n < len(order) else ""
         lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
+    if all(a in res and res[a]["credits"] and not res[a].get("partial") for a in ("warm", "warm-evolm", "hand")):
+        acc = {a: statistics.fmean(res[a]["credits"]) for a in ("warm", "warm-evolm", "hand")}
+        room, gain = acc["hand"] - acc["warm"], acc["warm-evolm"] - acc["warm"]
+        share = f" ({gain / room:.0%})." if room > 0 else " (the warm start is at the ceiling)."
+        lines += ["", f"Of the gap from the warm start to the ceiling ({room:+.3f}), warm start + EvoLM closes "
+                  f"{gain:+.3f}{share}"]
     lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | "
               "criterion chars | rubrics repeating a criterion | criteria copied from the prompt's example |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -841,6 +848,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
+    lines += _training_lines()
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
@@ -862,6 +870,50 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     if write_doc:
         _put_writers_section(lines)
     return out
+
+
+# The study's training runs with the 1.5B judge: (label, config, run directory). writers-table copies each run's step
+# records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
+TRAINING_RUNS = (("warm start + EvoLM (temporal contrast)", "configs/learning/judge-1b5/evolm.yaml",
+                  "runs/learning/judge-1b5/evolm"),
+                 ("warm start + labelled-pair GRPO", "configs/learning/judge-1b5/labelled.yaml",
+                  "runs/learning/judge-1b5/labelled"))
+
+
+def _training_lines() -> list[str]:
+    """A row per training run of the study: its steps so far, their length in rubric-step questions, wall time, and
+    the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics)."""
+    from evolm.config import load_config
+
+    kept_dir = FIGURES / "training"
+    rows = []
+    for label, config, run in TRAINING_RUNS:
+        src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
+        if src.exists():
+            kept_dir.mkdir(parents=True, exist_ok=True)
+            steps = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
+            kept.write_text("".join(json.dumps(r) + "\n" for r in steps), encoding="utf-8")
+        if not kept.exists():
+            continue
+        steps = _jsonl(kept)
+        sched = load_config(str(ROOT / config)).schedule
+        planned = sched.cycles * sched.steps_per_phase * sched.prompts_per_step
+        rubric = [r for r in steps if r["role"] == "rubric"]
+        policy = [r for r in steps if r["role"] == "policy"]
+        ends = " → ".join(f"{r['reward_mean']:.3f}" for r in policy[:1] + policy[-1:]) or "—"
+        spread = ", ".join(f"{r['reward_std']:.3f}" for r in rubric if r.get("reward_std") is not None) or "—"
+        acc = [r["pair_accuracy"] for r in rubric if r.get("pair_accuracy") is not None]
+        rows.append(f"| {label} (`{config}`) | {len(policy)} + {len(rubric)} | "
+                    f"{len(rubric) * sched.prompts_per_step} of {planned} | "
+                    f"{sum(r.get('seconds') or 0 for r in steps) / 3600:.1f} h | "
+                    f"{ends} | {spread} | "
+                    f"{fmt_ci(statistics.fmean(acc), bootstrap_mean(acc)) if acc else '—'} |")
+    if not rows:
+        return []
+    return ["", "| training run | steps so far (policy + rubric) | rubric-step questions (of planned) | wall time "
+            "(2 shared cores) | policy reward, first → last step | rubric steps' reward spread (std across a "
+            "question's rubrics), per step | judge's accuracy on the rubric steps' pairs |",
+            "|---|---|---|---|---|---|---|", *rows]
 
 
 def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
