@@ -506,6 +506,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
               f"{'judging the rubrics again' if same_rubrics else 'starting the arm afresh'}", flush=True)
         for f in (items_file,) if same_rubrics else (rub_file, items_file):
             f.unlink(missing_ok=True)
+        (WRITERS / f"{arm}.json").unlink(missing_ok=True)  # the finished arm's summary is the old judge's
     key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
     t0 = time.time()
     rubrics = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
@@ -789,9 +790,12 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     sha = hashlib.sha256(writers_pairs().read_bytes()).hexdigest()
     res = {a: json.loads((WRITERS / f"{a}.json").read_text(encoding="utf-8")) for a in WRITER_ARMS
            if (WRITERS / f"{a}.json").exists()}
-    stale = [a for a, r in res.items() if r.get("pairs_sha") != sha]
+    judge = {"model": JUDGE, "dtype": JUDGE_DTYPE}  # an arm saved before its key named the judge: float32
+    stale = [a for a, r in res.items()
+             if r.get("pairs_sha") != sha or r["key"].get("judge", {"model": JUDGE, "dtype": "float32"}) != judge]
     if stale:
-        print(f"left out (judged on other pairs; rerun `python bench/learning.py writers ARM`): {', '.join(stale)}")
+        print("left out (judged on other pairs or by another judge; rerun `python bench/learning.py writers ARM`): "
+              + ", ".join(stale))
     res = {a: r for a, r in res.items() if a not in stale}
     order = [(r["prompt"], r["chosen"], r["rejected"]) for r in _jsonl(writers_pairs())]
     for r in res.values():
