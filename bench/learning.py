@@ -790,9 +790,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     sha = hashlib.sha256(writers_pairs().read_bytes()).hexdigest()
     res = {a: json.loads((WRITERS / f"{a}.json").read_text(encoding="utf-8")) for a in WRITER_ARMS
            if (WRITERS / f"{a}.json").exists()}
-    judge = {"model": JUDGE, "dtype": JUDGE_DTYPE}  # an arm saved before its key named the judge: float32
-    stale = [a for a, r in res.items()
-             if r.get("pairs_sha") != sha or r["key"].get("judge", {"model": JUDGE, "dtype": "float32"}) != judge]
+    judge, before = {"model": JUDGE, "dtype": JUDGE_DTYPE}, {"model": JUDGE, "dtype": "float32"}  # before: an arm
+    stale = [a for a, r in res.items()  # saved before its key named the judge
+             if r.get("pairs_sha") != sha or r.get("key", {}).get("judge", before) != judge]
     if stale:
         print("left out (judged on other pairs or by another judge; rerun `python bench/learning.py writers ARM`): "
               + ", ".join(stale))

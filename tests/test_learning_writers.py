@@ -28,9 +28,10 @@ def learning(tmp_path, monkeypatch):
     return mod
 
 
-def _arm(mod, name: str, credits: list[float], sha: str | None = None) -> None:
+def _arm(mod, name: str, credits: list[float], sha: str | None = None, dtype: str | None = None) -> None:
+    judge = {"model": mod.JUDGE, "dtype": dtype or mod.JUDGE_DTYPE}
     result = {"arm": name, "label": mod.ARM_LABELS[name], "credits": credits, "sets": ["Natural"] * len(credits),
-              "validity": None, "stats": None, "pairs_sha": sha or mod.pairs_sha}
+              "validity": None, "stats": None, "pairs_sha": sha or mod.pairs_sha, "key": {"arm": name, "judge": judge}}
     (mod.WRITERS / f"{name}.json").write_text(json.dumps(result), encoding="utf-8")
 
 
@@ -46,6 +47,16 @@ def test_table_pairs_each_arm_with_no_rubric_and_drops_arms_judged_on_other_pair
     assert "old" not in page and page.startswith("intro\n") and page.endswith("end\n")
     assert "| hand-written rubrics (ceiling) | 10 | 0.900 [" in page
     assert (learning.FIGURES / "writers.png").stat().st_size > 0
+
+
+def test_table_leaves_out_an_arm_judged_by_other_judge_weights(learning):
+    _arm(learning, "none", [0.0] * 10)
+    _arm(learning, "hand", [1.0] * 10, dtype="float32" if learning.JUDGE_DTYPE != "float32" else "bfloat16")
+    out = learning.writers_table(write_doc=False)
+    assert "hand" not in out["results"] and out["tests"] == []
+    (learning.WRITERS / "hand.json").write_text(json.dumps({**json.loads(
+        (learning.WRITERS / "hand.json").read_text(encoding="utf-8")), "key": {"arm": "hand"}}), encoding="utf-8")
+    assert ("hand" in learning.writers_table(write_doc=False)["results"]) == (learning.JUDGE_DTYPE == "float32")
 
 
 def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
