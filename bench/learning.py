@@ -907,11 +907,12 @@ def _training_lines() -> list[str]:
         ends = " → ".join(f"{r['reward_mean']:.3f}" for r in policy[:1] + policy[-1:]) or "—"
         spread = ", ".join(f"{r['reward_std']:.3f}" for r in rubric if r.get("reward_std") is not None) or "—"
         acc = [r["pair_accuracy"] for r in rubric if r.get("pair_accuracy") is not None]
+        n_judged = sum(r.get("pair_judgements") or 0 for r in rubric)
         rows.append(f"| {label} (`{config}`) | {len(policy)} + {len(rubric)} | "
                     f"{len(rubric) * sched.prompts_per_step} of {planned} | "
                     f"{sum(r.get('seconds') or 0 for r in steps) / 3600:.1f} h | "
                     f"{ends} | {spread} | "
-                    f"{fmt_ci(statistics.fmean(acc), bootstrap_mean(acc)) if acc else '—'} |")
+                    f"{f'{statistics.fmean(acc):.3f} ({n_judged} judgements)' if acc else '—'} |")
     if not rows:
         return []
     return ["", "| training run | steps so far (policy + rubric) | rubric-step questions (of planned) | wall time "
