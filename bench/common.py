@@ -161,8 +161,10 @@ def source_at(rev: str) -> str:
 
 # A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
 # valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
-# The judge benchmarks' data: LLMBar Natural pairs, read in place from ../shared/data.
-LLMBAR_NATURAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmbar" / "Natural.json"
+# The judge benchmarks' data: LLMBar Natural pairs, from ./data (`python scripts/fetch_data.py llmbar`), or the
+# folder EVOLM_DATA names.
+DATA = Path(os.environ.get("EVOLM_DATA", Path(__file__).resolve().parents[1] / "data"))
+LLMBAR_NATURAL = DATA / "llmbar" / "Natural.json"
 
 GENERIC_RUBRIC = {
     "criteria": [

@@ -1,11 +1,11 @@
 """`evolm judge` as a user runs it: marginal answers/s of each mode at the CLI's defaults, and pairwise accuracy.
 
-The rows: both answers of the first N LLMBar Natural pairs (../shared/data/llmbar/Natural.json, read in place),
-each with the same two-criterion rubric. Every mode runs the installed CLI twice in a subprocess, on all 2N rows
-and on the first N rows; the marginal rate ``N / (t(2N) - t(N))`` leaves model loading and start-up out. Pairwise
-accuracy (1 when the better answer scores higher, 1/2 on a tie or a missing score) comes from the 2N-row run.
-With ``--compare-rev REV`` the same runs use the package as it was at git revision REV (side by side, one
-machine), so a change of defaults shows as a before/after.
+The rows: both answers of the first N LLMBar Natural pairs (./data/llmbar/Natural.json, from `python
+scripts/fetch_data.py llmbar`), each with the same two-criterion rubric. Every mode runs the installed CLI twice in
+a subprocess, on all 2N rows and on the first N rows; the marginal rate ``N / (t(2N) - t(N))`` leaves model loading
+and start-up out. Pairwise accuracy (1 when the better answer scores higher, 1/2 on a tie or a missing score) comes
+from the 2N-row run. With ``--compare-rev REV`` the same runs use the package as it was at git revision REV (side by
+side, one machine), so a change of defaults shows as a before/after.
 
     .venv/bin/python bench/judge_cli.py                                   # prob, yesno, generative; 23 pairs
     .venv/bin/python bench/judge_cli.py --modes prob,generative --compare-rev 9783296

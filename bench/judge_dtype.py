@@ -1,12 +1,12 @@
 """Judge weights in bfloat16 vs float32: pairwise accuracy and speed on LLMBar (the evidence behind
 ``judge.dtype: auto``).
 
-Same judge model, same rubric (the generic three-criterion rubric of ``bench/common.py``, so that only the
-weights differ), same answers: both answers of every pair in the chosen LLMBar files, read in place from
-../shared/data/llmbar. For each mode and dtype: pairwise accuracy (1 when the better answer scores higher, 1/2
-on a tie, 0 otherwise) with a 95% bootstrap interval, answers per second (one timed pass after a warm-up
-batch), and, per mode, bfloat16 against float32 on the same pairs: an exact sign test on the pairs whose credit
-differs and a paired bootstrap interval of the difference in accuracy.
+Same judge model, same rubric (the generic three-criterion rubric of ``bench/common.py``, so that only the weights
+differ), same answers: both answers of every pair in the chosen LLMBar files, from ./data/llmbar (`python
+scripts/fetch_data.py llmbar`). For each mode and dtype: pairwise accuracy (1 when the better answer scores higher,
+1/2 on a tie, 0 otherwise) with a 95% bootstrap interval, answers per second (one timed pass after a warm-up batch),
+and, per mode, bfloat16 against float32 on the same pairs: an exact sign test on the pairs whose credit differs and
+a paired bootstrap interval of the difference in accuracy.
 
     .venv/bin/python bench/judge_dtype.py                             # Natural (100 pairs), prob and yesno
     .venv/bin/python bench/judge_dtype.py --sets Natural Adversarial_Neighbor --modes yesno

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("EVOLM_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATA = Path(os.environ.get("EVOLM_DATA", ROOT / "data"))  # what `python scripts/fetch_data.py` writes
 OUT = ROOT / "runs" / "study"
 RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
 FIGURES = ROOT / "docs" / "results"
