@@ -898,9 +898,12 @@ def _training_lines() -> list[str]:
     for label, config, run in TRAINING_RUNS:
         src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
         if src.exists():
-            kept_dir.mkdir(parents=True, exist_ok=True)
             steps = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
-            kept.write_text("".join(json.dumps(r) + "\n" for r in steps), encoding="utf-8")
+            if kept.exists() and len(_jsonl(kept)) > len(steps):  # a stale run folder: the kept copy is further on
+                print(f"writers-table: {src} has {len(steps)} steps, {kept} more: kept the longer", file=sys.stderr)
+            else:
+                kept_dir.mkdir(parents=True, exist_ok=True)
+                kept.write_text("".join(json.dumps(r) + "\n" for r in steps), encoding="utf-8")
         if not kept.exists():
             continue
         steps = _jsonl(kept)

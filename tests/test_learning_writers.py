@@ -84,3 +84,27 @@ def test_an_unfinished_arm_is_reported_as_partial_and_compared_on_the_pairs_it_j
     assert out["results"]["base"]["partial"] and out["results"]["base"]["stats"]["n_rubrics"] == 1
     assert [t[:5] + t[7:] for t in out["tests"]] == [["base", "none", 4, 0, 2 / 2**4, 4]]
     assert any("partial, 4 of 10 pairs judged so far" in line for line in out["lines"])
+
+
+def test_training_row_keeps_the_longer_metrics_when_a_run_folder_is_stale(learning, tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "evolm"
+    run.mkdir(parents=True)
+    monkeypatch.setattr(learning, "TRAINING_RUNS", (("EvoLM", str(ROOT / "configs/learning/judge-1b5/evolm.yaml"),
+                                                     str(run)),))
+
+    def step(i: int, role: str) -> dict:
+        return {"step": i, "role": role, "reward_mean": 0.5, "reward_std": 0.02, "seconds": 3600.0,
+                "pair_accuracy": 0.5 if role == "rubric" else None, "pair_judgements": 16 if role == "rubric" else 0}
+
+    def write(path: Path, rows: list[dict]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    kept = learning.FIGURES / "training" / "evolm-metrics.jsonl"
+    write(kept, [step(1, "policy"), step(2, "policy"), step(3, "rubric")])  # the copy in the repository: further on
+    write(run / "metrics.jsonl", [step(1, "policy")])  # an old local run folder
+    assert "| 2 + 1 | 4 of 200 | 3.0 h |" in "\n".join(learning._training_lines())
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 3
+    write(run / "metrics.jsonl", [step(1, "policy"), step(2, "policy"), step(3, "rubric"), step(4, "rubric")])
+    assert "| 2 + 2 | 8 of 200 | 4.0 h |" in "\n".join(learning._training_lines())
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
