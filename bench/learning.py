@@ -38,8 +38,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import DATA  # noqa: E402  (./data, what `python scripts/fetch_data.py` writes, or EVOLM_DATA)
+
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("EVOLM_DATA", ROOT / "data"))  # what `python scripts/fetch_data.py` writes
 OUT = ROOT / "runs" / "study"
 RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
 FIGURES = ROOT / "docs" / "results"
@@ -412,11 +415,6 @@ JUDGE = "qwen2.5-coder-1.5b-instruct"
 # served judge; on this CPU (AMX) 3.1x less CPU than float32 with the same probe gap (docs/PERFORMANCE.md,
 # "bfloat16 judge weights"; bench/judge_dtype.py).
 JUDGE_DTYPE = "bfloat16"
-
-
-def _judge_id(dtype: str = JUDGE_DTYPE) -> dict[str, str]:
-    """The judge an arm's key names (an arm saved before keys named one was judged in float32)."""
-    return {"model": JUDGE, "dtype": dtype}
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
@@ -430,6 +428,11 @@ ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "ba
 HELDOUT_SETS = (("Natural.json", None), ("Adversarial_Neighbor.json", 33))  # (LLMBar file, pairs kept; None: all)
 HELDOUT_MAX_CHARS, HELDOUT_PAIRS = 1200, 100
 WRITE_CHUNK, JUDGE_CHUNK = 8, 10  # prompts per saved rubric chunk, pairs per saved judging chunk (resume points)
+
+
+def _judge_id(dtype: str = JUDGE_DTYPE) -> dict[str, str]:
+    """The judge an arm's key names (an arm saved before keys named one was judged in float32)."""
+    return {"model": JUDGE, "dtype": dtype}
 
 
 def writers_pairs() -> Path:
@@ -897,16 +900,17 @@ def _training_lines() -> list[str]:
     rows = []
     for label, config, run in TRAINING_RUNS:
         src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
+        steps = _jsonl(kept)
         if src.exists():
-            steps = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
-            if kept.exists() and len(_jsonl(kept)) > len(steps):  # a stale run folder: the kept copy is further on
-                print(f"writers-table: {src} has {len(steps)} steps, {kept} more: kept the longer", file=sys.stderr)
+            fresh = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
+            if len(fresh) < len(steps):  # a stale run folder: the kept copy is further on
+                print(f"writers-table: {src} has {len(fresh)} steps, {kept} more: kept the longer", file=sys.stderr)
             else:
                 kept_dir.mkdir(parents=True, exist_ok=True)
-                kept.write_text("".join(json.dumps(r) + "\n" for r in steps), encoding="utf-8")
+                kept.write_text("".join(json.dumps(r) + "\n" for r in fresh), encoding="utf-8")
+                steps = fresh
         if not kept.exists():
             continue
-        steps = _jsonl(kept)
         sched = load_config(str(ROOT / config)).schedule
         planned = sched.cycles * sched.steps_per_phase * sched.prompts_per_step
         rubric = [r for r in steps if r["role"] == "rubric"]
