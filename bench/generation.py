@@ -77,6 +77,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="also: a bfloat16 copy of the merged model generates")
     parser.add_argument("--only", nargs="*", help="these variants only (and dynamic, the baseline)")
     args = parser.parse_args()
+    if args.new_tokens < 2 or args.rows < 1 or args.prompt_tokens < 1 or args.repeats < 1:
+        parser.error("--new-tokens must be at least 2 (a decode step is timed over the tokens after the first), "
+                     "--rows, --prompt-tokens and --repeats at least 1")
 
     import torch
     from peft import LoraConfig, get_peft_model

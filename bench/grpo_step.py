@@ -306,7 +306,7 @@ def main() -> None:
         "policy": cfg.model.name, "judge": f"{cfg.judge.model} ({cfg.judge.mode}, batch {cfg.judge.batch_size})",
         "prompts_per_step": cfg.schedule.prompts_per_step, "samples_per_prompt": cfg.schedule.samples_per_prompt,
         "max_completion_length": cfg.grpo.get("max_completion_length"),
-        "rubric_max_new_tokens": cfg.rubric.max_new_tokens, "pair_answer_max_new_tokens": cfg.contrast.max_new_tokens,
+        "rubric_max_new_tokens": cfg.rubric.max_new_tokens, "pair_answer_max_new_tokens": cfg.pair_answer_tokens,
         "overrides": " ".join(args.set) or "none", "warm-up": "first step of each run left out",
     })
     demo = results["demo"]

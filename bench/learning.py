@@ -369,7 +369,7 @@ def study_bc(which: str, only: str | None = None) -> None:
 def backfill_policy(name: str) -> None:
     """Per-question policy scores, start and end, for an arm run before held-out items were kept.
 
-    The held-out policy score is deterministic given the weights: greedy answers (``contrast.max_new_tokens``,
+    The held-out policy score is deterministic given the weights: greedy answers (``RunConfig.pair_answer_tokens``,
     the run's system prompt) scored by the frozen float32 ``yesno`` judge under the run's fixed evaluation rubrics
     (``eval_rubrics.jsonl``). So the start (the base model) and the end (the last checkpoint) are recomputed here,
     checked against the means the run logged, and written as ``heldout/step-*.jsonl`` items (questions only:
@@ -387,7 +387,7 @@ def backfill_policy(name: str) -> None:
     fixed = {r["question"]: r["text"] for r in read_jsonl(policy_dir / EVAL_RUBRICS_FILE)}
     logged = [e for e in eval_lines(policy_dir) if e.get("heldout_policy_score") is not None]
     judge = load_judge()
-    params = SamplingParams(0.0, 1.0, cfg.contrast.max_new_tokens, cfg.seed)
+    params = SamplingParams(0.0, 1.0, cfg.pair_answer_tokens, cfg.seed)
     for weights, line in ((MODEL, logged[0]), (str(final_checkpoint(policy_dir)), logged[-1])):
         backend = load_backend(weights, dtype="float32", batch_size=16)
         qs = list(fixed)
@@ -885,7 +885,9 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
 
 # The study's training runs with the 1.5B judge: (label, config, run directory). writers-table copies each run's step
 # records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
-TRAINING_RUNS = (("warm start + EvoLM (temporal contrast)", "configs/learning/judge-1b5/evolm.yaml",
+TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens (stopped)",
+                  "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
+                 ("warm start + EvoLM (temporal contrast)", "configs/learning/judge-1b5/evolm.yaml",
                   "runs/learning/judge-1b5/evolm"),
                  ("warm start + labelled-pair GRPO", "configs/learning/judge-1b5/labelled.yaml",
                   "runs/learning/judge-1b5/labelled"))
@@ -917,13 +919,17 @@ def _training_lines() -> list[str]:
         policy = [r for r in steps if r["role"] == "policy"]
         ends = " → ".join(f"{r['reward_mean']:.3f}" for r in policy[:1] + policy[-1:]) or "—"
         spread = ", ".join(f"{r['reward_std']:.3f}" for r in rubric if r.get("reward_std") is not None) or "—"
-        acc = [r["pair_accuracy"] for r in rubric if r.get("pair_accuracy") is not None]
-        n_judged = sum(r.get("pair_judgements") or 0 for r in rubric)
+        judged = [(r["pair_accuracy"], r.get("pair_judgements") or 0) for r in rubric
+                  if r.get("pair_accuracy") is not None]
+        n_judged = sum(n for _, n in judged)
+        # over every judgement: each step weighted by its judgements (a plain mean where no step counted them)
+        acc = (sum(a * n for a, n in judged) / n_judged if n_judged
+               else statistics.fmean(a for a, _ in judged) if judged else None)
         rows.append(f"| {label} (`{config}`) | {len(policy)} + {len(rubric)} | "
                     f"{len(rubric) * sched.prompts_per_step} of {planned} | "
                     f"{sum(r.get('seconds') or 0 for r in steps) / 3600:.1f} h | "
                     f"{ends} | {spread} | "
-                    f"{f'{statistics.fmean(acc):.3f} ({n_judged} judgements)' if acc else '—'} |")
+                    f"{f'{acc:.3f} ({n_judged} judgements)' if acc is not None else '—'} |")
     if not rows:
         return []
     return ["", "| training run | steps so far (policy + rubric) | rubric-step questions (of planned) | wall time "

@@ -272,6 +272,17 @@ def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixtu
     assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err
 
 
+def test_dry_run_shows_the_fresh_answers_budget_and_refuses_one_shorter_than_the_stored(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    demo = str(CONFIGS / "demo-cpu.yaml")
+    assert main(["train", "--config", demo, "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "temporal: fresh answers of up to 320 tokens (the policy's budget, grpo.max_completion_length)" in out, out
+    assert main(["train", "--config", demo, "--dry-run", "contrast.max_new_tokens=64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "contrast.max_new_tokens (64) is below grpo.max_completion_length (320)" in err
+
+
 
 def test_dry_run_refuses_a_constrained_rubric_budget_that_holds_no_rubric_and_warns_below_a_long_one(
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -416,6 +427,17 @@ def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_
     assert 100 < longest < 4096
     assert main(["train", "--config", *paper, "--dry-run", "--num-processes", "4"]) == 0
     assert f"1 x {longest + 16384:,} tokens, checkpointed" in capsys.readouterr().out
+    # labelled pairs: counted too, and the longest kept pair prompt is the memory plan's when it is the longer
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": q, "chosen": "a", "rejected": "b"}) + "\n" for q in
+                             [" ".join(["word"] * 3000), " ".join(["lorem", "ipsum", "dolor", "sit"] * 15_000)]))
+    labelled = [*paper, "contrast.pairs=labelled", f"data.pairs={pairs}"]
+    fit = fit_prompt_set(load_config(labelled[0], labelled[1:]), load_tokenizer("smollm2-135m-instruct"))
+    assert (len(fit.pairs), fit.pairs_total) == (1, 2) and longest < fit.longest < 4096
+    assert main(["train", "--config", *labelled, "--dry-run", "--num-processes", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "1 of 2 labelled pairs (data.pairs) over data.max_prompt_tokens (4096): skipped" in captured.err
+    assert f"1 x {fit.longest + 16384:,} tokens, checkpointed" in captured.out
 
 
 def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(

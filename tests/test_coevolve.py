@@ -771,7 +771,9 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
 
     proc = _evolm("--resume", str(run_dir), log=tmp_path / "second.log")
     assert proc.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
-    assert f"resuming after step {last}" in (tmp_path / "second.log").read_text()
+    log = (tmp_path / "second.log").read_text()
+    assert f"resuming after step {last}" in log
+    assert f"| {last}/4 [" in log and "in step 1]" not in log, log[-2000:]  # the bar counts on from the checkpoint
 
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # all planned steps, each once, in order
@@ -867,9 +869,10 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
     monkeypatch.setattr(trl_adapter, "training_args", stop)  # the plan is made by then; nothing loads
     plan_init = Plan.__init__
 
-    def recorded(self: Plan, cfg: Any, questions: Any, references: Any = None) -> None:
+    def recorded(self: Plan, cfg: Any, questions: Any, *rest: Any) -> None:
         seen["questions"] = list(questions)
-        plan_init(self, cfg, questions, references)
+        plan_init(self, cfg, questions, *rest)
+        seen["pairs"] = None if self.labelled is None else sorted({p.question for p in self.labelled.pairs})
 
     monkeypatch.setattr(Plan, "__init__", recorded)
     prompts = _long_prompts(tmp_path / "p.jsonl")
@@ -878,6 +881,19 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
             on_start=lambda start: seen.setdefault("note", start.prompts_skipped))
     assert seen["note"] == "1 of 4 prompts over data.max_prompt_tokens (4096): skipped"
     assert seen["questions"] == ["What is 2 + 2?", "Write a haiku.", "Why is the sky blue?"]
+    assert seen["pairs"] is None
+
+    # labelled pairs (a rubric step's question is the pair's prompt): the long one is skipped the same way
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": json.loads(line)["prompt"], "chosen": "Good.", "rejected": "Bad."})
+                             + "\n" for line in prompts.read_text().splitlines()))
+    seen.clear()
+    with pytest.raises(Stop):
+        run(tiny_config(tiny_model_dir, tmp_path / "run2", "schedule.regime=rubric_only", "contrast.pairs=labelled",
+                        f"data.pairs={pairs}", "data.max_prompt_tokens=4096"),
+            on_start=lambda start: seen.setdefault("note", start.prompts_skipped))
+    assert seen["note"] == "1 of 4 labelled pairs (data.pairs) over data.max_prompt_tokens (4096): skipped"
+    assert seen["pairs"] == ["What is 2 + 2?", "Why is the sky blue?", "Write a haiku."]
 
 
 def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_path: Path) -> None:

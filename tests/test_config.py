@@ -314,6 +314,27 @@ def test_out_of_range_settings_are_one_line_errors(override: str, message: str) 
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_temporal_pairs_fresh_answer_gets_the_policy_answers_budget() -> None:
+    """The fresh answer a+ of a temporal pair is compared with a stored policy answer a-: by default both have
+    grpo.max_completion_length, and a shorter contrast budget (which cut every a+ and made the judge prefer the older
+    answer) is refused; builders whose two answers are both fresh may use any budget."""
+    from evolm.training.plan import StepInfo
+    from evolm.training.step import answer_params
+
+    cfg = load_config(None, ["grpo.max_completion_length=320"])
+    assert cfg.contrast.max_new_tokens is None and cfg.pair_answer_tokens == 320
+    assert answer_params(cfg, StepInfo(step=3, role="rubric", cycle=0, phase=1, policy_step=2)).max_new_tokens == 320
+    for pairs in ("temporal", "combined"):
+        with pytest.raises(InputError) as e:
+            load_config(None, ["grpo.max_completion_length=320", "contrast.max_new_tokens=64", f"contrast.pairs={pairs}"])
+        assert "contrast.max_new_tokens (64) is below grpo.max_completion_length (320)" in str(e.value)
+    assert load_config(None, ["grpo.max_completion_length=320", "contrast.max_new_tokens=64",
+                              "contrast.pairs=rubric_conditioned"]).pair_answer_tokens == 64
+    assert load_config(None, ["grpo.max_completion_length=320", "contrast.max_new_tokens=64", "contrast.pairs=combined",
+                              "contrast.combined_weights={temporal: 0, rubric_conditioned: 1}"]).pair_answer_tokens == 64
+    assert load_config(None, ["grpo.max_completion_length=320", "contrast.max_new_tokens=400"]).pair_answer_tokens == 400
+
+
 def test_a_config_that_is_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "c.yaml"
     bad.write_bytes(b"seed: \xff\xfe\n")

@@ -471,7 +471,7 @@ def test_grpo_run_with_constrained_rubrics(short_model_dir: Path, tmp_path: Path
         f"model.name={short_model_dir}", f"judge.model={short_model_dir}", f"output_dir={out}",
         "schedule.prompts_per_step=2", "schedule.samples_per_prompt=2", "schedule.samples_logged_per_step=0",
         "schedule.cycles=1", "schedule.steps_per_phase=1", "grpo.per_device_train_batch_size=4",
-        "grpo.max_completion_length=512", "rubric.max_new_tokens=512", "contrast.max_new_tokens=8",
+        "grpo.max_completion_length=512", "rubric.max_new_tokens=512",
         "grpo.report_to=[]", "rubric.constrained=true",
         # the random policy's free answers end within ~40 tokens (EOS pushed up from the 4th; 1.1**n stays finite
         # over the 512-token budget, a larger factor overflows to an infinite EOS logit); the grammar masks

@@ -108,3 +108,15 @@ def test_training_row_keeps_the_longer_metrics_when_a_run_folder_is_stale(learni
     write(run / "metrics.jsonl", [step(1, "policy"), step(2, "policy"), step(3, "rubric"), step(4, "rubric")])
     assert "| 2 + 2 | 8 of 200 | 4.0 h |" in "\n".join(learning._training_lines())
     assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "evolm"
+    monkeypatch.setattr(learning, "TRAINING_RUNS", (("EvoLM", str(ROOT / "configs/learning/judge-1b5/evolm.yaml"),
+                                                     str(run)),))
+    rows = [{"step": i, "role": "rubric", "reward_mean": 0.5, "reward_std": 0.02, "seconds": 60.0,
+             "pair_accuracy": acc, "pair_judgements": n} for i, (acc, n) in enumerate([(1.0, 4), (0.25, 12)], 1)]
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    line = "\n".join(learning._training_lines())
+    assert "| 0.438 (16 judgements) |" in line, line  # (4 x 1.0 + 12 x 0.25) / 16, not the steps' mean 0.625

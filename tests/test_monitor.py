@@ -147,3 +147,55 @@ def test_the_monitor_only_reports_unless_set_to_mask_or_stop() -> None:
     assert monitor("stop")[1] == scored  # 25% flagged: under the 50% that stops
     with pytest.raises(MonitorStop, match="step 7"):
         monitor("stop", share=0.25)
+
+
+def _rubric_steps(accuracies: list[float], judgements: int = 16, pairs: int = 4, first: int = 6) -> list[dict]:
+    return [{"step": first + i, "role": "rubric", "pair_accuracy": a, "pair_judgements": judgements, "pairs": pairs}
+            for i, a in enumerate(accuracies)]
+
+
+def test_report_flags_rubric_steps_whose_pairs_the_judge_inverts(tmp_path: Path) -> None:
+    """The 1.5B study's first EvoLM run: fresh answers cut at 64 tokens, so the judge preferred the older answer."""
+    from evolm.training.monitor import pairs_inverted
+
+    steps = _rubric_steps([0.25, 0.625, 0.0, 0.5625, 0.0])
+    (flag,) = [f for f in hacking_flags(steps, []) if f.kind == "pairs_inverted"]
+    assert flag.step == 9  # 16 pairs reached: (4 + 10 + 0 + 9) / 64 = 0.36
+    assert "in 0.36 of 64 judgements (16 pairs)" in flag.text and "contrast.max_new_tokens" in flag.text
+    assert pairs_inverted(steps[:3]) is None  # 12 pairs: too few to say
+    assert pairs_inverted(_rubric_steps([0.5, 0.375, 0.5, 0.4375, 0.5])) is None  # around chance: no flag
+    # counted over judgements: a step judged 4x as often outweighs three low ones
+    assert pairs_inverted(_rubric_steps([0.25, 0.25, 0.25]) + _rubric_steps([0.75], judgements=64, first=9)) is None
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({**s, "phase": 1, "cycle": 0}) + "\n" for s in steps),
+                                       encoding="utf-8")
+    assert "in 0.36 of 64 judgements (16 pairs)" in render_report(load_run(run))
+
+
+def test_train_warns_once_when_the_rubric_steps_pairs_are_inverted(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """`evolm train` says so on the first rubric step that crosses the floor, counting the steps before a resume."""
+    from types import SimpleNamespace
+
+    import evolm.training.run as training_run
+    from evolm.cli import main
+    from evolm.runs.rundir import RunStart
+
+    run = tmp_path / "run"
+    run.mkdir()
+    before = _rubric_steps([0.25, 0.625, 0.0])  # 12 pairs in the run's log before the resume
+    (run / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in before), encoding="utf-8")
+
+    def fake_run(cfg, resume, on_step, on_start, on_tokens):  # noqa: ANN001, ANN202
+        on_start(SimpleNamespace(**{**vars(RunStart(run)), "step": 8, "checkpoint": run / "checkpoints" / "c-8"}))
+        for s in _rubric_steps([0.5625, 0.0, 0.0], first=9):
+            on_step(SimpleNamespace(**s, cycle=0, phase=1, reward_mean=0.1))
+        return run
+
+    monkeypatch.setattr(training_run, "run", fake_run)
+    monkeypatch.setattr("evolm.report.report.summarise", lambda run_dir: None)
+    monkeypatch.setattr("evolm.cli.train._print_summary", lambda run_dir, summary: None)
+    assert main(["train", "--config", str(Path(__file__).resolve().parents[1] / "configs" / "demo-cpu.yaml"),
+                 f"output_dir={run}"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("evolm: warning: by step 9: the judge preferred the better answer") == 1, err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from evolm.cli._common import positive_int, say
 
@@ -75,8 +76,10 @@ def main(args: argparse.Namespace) -> None:
     from evolm.backends.base import BAR_REFRESH_S
     from evolm.config import load_config
     from evolm.report.report import summarise
+    from evolm.runs.records import METRICS_FILE, iter_lenient
     from evolm.runs.rundir import resume_config
     from evolm.training.heldout import describe
+    from evolm.training.monitor import PAIR_KEYS, pairs_inverted
     from evolm.training.run import run
 
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
@@ -95,6 +98,7 @@ def main(args: argparse.Namespace) -> None:
     bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not rank0)
     post: dict[str, object] = {}  # the bar's postfix: the last step's role, cycle and reward, the tokens of this one
     tokens = {"step": 0, "drawn": 0.0}
+    pairs: dict[str, Any] = {"steps": [], "warned": False}  # the rubric steps' pair credit: the monitor's warning
 
     def on_start(start) -> None:  # noqa: ANN001 - evolm.runs.rundir.RunStart
         if not rank0:
@@ -104,6 +108,9 @@ def main(args: argparse.Namespace) -> None:
         if start.prompts_skipped:
             print(f"evolm: {start.prompts_skipped}", file=sys.stderr)
         where = f"resuming after step {start.step}" if start.checkpoint else "fresh start"
+        pairs["steps"] = [{k: r.get(k) for k in PAIR_KEYS} for r in iter_lenient(start.run_dir / METRICS_FILE)
+                          if r.get("role") == "rubric" and int(r.get("step", 0)) <= start.step]  # a resumed run's
+        bar.n = bar.last_print_n = bar.initial = start.step  # a resumed bar counts on (its rate: this process's steps)
         print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
               file=sys.stderr, flush=True)
 
@@ -111,6 +118,11 @@ def main(args: argparse.Namespace) -> None:
         if rec.role == "eval":  # a held-out evaluation (eval.*), not a training step
             bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
             return
+        if rec.role == "rubric" and not pairs["warned"]:
+            pairs["steps"].append({k: getattr(rec, k) for k in PAIR_KEYS})
+            if flag := pairs_inverted(pairs["steps"]):
+                bar.write(f"evolm: warning: {flag.text}", file=sys.stderr)
+                pairs["warned"] = True  # once per process: `evolm report` lists it with the other flags
         reward = "-" if rec.reward_mean is None else f"{rec.reward_mean:.3f}"
         post.update(role=rec.role, cycle=rec.cycle, reward=reward)
         tokens["step"] = 0
@@ -166,6 +178,9 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     table.add_row("prompts", f"{len(fit.questions):,} of {fit.total:,} kept" + (
         f" ({fit.over:,} over data.max_prompt_tokens {fit.limit:,})" if fit.over else "")
         + (f"; the longest training prompt {fit.longest:,} tokens{counted}" if fit.longest else ""))
+    if fit.pairs is not None:
+        table.add_row("labelled pairs", f"{len(fit.pairs):,} of {fit.pairs_total:,} kept (data.pairs; a pair's prompt "
+                      "counted as its rubric step's)")
     _cuda_check()
     Console().print(table)
     if args.prompt_tokens is None:
@@ -256,7 +271,10 @@ def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN0
         ("judge", f"{cfg.judge.model} ({cfg.judge.mode}, {cfg.judge.backend}"
                   + (f" at {', '.join(u for u in endpoint_urls(cfg.judge.base_url) if u)})"
                      if cfg.judge.base_url else ")")),
-    ] + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
+    ] + ([("rubric-step pairs", f"{cfg.contrast.pairs}: fresh answers of up to {cfg.pair_answer_tokens:,} tokens"
+           + (" (the policy's budget, grpo.max_completion_length)" if cfg.contrast.max_new_tokens is None else ""))]
+         if s.regime in ("coevolve", "sequential", "rubric_only") and not labelled else []) \
+      + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
       + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \

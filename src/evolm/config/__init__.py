@@ -1,7 +1,9 @@
-"""Every setting of a run: ``schema`` (the dataclasses; each section checks itself), ``loading`` (YAML, ``extends:``,
-dotted overrides) and ``checks`` (what the settings ask of files and servers, for the dry run)."""
+"""Every setting of a run: ``schema`` (the dataclasses; each section checks itself; ``grpo_values`` the ranges of the
+``grpo`` numbers), ``loading`` (YAML, ``extends:``, dotted overrides) and ``checks`` (what the settings ask of files
+and servers, for the dry run)."""
 
 from evolm.config.checks import launch_errors, path_errors
+from evolm.config.grpo_values import grpo_value_errors
 from evolm.config.loading import RETIRED, describe, load_config, save_config, to_dict
 from evolm.config.schema import (
     BACKENDS,
@@ -35,7 +37,6 @@ from evolm.config.schema import (
     ScheduleConfig,
     endpoint_urls,
     extra_reward_problems,
-    grpo_value_errors,
     url_error,
     validate,
 )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolm.config.grpo_values import grpo_value_errors
 from evolm.errors import InputError
 
 # ============================================================================= the names a setting may take
@@ -309,7 +310,9 @@ class ContrastConfig:
 
     # Parameters that control the fresh (better) answer, and who writes it
     temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)")
-    max_new_tokens: int = _f(16384, "token budget of the fresh answer")
+    max_new_tokens: int | None = _f(None, "token budget of a pair's fresh answers (none: grpo.max_completion_length, "
+                                    "the policy answers' own, which the replay buffer stores: a temporal pair's "
+                                    "fresh a+ is then never cut shorter than the stored a- it is compared with)")
     answerer: str | None = _f(None, "a fixed model that writes the pairs' answers (a frozen policy); default: the "
                               "model being trained. The sequential regime's writer stage uses the base model")
     answerer_backend: str = _f("hf", "backend of the fixed answerer: hf, openai (e.g. `vllm serve` of the base "
@@ -322,7 +325,7 @@ class ContrastConfig:
         return _choice_problems(self, "contrast") + _failed([
             (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
             (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
-            *_sampling_checks("contrast", c.temperature, None, c.max_new_tokens),
+            *_sampling_checks("contrast", c.temperature, None, 1 if c.max_new_tokens is None else c.max_new_tokens),
             (set(c.combined_weights) <= set(PAIR_BUILDERS),
              f"contrast.combined_weights keys must be among {', '.join(PAIR_BUILDERS)}, not "
              f"{', '.join(sorted(set(c.combined_weights) - set(PAIR_BUILDERS)))}"),
@@ -367,10 +370,10 @@ class DataConfig:
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
     limit: int = _f(0, "use only the first N prompts (0: all)")
     max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
-                                "writer's conversation, in the model's chat template) is longer than this many tokens; "
-                                "counted and reported at the start of the run and by the dry run (0: keep every "
-                                "prompt). A prompt longer than vLLM's context (grpo.vllm_max_model_length) stops the "
-                                "run on the process that holds it")
+                                "writer's conversation, in the model's chat template) is longer than this many tokens, "
+                                "and a labelled pair (data.pairs) whose prompt is; counted and reported at the start "
+                                "of the run and by the dry run (0: keep every prompt). A prompt longer than vLLM's "
+                                "context (grpo.vllm_max_model_length) stops the run on the process that holds it")
     pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
                            "the pair files `evolm eval pairs` reads)")
 
@@ -481,10 +484,32 @@ class RunConfig:
             (not reserved, f"grpo.{(reserved or [''])[0]} is set by evolm (it keeps one TRL generation batch = one "
              "optimizer step of one role; see training.grpo_config.evolm_grpo_settings): set schedule.*, seed, "
              "output_dir or model.chat_template_kwargs instead"),
+            (not self.temporal_pairs() or c.max_new_tokens is None or c.max_new_tokens >= self.policy_tokens,
+             f"contrast.max_new_tokens ({c.max_new_tokens}) is below grpo.max_completion_length "
+             f"({self.policy_tokens}): a temporal pair's fresh answer (a+) would be cut shorter than the stored "
+             "policy answer (a-) it is compared with, so the judge would prefer the older answer; leave "
+             "contrast.max_new_tokens unset (the policy's budget) or lower grpo.max_completion_length"),
             (not self.rewards.drop_flat_criteria or j.mode == "yesno",
              "rewards.drop_flat_criteria re-weights a score made of its criteria's values: it needs judge.mode=yesno, "
              f"not {j.mode}"),
         ]) + grpo_value_errors(self.grpo) + [e for n, u in urls if u and (e := url_error(n, u))]
+
+    @property
+    def policy_tokens(self) -> int:
+        """The policy's answer budget (``grpo.max_completion_length``), the length of the answers the buffer stores."""
+        return int(self.grpo.get("max_completion_length", 16384))
+
+    @property
+    def pair_answer_tokens(self) -> int:
+        """The token budget of a pair's fresh answers (and of held-out answers): ``contrast.max_new_tokens``, or the
+        policy's own."""
+        return self.policy_tokens if self.contrast.max_new_tokens is None else self.contrast.max_new_tokens
+
+    def temporal_pairs(self) -> bool:
+        """Whether rubric steps compare a fresh answer with a stored one (temporal contrast, alone or mixed in)."""
+        c = self.contrast
+        return self.schedule.regime in ("coevolve", "sequential", "rubric_only") and (
+            c.pairs == "temporal" or (c.pairs == "combined" and c.combined_weights.get("temporal", 0) > 0))
 
     @property
     def total_steps(self) -> int:
@@ -538,56 +563,6 @@ def _sampling_checks(section: str, temperature: float, top_p: float | None, max_
              f"{section}.temperature must be a finite number >= 0 (0: greedy), not {temperature}"),
             (top_p is None or 0 < top_p <= 1, f"{section}.top_p must be in (0, 1], not {top_p}"),
             (max_new_tokens >= 1, f"{section}.max_new_tokens must be >= 1, not {max_new_tokens}")]
-
-
-# Ranges of the numeric grpo.* settings evolm knows the meaning of (every number there must also be finite).
-_GRPO_RANGES: dict[str, tuple[Any, str]] = {
-    "learning_rate": (lambda v: v > 0, "> 0"),
-    "beta": (lambda v: v >= 0, ">= 0 (0: no KL term)"),
-    "epsilon": (lambda v: v >= 0, ">= 0"),
-    "epsilon_high": (lambda v: v >= 0, ">= 0"),
-    "delta": (lambda v: v > 0, "> 0"),
-    "temperature": (lambda v: v > 0, "> 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "top_k": (lambda v: v >= 0, ">= 0"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "repetition_penalty": (lambda v: v > 0, "> 0"),
-    "max_completion_length": (lambda v: v >= 1, ">= 1"),
-    "max_prompt_length": (lambda v: v >= 1, ">= 1"),
-    "weight_decay": (lambda v: v >= 0, ">= 0"),
-    "max_grad_norm": (lambda v: v >= 0, ">= 0"),
-    "warmup_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "warmup_steps": (lambda v: v >= 0, ">= 0"),
-    "adam_beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "adam_beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "adam_epsilon": (lambda v: v > 0, "> 0"),
-    "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
-}
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _non_finite(value: Any, depth: int = 0) -> bool:
-    """Whether a number anywhere in ``value`` (lists and mappings included) is NaN or infinite."""
-    if _is_number(value):
-        return not math.isfinite(value)
-    if depth < 20 and isinstance(value, list | dict):
-        return any(_non_finite(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return False
-
-
-def grpo_value_errors(grpo: dict[str, Any]) -> list[str]:
-    """Numbers in ``grpo`` that cannot train: NaN or infinite anywhere, or out of the range of a known setting
-    (a NaN learning rate, an infinite beta). Types and unknown keys are ``trl_adapter.check_launch``'s."""
-    errors = []
-    for key, value in grpo.items():
-        if _non_finite(value):
-            errors.append(f"grpo.{key} must be a finite number, not {value!r}")
-        elif key in _GRPO_RANGES and _is_number(value) and not _GRPO_RANGES[key][0](value):
-            errors.append(f"grpo.{key} must be {_GRPO_RANGES[key][1]}, not {value!r}")
-    return errors
 
 
 def url_error(name: str, url: Any) -> str | None:

@@ -245,9 +245,9 @@ def _monitor(d: RunData, length_factor: float = LENGTH_FACTOR) -> dict[str, Any]
     """The reward-hacking monitor: its curves, and the flags of ``evolm.training.monitor.hacking_flags``."""
     keys = [key for _, key, _ in plots.MONITOR_PANELS]
     series = {k: s for k in keys if (s := _series(d, "policy", k)) is not None}
-    if not series and not d.heldout:
-        return None
     flags = hacking_flags(d.metrics, d.heldout, length_factor)
+    if not series and not d.heldout and not flags:
+        return None
     plot = figure(d.notes, "reward-hacking monitor", _panel_columns(series, plots.MONITOR_PANELS), plots.panels_plot,
                   series, plots.MONITOR_PANELS,
                      sorted({f.step for f in flags})) if series else None

@@ -23,7 +23,7 @@ What is measured:
   one per distinct prompt of ``eval.pairs`` and one per question of ``eval.questions`` (a text in both is written
   once).
 - ``heldout_policy_score`` (``_std``, ``heldout_questions``): the current model, in the policy role, answers each
-  held-out question once, greedily (temperature 0; ``contrast.max_new_tokens``, ``model.system_prompt``); the judge
+  held-out question once, greedily (temperature 0; ``RunConfig.pair_answer_tokens``, ``model.system_prompt``); the judge
   scores each answer under a fixed evaluation rubric set, written once by the initial writer at the step-0
   evaluation and saved as ``eval_rubrics.jsonl`` in the run directory (read back on resume, never rewritten).
   The mean and population standard deviation are over the answers that got a score; ``heldout_questions`` counts

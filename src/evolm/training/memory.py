@@ -458,7 +458,7 @@ def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
     r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
     answerer = (c.answerer or (cfg.model.name if regime == "sequential" else None)) if c.pairs != "labelled" else None
     if answerer and c.answerer_backend == "hf" and regime in ("coevolve", "rubric_only", "sequential"):
-        return "answerer", answerer, c.max_new_tokens
+        return "answerer", answerer, cfg.pair_answer_tokens
     if regime == "sequential":
         return "writer", cfg.model.name, r.max_new_tokens
     if regime == "frozen_rubric" and r.writer and r.writer_backend == "hf":

@@ -27,7 +27,9 @@ share reaches ``rewards.monitor_stop_share`` or whose ``length_drift`` passes ``
 
 The report (``hacking_flags``) reads those records back and flags, from the held-out evaluation lines,
 the intervals where the policy's reward rose while held-out pair accuracy or held-out policy score fell,
-and the policy steps whose mean length exceeds ``length_factor`` times the run's first policy steps'.
+the policy steps whose mean length exceeds ``length_factor`` times the run's first policy steps', and the rubric step
+by which the judge has preferred the rubric steps' better answers in under ``PAIR_FLOOR`` of its judgements
+(``pairs_inverted``; ``evolm train`` also warns then).
 docs/SECURITY.md says how to read them.
 """
 
@@ -47,6 +49,9 @@ COPY_WORDS = 8  # consecutive rubric words an answer must repeat to count as cop
 COPY_MIN_CRITERION_WORDS = 5  # a whole criterion this long (or longer) repeated counts too
 LENGTH_FACTOR = 2.0  # report: flag policy steps whose mean length exceeds this times the first policy steps'
 LENGTH_BASELINE_STEPS = 3  # the first policy steps with a length, averaged: the length baseline
+PAIR_FLOOR = 0.4  # report and warn: the judge prefers a rubric step pair's better answer in fewer of its judgements
+PAIR_FLOOR_MIN_PAIRS = 16  # ... over at least this many pairs (4 rubric steps of 4 questions)
+PAIR_KEYS = ("step", "role", "pair_accuracy", "pair_judgements", "pairs")  # what ``pairs_inverted`` reads of a step
 
 SCORE_PATTERN = re.compile(  # matched on the folded answer (``fold``)
     r"""["']?\b(?:score|rating|grade|points|mark)\b["']?"""  # score: 9, "score": 1, rating = 8,
@@ -235,7 +240,7 @@ def _criteria_texts(rubric: Any) -> list[str]:
 
 @dataclass(frozen=True)
 class Flag:
-    """A step the report flags: ``kind`` is ``"reward_up_heldout_down"`` or ``"length"``."""
+    """A step the report flags: ``kind`` is ``"reward_up_heldout_down"``, ``"length"`` or ``"pairs_inverted"``."""
 
     step: int
     kind: str
@@ -245,6 +250,29 @@ class Flag:
 def _mean(xs: Sequence[float]) -> float | None:
     ok = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(ok) / len(ok) if ok else None
+
+
+def pairs_inverted(steps: Sequence[Mapping[str, Any]]) -> Flag | None:
+    """The first rubric step by which the judge, over the run's rubric steps so far (at least
+    ``PAIR_FLOOR_MIN_PAIRS`` pairs), preferred each pair's better answer (the fresh one of a temporal pair) in fewer
+    than ``PAIR_FLOOR`` of its judgements: those steps then rewarded rubrics that favour the other answer. Counted
+    over judgements (``pair_accuracy`` weighted by ``pair_judgements``); a floor, not a test, since a pair's sampled
+    rubrics are judged on the same two answers."""
+    right = judged = pairs = 0.0
+    for s in sorted((s for s in steps if s.get("role") == "rubric"), key=lambda s: int(s["step"])):
+        acc, n = s.get("pair_accuracy"), s.get("pair_judgements") or 0
+        if acc is None or math.isnan(acc) or not n:
+            continue
+        right, judged, pairs = right + acc * n, judged + n, pairs + (s.get("pairs") or 0)
+        if pairs >= PAIR_FLOOR_MIN_PAIRS and right / judged < PAIR_FLOOR:
+            k = int(s["step"])
+            return Flag(k, "pairs_inverted",
+                        f"by step {k}: the judge preferred the better answer of the rubric steps' pairs in "
+                        f"{right / judged:.2f} of {judged:.0f} judgements ({pairs:.0f} pairs), under {PAIR_FLOOR:g}: "
+                        "the writer is being rewarded for rubrics that favour the worse answer. With temporal pairs "
+                        "'newer is better' fails: check that fresh answers are not cut (contrast.max_new_tokens) and "
+                        "that the policy is not degrading")
+    return None
 
 
 def hacking_flags(steps: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]],
@@ -258,6 +286,7 @@ def hacking_flags(steps: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[
        first policy step). Flagged at b.
     2. A policy step whose mean completion length exceeds ``length_factor`` times the mean of the first
        ``LENGTH_BASELINE_STEPS`` policy steps' lengths.
+    3. ``pairs_inverted``: the rubric steps' pairs judged the wrong way round (the method's "newer is better" can fail).
     """
     policy = [s for s in steps if s.get("role") == "policy"]
     reward = {int(s["step"]): s.get("reward_mean") for s in policy}
@@ -292,6 +321,8 @@ def hacking_flags(steps: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[
             if v > length_factor * base:
                 flags.append(Flag(k, "length", f"step {k}: mean answer length {v:.0f} tokens, over {length_factor:g}× "
                                                f"the first policy steps' {base:.0f}"))
+    if inverted := pairs_inverted(steps):
+        flags.append(inverted)
     return sorted(flags, key=lambda f: (f.step, f.kind))
 
 

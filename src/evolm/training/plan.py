@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolm.config import RunConfig
-from evolm.training.contrast import LabelledPairs
+from evolm.training.contrast import LabelledPairs, Pair
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class StepInfo:
 class Plan:
     """The schedule of roles over optimizer steps, and the question each policy slot gets."""
 
-    def __init__(self, cfg: RunConfig, questions: Sequence[str], references: dict[str, str] | None = None) -> None:
+    def __init__(self, cfg: RunConfig, questions: Sequence[str], references: dict[str, str] | None = None,
+                 labelled: Sequence[Pair] | None = None) -> None:
         s = cfg.schedule
         self.references = dict(references or {})  # question -> the data's reference answer (reference-aware judges)
         self.regime, self.k, self.cycles = s.regime, s.steps_per_phase, s.cycles
@@ -36,7 +37,10 @@ class Plan:
         self.questions = list(questions)
         self._order = list(range(len(self.questions)))
         random.Random(cfg.seed).shuffle(self._order)
-        self.labelled = LabelledPairs.load(str(cfg.data.pairs), cfg.seed) if cfg.contrast.pairs == "labelled" else None
+        self.labelled: LabelledPairs | None = None  # contrast.pairs=labelled: ``labelled`` (the data.pairs kept under
+        if cfg.contrast.pairs == "labelled":  # data.max_prompt_tokens, prompt_length.fit_prompt_set), or the file
+            self.labelled = LabelledPairs(labelled, cfg.seed) if labelled is not None \
+                else LabelledPairs.load(str(cfg.data.pairs), cfg.seed)
 
     def role_phase(self, step: int) -> tuple[str, int, int]:
         phase = step // self.k

@@ -26,16 +26,21 @@ class PromptFit:
     references: dict[str, str]
     total: int  # questions read (after data.limit)
     limit: int  # data.max_prompt_tokens (0: none)
-    longest: int = 0  # tokens of the longest kept training prompt (0: not counted)
+    longest: int = 0  # tokens of the longest kept training prompt, labelled pairs' included (0: not counted)
+    pairs: list[Any] | None = None  # contrast.pairs=labelled: the data.pairs kept (contrast.Pair), else None
+    pairs_total: int = 0  # labelled pairs read
 
     @property
     def over(self) -> int:
         return self.total - len(self.questions)
 
     def note(self) -> str | None:
-        """``1 of 4 prompts over data.max_prompt_tokens (4096): skipped``, when any was."""
-        return f"{self.over} of {self.total} prompts over data.max_prompt_tokens ({self.limit}): skipped" \
-            if self.over else None
+        """``1 of 4 prompts over data.max_prompt_tokens (4096): skipped``, when any was (and the labelled pairs')."""
+        notes = [f"{n} of {total} {what} over data.max_prompt_tokens ({self.limit}): skipped"
+                 for n, total, what in ((self.over, self.total, "prompts"),
+                                        (self.pairs_total - len(self.pairs or ()), self.pairs_total,
+                                         "labelled pairs (data.pairs)")) if n]
+        return "; ".join(notes) or None
 
 
 def training_prompt_tokens(questions: Sequence[str], tokenizer: Any, system_prompt: str, rubric_prompt: str,
@@ -85,14 +90,30 @@ def fit_prompts(questions: list[str], references: dict[str, str], limit: int, to
 
 def fit_prompt_set(cfg: Any, tokenizer: Any = None) -> PromptFit:
     """``data.prompts`` (after ``data.limit``) without the prompts over ``data.max_prompt_tokens``, counted with
-    ``tokenizer`` (default: the model's). With no limit and no tokenizer nothing is counted."""
+    ``tokenizer`` (default: the model's), and with ``contrast.pairs=labelled`` the pairs of ``data.pairs`` whose
+    rubric prompt is over it skipped the same way. With no limit and no tokenizer nothing is counted."""
+    from dataclasses import replace
+
+    from evolm.training.contrast import LabelledPairs
+
     questions, references = load_prompt_set(cfg.data.prompts, cfg.data.limit)
+    pairs = LabelledPairs.load(str(cfg.data.pairs), cfg.seed).pairs if cfg.contrast.pairs == "labelled" else None
     limit = cfg.data.max_prompt_tokens
     if not limit and tokenizer is None:
-        return PromptFit(questions, references, len(questions), 0)
+        return PromptFit(questions, references, len(questions), 0, pairs=pairs, pairs_total=len(pairs or ()))
     if tokenizer is None:
         from evolm.backends.loading import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.model.name)
-    return fit_prompts(questions, references, limit, tokenizer, cfg.model.system_prompt, cfg.rubric.prompt,
-                       cfg.model.chat_template_kwargs, rubric_role=cfg.schedule.regime != "judge_only")
+    count = (tokenizer, cfg.model.system_prompt, cfg.rubric.prompt, cfg.model.chat_template_kwargs)
+    fit = fit_prompts(questions, references, limit, *count, rubric_role=cfg.schedule.regime != "judge_only")
+    if pairs is None:
+        return fit
+    prompts = list(dict.fromkeys(p.question for p in pairs))  # a labelled pair's prompt: its rubric step's question
+    try:
+        kept = fit_prompts(prompts, {}, limit, *count)
+    except InputError as e:
+        raise InputError(f"data.pairs: {e}") from None
+    fitting = set(kept.questions)
+    return replace(fit, longest=max(fit.longest, kept.longest), pairs=[p for p in pairs if p.question in fitting],
+                   pairs_total=len(pairs))

@@ -77,7 +77,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     fit = fit_prompt_set(cfg)  # data.prompts without those over data.max_prompt_tokens (counted, said at the start)
     if on_start is not None:
         on_start(replace(start, prompts_skipped=fit.note()))
-    plan = Plan(cfg, fit.questions, fit.references)  # and data.pairs for labelled pairs
+    plan = Plan(cfg, fit.questions, fit.references, fit.pairs)  # and the labelled pairs kept
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
     models.resolve_model_path(cfg.model.name)  # a missing model: said before the training arguments are built

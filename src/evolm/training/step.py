@@ -105,7 +105,7 @@ def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
 
 def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
     c = cfg.contrast
-    return SamplingParams(c.temperature, cfg.grpo.get("top_p", 1.0), c.max_new_tokens, cfg.seed + info.step,
+    return SamplingParams(c.temperature, cfg.grpo.get("top_p", 1.0), cfg.pair_answer_tokens, cfg.seed + info.step,
                           cfg.model.chat_template_kwargs)
 
 
