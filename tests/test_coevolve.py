@@ -808,16 +808,26 @@ def test_resume_after_sigkill(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("setting", "native", "expected"), [
     ("auto", True, torch.float32), ("auto", False, torch.float32), ("bfloat16", False, torch.bfloat16),
+    ("bfloat16", True, torch.bfloat16),
     ("float32", True, torch.float32)])
 def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, setting: str,
                              native: bool, expected: torch.dtype) -> None:
     """judge.dtype=auto is float32 even where the CPU computes bfloat16 natively (AVX512-BF16 / AMX): a score must not
-    depend on its batch; another value loads the judge's weights in that type."""
+    depend on its batch; another value loads the judge's weights in that type. bfloat16 on a CPU that only emulates
+    it (about 6x slower than float32 there) says so, once, and nothing else does."""
+    import warnings
+
+    from evolm.backends.loading import CPU_BF16_WARNING
+
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", f"judge.dtype={setting}")
-    judge = build_judge(cfg.judge, seed=cfg.seed, device="cpu", fallback_dtype=cfg.model.dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        judge = build_judge(cfg.judge, seed=cfg.seed, device="cpu", fallback_dtype=cfg.model.dtype)
     assert next(judge.backend.model.parameters()).dtype == expected
+    emulated = [w for w in caught if str(w.message) == CPU_BF16_WARNING]
+    assert len(emulated) == (setting == "bfloat16" and not native)
 
 
 def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:

@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,7 +106,25 @@ def resolve_dtype(dtype: str, device: str) -> Any:
         raise ModelError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
     if dtype == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype == "bfloat16" and device == "cpu" and not cpu_computes_bfloat16():
+        warnings.warn(CPU_BF16_WARNING, stacklevel=2)
     return getattr(torch, dtype)
+
+
+# Measured on a 2-core AMD EPYC with AVX2 only (docs/PERFORMANCE.md, "bfloat16 on a CPU without AVX512-BF16 or AMX").
+CPU_BF16_WARNING = ("bfloat16 weights on a CPU without AVX512-BF16 or AMX: torch emulates bfloat16 matrix products "
+                    "here, about 6x slower than float32 (SmolLM2-135M's forward pass); float32 is faster on this CPU")
+
+
+def cpu_computes_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX, by torch's own CPUID checks);
+    ``True`` when torch cannot tell, so that no warning is given on a guess."""
+    import torch
+
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not all(callable(c) for c in checks):
+        return True
+    return any(c() for c in checks)
 
 
 def judge_dtype(dtype: str, device: str) -> str:

@@ -157,8 +157,9 @@ class JudgeConfig:
     # Parameters that control an in-process judge (backend=hf)
     batch_size: int = _f(16, "answers per forward pass for backend=hf")
     dtype: str = _f("auto", "judge weights for backend=hf: auto (float32 on every device: a score does not depend on "
-                    "the answers batched beside it; bfloat16 is faster where the hardware computes it but moves "
-                    "scores, docs/PERFORMANCE.md), float32, bfloat16, float16. In training a judge of the initial "
+                    "the answers batched beside it; bfloat16 is faster where the hardware computes it, a GPU or a CPU "
+                    "with AVX512-BF16 or AMX, about 6x slower on other CPUs (evolm warns), and moves scores, "
+                    "docs/PERFORMANCE.md), float32, bfloat16, float16. In training a judge of the initial "
                     "model reads TRL's frozen reference copy instead, in the policy's dtype", choices=DTYPES)
 
     # Parameters that control a prompt longer than the judge's context
