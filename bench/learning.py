@@ -647,6 +647,36 @@ PROBES = (
 )
 
 
+def writers_check(arm: str, writer: str, limit: int) -> int:
+    """Does ``writer`` write the kept rubrics of ``arm``? The first ``limit`` held-out prompts, with the arm's decoding
+    (its key) and chunking, against ``ARM-rubrics.jsonl``: how a writer retrained on another machine (``runs/`` is
+    machine-local) is shown to be the one the arm was measured with. Returns the number of rubrics that differ."""
+    from evolm.backends.base import SamplingParams
+    from evolm.backends.constrained import rubric_schema
+    from evolm.backends.loading import load_backend
+    from evolm.eval.pairs import load_pairs
+    from evolm.rubrics import rubric_messages
+
+    key_file, rub_file = WRITERS / f"{arm}-key.json", WRITERS / f"{arm}-rubrics.jsonl"
+    if not key_file.exists() or not rub_file.exists():
+        raise SystemExit(f"writers-check: no kept rubrics of arm '{arm}' in {WRITERS}")
+    decoding = json.loads(key_file.read_text(encoding="utf-8"))["decoding"]
+    if not decoding:
+        raise SystemExit(f"writers-check: arm '{arm}' has no writer")
+    kept = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
+    prompts = [q for q in dict.fromkeys(p.prompt for p in load_pairs(writers_pairs())) if q in kept][:limit]
+    backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
+    params = SamplingParams(decoding["temperature"], 1.0, decoding["max_new_tokens"], SEED,
+                            json_schema=rubric_schema(decoding.get("max_criteria", 5)))
+    same = 0
+    for i in range(0, len(prompts), WRITE_CHUNK):
+        chunk = prompts[i:i + WRITE_CHUNK]
+        texts = backend.generate([rubric_messages(q, decoding["prompt"]) for q in chunk], params)
+        same += sum(t == kept[q] for q, t in zip(chunk, texts, strict=True))
+        print(f"writers-check {arm}: {same} of {i + len(chunk)} rubrics identical to the kept ones", flush=True)
+    return len(prompts) - same
+
+
 def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
     """P(Yes) of the frozen ``yesno`` judge ``model`` (or its score in another probability ``mode``: ``prob``, the
     expected 0-9 digit) for a right and a wrong short answer, under a criterion that names the expected value and under
@@ -1234,15 +1264,16 @@ def write_results() -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table",
-                                          "writers-probe"])
+                                          "writers-probe", "writers-check"])
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
                    "warm-evolm2, warm-seq, warm-grpo: a checkpoint directory)")
     p.add_argument("--judge", help="writers, writers-table, writers-probe: another yesno judge (default: the study's, "
-                   "SmolLM2-135M; its arms are kept apart in runs/study/writers/judge-NAME)")
+                   f"{_judge_id()['model']}; another judge's arms are kept apart in runs/study/writers/judge-NAME)")
     p.add_argument("--judge-mode", choices=["yesno", "prob"], default="yesno", help="writers-probe: the judge's "
                    "probability mode (default yesno, the study's; prob: the expected 0-9 digit)")
+    p.add_argument("--limit", type=int, default=40, help="writers-check: the first N held-out prompts (default 40)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
@@ -1268,6 +1299,10 @@ def main() -> None:
         if (arm.startswith("warm") or arm == "strong") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
         writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria)
+    elif args.study == "writers-check":
+        if len(args.runs) != 1 or not args.writer:
+            p.error("writers-check takes one arm and --writer DIR (e.g. writers-check warm --writer DIR)")
+        sys.exit(1 if writers_check(args.runs[0], args.writer, args.limit) else 0)
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":

@@ -120,3 +120,17 @@ def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, 
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     line = "\n".join(learning._training_lines())
     assert "| 0.438 (16 judgements) |" in line, line  # (4 x 1.0 + 12 x 0.25) / 16, not the steps' mean 0.625
+
+
+def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_does_not(learning, tiny_model_dir):
+    """writers-check: the writer that wrote an arm's kept rubrics writes them again (a retrained warm start is shown to
+    be the measured one this way); a kept rubric changed by one character is counted as different."""
+    learning.writer_arm("warm", str(tiny_model_dir), max_tokens=16, write_only=True, max_criteria=3)
+    assert learning.writers_check("warm", str(tiny_model_dir), limit=10) == 0
+    rub_file = learning.WRITERS / "warm-rubrics.jsonl"
+    rows = [json.loads(line) for line in rub_file.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 10
+    rows[9]["text"] += " "
+    rub_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert learning.writers_check("warm", str(tiny_model_dir), limit=10) == 1
+    assert learning.writers_check("warm", str(tiny_model_dir), limit=8) == 0
