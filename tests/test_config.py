@@ -370,3 +370,19 @@ def test_the_dry_run_plan_counts_vllm_calls_and_weight_syncs_per_step() -> None:
     assert "policy steps 1 (its rubrics); rubric steps 1 (fresh answers)" in rows["vLLM per step"]
     assert "weight syncs: 1 per step" in rows["vLLM per step"]
     assert "vLLM per step" not in dict(launch_plan(load_config(None, ["grpo.use_vllm=false"]), 1))
+
+
+def test_policy_budget_without_max_completion_length_is_trls_own():
+    """A grpo mapping without max_completion_length leaves TRL's default in force: the budget evolm assumes for the
+    policy's answers (the replay buffer's a-, the dry run, the memory estimate) is that default, at the pinned TRL."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from evolm.config import TRL_MAX_COMPLETION_LENGTH, RunConfig
+
+    trl_default = next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "max_completion_length")
+    assert TRL_MAX_COMPLETION_LENGTH == trl_default
+    cfg = RunConfig(grpo={"learning_rate": 1e-5})
+    assert cfg.policy_tokens == cfg.pair_answer_tokens == trl_default
+    assert RunConfig().policy_tokens == 16384  # the paper config sets it

@@ -236,7 +236,7 @@ def _cuda_check() -> None:
 
 def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN001 - evolm.config.RunConfig
     """What a launch with ``num_processes`` processes will do, as (item, value) rows (``--dry-run``)."""
-    from evolm.config import endpoint_urls
+    from evolm.config import WRITER_REGIMES, endpoint_urls
     from evolm.training.grpo_config import evolm_grpo_settings, importance_sampling_rule
 
     s = cfg.schedule
@@ -251,7 +251,7 @@ def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN0
     per_device = cfg.grpo.get("per_device_train_batch_size", 8)
     settings = evolm_grpo_settings(cfg, num_processes)
     rows = s.prompts_per_step * s.samples_per_prompt
-    max_len = cfg.grpo.get("max_completion_length", 256)
+    max_len = cfg.policy_tokens
     heldout = ", ".join(f for f in (cfg.eval.pairs, cfg.eval.questions) if f)
     every = f", every {cfg.eval.every} steps" if cfg.eval.every else ""
     lora = cfg.model.lora
@@ -273,7 +273,7 @@ def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN0
                      if cfg.judge.base_url else ")")),
     ] + ([("rubric-step pairs", f"{cfg.contrast.pairs}: fresh answers of up to {cfg.pair_answer_tokens:,} tokens"
            + (" (the policy's budget, grpo.max_completion_length)" if cfg.contrast.max_new_tokens is None else ""))]
-         if s.regime in ("coevolve", "sequential", "rubric_only") and not labelled else []) \
+         if s.regime in WRITER_REGIMES and not labelled else []) \
       + ([("rubric writer", _writer_row(cfg))] if s.regime == "frozen_rubric" else []) \
       + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
@@ -286,6 +286,8 @@ def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN0
 def vllm_plan(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
     """The vLLM work of a step with ``grpo.use_vllm``: evolm's generate calls per role before TRL's own, and the
     weight syncs (``trl_adapter`` contract item 4; metrics.jsonl logs both per step)."""
+    from evolm.config import WRITER_REGIMES
+
     g, s, c = cfg.grpo, cfg.schedule, cfg.contrast
     if not g.get("use_vllm"):
         return None
@@ -299,7 +301,7 @@ def vllm_plan(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
         "rubric_conditioned": "1" if fixed else "2", "inferred_question": "0" if fixed else "3",
         "combined": "up to 1" if fixed else "up to 6"}[c.pairs]
     roles = [f"policy steps {policy}" if s.regime != "rubric_only" and policy else "",
-             f"rubric steps {rubric}" if s.regime in ("coevolve", "rubric_only", "sequential") else ""]
+             f"rubric steps {rubric}" if s.regime in WRITER_REGIMES else ""]
     calls = "; ".join(r for r in roles if r)
     if g.get("vllm_mode", "colocate") == "colocate" and g.get("vllm_enable_sleep_mode"):
         syncs = ("1 per step: evolm wakes the sleeping engine once for its calls and TRL's generation puts it back "
@@ -327,11 +329,12 @@ def _rubric_budget(cfg) -> str | None:  # noqa: ANN001 - evolm.config.RunConfig
 
     from evolm.backends.constrained import rubric_token_bounds
     from evolm.backends.loading import BUILTIN_MODELS, load_tokenizer
+    from evolm.config import WRITER_REGIMES
     from evolm.errors import EvolmError
 
     r, regime = cfg.rubric, cfg.schedule.regime
     budgets = [("rubric.max_new_tokens", r.max_new_tokens)] if regime != "judge_only" else []
-    if regime in ("coevolve", "sequential", "rubric_only"):  # rubric steps sample rubrics within TRL's budget
+    if regime in WRITER_REGIMES:  # rubric steps sample rubrics within TRL's budget
         budgets.append(("grpo.max_completion_length", cfg.grpo.get("max_completion_length")))
     budgets = [(key, b) for key, b in budgets if isinstance(b, int)]
     if not r.constrained or not budgets:

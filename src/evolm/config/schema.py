@@ -24,6 +24,8 @@ from evolm.errors import InputError
 # act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse (tests/test_imports.py).
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")  # schedule.regime
+WRITER_REGIMES = ("coevolve", "sequential", "rubric_only")  # the regimes with rubric steps (the writer is trained)
+TRL_MAX_COMPLETION_LENGTH = 512  # trl.GRPOConfig's max_completion_length when grpo sets none (the pinned TRL's)
 JUDGE_MODES = ("generative", "prob", "yesno", "likert", "rar_implicit", "rar_explicit",
                "listwise")  # judge.mode with a judge model
 REWARD_MODEL_MODE = "reward_model"  # judge.mode: a scalar sequence-classification reward model instead of a judge
@@ -498,7 +500,7 @@ class RunConfig:
     @property
     def policy_tokens(self) -> int:
         """The policy's answer budget (``grpo.max_completion_length``), the length of the answers the buffer stores."""
-        return int(self.grpo.get("max_completion_length", 16384))
+        return int(self.grpo.get("max_completion_length") or TRL_MAX_COMPLETION_LENGTH)
 
     @property
     def pair_answer_tokens(self) -> int:
@@ -509,7 +511,7 @@ class RunConfig:
     def temporal_pairs(self) -> bool:
         """Whether rubric steps compare a fresh answer with a stored one (temporal contrast, alone or mixed in)."""
         c = self.contrast
-        return self.schedule.regime in ("coevolve", "sequential", "rubric_only") and (
+        return self.schedule.regime in WRITER_REGIMES and (
             c.pairs == "temporal" or (c.pairs == "combined" and c.combined_weights.get("temporal", 0) > 0))
 
     @property

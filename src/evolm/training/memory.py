@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from evolm.config import RunConfig
+from evolm.config import WRITER_REGIMES, RunConfig
 from evolm.errors import InputError
 from evolm.judge.judge import GENERATIVE_MODES
 
@@ -424,7 +424,7 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
     fixed_tokens = 8 * (prompt_tokens + fixed[2]) if fixed_facts and fixed else 0  # load_backend's batch of 8
     return Setup(
         processes=processes, sharding=sharding, gpu_gib=gpu_gib, micro_batch=per_device, prompt_tokens=prompt_tokens,
-        completion_tokens=int(g.get("max_completion_length") or 512),
+        completion_tokens=cfg.policy_tokens,
         gradient_checkpointing=bool(g.get("gradient_checkpointing", True)),
         dtype_bytes=4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2,
         reference_model=reference,
@@ -457,7 +457,7 @@ def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
     """
     r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
     answerer = (c.answerer or (cfg.model.name if regime == "sequential" else None)) if c.pairs != "labelled" else None
-    if answerer and c.answerer_backend == "hf" and regime in ("coevolve", "rubric_only", "sequential"):
+    if answerer and c.answerer_backend == "hf" and regime in WRITER_REGIMES:
         return "answerer", answerer, cfg.pair_answer_tokens
     if regime == "sequential":
         return "writer", cfg.model.name, r.max_new_tokens
