@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -480,14 +480,30 @@ def handwritten_rubrics() -> dict[str, str]:
     return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
 
 
+def _write_rubrics(writer: str, prompts: Sequence[str],
+                   decoding: dict[str, Any]) -> Iterator[tuple[list[str], list[str]]]:
+    """``writer``'s rubrics for ``prompts`` with an arm key's ``decoding`` (greedy, under the rubric grammar), as
+    (prompts, rubrics) chunks of ``WRITE_CHUNK``: how an arm's rubrics are written (``writer_arm``) and written again
+    (``writers_check``), batch for batch."""
+    from evolm.backends.base import SamplingParams
+    from evolm.backends.constrained import rubric_schema
+    from evolm.backends.loading import load_backend
+    from evolm.rubrics import rubric_messages
+
+    backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
+    params = SamplingParams(decoding["temperature"], 1.0, decoding["max_new_tokens"], SEED,
+                            json_schema=rubric_schema(decoding.get("max_criteria", 5)))
+    for i in range(0, len(prompts), WRITE_CHUNK):
+        chunk = list(prompts[i:i + WRITE_CHUNK])
+        yield chunk, backend.generate([rubric_messages(q, decoding["prompt"]) for q in chunk], params)
+
+
 def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False,
                max_criteria: int = 5) -> dict[str, Any] | None:
     """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
     ``runs/study/writers/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed
     run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the
     rubrics are written (their statistics show in ``writers-table``; a later run judges them)."""
-    from evolm.backends.base import SamplingParams
-    from evolm.backends.constrained import rubric_schema
     from evolm.config import RunConfig
     from evolm.eval.pairs import load_pairs
     from evolm.rubrics import WrittenRubric, read_written
@@ -527,21 +543,11 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             raise SystemExit(f"{HANDWRITTEN}: no rubric for {len(missing)} held-out prompts "
                              f"(first: {missing[0][:60]!r})")
     elif any(q not in rubrics for q in prompts):
-        from evolm.backends.loading import load_backend
-
-        backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
-        params = SamplingParams(0.0, 1.0, max_tokens, SEED, json_schema=rubric_schema(max_criteria))
-        todo = [q for q in prompts if q not in rubrics]
-        for i in range(0, len(todo), WRITE_CHUNK):
-            chunk = todo[i:i + WRITE_CHUNK]
-            from evolm.rubrics import rubric_messages
-
-            texts = backend.generate([rubric_messages(q, "v3") for q in chunk], params)
+        for chunk, texts in _write_rubrics(writer, [q for q in prompts if q not in rubrics], key["decoding"]):
             _append(rub_file, [{"prompt": q, "text": t} for q, t in zip(chunk, texts, strict=True)])
             rubrics.update(zip(chunk, texts, strict=True))
             print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)",
                   flush=True)
-        del backend
     minutes_write = (time.time() - t0) / 60
     if write_only:
         print(f"{arm}: {len(rubrics)} rubrics in {rub_file} ({minutes_write:.1f} min); not judged (--write-only)")
@@ -651,11 +657,7 @@ def writers_check(arm: str, writer: str, limit: int) -> int:
     """Does ``writer`` write the kept rubrics of ``arm``? The first ``limit`` held-out prompts, with the arm's decoding
     (its key) and chunking, against ``ARM-rubrics.jsonl``: how a writer retrained on another machine (``runs/`` is
     machine-local) is shown to be the one the arm was measured with. Returns the number of rubrics that differ."""
-    from evolm.backends.base import SamplingParams
-    from evolm.backends.constrained import rubric_schema
-    from evolm.backends.loading import load_backend
     from evolm.eval.pairs import load_pairs
-    from evolm.rubrics import rubric_messages
 
     key_file, rub_file = WRITERS / f"{arm}-key.json", WRITERS / f"{arm}-rubrics.jsonl"
     if not key_file.exists() or not rub_file.exists():
@@ -665,15 +667,10 @@ def writers_check(arm: str, writer: str, limit: int) -> int:
         raise SystemExit(f"writers-check: arm '{arm}' has no writer")
     kept = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
     prompts = [q for q in dict.fromkeys(p.prompt for p in load_pairs(writers_pairs())) if q in kept][:limit]
-    backend = load_backend(writer, dtype="float32", batch_size=WRITE_CHUNK)
-    params = SamplingParams(decoding["temperature"], 1.0, decoding["max_new_tokens"], SEED,
-                            json_schema=rubric_schema(decoding.get("max_criteria", 5)))
-    same = 0
-    for i in range(0, len(prompts), WRITE_CHUNK):
-        chunk = prompts[i:i + WRITE_CHUNK]
-        texts = backend.generate([rubric_messages(q, decoding["prompt"]) for q in chunk], params)
-        same += sum(t == kept[q] for q, t in zip(chunk, texts, strict=True))
-        print(f"writers-check {arm}: {same} of {i + len(chunk)} rubrics identical to the kept ones", flush=True)
+    same = done = 0
+    for chunk, texts in _write_rubrics(writer, prompts, decoding):
+        same, done = same + sum(t == kept[q] for q, t in zip(chunk, texts, strict=True)), done + len(chunk)
+        print(f"writers-check {arm}: {same} of {done} rubrics identical to the kept ones", flush=True)
     return len(prompts) - same
 
 
