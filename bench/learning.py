@@ -914,8 +914,10 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
 # records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
 TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens (stopped)",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
-                 ("warm start + EvoLM (temporal contrast)", "configs/learning/judge-1b5/evolm.yaml",
-                  "runs/learning/judge-1b5/evolm"),
+                 ("warm start + EvoLM, second run: lost with its machine",
+                  "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-lost"),
+                 ("warm start + EvoLM (temporal contrast; the judge in float32, on a 2-core EPYC)",
+                  "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm"),
                  ("warm start + labelled-pair GRPO", "configs/learning/judge-1b5/labelled.yaml",
                   "runs/learning/judge-1b5/labelled"))
 
