@@ -411,10 +411,11 @@ def backfill_policy(name: str) -> None:
 # `writers-table` regenerates the tables on a fresh clone. Another judge's arms (--judge) go to
 # runs/study/writers/judge-NAME, on this machine only.
 JUDGE = "qwen2.5-coder-1.5b-instruct"
-# The writers study's judge weights (held-out arms, probe and the 1.5B training configs): bfloat16, as the paper's
-# served judge; on this CPU (AMX) 3.1x less CPU than float32 with the same probe gap (docs/PERFORMANCE.md,
-# "bfloat16 judge weights"; bench/judge_dtype.py).
-JUDGE_DTYPE = "bfloat16"
+# The writers study's judge weights (held-out arms, probe and the 1.5B training configs): float32, the weights every
+# CPU computes natively (bfloat16 cost 3.1x less than float32 on an AMX Xeon but 5.4x more on the 2-core AVX2 EPYC the
+# training runs ran on: docs/PERFORMANCE.md). `--judge-dtype bfloat16` judges an arm with other weights; such arms are
+# kept apart, in WRITERS/bfloat16 (the study's first arms were judged so, docs/RESULTS.md).
+JUDGE_DTYPE = "float32"
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
@@ -430,9 +431,10 @@ HELDOUT_MAX_CHARS, HELDOUT_PAIRS = 1200, 100
 WRITE_CHUNK, JUDGE_CHUNK = 8, 10  # prompts per saved rubric chunk, pairs per saved judging chunk (resume points)
 
 
-def _judge_id(dtype: str = JUDGE_DTYPE) -> dict[str, str]:
-    """The judge an arm's key names (an arm saved before keys named one was judged in float32)."""
-    return {"model": JUDGE, "dtype": dtype}
+def _judge_id(dtype: str | None = None) -> dict[str, str]:
+    """The judge an arm's key names: the study's judge in ``dtype`` (default: the weights this command judges with; an
+    arm saved before keys named a judge was judged in float32)."""
+    return {"model": JUDGE, "dtype": dtype or JUDGE_DTYPE}
 
 
 def writers_pairs() -> Path:
@@ -700,8 +702,10 @@ def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
 
 def probe_file(model: str = JUDGE, mode: str = "yesno") -> Path:
     """Where ``writers_probe`` keeps the probe of judge ``model`` in ``mode``: ``probe-NAME[-MODE].json`` beside the
-    study's arms (in the repository), whichever judge the arms use."""
-    return FIGURES / "writers" / f"probe-{Path(model).name}{'' if mode == 'yesno' else f'-{mode}'}.json"
+    study's arms (in the repository), whichever judge the arms use; ``-DTYPE`` ends the name of a probe of weights other
+    than float32."""
+    suffix = ("" if mode == "yesno" else f"-{mode}") + ("" if JUDGE_DTYPE == "float32" else f"-{JUDGE_DTYPE}")
+    return FIGURES / "writers" / f"probe-{Path(model).name}{suffix}.json"
 
 
 def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str = JUDGE,
@@ -902,10 +906,10 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                   "writers ARM` resumes or starts it)."]
     print("\n".join(lines))
     full = {a: r for a, r in res.items() if not r.get("partial")}
-    if full:
-        _figure_writers(full, FIGURES / "writers.png")
     out = {"lines": lines, "tests": tests, "results": res}
-    if write_doc:
+    if write_doc:  # docs/RESULTS.md and its figure: the study's judge's arms only
+        if full:
+            _figure_writers(full, FIGURES / "writers.png")
         _put_writers_section(lines)
     return out
 
@@ -1261,6 +1265,7 @@ def write_results() -> None:
 
 
 def main() -> None:
+    global WRITERS, JUDGE, JUDGE_DTYPE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table",
                                           "writers-probe", "writers-check"])
@@ -1270,6 +1275,9 @@ def main() -> None:
                    "warm-evolm2, warm-seq, warm-grpo: a checkpoint directory)")
     p.add_argument("--judge", help="writers, writers-table, writers-probe: another yesno judge (default: the study's, "
                    f"{_judge_id()['model']}; another judge's arms are kept apart in runs/study/writers/judge-NAME)")
+    p.add_argument("--judge-dtype", choices=["float32", "bfloat16"], default=JUDGE_DTYPE, help="writers, "
+                   f"writers-table, writers-probe: the judge's weights (default {JUDGE_DTYPE}, the study's; arms "
+                   "judged with other weights are kept apart, in the arms' folder's DTYPE/ subfolder)")
     p.add_argument("--judge-mode", choices=["yesno", "prob"], default="yesno", help="writers-probe: the judge's "
                    "probability mode (default yesno, the study's; prob: the expected 0-9 digit)")
     p.add_argument("--limit", type=int, default=40, help="writers-check: the first N held-out prompts (default 40)")
@@ -1287,9 +1295,11 @@ def main() -> None:
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
-    global WRITERS, JUDGE
+    study_judge = (not args.judge or args.judge == JUDGE) and args.judge_dtype == JUDGE_DTYPE
     if args.judge and args.judge != JUDGE and args.study in ("writers", "writers-table"):
         WRITERS, JUDGE = OUT / "writers" / f"judge-{Path(args.judge).name}", args.judge
+    if args.judge_dtype != JUDGE_DTYPE:
+        WRITERS, JUDGE_DTYPE = WRITERS / args.judge_dtype, args.judge_dtype
     if args.study == "writers":
         if len(args.runs) != 1 or args.runs[0] not in WRITER_ARMS:
             p.error(f"writers takes one arm: {', '.join(WRITER_ARMS)}")
@@ -1305,7 +1315,7 @@ def main() -> None:
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":
-        writers_table(write_doc=not args.judge or args.judge == JUDGE)  # docs/RESULTS.md holds the study's judge
+        writers_table(write_doc=study_judge)  # docs/RESULTS.md holds the study's judge's table
     elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":

@@ -59,6 +59,28 @@ def test_table_leaves_out_an_arm_judged_by_other_judge_weights(learning):
     assert ("hand" in learning.writers_table(write_doc=False)["results"]) == (learning.JUDGE_DTYPE == "float32")
 
 
+def test_arms_judged_with_other_judge_weights_are_kept_and_tabled_apart(learning, monkeypatch):
+    """--judge-dtype bfloat16: the table reads the arms in WRITERS/bfloat16 and leaves docs/RESULTS.md alone."""
+    _arm(learning, "none", [0.0] * 10)
+    study = learning.WRITERS
+    monkeypatch.setattr(learning, "WRITERS", study / "bfloat16")
+    monkeypatch.setattr(learning, "JUDGE_DTYPE", "bfloat16")
+    learning.WRITERS.mkdir()
+    _arm(learning, "hand", [1.0] * 10)
+    monkeypatch.setattr(learning, "WRITERS", study)
+    monkeypatch.setattr(learning, "JUDGE_DTYPE", "float32")
+    learning.RESULTS.write_text("untouched", encoding="utf-8")
+    monkeypatch.setattr("sys.argv", ["learning.py", "writers-table", "--judge-dtype", "bfloat16"])
+    learning.main()
+    assert learning.WRITERS == study / "bfloat16" and learning.RESULTS.read_text(encoding="utf-8") == "untouched"
+    assert not (learning.FIGURES / "writers.png").exists()
+    assert learning.probe_file().name.endswith("-bfloat16.json")
+    monkeypatch.setattr(learning, "WRITERS", study)
+    monkeypatch.setattr(learning, "JUDGE_DTYPE", "float32")
+    out = learning.writers_table(write_doc=False)
+    assert set(out["results"]) == {"none"}  # the bfloat16 arm is not the study's
+
+
 def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
     from evolm.rubrics import parse_rubric
 
