@@ -928,7 +928,8 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
 
 def _training_lines() -> list[str]:
     """A row per training run of the study: its steps so far, their length in rubric-step questions, wall time, and
-    the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics)."""
+    the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics). A run
+    folder's records replace the kept copy when they are the same run (the same first step's record) and longer."""
     from evolm.config import load_config
 
     kept_dir = FIGURES / "training"
@@ -938,7 +939,10 @@ def _training_lines() -> list[str]:
         steps = _jsonl(kept)
         if src.exists():
             fresh = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
-            if len(fresh) < len(steps):  # a stale run folder: the kept copy is further on
+            if steps and fresh and fresh[0] != steps[0]:  # a resumed run keeps its first step's record; a new one not
+                print(f"writers-table: {src} is another run than {kept} (their first steps differ): kept {kept}; "
+                      "rename it and give it its own row in TRAINING_RUNS to keep both", file=sys.stderr)
+            elif len(fresh) < len(steps):  # a stale run folder: the kept copy is further on
                 print(f"writers-table: {src} has {len(fresh)} steps, {kept} more: kept the longer", file=sys.stderr)
             else:
                 kept_dir.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,10 @@ def test_training_row_keeps_the_longer_metrics_when_a_run_folder_is_stale(learni
     write(run / "metrics.jsonl", [step(1, "policy"), step(2, "policy"), step(3, "rubric"), step(4, "rubric")])
     assert "| 2 + 2 | 8 of 200 | 4.0 h |" in "\n".join(learning._training_lines())
     assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
+    other = [{**step(1, "policy"), "reward_mean": 0.4}] + [step(i, "policy") for i in range(2, 7)]
+    write(run / "metrics.jsonl", other)  # a run started again in the same folder: longer, but another run
+    assert "| 2 + 2 | 8 of 200 | 4.0 h |" in "\n".join(learning._training_lines())
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
 
 
 def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, monkeypatch):
