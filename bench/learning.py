@@ -787,6 +787,27 @@ def _drop_flat_line(res: dict[str, dict[str, Any]]) -> str:
             + "; ".join(cells) + ".")
 
 
+def _other_weights_line(res: dict[str, dict[str, Any]]) -> str:
+    """The same arms judged with other weights of the study's judge (``WRITERS/DTYPE/``, e.g. the bfloat16 record):
+    each finished arm's accuracy there against here, and the pairs whose credit changed."""
+    cells = []
+    for folder in sorted(d for d in WRITERS.glob("*") if d.is_dir() and d.name != JUDGE_DTYPE):
+        for a, r in res.items():
+            if r.get("partial") or not (f := folder / f"{a}.json").exists():
+                continue
+            other = json.loads(f.read_text(encoding="utf-8"))
+            if other.get("pairs_sha") != r.get("pairs_sha") or len(other["credits"]) != len(r["credits"]):
+                continue
+            up, down, p = sign_test(other["credits"], r["credits"])
+            there, here = statistics.fmean(other["credits"]), statistics.fmean(r["credits"])
+            cells.append(f"{r['label']} {there:.3f} in {folder.name} against {here:.3f} "
+                         f"(better there on {up} pairs, worse on {down}, p {p:.3g})")
+    if not cells:
+        return ""
+    return ("The same rubrics judged with other weights of the judge (`writers-table --judge-dtype DTYPE`): "
+            + "; ".join(cells) + ".")
+
+
 def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     """Arm ``a`` against arm ``b`` on the pairs both judged: better / worse, sign test p, mean difference and its
     paired bootstrap interval, n."""
@@ -894,6 +915,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
+    if weights_line := _other_weights_line(res):
+        lines += ["", weights_line]
     for path in sorted((FIGURES / "writers").glob("probe-*.json")):  # every judge probed, in each mode
         probe = json.loads(path.read_text(encoding="utf-8"))
         lines += ["", _probe_line(probe["rows"], probe["mode"], probe["judge"], probe.get("dtype", "float32"))]

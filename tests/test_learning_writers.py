@@ -79,6 +79,9 @@ def test_arms_judged_with_other_judge_weights_are_kept_and_tabled_apart(learning
     monkeypatch.setattr(learning, "JUDGE_DTYPE", "float32")
     out = learning.writers_table(write_doc=False)
     assert set(out["results"]) == {"none"}  # the bfloat16 arm is not the study's
+    _arm(learning, "hand", [1.0] * 8 + [0.0] * 2)  # the study's weights: 2 pairs fewer than bfloat16's
+    lines = "\n".join(learning.writers_table(write_doc=False)["lines"])
+    assert "hand-written rubrics (ceiling) 1.000 in bfloat16 against 0.800 (better there on 2 pairs, worse on 0, p 0.5)" in lines
 
 
 def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
