@@ -946,8 +946,10 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-lost"),
                  ("warm start + EvoLM (temporal contrast; the judge in float32, on a 2-core EPYC)",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm"),
-                 ("warm start + labelled-pair GRPO", "configs/learning/judge-1b5/labelled.yaml",
-                  "runs/learning/judge-1b5/labelled"))
+                 ("warm start + labelled-pair GRPO, first run: lost with its machine",
+                  "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost"),
+                 ("warm start + labelled-pair GRPO (the judge in float32, on a 2-core EPYC)",
+                  "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled"))
 
 
 def _training_lines() -> list[str]:
@@ -1030,7 +1032,7 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     names = [r["label"].split(" (")[0].replace("warm start + ", "warm + ") for r in res.values()]
     ax.set_xticks(range(len(res)), names, fontsize=7, rotation=35, ha="right")
     ax.set_ylabel("held-out pair accuracy")
-    ax.set_title(f"Frozen {Path(JUDGE).name} yesno judge, LLMBar held-out pairs "
+    ax.set_title(f"Frozen {Path(JUDGE).name} yesno judge ({JUDGE_DTYPE}), LLMBar held-out pairs "
                  f"(n={len(next(iter(res.values()))['credits'])})", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
