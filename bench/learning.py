@@ -931,9 +931,10 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     print("\n".join(lines))
     full = {a: r for a, r in res.items() if not r.get("partial")}
     out = {"lines": lines, "tests": tests, "results": res}
-    if write_doc:  # docs/RESULTS.md and its figure: the study's judge's arms only
+    if write_doc:  # docs/RESULTS.md and its figures: the study's judge's arms only
         if full:
             _figure_writers(full, FIGURES / "writers.png")
+        _figure_training(FIGURES / "training.png")
         _put_writers_section(lines)
     return out
 
@@ -1038,6 +1039,43 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def _figure_training(path: Path) -> bool:
+    """The study's training runs from their kept step records (``docs/results/training/``): the policy steps' reward,
+    and per rubric step the judge's accuracy on the temporal (or labelled) pairs and the reward spread across a
+    question's rubrics. False when no run has records."""
+    from matplotlib.figure import Figure
+
+    runs = [(label.split(" (")[0], _jsonl(FIGURES / "training" / f"{Path(run).name}-metrics.jsonl"))
+            for label, _, run in TRAINING_RUNS]
+    runs = [(label, steps) for label, steps in runs if steps]
+    if not runs:
+        return False
+    fig = Figure(figsize=(13, 4.4))
+    panels = (("policy", "reward_mean", "policy steps' reward (judge score, training questions)"),
+              ("rubric", "pair_accuracy", "rubric steps: judge's accuracy on the step's pairs"),
+              ("rubric", "reward_std", "rubric steps: reward spread across a question's rubrics"))
+    for i, (role, key, title) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for label, steps in runs:
+            ys = [r.get(key) for r in steps if r.get("role") == role]
+            if any(y is not None for y in ys):
+                ax.plot(range(1, len(ys) + 1), ys, marker=".", linewidth=1, label=label)
+        if key == "pair_accuracy":
+            ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
+        ax.set_xlabel(f"{role} step", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    handles = {}
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(3, len(handles)), fontsize=7)
+    fig.tight_layout(rect=(0, 0.06 * ((len(handles) + 2) // 3), 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return True
 
 
 WRITERS_BEGIN, WRITERS_END = "<!-- writers-table: begin -->", "<!-- writers-table: end -->"

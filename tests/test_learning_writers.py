@@ -149,6 +149,8 @@ def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, 
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     line = "\n".join(learning._training_lines())
     assert "| 0.438 (16 judgements) |" in line, line  # (4 x 1.0 + 12 x 0.25) / 16, not the steps' mean 0.625
+    assert learning._figure_training(learning.FIGURES / "training.png")  # from the kept copy _training_lines made
+    assert (learning.FIGURES / "training.png").stat().st_size > 0
 
 
 def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_does_not(learning, tiny_model_dir):
