@@ -9,6 +9,7 @@
     python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
     python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
     python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
+    python bench/learning.py writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -953,6 +954,76 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
                   "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled"))
 
 
+# What the study trains from, and the arms its two training runs end in: (arm, config, run directory).
+WARM_START = "runs/learning/judge-1b5/sft-writer"
+STUDY_RUNS = (("warm-evolm", "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm"),
+              ("warm-grpo", "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled"))
+
+
+def _finished(run_dir: Path, config: str) -> bool:
+    """Whether ``run_dir`` has a complete checkpoint of its config's last step."""
+    from evolm.config import load_config
+    from evolm.runs.rundir import checkpoint_state, complete_checkpoints
+
+    done = complete_checkpoints(run_dir) if run_dir.is_dir() else []
+    return bool(done) and checkpoint_state(done[-1]).step >= load_config(str(ROOT / config)).total_steps
+
+
+def _call(cmd: Sequence[str], log: Path) -> None:
+    print(f"$ {' '.join(map(str, cmd))}  (log: {log})", flush=True)
+    with log.open("a", encoding="utf-8") as f:
+        rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise SystemExit(f"failed (exit {rc}): {' '.join(map(str, cmd))}; see {log}")
+
+
+def _study_chain(arm: str, config: str, run: str) -> None:
+    """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
+    held-out arm from the final checkpoint (itself resumable; a finished arm is only read back)."""
+    run_dir = ROOT / run
+    log = run_dir.parent / f"{run_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if not _finished(run_dir, config):
+        _call([*EVOLM, "train", *(["--resume", run] if (run_dir / "config.yaml").exists() else ["--config", config])],
+              log)
+    writer = final_checkpoint(run_dir).relative_to(ROOT)
+    _call([sys.executable, __file__, "writers", arm, "--writer", writer, "--max-tokens", 320, "--max-criteria", 3],
+          log.with_name(f"{arm}.log"))
+
+
+def writers_study() -> None:
+    """The 1.5B study's remaining work in one resumable command: the warm start if this machine lacks it (rebuilt,
+    then checked against the kept warm arm's rubrics), both training runs side by side (one thread each), each
+    followed by its writer's held-out arm, then the tables. Run it again after an interruption; finished parts are
+    skipped."""
+    import threading
+
+    if not (ROOT / WARM_START).exists():
+        _call([*EVOLM, "sft-rubrics", "--output", WARM_START, "--gsm8k", DATA / "gsm8k" / "train.jsonl",
+               "--gsm8k-limit", 200, "--epochs", 2, "--train-layers", 12, "--detach-prefix"],
+              ROOT / WARM_START.replace("sft-writer", "sft-writer.log"))
+        if writers_check("warm", WARM_START, 40):
+            raise SystemExit(f"{WARM_START} does not write the kept warm arm's rubrics: the runs would not start from "
+                             "the writer the warm arm measured")
+    os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
+    errors: list[BaseException] = []
+
+    def chain(arm: str, config: str, run: str) -> None:
+        try:
+            _study_chain(arm, config, run)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - reported below, after the other run ends
+            errors.append(e)
+
+    threads = [threading.Thread(target=chain, args=spec) for spec in STUDY_RUNS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("; ".join(str(e) for e in errors))
+    writers_table()
+
+
 def _training_lines() -> list[str]:
     """A row per training run of the study: its steps so far, their length in rubric-step questions, wall time, and
     the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics). A run
@@ -1336,7 +1407,7 @@ def main() -> None:
     global WRITERS, JUDGE, JUDGE_DTYPE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table",
-                                          "writers-probe", "writers-check"])
+                                          "writers-probe", "writers-check", "writers-study"])
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
                    f"({', '.join(WRITER_ARMS)})")
     p.add_argument("--writer", help="writers: the writer's weights (base: default the base model; warm, warm-evolm, "
@@ -1380,6 +1451,8 @@ def main() -> None:
         if len(args.runs) != 1 or not args.writer:
             p.error("writers-check takes one arm and --writer DIR (e.g. writers-check warm --writer DIR)")
         sys.exit(1 if writers_check(args.runs[0], args.writer, args.limit) else 0)
+    elif args.study == "writers-study":
+        writers_study()
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":

@@ -165,3 +165,45 @@ def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_
     rub_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert learning.writers_check("warm", str(tiny_model_dir), limit=10) == 1
     assert learning.writers_check("warm", str(tiny_model_dir), limit=8) == 0
+
+
+def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final_checkpoint(learning, tmp_path,
+                                                                                          monkeypatch):
+    """writers-study: a run with no folder is started from its config, an unfinished one resumed, a finished one left
+    alone; each is followed by its writer's arm from the final complete checkpoint."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    config = str(ROOT / "configs/learning/judge-1b5/labelled.yaml")  # 50 steps
+    run = tmp_path / "runs" / "labelled"
+    calls = []
+
+    def checkpoint(step: int, complete: bool = True) -> None:
+        ckpt = run / "checkpoints" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text("{}", encoding="utf-8")
+        if complete:
+            (ckpt / "evolm_state.json").write_text(json.dumps({"step": step}), encoding="utf-8")
+
+    def fake_call(cmd, log):
+        calls.append([str(c) for c in cmd])
+        if "train" in calls[-1]:
+            run.mkdir(parents=True, exist_ok=True)
+            (run / "config.yaml").write_text("{}", encoding="utf-8")
+            checkpoint(50)
+
+    monkeypatch.setattr(learning, "_call", fake_call)
+    learning._study_chain("warm-grpo", config, "runs/labelled")
+    assert calls[0][-3:] == ["train", "--config", config]
+    assert calls[1][-7:] == ["warm-grpo", "--writer", "runs/labelled/checkpoints/checkpoint-50",
+                             "--max-tokens", "320", "--max-criteria", "3"]
+    assert learning._finished(run, config)
+    calls.clear()
+    learning._study_chain("warm-grpo", config, "runs/labelled")
+    assert [c[2] for c in calls] == ["writers"]  # finished: only the arm (which reads back a finished arm)
+    for d in (run / "checkpoints").iterdir():
+        __import__("shutil").rmtree(d)
+    checkpoint(20)
+    checkpoint(21, complete=False)
+    assert not learning._finished(run, config)
+    calls.clear()
+    learning._study_chain("warm-grpo", config, "runs/labelled")
+    assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
