@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,17 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     calls.clear()
     learning._study_chain("warm-grpo", config, "runs/labelled")
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
+
+
+def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_the_gap_is_clear(learning):
+    start = [0.0] * 20 + [1.0] * 20
+    ceiling = [1.0] * 20 + [1.0] * 20  # 20 pairs of room
+    trained = [1.0] * 10 + [0.0] * 10 + [1.0] * 20  # half of them closed
+    share, ci, no_room = learning.gap_closed(start, trained, ceiling)
+    assert share == 0.5 and no_room == 0 and ci[0] < 0.5 < ci[1] and 0.2 < ci[0] and ci[1] < 0.8
+    share, ci, no_room = learning.gap_closed(start, trained, start)  # no room: the ceiling is the start
+    assert math.isnan(share) and ci is None and no_room == 1
+    # a thin gap: the ceiling better on 3 pairs and worse on 2, so many resamples have none: no bounded interval
+    start, ceiling = [0.0] * 3 + [1.0] * 2 + [0.0] * 35, [1.0] * 3 + [0.0] * 2 + [0.0] * 35
+    share, ci, no_room = learning.gap_closed(start, [1.0] + start[1:], ceiling)
+    assert share == 1.0 and ci is None and 0.025 < no_room < 0.9
