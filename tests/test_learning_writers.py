@@ -222,3 +222,22 @@ def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_t
     start, ceiling = [0.0] * 3 + [1.0] * 2 + [0.0] * 35, [1.0] * 3 + [0.0] * 2 + [0.0] * 35
     share, ci, no_room = learning.gap_closed(start, [1.0] + start[1:], ceiling)
     assert share == 1.0 and ci is None and 0.025 < no_room < 0.9
+
+
+def test_results_md_holds_the_table_writers_table_makes_from_the_kept_files():
+    """docs/RESULTS.md's writers section is what `python bench/learning.py writers-table` makes from the files kept in
+    the repository (arms, training records), so a fresh clone regenerates it; the training-source overlap line depends
+    on the data sets on the machine and is left out."""
+    spec = importlib.util.spec_from_file_location("bench_learning_kept", ROOT / "bench" / "learning.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.TRAINING_RUNS = tuple((label, config, f"no-such-folder/{Path(run).name}")  # the kept records only
+                              for label, config, run in mod.TRAINING_RUNS)
+    made = mod.writers_table(write_doc=False)["lines"]
+    text = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    kept = text.split(mod.WRITERS_BEGIN)[1].split(mod.WRITERS_END)[0].strip("\n").split("\n")
+
+    def drop(lines: list[str]) -> list[str]:
+        return [line for line in lines if not line.startswith("Held-out prompts found in a training source")]
+
+    assert drop(kept) == drop(made)
