@@ -1052,6 +1052,35 @@ def writers_study() -> None:
     writers_table()
 
 
+def _pair_votes(samples_dir: Path) -> list[dict[str, Any]]:
+    """Per rubric-step pair of a run (``samples/phase-*-rubric.jsonl``: one row per sampled rubric, a step's rows of
+    one question judging the same pair): how many of its rubrics made the judge score the pair's better answer (the
+    fresh one of a temporal pair, the chosen one of a labelled pair) higher, and how many lower."""
+    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    for f in sorted(samples_dir.glob("phase-*-rubric.jsonl")):
+        for r in _jsonl(f):
+            if r.get("role") != "rubric" or r.get("s_pos") is None or r.get("s_neg") is None:
+                continue
+            d = pairs.setdefault((int(r["step"]), int(r["slot"])), {"step": int(r["step"]), "slot": int(r["slot"]),
+                                                                    "source": r.get("pair_source"), "higher": 0,
+                                                                    "lower": 0})
+            d["higher"] += r["s_pos"] > r["s_neg"]
+            d["lower"] += r["s_pos"] < r["s_neg"]
+    return [pairs[k] for k in sorted(pairs)]
+
+
+def _pairs_cell(votes: Sequence[dict[str, Any]]) -> str:
+    """The judge's preference over a run's rubric-step pairs, one vote per pair (the majority of its rubrics): pairs
+    where it preferred the better answer / the other, and an exact sign test (a pair's rubrics judge the same two
+    answers, so the pair, not the judgement, is the unit)."""
+    if not votes:
+        return "—"
+    up = sum(v["higher"] > v["lower"] for v in votes)
+    down = sum(v["higher"] < v["lower"] for v in votes)
+    _, _, p = sign_test([1.0] * up + [0.0] * down, [0.5] * (up + down))
+    return f"{up} / {down} of {len(votes)} (p {p:.2g})"
+
+
 def _training_lines() -> list[str]:
     """A row per training run of the study: its steps so far, their length in rubric-step questions, wall time, and
     the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics). A run
@@ -1062,6 +1091,7 @@ def _training_lines() -> list[str]:
     rows = []
     for label, config, run in TRAINING_RUNS:
         src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
+        pairs_kept = kept_dir / f"{Path(run).name}-pairs.jsonl"
         steps = _jsonl(kept)
         if src.exists():
             fresh = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
@@ -1074,6 +1104,8 @@ def _training_lines() -> list[str]:
                 kept_dir.mkdir(parents=True, exist_ok=True)
                 kept.write_text("".join(json.dumps(r) + "\n" for r in fresh), encoding="utf-8")
                 steps = fresh
+                if votes := _pair_votes(ROOT / run / "samples"):  # the run's samples: machine-local, kept as counts
+                    pairs_kept.write_text("".join(json.dumps(v) + "\n" for v in votes), encoding="utf-8")
         if not kept.exists():
             continue
         sched = load_config(str(ROOT / config)).schedule
@@ -1092,13 +1124,16 @@ def _training_lines() -> list[str]:
                     f"{len(rubric) * sched.prompts_per_step} of {planned} | "
                     f"{sum(r.get('seconds') or 0 for r in steps) / 3600:.1f} h | "
                     f"{ends} | {spread} | "
-                    f"{f'{acc:.3f} ({n_judged} judgements)' if acc is not None else '—'} |")
+                    f"{f'{acc:.3f} ({n_judged} judgements)' if acc is not None else '—'} | "
+                    f"{_pairs_cell(_jsonl(pairs_kept))} |")
     if not rows:
         return []
     return ["", "| training run | steps so far (policy + rubric) | rubric-step questions (of planned) | wall time "
             "(2 shared cores) | policy reward, first → last step | rubric steps' reward spread (std across a "
-            "question's rubrics), per step | judge's accuracy on the rubric steps' pairs |",
-            "|---|---|---|---|---|---|---|", *rows]
+            "question's rubrics), per step | judge's accuracy on the rubric steps' pairs | pairs where the judge "
+            "preferred the newer (EvoLM) or human-chosen (labelled) answer under most of the pair's rubrics / the "
+            "other (exact sign test) |",
+            "|---|---|---|---|---|---|---|---|", *rows]
 
 
 def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:

@@ -148,8 +148,16 @@ def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, 
              "pair_accuracy": acc, "pair_judgements": n} for i, (acc, n) in enumerate([(1.0, 4), (0.25, 12)], 1)]
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    samples = run / "samples"
+    samples.mkdir()
+    votes = {0: (0.6, 0.6, 0.4, 0.4), 1: (0.6, 0.6, 0.6, 0.4), 2: (0.4, 0.4, 0.4, 0.6)}  # s_pos per rubric, s_neg 0.5
+    (samples / "phase-001-rubric.jsonl").write_text("".join(
+        json.dumps({"step": 2, "slot": slot, "role": "rubric", "s_pos": sp, "s_neg": 0.5}) + "\n"
+        for slot, sps in votes.items() for sp in sps), encoding="utf-8")
     line = "\n".join(learning._training_lines())
     assert "| 0.438 (16 judgements) |" in line, line  # (4 x 1.0 + 12 x 0.25) / 16, not the steps' mean 0.625
+    assert "| 1 / 1 of 3 (p 1) |" in line, line  # a tie (2 and 2) votes neither way; one vote per pair, not per rubric
+    assert len((learning.FIGURES / "training" / "evolm-pairs.jsonl").read_text(encoding="utf-8").splitlines()) == 3
     assert learning._figure_training(learning.FIGURES / "training.png")  # from the kept copy _training_lines made
     assert (learning.FIGURES / "training.png").stat().st_size > 0
 
