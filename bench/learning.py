@@ -1104,7 +1104,8 @@ def _training_lines() -> list[str]:
                 kept_dir.mkdir(parents=True, exist_ok=True)
                 kept.write_text("".join(json.dumps(r) + "\n" for r in fresh), encoding="utf-8")
                 steps = fresh
-                if votes := _pair_votes(ROOT / run / "samples"):  # the run's samples: machine-local, kept as counts
+                logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
+                if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:
                     pairs_kept.write_text("".join(json.dumps(v) + "\n" for v in votes), encoding="utf-8")
         if not kept.exists():
             continue

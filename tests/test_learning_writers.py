@@ -153,7 +153,9 @@ def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, 
     votes = {0: (0.6, 0.6, 0.4, 0.4), 1: (0.6, 0.6, 0.6, 0.4), 2: (0.4, 0.4, 0.4, 0.6)}  # s_pos per rubric, s_neg 0.5
     (samples / "phase-001-rubric.jsonl").write_text("".join(
         json.dumps({"step": 2, "slot": slot, "role": "rubric", "s_pos": sp, "s_neg": 0.5}) + "\n"
-        for slot, sps in votes.items() for sp in sps), encoding="utf-8")
+        for slot, sps in votes.items() for sp in sps)
+        + json.dumps({"step": 3, "slot": 0, "role": "rubric", "s_pos": 0.6, "s_neg": 0.5}) + "\n",  # no record yet
+        encoding="utf-8")
     line = "\n".join(learning._training_lines())
     assert "| 0.438 (16 judgements) |" in line, line  # (4 x 1.0 + 12 x 0.25) / 16, not the steps' mean 0.625
     assert "| 1 / 1 of 3 (p 1) |" in line, line  # a tie (2 and 2) votes neither way; one vote per pair, not per rubric
