@@ -193,13 +193,18 @@ def train(name: str, overrides: Sequence[str], log: Path) -> tuple[Path, float]:
     cmd = [*EVOLM, "train", "--config", "configs/demo-cpu.yaml", f"output_dir={run_dir}", *COMMON, *overrides]
     if (run_dir / "config.yaml").exists():
         cmd = [*EVOLM, "train", "--resume", str(run_dir)]
-    print("$ evolm", " ".join(cmd[1:]), flush=True)
     t0 = time.time()
-    with log.open("a", encoding="utf-8") as f:
-        rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if rc != 0:
-        raise SystemExit(f"training arm {name} failed (exit {rc}): see {log}")
+    _call(cmd, log, f"training arm {name}")
     return run_dir, (time.time() - t0) / 60
+
+
+def _call(cmd: Sequence[Any], log: Path, what: str | None = None) -> None:
+    """Run ``cmd`` from the repository root, its output appended to ``log``; a failure ends the study's command."""
+    print(f"$ {' '.join(map(str, cmd))}  (log: {log})", flush=True)
+    with log.open("a", encoding="utf-8") as f:
+        rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise SystemExit(f"{what or ' '.join(map(str, cmd))} failed (exit {rc}): see {log}")
 
 
 def command(name: str, overrides: Sequence[str]) -> str:
@@ -970,22 +975,21 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
 
 # The study's training runs with the 1.5B judge: (label, config, run directory). writers-table copies each run's step
 # records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
+EVOLM_RUN = ("configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm")  # (config, run directory)
+LABELLED_RUN = ("configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled")
 TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens (stopped)",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
                  ("warm start + EvoLM, second run: lost with its machine",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-lost"),
-                 ("warm start + EvoLM (temporal contrast; the judge in float32, on a 2-core EPYC)",
-                  "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm"),
+                 ("warm start + EvoLM (temporal contrast; the judge in float32, on a 2-core EPYC)", *EVOLM_RUN),
                  ("warm start + labelled-pair GRPO, first run: lost with its machine",
                   "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost"),
-                 ("warm start + labelled-pair GRPO (the judge in float32, on a 2-core EPYC)",
-                  "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled"))
+                 ("warm start + labelled-pair GRPO (the judge in float32, on a 2-core EPYC)", *LABELLED_RUN))
 
 
 # What the study trains from, and the arms its two training runs end in: (arm, config, run directory).
 WARM_START = "runs/learning/judge-1b5/sft-writer"
-STUDY_RUNS = (("warm-evolm", "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm"),
-              ("warm-grpo", "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled"))
+STUDY_RUNS = (("warm-evolm", *EVOLM_RUN), ("warm-grpo", *LABELLED_RUN))
 
 
 def _finished(run_dir: Path, config: str) -> bool:
@@ -997,17 +1001,10 @@ def _finished(run_dir: Path, config: str) -> bool:
     return bool(done) and checkpoint_state(done[-1]).step >= load_config(str(ROOT / config)).total_steps
 
 
-def _call(cmd: Sequence[str], log: Path) -> None:
-    print(f"$ {' '.join(map(str, cmd))}  (log: {log})", flush=True)
-    with log.open("a", encoding="utf-8") as f:
-        rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
-    if rc != 0:
-        raise SystemExit(f"failed (exit {rc}): {' '.join(map(str, cmd))}; see {log}")
-
-
 def _study_chain(arm: str, config: str, run: str) -> None:
     """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
-    held-out arm from the final checkpoint (itself resumable; a finished arm is only read back)."""
+    held-out arm from the final checkpoint with the warm arm's decoding (itself resumable; a finished arm is only read
+    back)."""
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -1015,8 +1012,9 @@ def _study_chain(arm: str, config: str, run: str) -> None:
         _call([*EVOLM, "train", *(["--resume", run] if (run_dir / "config.yaml").exists() else ["--config", config])],
               log)
     writer = final_checkpoint(run_dir).relative_to(ROOT)
-    _call([sys.executable, __file__, "writers", arm, "--writer", writer, "--max-tokens", 320, "--max-criteria", 3],
-          log.with_name(f"{arm}.log"))
+    decoding = json.loads((WRITERS / "warm-key.json").read_text(encoding="utf-8"))["decoding"]  # as the warm arm
+    _call([sys.executable, __file__, "writers", arm, "--writer", writer, "--max-tokens", decoding["max_new_tokens"],
+           "--max-criteria", decoding.get("max_criteria", 5)], log.with_name(f"{arm}.log"))
 
 
 def writers_study() -> None:

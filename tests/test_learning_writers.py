@@ -202,6 +202,8 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
             checkpoint(50)
 
     monkeypatch.setattr(learning, "_call", fake_call)
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps(  # the warm arm's decoding, which the arm repeats
+        {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
     learning._study_chain("warm-grpo", config, "runs/labelled")
     assert calls[0][-3:] == ["train", "--config", config]
     assert calls[1][-7:] == ["warm-grpo", "--writer", "runs/labelled/checkpoints/checkpoint-50",
