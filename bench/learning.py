@@ -10,6 +10,7 @@
     python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
     python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
     python bench/learning.py writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
+    python bench/learning.py writers-study --one-at-a-time  # the same, one run after the other on all the cores
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
@@ -1017,11 +1018,12 @@ def _study_chain(arm: str, config: str, run: str) -> None:
            "--max-criteria", decoding.get("max_criteria", 5)], log.with_name(f"{arm}.log"))
 
 
-def writers_study() -> None:
+def writers_study(one_at_a_time: bool = False) -> None:
     """The 1.5B study's remaining work in one resumable command: the warm start if this machine lacks it (rebuilt,
     then checked against the kept warm arm's rubrics), both training runs side by side (one thread each), each
     followed by its writer's held-out arm, then the tables. Run it again after an interruption; finished parts are
-    skipped."""
+    skipped. ``one_at_a_time``: the EvoLM run first and then the labelled one, each on all the cores (the same total
+    time on 2 cores, and the EvoLM arm, the study's main question, in about half of it)."""
     import threading
 
     if not (ROOT / WARM_START).exists():
@@ -1031,6 +1033,11 @@ def writers_study() -> None:
         if writers_check("warm", WARM_START, 40):
             raise SystemExit(f"{WARM_START} does not write the kept warm arm's rubrics: the runs would not start from "
                              "the writer the warm arm measured")
+    if one_at_a_time:
+        for spec in STUDY_RUNS:
+            _study_chain(*spec)
+        writers_table()
+        return
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
     errors: list[BaseException] = []
 
@@ -1493,6 +1500,8 @@ def main() -> None:
                    "complete checkpoint as it stands (a run stopped early)")
     p.add_argument("--baselines-only", action="store_true", help="study A: judge the held-out pairs with no rubric "
                    "and with the base writer's rubrics only (cached for the full comparison)")
+    p.add_argument("--one-at-a-time", action="store_true", help="writers-study: the EvoLM run to its end first, "
+                   "then the labelled one, each on all the cores (default: side by side, one thread each)")
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()
@@ -1514,7 +1523,7 @@ def main() -> None:
             p.error("writers-check takes one arm and --writer DIR (e.g. writers-check warm --writer DIR)")
         sys.exit(1 if writers_check(args.runs[0], args.writer, args.limit) else 0)
     elif args.study == "writers-study":
-        writers_study()
+        writers_study(args.one_at_a_time)
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":

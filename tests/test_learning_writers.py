@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,18 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     calls.clear()
     learning._study_chain("warm-grpo", config, "runs/labelled")
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
+
+
+def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learning, tmp_path, monkeypatch):
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    (tmp_path / learning.WARM_START).mkdir(parents=True)  # the warm start is there: not rebuilt
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    order = []
+    monkeypatch.setattr(learning, "_study_chain",
+                        lambda arm, config, run: order.append((arm, os.environ.get("OMP_NUM_THREADS"))))
+    monkeypatch.setattr(learning, "writers_table", lambda: order.append(("table", None)))
+    learning.writers_study(one_at_a_time=True)
+    assert order == [("warm-evolm", None), ("warm-grpo", None), ("table", None)]
 
 
 def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_the_gap_is_clear(learning):
