@@ -173,6 +173,29 @@ def test_report_flags_rubric_steps_whose_pairs_the_judge_inverts(tmp_path: Path)
     assert "in 0.36 of 64 judgements (16 pairs)" in render_report(load_run(run))
 
 
+def test_pairs_inverted_counts_pairs_with_a_sign_test_where_steps_logged_their_votes() -> None:
+    """A pair's 4 rubrics judge the same two answers: one vote per pair, and a flag only when a sign test agrees."""
+    from evolm.training.monitor import pairs_inverted
+
+    def voted(votes: list[tuple[int, int]], first: int = 6) -> list[dict]:
+        return [{**s, "pairs_for": f, "pairs_against": a}
+                for s, (f, a) in zip(_rubric_steps([f / 4 for f, _ in votes], first=first), votes, strict=True)]
+
+    steps = voted([(1, 3), (0, 4), (1, 3), (1, 3)])  # 3 of 16 pairs for the better answer: p = 0.011
+    (flag,) = [f for f in hacking_flags(steps, []) if f.kind == "pairs_inverted"]
+    assert flag.step == 9 and "3 of 16 pairs" in flag.text and "sign test p = 0.011" in flag.text
+    # 6 of 16: under the 0.4 floor, but p = 0.23 is what no preference gives often: no flag, where the
+    # judgement count (0.375 of 64 judgements) would have flagged it
+    assert pairs_inverted(voted([(1, 3), (2, 2), (1, 3), (2, 2)])) is None
+    assert pairs_inverted([{k: v for k, v in s.items() if k not in ("pairs_for", "pairs_against")}
+                           for s in voted([(1, 3), (2, 2), (1, 3), (2, 2)])]) is not None
+    # tied pairs (2 rubrics each way) are no vote: 2 of 10 decided pairs, p = 0.055: not yet
+    assert pairs_inverted(voted([(0, 0), (0, 0), (1, 4), (1, 4)])) is None
+    # a record without the counts (an older run resumed) falls back to judgements for the whole run
+    mixed = _rubric_steps([0.25, 0.25]) + voted([(1, 3), (1, 3)], first=8)
+    assert "of 64 judgements" in pairs_inverted(mixed).text
+
+
 def test_train_warns_once_when_the_rubric_steps_pairs_are_inverted(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
     """`evolm train` says so on the first rubric step that crosses the floor, counting the steps before a resume."""
     from types import SimpleNamespace
@@ -199,3 +222,14 @@ def test_train_warns_once_when_the_rubric_steps_pairs_are_inverted(tmp_path: Pat
                  f"output_dir={run}"]) == 0
     err = capsys.readouterr().err
     assert err.count("evolm: warning: by step 9: the judge preferred the better answer") == 1, err
+
+
+def test_report_counts_the_rubric_steps_pairs_one_vote_each(tmp_path: Path) -> None:
+    steps = [{**s, "phase": 1, "cycle": 0, "pairs_for": f, "pairs_against": a}
+             for s, (f, a) in zip(_rubric_steps([0.75, 0.75, 0.5, 1.0]), [(3, 1), (3, 0), (2, 2), (4, 0)], strict=True)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps), encoding="utf-8")
+    # 12 for, 3 against: 2 * P(X >= 12 | 15, 1/2) = 0.035
+    assert "the better answer preferred in 12, the other in 3, two-sided sign test p = 0.035" in \
+        render_report(load_run(run))

@@ -119,7 +119,7 @@ def main(args: argparse.Namespace) -> None:
             bar.write(f"evolm: {describe(rec)}", file=sys.stderr)
             return
         if rec.role == "rubric" and not pairs["warned"]:
-            pairs["steps"].append({k: getattr(rec, k) for k in PAIR_KEYS})
+            pairs["steps"].append({k: getattr(rec, k, None) for k in PAIR_KEYS})
             if flag := pairs_inverted(pairs["steps"]):
                 bar.write(f"evolm: warning: {flag.text}", file=sys.stderr)
                 pairs["warned"] = True  # once per process: `evolm report` lists it with the other flags

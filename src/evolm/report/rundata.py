@@ -29,6 +29,7 @@ _COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
 _COUNTS = ("heldout_pairs", "heldout_questions", "pair_judgements", "pairs")
+_VOTES = ("pairs_for", "pairs_against")  # counts that may be 0
 
 
 # ----------------------------------------------------------------------------- loading
@@ -134,6 +135,11 @@ def read_metric_rows(path: Path, notes: list[str]) -> list[dict[str, Any]]:
         for k in _COUNTS:
             n = getattr(rec, k)
             if n is not None and n < 1:
+                absurd, n = absurd + 1, None
+            row[k] = n
+        for k in _VOTES:
+            n = getattr(rec, k)
+            if n is not None and n < 0:
                 absurd, n = absurd + 1, None
             row[k] = n
         rows.append(row)

@@ -100,6 +100,8 @@ class StepRecord:
     pair_accuracy: float | None = _typed(float)  # rubric steps: share of rows where the judge scored a+ > a-
     pair_judgements: int | None = _typed(int)  # rubric steps: n of pair_accuracy (rows: one rubric judging one pair)
     pairs: int | None = _typed(int)  # rubric steps: distinct pairs those rows judged (one per question)
+    pairs_for: int | None = _typed(int)  # rubric steps: pairs more of whose rubrics scored a+ > a- than a- > a+
+    pairs_against: int | None = _typed(int)  # rubric steps: pairs more of whose rubrics scored a- > a+
     rubric_validity: float | None = _typed(float)  # share of format-valid rubrics (rubric samples / policy rubrics)
     missing_rewards: float | None = _typed(float)  # share of rows whose judge score was unreadable
     tied_groups: float | None = _typed(float)  # share of groups whose rewards all tie (zero advantage)

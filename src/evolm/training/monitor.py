@@ -28,8 +28,8 @@ share reaches ``rewards.monitor_stop_share`` or whose ``length_drift`` passes ``
 The report (``hacking_flags``) reads those records back and flags, from the held-out evaluation lines,
 the intervals where the policy's reward rose while held-out pair accuracy or held-out policy score fell,
 the policy steps whose mean length exceeds ``length_factor`` times the run's first policy steps', and the rubric step
-by which the judge has preferred the rubric steps' better answers in under ``PAIR_FLOOR`` of its judgements
-(``pairs_inverted``; ``evolm train`` also warns then).
+by which the judge has preferred the rubric steps' better answers in under ``PAIR_FLOOR`` of their pairs, by a
+one-sided sign test (``pairs_inverted``; ``evolm train`` also warns then).
 docs/SECURITY.md says how to read them.
 """
 
@@ -51,7 +51,9 @@ LENGTH_FACTOR = 2.0  # report: flag policy steps whose mean length exceeds this 
 LENGTH_BASELINE_STEPS = 3  # the first policy steps with a length, averaged: the length baseline
 PAIR_FLOOR = 0.4  # report and warn: the judge prefers a rubric step pair's better answer in fewer of its judgements
 PAIR_FLOOR_MIN_PAIRS = 16  # ... over at least this many pairs (4 rubric steps of 4 questions)
-PAIR_KEYS = ("step", "role", "pair_accuracy", "pair_judgements", "pairs")  # what ``pairs_inverted`` reads of a step
+PAIR_ALPHA = 0.05  # ... and, counted per pair, a one-sided sign test for the worse answer under this p
+PAIR_KEYS = ("step", "role", "pair_accuracy", "pair_judgements", "pairs", "pairs_for", "pairs_against")  # what
+# ``pairs_inverted`` reads of a step
 
 SCORE_PATTERN = re.compile(  # matched on the folded answer (``fold``)
     r"""["']?\b(?:score|rating|grade|points|mark)\b["']?"""  # score: 9, "score": 1, rating = 8,
@@ -252,27 +254,55 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(ok) / len(ok) if ok else None
 
 
+def sign_p_worse(against: int, for_: int) -> float:
+    """One-sided exact sign test: the chance that ``against`` or more of ``against + for_`` pairs favour the worse
+    answer when the judge has no preference.
+
+    >>> round(sign_p_worse(12, 3), 4), sign_p_worse(0, 0)
+    (0.0176, 1.0)
+    """
+    n = against + for_
+    return sum(math.comb(n, i) for i in range(against, n + 1)) / 2**n
+
+
 def pairs_inverted(steps: Sequence[Mapping[str, Any]]) -> Flag | None:
     """The first rubric step by which the judge, over the run's rubric steps so far (at least
     ``PAIR_FLOOR_MIN_PAIRS`` pairs), preferred each pair's better answer (the fresh one of a temporal pair) in fewer
-    than ``PAIR_FLOOR`` of its judgements: those steps then rewarded rubrics that favour the other answer. Counted
-    over judgements (``pair_accuracy`` weighted by ``pair_judgements``); a floor, not a test, since a pair's sampled
-    rubrics are judged on the same two answers."""
+    than ``PAIR_FLOOR`` of them: those steps then rewarded rubrics that favour the other answer.
+
+    Counted per pair where every step so far logged ``pairs_for`` / ``pairs_against`` (a pair's vote: the majority of
+    its sampled rubrics, which judge the same two answers, so the pair is the unit), and then flagged only when a
+    one-sided sign test also gives p < ``PAIR_ALPHA``. Records from before those counts: over judgements
+    (``pair_accuracy`` weighted by ``pair_judgements``), a floor and not a test."""
     right = judged = pairs = 0.0
+    votes: list[int] | None = [0, 0]  # pairs for, against; None once a step lacks them
     for s in sorted((s for s in steps if s.get("role") == "rubric"), key=lambda s: int(s["step"])):
         acc, n = s.get("pair_accuracy"), s.get("pair_judgements") or 0
         if acc is None or math.isnan(acc) or not n:
             continue
         right, judged, pairs = right + acc * n, judged + n, pairs + (s.get("pairs") or 0)
-        if pairs >= PAIR_FLOOR_MIN_PAIRS and right / judged < PAIR_FLOOR:
-            k = int(s["step"])
-            return Flag(k, "pairs_inverted",
-                        f"by step {k}: the judge preferred the better answer of the rubric steps' pairs in "
-                        f"{right / judged:.2f} of {judged:.0f} judgements ({pairs:.0f} pairs), under {PAIR_FLOOR:g}: "
-                        "the writer is being rewarded for rubrics that favour the worse answer. With temporal pairs "
-                        "'newer is better' fails: check that fresh answers are not cut (contrast.max_new_tokens) and "
-                        "that the policy is not degrading")
+        if votes is not None and s.get("pairs_for") is not None and s.get("pairs_against") is not None:
+            votes = [votes[0] + int(s["pairs_for"]), votes[1] + int(s["pairs_against"])]
+        else:
+            votes = None
+        if pairs < PAIR_FLOOR_MIN_PAIRS:
+            continue
+        k = int(s["step"])
+        if votes is not None:
+            decided = votes[0] + votes[1]
+            if decided and votes[0] / decided < PAIR_FLOOR and (p := sign_p_worse(votes[1], votes[0])) < PAIR_ALPHA:
+                seen = f"{votes[0]} of {decided} pairs (a vote per pair: its rubrics' majority; sign test p = {p:.3f})"
+                return Flag(k, "pairs_inverted", _inverted_text(k, seen))
+        elif right / judged < PAIR_FLOOR:
+            seen = f"{right / judged:.2f} of {judged:.0f} judgements ({pairs:.0f} pairs), under {PAIR_FLOOR:g}"
+            return Flag(k, "pairs_inverted", _inverted_text(k, seen))
     return None
+
+
+def _inverted_text(step: int, seen: str) -> str:
+    return (f"by step {step}: the judge preferred the better answer of the rubric steps' pairs in {seen}: the writer "
+            "is being rewarded for rubrics that favour the worse answer. With temporal pairs 'newer is better' fails: "
+            "check that fresh answers are not cut (contrast.max_new_tokens) and that the policy is not degrading")
 
 
 def hacking_flags(steps: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]],

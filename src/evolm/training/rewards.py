@@ -363,6 +363,8 @@ class StepRewards:
     rubric_validity: float | None  # rubric steps: per sample; policy steps: per group (one shared rubric)
     pair_judgements: int | None = None  # rubric steps: n of pair_accuracy (rows: one rubric judging one pair)
     pairs: int | None = None  # rubric steps: distinct pairs those rows judged (one per group)
+    pairs_for: int | None = None  # rubric steps: pairs more of whose rubrics scored a+ > a- than a- > a+
+    pairs_against: int | None = None  # rubric steps: pairs more of whose rubrics scored a- > a+ (ties: neither)
     tied_groups: float = 0.0  # share of groups whose rewards are all equal (zero advantage: no gradient signal)
     reward_components: dict[str, float | None] | None = None  # with rewards.extra: "judge" and each extra's mean value
     judge_p_yes: float | None = None  # mean per-criterion value of the step's judging (yesno: P(Yes); see RowReward)
@@ -415,6 +417,8 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     ...                                    RowReward(None, rubric_valid=0.0)], ["q", "q"])
     >>> r.rewards, r.pair_accuracy, r.pair_judgements, r.pairs, r.rubric_validity, r.missing_rewards
     ([1.0, 1.0], 0.5, 2, 1, 0.5, 0.5)
+    >>> r.pairs_for, r.pairs_against  # the pair's one readable rubric scored a+ higher: one pair for
+    (1, 0)
     >>> r = step_rewards(["policy"] * 2, [RowReward(0.8, extras=(("len", 0.5, -1.0),)),
     ...                                    RowReward(None, extras=(("len", 0.5, 0.0),))], ["q", "q"])
     >>> r.rewards, r.reward_components
@@ -436,8 +440,14 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         pair_acc: float | None = sum(1.0 for r in raw if not is_missing(r.s_pos) and not is_missing(r.s_neg)
                                      and r.s_pos > r.s_neg) / n  # type: ignore[operator]
         validity: float | None = sum(float(r.rubric_valid or 0.0) for r in raw) / n
+        votes: dict[Hashable, int] = defaultdict(int)  # per pair (group): rubrics for a+ minus rubrics for a-
+        for g, r in zip(groups, raw, strict=True):
+            if not is_missing(r.s_pos) and not is_missing(r.s_neg):
+                votes[g] += (r.s_pos > r.s_neg) - (r.s_pos < r.s_neg)  # type: ignore[operator]
+        pairs_for: int | None = sum(v > 0 for v in votes.values())
+        pairs_against: int | None = sum(v < 0 for v in votes.values())
     else:
-        pair_acc = None
+        pair_acc = pairs_for = pairs_against = None
         present = [float(v) for v in policy_rubric_valid if v is not None]
         validity = sum(present) / len(present) if present else None
     readings = [c.value for r in raw for crit in r.criteria for c in crit if c.value is not None]
@@ -458,6 +468,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                        pair_accuracy=pair_acc, rubric_validity=validity, tied_groups=tied,
                        pair_judgements=n if pair_acc is not None else None,
                        pairs=len(by_group) if pair_acc is not None else None,
+                       pairs_for=pairs_for, pairs_against=pairs_against,
                        reward_components=_components(judged, raw),
                        judge_p_yes=sum(readings) / len(readings) if readings else None,
                        judge_pass_rate=sum(p > 0.5 for p in readings) / len(readings) if readings else None,
