@@ -32,6 +32,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -450,11 +451,15 @@ JUDGE_DTYPE = "float32"
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
-WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm", "warm-evolm2", "warm-seq", "warm-grpo")
-PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm", "warm-grpo")  # the 1.5B study's arms
+WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-evolm2", "warm-seq",
+               "warm-grpo")
+PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-grpo")  # the 1.5B
+# study's arms
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
               "strong": "stronger fixed writer (untrained)",
-              "warm": "warm-started writer (SFT)", "warm-evolm": "warm start + EvoLM (temporal contrast)",
+              "warm": "warm-started writer (SFT)",
+              "warm-evolm-half": "warm start + EvoLM, halfway (100 rubric-step questions)",
+              "warm-evolm": "warm start + EvoLM (temporal contrast)",
               "warm-evolm2": "warm start + EvoLM, 2 cycles",
               "warm-seq": "warm start + sequential (writer stage, policy frozen)",
               "warm-grpo": "warm start + labelled-pair GRPO"}
@@ -962,7 +967,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     missing = [a for a in PLANNED_ARMS if a not in res or res[a].get("partial")]
     if missing:
         lines += ["", "Not finished: " + ", ".join(ARM_LABELS[a] for a in missing) + " (`python bench/learning.py "
-                  "writers ARM` resumes or starts it)."]
+                  "writers-study` trains and judges what is left; `writers ARM` resumes or starts one arm)."]
     print("\n".join(lines))
     full = {a: r for a, r in res.items() if not r.get("partial")}
     out = {"lines": lines, "tests": tests, "results": res}
@@ -991,6 +996,10 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
 # What the study trains from, and the arms its two training runs end in: (arm, config, run directory).
 WARM_START = "runs/learning/judge-1b5/sft-writer"
 STUDY_RUNS = (("warm-evolm", *EVOLM_RUN), ("warm-grpo", *LABELLED_RUN))
+# A checkpoint kept on the way (the run keeps only its last few), as its own arm: (run directory, step, arm). EvoLM's
+# step 50: 25 rubric steps, 100 of its 200 rubric-step questions.
+KEPT_CHECKPOINTS = ((EVOLM_RUN[1], 50, "warm-evolm-half"),)
+KEPT_DIR = "kept"  # RUN/kept/checkpoint-N: where they are copied
 
 
 def _finished(run_dir: Path, config: str) -> bool:
@@ -1002,20 +1011,63 @@ def _finished(run_dir: Path, config: str) -> bool:
     return bool(done) and checkpoint_state(done[-1]).step >= load_config(str(ROOT / config)).total_steps
 
 
-def _study_chain(arm: str, config: str, run: str) -> None:
-    """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
-    held-out arm from the final checkpoint with the warm arm's decoding (itself resumable; a finished arm is only read
-    back)."""
+def keep_checkpoint(run_dir: Path, step: int) -> Path | None:
+    """Copy ``run_dir``'s complete checkpoint of ``step`` to ``run_dir/kept/`` (once) before the run's rotation
+    (``grpo.save_total_limit``) deletes it; the copy, or None while there is none."""
+    from evolm.runs.rundir import complete_checkpoints
+
+    kept = run_dir / KEPT_DIR / f"checkpoint-{step}"
+    if not kept.is_dir():
+        found = [c for c in complete_checkpoints(run_dir) if c.name == kept.name] if run_dir.is_dir() else []
+        if not found:
+            return None
+        part = kept.with_name(kept.name + ".part")  # a copy cut short is never taken for a checkpoint
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.copytree(found[0], part)
+        part.rename(kept)
+    return kept
+
+
+def _arm_call(arm: str, writer: Path, log: Path) -> None:
+    """A trained writer's held-out arm, decoded as the warm arm it is compared with (resumable; a finished arm is
+    only read back)."""
+    decoding = json.loads((WRITERS / "warm-key.json").read_text(encoding="utf-8"))["decoding"]
+    _call([sys.executable, __file__, "writers", arm, "--writer", writer.relative_to(ROOT), "--max-tokens",
+           decoding["max_new_tokens"], "--max-criteria", decoding.get("max_criteria", 5)], log)
+
+
+def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
+    """One training run of the study to its end (started, or resumed from its last checkpoint), keeping the
+    checkpoints of ``KEPT_CHECKPOINTS`` as they appear, then its writer's held-out arm from the final checkpoint and
+    each kept one's."""
+    import threading
+
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    keep = [(step, kept_arm) for r, step, kept_arm in KEPT_CHECKPOINTS if r == run]
     if not _finished(run_dir, config):
-        _call([*EVOLM, "train", *(["--resume", run] if (run_dir / "config.yaml").exists() else ["--config", config])],
-              log)
-    writer = final_checkpoint(run_dir).relative_to(ROOT)
-    decoding = json.loads((WRITERS / "warm-key.json").read_text(encoding="utf-8"))["decoding"]  # as the warm arm
-    _call([sys.executable, __file__, "writers", arm, "--writer", writer, "--max-tokens", decoding["max_new_tokens"],
-           "--max-criteria", decoding.get("max_criteria", 5)], log.with_name(f"{arm}.log"))
+        stop = threading.Event()
+
+        def watch() -> None:  # until training ends: copy each checkpoint to keep as soon as it is complete
+            while not stop.wait(poll_s) and any(keep_checkpoint(run_dir, step) is None for step, _ in keep):
+                pass
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            _call([*EVOLM, "train", *(["--resume", run] if (run_dir / "config.yaml").exists()
+                                      else ["--config", config])], log)
+        finally:
+            stop.set()
+            watcher.join()
+    _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
+    for step, kept_arm in keep:
+        if (kept := keep_checkpoint(run_dir, step)) is None:
+            print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {kept_arm} arm",
+                  file=sys.stderr)
+        else:
+            _arm_call(kept_arm, kept, log.with_name(f"{kept_arm}.log"))
 
 
 def writers_study(one_at_a_time: bool = False) -> None:

@@ -223,6 +223,47 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
 
 
+def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_as_its_own_arm(learning, tmp_path,
+                                                                                           monkeypatch):
+    """The run keeps its last few checkpoints: the halfway one is copied while the run goes on, then judged."""
+    import shutil
+    import time
+
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/evolm", 3, "warm-evolm-half"),))
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps(
+        {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
+    run, calls = tmp_path / "runs" / "evolm", []
+
+    def checkpoint(step: int) -> Path:
+        ckpt = run / "checkpoints" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text("{}", encoding="utf-8")
+        (ckpt / "evolm_state.json").write_text(json.dumps({"step": step}), encoding="utf-8")
+        return ckpt
+
+    def fake_call(cmd, log):
+        calls.append([str(c) for c in cmd])
+        if "train" in calls[-1]:  # the run passes step 3, then rotation deletes it
+            (run / "checkpoints" / "checkpoint-2").mkdir(parents=True)  # incomplete: no state files
+            third = checkpoint(3)
+            for _ in range(200):
+                if (run / "kept" / "checkpoint-3").is_dir():
+                    break
+                time.sleep(0.01)
+            shutil.rmtree(third)
+            checkpoint(50)
+
+    monkeypatch.setattr(learning, "_call", fake_call)
+    learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm",
+                          poll_s=0.01)
+    assert (run / "kept" / "checkpoint-3" / "evolm_state.json").is_file()
+    assert not (run / "kept" / "checkpoint-3.part").exists()
+    assert [c[3] for c in calls[1:]] == ["warm-evolm", "warm-evolm-half"]
+    assert calls[2][4:6] == ["--writer", "runs/evolm/kept/checkpoint-3"]
+    assert learning.keep_checkpoint(run, 7) is None  # never reached: nothing kept, no arm
+
+
 def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learning, tmp_path, monkeypatch):
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     (tmp_path / learning.WARM_START).mkdir(parents=True)  # the warm start is there: not rebuilt
