@@ -200,11 +200,13 @@ def train(name: str, overrides: Sequence[str], log: Path) -> tuple[Path, float]:
     return run_dir, (time.time() - t0) / 60
 
 
-def _call(cmd: Sequence[Any], log: Path, what: str | None = None) -> None:
-    """Run ``cmd`` from the repository root, its output appended to ``log``; a failure ends the study's command."""
+def _call(cmd: Sequence[Any], log: Path, what: str | None = None, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd`` from the repository root (``env``: variables set for it), its output appended to ``log``; a
+    failure ends the study's command."""
     print(f"$ {' '.join(map(str, cmd))}  (log: {log})", flush=True)
     with log.open("a", encoding="utf-8") as f:
-        rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                             env={**os.environ, **env} if env else None)
     if rc != 0:
         raise SystemExit(f"{what or ' '.join(map(str, cmd))} failed (exit {rc}): see {log}")
 
@@ -1028,30 +1030,46 @@ def keep_checkpoint(run_dir: Path, step: int) -> Path | None:
     return kept
 
 
-def _arm_call(arm: str, writer: Path, log: Path) -> None:
+def _arm_call(arm: str, writer: Path, log: Path, env: dict[str, str] | None = None) -> None:
     """A trained writer's held-out arm, decoded as the warm arm it is compared with (resumable; a finished arm is
     only read back)."""
     decoding = json.loads((WRITERS / "warm-key.json").read_text(encoding="utf-8"))["decoding"]
     _call([sys.executable, __file__, "writers", arm, "--writer", writer.relative_to(ROOT), "--max-tokens",
-           decoding["max_new_tokens"], "--max-criteria", decoding.get("max_criteria", 5)], log)
+           decoding["max_new_tokens"], "--max-criteria", decoding.get("max_criteria", 5)], log, env=env)
 
 
 def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
-    """One training run of the study to its end (started, or resumed from its last checkpoint), keeping the
-    checkpoints of ``KEPT_CHECKPOINTS`` as they appear, then its writer's held-out arm from the final checkpoint and
-    each kept one's."""
+    """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
+    held-out arm from the final checkpoint. A checkpoint of ``KEPT_CHECKPOINTS`` is copied as soon as it is complete
+    and its arm written and judged at once, at one thread beside the training (the halfway answer does not wait for
+    the end); one the run had passed before is judged after it, if it was kept."""
     import threading
 
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    keep = [(step, kept_arm) for r, step, kept_arm in KEPT_CHECKPOINTS if r == run]
+    keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
+    started: dict[int, threading.Thread] = {}
+    errors: list[BaseException] = []
+
+    def judge_kept(kept_arm: str, kept: Path) -> None:
+        try:
+            _arm_call(kept_arm, kept, log.with_name(f"{kept_arm}.log"), env={"OMP_NUM_THREADS": "1"})
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - reported once training has ended
+            errors.append(e)
+
+    def start_kept(step: int) -> None:
+        if step not in started and (kept := keep_checkpoint(run_dir, step)) is not None:
+            started[step] = threading.Thread(target=judge_kept, args=(keep[step], kept))
+            started[step].start()
+
     if not _finished(run_dir, config):
         stop = threading.Event()
 
-        def watch() -> None:  # until training ends: copy each checkpoint to keep as soon as it is complete
-            while not stop.wait(poll_s) and any(keep_checkpoint(run_dir, step) is None for step, _ in keep):
-                pass
+        def watch() -> None:  # until training ends: each checkpoint to keep, as soon as it is complete
+            while not stop.wait(poll_s) and len(started) < len(keep):
+                for step in keep:
+                    start_kept(step)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -1061,13 +1079,16 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
         finally:
             stop.set()
             watcher.join()
-    _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
-    for step, kept_arm in keep:
-        if (kept := keep_checkpoint(run_dir, step)) is None:
-            print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {kept_arm} arm",
+    for step in keep:
+        start_kept(step)
+        if step not in started:
+            print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {keep[step]} arm",
                   file=sys.stderr)
-        else:
-            _arm_call(kept_arm, kept, log.with_name(f"{kept_arm}.log"))
+    _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
+    for t in started.values():
+        t.join()
+    if errors:
+        raise SystemExit("; ".join(str(e) for e in errors))
 
 
 def writers_study(one_at_a_time: bool = False) -> None:

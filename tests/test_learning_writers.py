@@ -195,7 +195,7 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
         if complete:
             (ckpt / "evolm_state.json").write_text(json.dumps({"step": step}), encoding="utf-8")
 
-    def fake_call(cmd, log):
+    def fake_call(cmd, log, env=None):
         calls.append([str(c) for c in cmd])
         if "train" in calls[-1]:
             run.mkdir(parents=True, exist_ok=True)
@@ -223,9 +223,10 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
 
 
-def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_as_its_own_arm(learning, tmp_path,
-                                                                                           monkeypatch):
-    """The run keeps its last few checkpoints: the halfway one is copied while the run goes on, then judged."""
+def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_beside_the_training(learning, tmp_path,
+                                                                                               monkeypatch):
+    """The run keeps its last few checkpoints: the halfway one is copied while the run goes on, and its arm is
+    written and judged at once, at one thread, without waiting for the run's end."""
     import shutil
     import time
 
@@ -242,26 +243,30 @@ def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_as_
         (ckpt / "evolm_state.json").write_text(json.dumps({"step": step}), encoding="utf-8")
         return ckpt
 
-    def fake_call(cmd, log):
-        calls.append([str(c) for c in cmd])
-        if "train" in calls[-1]:  # the run passes step 3, then rotation deletes it
+    def fake_call(cmd, log, env=None):
+        calls.append([str(c) for c in cmd] + [f"OMP={(env or {}).get('OMP_NUM_THREADS')}"])
+        if "train" in calls[-1]:  # the run passes step 3, its arm starts, then rotation deletes the checkpoint
             (run / "checkpoints" / "checkpoint-2").mkdir(parents=True)  # incomplete: no state files
             third = checkpoint(3)
-            for _ in range(200):
-                if (run / "kept" / "checkpoint-3").is_dir():
+            for _ in range(500):
+                if len(calls) > 1:
                     break
                 time.sleep(0.01)
             shutil.rmtree(third)
             checkpoint(50)
+            calls.append(["train ended"])
 
     monkeypatch.setattr(learning, "_call", fake_call)
     learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm",
                           poll_s=0.01)
     assert (run / "kept" / "checkpoint-3" / "evolm_state.json").is_file()
     assert not (run / "kept" / "checkpoint-3.part").exists()
-    assert [c[3] for c in calls[1:]] == ["warm-evolm", "warm-evolm-half"]
-    assert calls[2][4:6] == ["--writer", "runs/evolm/kept/checkpoint-3"]
+    assert [c[3] if len(c) > 3 else c[0] for c in calls[1:]] == ["warm-evolm-half", "train ended", "warm-evolm"]
+    assert calls[1][4:6] == ["--writer", "runs/evolm/kept/checkpoint-3"] and calls[1][-1] == "OMP=1"
     assert learning.keep_checkpoint(run, 7) is None  # never reached: nothing kept, no arm
+    calls.clear()  # run again (finished): the kept checkpoint's arm (read back) and the final one's
+    learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm")
+    assert sorted(c[3] for c in calls) == ["warm-evolm", "warm-evolm-half"]
 
 
 def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learning, tmp_path, monkeypatch):
