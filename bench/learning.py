@@ -91,12 +91,9 @@ def sign_test(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, float]:
     """Exact two-sided sign test of paired values: (a better, b better, p); equal pairs are dropped."""
     up = sum(x > y for x, y in zip(a, b, strict=True))
     down = sum(x < y for x, y in zip(a, b, strict=True))
-    n = up + down
-    if n == 0:
-        return up, down, 1.0
-    k = min(up, down)
-    p = 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return up, down, min(1.0, p)
+    from evolm.training.monitor import sign_p_worse  # the one-sided tail: P(X >= k), no preference
+
+    return up, down, min(1.0, 2 * sign_p_worse(max(up, down), min(up, down)))
 
 
 def gap_closed(start: Sequence[float], trained: Sequence[float], ceiling: Sequence[float], reps: int = 4000,
