@@ -49,7 +49,8 @@ COPY_WORDS = 8  # consecutive rubric words an answer must repeat to count as cop
 COPY_MIN_CRITERION_WORDS = 5  # a whole criterion this long (or longer) repeated counts too
 LENGTH_FACTOR = 2.0  # report: flag policy steps whose mean length exceeds this times the first policy steps'
 LENGTH_BASELINE_STEPS = 3  # the first policy steps with a length, averaged: the length baseline
-PAIR_FLOOR = 0.4  # report and warn: the judge prefers a rubric step pair's better answer in fewer of its judgements
+PAIR_FLOOR = 0.4  # report and warn: the judge prefers the rubric steps' better answers in fewer of their pairs (older
+# records: of its judgements)
 PAIR_FLOOR_MIN_PAIRS = 16  # ... over at least this many pairs (4 rubric steps of 4 questions)
 PAIR_ALPHA = 0.05  # ... and, counted per pair, a one-sided sign test for the worse answer under this p
 PAIR_KEYS = ("step", "role", "pair_accuracy", "pair_judgements", "pairs", "pairs_for", "pairs_against")  # what
