@@ -321,6 +321,29 @@ def test_a_judge_of_the_initial_model_reads_trls_reference_model(tiny_model_dir:
     assert scores_of(loop.judges[0].score(items)) == scores_of(alone.score(items))
 
 
+def test_no_model_of_a_run_is_kernelized_with_kernels_from_the_hub(tiny_model_dir: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers (5.25) swaps layers of every model it loads for kernels it downloads from the Hugging Face Hub
+    unless told not to; on a GPU with no hub the load fails (seen on an H200). ``evolm train`` loads none that way:
+    not the policy, not the judge, not the reference model TRL loads itself."""
+    from test_coevolve import DEMO, tiny_overrides
+    from transformers import AutoModelForCausalLM
+
+    from evolm.backends.loading import HUB_KERNELS
+    from evolm.cli import main
+
+    monkeypatch.delenv(HUB_KERNELS, raising=False)
+    assert AutoModelForCausalLM.from_pretrained(tiny_model_dir).use_kernels  # transformers' default: on
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(trl_adapter, "train", lambda trainer, checkpoint: seen.setdefault("trainer", trainer))
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(DEMO), *tiny_overrides(tiny_model_dir, run), "model.lora.r=0"]) == 0
+    trainer = seen["trainer"]
+    assert trainer.ref_model is not None  # full fine-tuning: TRL loads a reference model from the path
+    models = [trainer.model, trainer.ref_model, *(j.backend.model for j in trainer.evolm_hooks.judges)]
+    assert [m.use_kernels for m in models] == [False] * len(models)
+
+
 @pytest.mark.parametrize("extra", [("judge.dtype=bfloat16",), ("grpo.beta=0.0",), ("grpo.sync_ref_model=true",)])
 def test_the_judge_loads_its_own_copy_when_the_weights_differ(tiny_model_dir: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch, extra: tuple) -> None:

@@ -26,6 +26,19 @@ from evolm.backends.base import Backend
 from evolm.config import BACKENDS, DTYPES
 from evolm.errors import ModelError
 
+HUB_KERNELS = "USE_HUB_KERNELS"
+"""transformers' switch for its hub kernels: since 5.x, with the ``kernels`` package installed (a dependency of
+transformers 5.25), ``from_pretrained`` replaces layers of a model on a GPU with kernels it downloads from the Hugging
+Face Hub (``kernels-community/rotary``, ...): code fetched at load time, and on a machine without the hub a failed
+load ("not available in the local cache and Hugging Face Hub is in offline mode"). evolm loads every model with them
+off unless this variable is set to a true value (``USE_HUB_KERNELS=1``), and its command line sets it to ``NO``
+when unset, so that what TRL loads itself (the reference model) follows (docs/GPU.md, "Install")."""
+
+
+def hub_kernels() -> bool:
+    """Whether models load with transformers' hub kernels: only when ``USE_HUB_KERNELS`` says so."""
+    return os.environ.get(HUB_KERNELS, "").strip().lower() in {"1", "true", "y", "yes", "on"}
+
 
 @dataclass(frozen=True)
 class BuiltinModel:
@@ -217,7 +230,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A model loaded from GGUF refuses save_pretrained; one rebuilt from its config on the meta device takes
     # the loaded tensors as they are (assign), so the weights exist once
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     use_kernels=False)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantised.state_dict(), assign=True)
@@ -390,7 +404,7 @@ def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype
     try:
         with nullcontext() if sharded else whole_model():
             model = auto_class.from_pretrained(resolve_model_path(base) if base else path,
-                                               dtype=resolve_dtype(dtype, dev))
+                                               dtype=resolve_dtype(dtype, dev), use_kernels=hub_kernels())
             if base:
                 model = _merge_adapter(model, path)
     except (OSError, ValueError) as e:

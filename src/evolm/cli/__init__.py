@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from evolm.backends.loading import HUB_KERNELS
 from evolm.cli import eval as evaluate
 from evolm.cli import judge, report, rubric, serve, sft_rubrics, train
 from evolm.errors import EvolmError
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # evolm's own bars are the only bars: transformers' weight-loading bar would interleave with them
     # (transformers reads this when it is imported; export HF_HUB_DISABLE_PROGRESS_BARS=0 to see it)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    # No kernel code downloaded from the hub at load time, also where TRL loads a model itself (the reference model):
+    # evolm.backends.loading.HUB_KERNELS says why; export USE_HUB_KERNELS=1 to have them
+    os.environ.setdefault(HUB_KERNELS, "NO")
     try:
         args.run(args)
     except EvolmError as e:
