@@ -27,6 +27,7 @@ on the same pairs use an exact two-sided sign test on the pairs where their cred
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import json
 import math
@@ -36,8 +37,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,7 @@ def _call(cmd: Sequence[Any], log: Path, what: str | None = None, env: dict[str,
     """Run ``cmd`` from the repository root (``env``: variables set for it), its output appended to ``log``; a
     failure ends the study's command."""
     print(f"$ {' '.join(map(str, cmd))}  (log: {log})", flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)  # a fresh machine has no runs/ yet
     with log.open("a", encoding="utf-8") as f:
         rc = subprocess.call(list(map(str, cmd)), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                              env={**os.environ, **env} if env else None)
@@ -762,6 +765,28 @@ def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str 
             f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
 
 
+TRAINED_FROM_WARM = ("warm-evolm-half", "warm-evolm", "warm-grpo")  # the arms trained from the warm start
+
+
+def _moved_line(res: dict[str, dict[str, Any]]) -> str | None:
+    """How far each writer trained from the warm start moved from it: its rubrics, prompt by prompt, the same text as
+    the warm start's, and their mean character similarity (difflib's ratio)."""
+    def texts(arm: str) -> dict[str, str]:
+        path = WRITERS / f"{arm}-rubrics.jsonl"
+        return {r["prompt"]: r["text"] for r in _jsonl(path)} if path.exists() else {}
+
+    warm = texts("warm")
+    parts = []
+    for arm in (a for a in TRAINED_FROM_WARM if a in res and warm):
+        both = [(warm[q], t) for q, t in texts(arm).items() if q in warm]
+        if both:
+            same = sum(a == b for a, b in both)
+            ratio = statistics.fmean(difflib.SequenceMatcher(None, a, b).ratio() for a, b in both)
+            parts.append(f"{ARM_LABELS[arm]} {same} of {len(both)} (mean character similarity {ratio:.2f})")
+    return ("Rubrics word for word the warm start's (greedy decoding, prompt by prompt): " + "; ".join(parts) + "."
+            if parts else None)
+
+
 def _length_line(res: dict[str, dict[str, Any]], order: Sequence[tuple[str, str, str]]) -> str:
     """How often each arm's judge prefers the longer answer, beside how often the human label does (a diagnosis:
     a judge that reads length, not the rubric, ranks pairs the same whatever the rubric says)."""
@@ -913,12 +938,14 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         label = r["label"] + (f" — partial, {len(c)} of {len(order)} pairs judged so far" if r.get("partial") else "")
         lines.append(f"| {label} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
                      f"{cells[0]} | {cells[1]} | {v} |")
-    comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm", "warm"), ("warm-evolm2", "warm"),
+    comps = [(a, "none") for a in res if a != "none"] + [("warm-evolm-half", "warm"), ("warm-evolm", "warm"),
+                                                         ("warm-evolm", "warm-evolm-half"), ("warm-evolm2", "warm"),
                                                          ("warm-evolm2", "warm-evolm"), ("warm-seq", "warm"),
                                                          ("warm-evolm2", "warm-seq"), ("warm-grpo", "warm"),
                                                          ("warm-grpo", "warm-evolm2"), ("warm", "base"),
                                                          ("hand", "base"), ("strong", "base"), ("hand", "warm"),
-                                                         ("warm-evolm", "warm-grpo"), ("hand", "warm-evolm")]
+                                                         ("warm-evolm", "warm-grpo"), ("hand", "warm-evolm-half"),
+                                                         ("hand", "warm-evolm")]
     tests = [_diff_row(a, b, res) for a, b in comps
              if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
     lines += ["", "| comparison | pairs better / worse | exact sign test p | "
@@ -926,15 +953,17 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     for a, b, up, down, p, d, ci, n in tests:
         on = f" (on the {n} pairs both judged)" if n < len(order) else ""
         lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
-    if all(a in res and res[a]["credits"] and not res[a].get("partial") for a in ("warm", "warm-evolm", "hand")):
-        acc = {a: statistics.fmean(res[a]["credits"]) for a in ("warm", "warm-evolm", "hand")}
-        room, gain = acc["hand"] - acc["warm"], acc["warm-evolm"] - acc["warm"]
-        share, ci, no_room = gap_closed(*(res[a]["credits"] for a in ("warm", "warm-evolm", "hand")))
+    for trained in ("warm-evolm-half", "warm-evolm"):  # each EvoLM writer's share of the warm start's gap
+        if not all(a in res and res[a]["credits"] and not res[a].get("partial") for a in ("warm", trained, "hand")):
+            continue
+        acc = {a: statistics.fmean(res[a]["credits"]) for a in ("warm", trained, "hand")}
+        room, gain = acc["hand"] - acc["warm"], acc[trained] - acc["warm"]
+        share, ci, no_room = gap_closed(*(res[a]["credits"] for a in ("warm", trained, "hand")))
         interval = (f"95% paired bootstrap interval [{ci[0]:.0%}, {ci[1]:.0%}]" if ci else
                     f"no bounded 95% interval: the ceiling is not above the warm start in {no_room:.0%} of "
                     "bootstrap resamples")
         said = f" ({share:.0%}; {interval})." if room > 0 else " (the warm start is at the ceiling)."
-        lines += ["", f"Of the gap from the warm start to the ceiling ({room:+.3f}), warm start + EvoLM closes "
+        lines += ["", f"Of the gap from the warm start to the ceiling ({room:+.3f}), {ARM_LABELS[trained]} closes "
                   f"{gain:+.3f}{said}"]
     lines += ["", "| arm | rubrics parsed | criteria/rubric | label-only | specific value | constraint | "
               "criterion chars | rubrics repeating a criterion | criteria copied from the prompt's example |",
@@ -952,6 +981,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
     lines += _training_lines()
+    if moved := _moved_line(res):
+        lines += ["", moved]
     lines += ["", _length_line(res, order)]
     if drop_line := _drop_flat_line(res):
         lines += ["", drop_line]
@@ -1035,13 +1066,31 @@ def _arm_call(arm: str, writer: Path, log: Path, env: dict[str, str] | None = No
            decoding["max_new_tokens"], "--max-criteria", decoding.get("max_criteria", 5)], log, env=env)
 
 
+def _in_thread(errors: list[BaseException], fn: Callable[..., Any], *args: Any) -> threading.Thread:
+    """``fn(*args)`` started in a thread whose failure is appended to ``errors`` (raised by ``_raise_any`` once the
+    work beside it has ended, so one failed part does not cut the others short)."""
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - reported by _raise_any
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _raise_any(errors: list[BaseException]) -> None:
+    if errors:
+        raise SystemExit("; ".join(str(e) for e in errors))
+
+
 def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
     held-out arm from the final checkpoint. A checkpoint of ``KEPT_CHECKPOINTS`` is copied as soon as it is complete
     and its arm written and judged at once, at one thread beside the training (the halfway answer does not wait for
     the end); one the run had passed before is judged after it, if it was kept."""
-    import threading
-
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -1049,16 +1098,10 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     started: dict[int, threading.Thread] = {}
     errors: list[BaseException] = []
 
-    def judge_kept(kept_arm: str, kept: Path) -> None:
-        try:
-            _arm_call(kept_arm, kept, log.with_name(f"{kept_arm}.log"), env={"OMP_NUM_THREADS": "1"})
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - reported once training has ended
-            errors.append(e)
-
     def start_kept(step: int) -> None:
         if step not in started and (kept := keep_checkpoint(run_dir, step)) is not None:
-            started[step] = threading.Thread(target=judge_kept, args=(keep[step], kept))
-            started[step].start()
+            started[step] = _in_thread(errors, _arm_call, keep[step], kept, log.with_name(f"{keep[step]}.log"),
+                                       {"OMP_NUM_THREADS": "1"})
 
     if not _finished(run_dir, config):
         stop = threading.Event()
@@ -1084,8 +1127,7 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
     for t in started.values():
         t.join()
-    if errors:
-        raise SystemExit("; ".join(str(e) for e in errors))
+    _raise_any(errors)
 
 
 def writers_study(one_at_a_time: bool = False) -> None:
@@ -1094,12 +1136,10 @@ def writers_study(one_at_a_time: bool = False) -> None:
     followed by its writer's held-out arm, then the tables. Run it again after an interruption; finished parts are
     skipped. ``one_at_a_time``: the EvoLM run first and then the labelled one, each on all the cores (the same total
     time on 2 cores, and the EvoLM arm, the study's main question, in about half of it)."""
-    import threading
-
     if not (ROOT / WARM_START).exists():
         _call([*EVOLM, "sft-rubrics", "--output", WARM_START, "--gsm8k", DATA / "gsm8k" / "train.jsonl",
                "--gsm8k-limit", 200, "--epochs", 2, "--train-layers", 12, "--detach-prefix"],
-              ROOT / WARM_START.replace("sft-writer", "sft-writer.log"))
+              ROOT / f"{WARM_START}.log")
         if writers_check("warm", WARM_START, 40):
             raise SystemExit(f"{WARM_START} does not write the kept warm arm's rubrics: the runs would not start from "
                              "the writer the warm arm measured")
@@ -1110,20 +1150,9 @@ def writers_study(one_at_a_time: bool = False) -> None:
         return
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
     errors: list[BaseException] = []
-
-    def chain(arm: str, config: str, run: str) -> None:
-        try:
-            _study_chain(arm, config, run)
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - reported below, after the other run ends
-            errors.append(e)
-
-    threads = [threading.Thread(target=chain, args=spec) for spec in STUDY_RUNS]
-    for t in threads:
-        t.start()
-    for t in threads:
+    for t in [_in_thread(errors, _study_chain, *spec) for spec in STUDY_RUNS]:
         t.join()
-    if errors:
-        raise SystemExit("; ".join(str(e) for e in errors))
+    _raise_any(errors)
     writers_table()
 
 

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -279,6 +280,20 @@ def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learn
     monkeypatch.setattr(learning, "writers_table", lambda: order.append(("table", None)))
     learning.writers_study(one_at_a_time=True)
     assert order == [("warm-evolm", None), ("warm-grpo", None), ("table", None)]
+
+
+def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_does_not_exist(learning, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setattr(learning, "ROOT", tmp_path)  # a fresh clone: no runs/ at all
+    monkeypatch.setattr(learning, "EVOLM", [sys.executable, "-c", "import sys; print(sys.argv[1:])"])
+    checked = []
+    monkeypatch.setattr(learning, "writers_check", lambda arm, writer, limit: checked.append((arm, writer)) or 0)
+    monkeypatch.setattr(learning, "_study_chain", lambda arm, config, run: None)
+    monkeypatch.setattr(learning, "writers_table", lambda: None)
+    learning.writers_study(one_at_a_time=True)
+    log = (tmp_path / f"{learning.WARM_START}.log").read_text(encoding="utf-8")
+    assert "'sft-rubrics', '--output', 'runs/learning/judge-1b5/sft-writer'" in log
+    assert checked == [("warm", learning.WARM_START)]
 
 
 def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_the_gap_is_clear(learning):
