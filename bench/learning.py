@@ -1017,9 +1017,14 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
                  ("warm start + EvoLM, second run: lost with its machine",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-lost"),
+                 ("warm start + EvoLM, third run (the judge in float32, on a 2-core EPYC): lost with its machine "
+                  "past step 50, records kept to step 49; its step-50 writer is the halfway arm",
+                  "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-lost2"),
                  ("warm start + EvoLM (temporal contrast; the judge in float32, on a 2-core EPYC)", *EVOLM_RUN),
                  ("warm start + labelled-pair GRPO, first run: lost with its machine",
                   "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost"),
+                 ("warm start + labelled-pair GRPO, second run: lost with its machine",
+                  "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost2"),
                  ("warm start + labelled-pair GRPO (the judge in float32, on a 2-core EPYC)", *LABELLED_RUN))
 
 
