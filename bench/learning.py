@@ -539,6 +539,30 @@ def _write_rubrics(writer: str, prompts: Sequence[str],
         yield chunk, backend.generate([rubric_messages(q, decoding["prompt"]) for q in chunk], params)
 
 
+FIVE_PROMPTS = ROOT / "bench" / "data" / "five_prompts.jsonl"  # docs/results/five_prompts.md's everyday prompts
+
+
+def five_rubrics(arm: str, writer: str, decoding: dict[str, Any]) -> Path:
+    """``writer``'s rubrics for the 5 everyday prompts, decoded as its arm, kept beside the arm as
+    ``ARM-five.jsonl`` (rows as ``evolm rubric`` writes them, which ``bench/rubrics_md.py`` lays side by side): a
+    trained writer's checkpoint lives in ``runs/``, which a new machine does not have, so its five rubrics are
+    written when its arm is (once)."""
+    from evolm.rubrics import read_written
+
+    out = WRITERS / f"{arm}-five.jsonl"
+    if not out.exists():
+        prompts = [r["prompt"] for r in _jsonl(FIVE_PROMPTS)]
+        rows = []
+        for chunk, texts in _write_rubrics(writer, prompts, decoding):
+            for q, t in zip(chunk, texts, strict=True):
+                w = read_written(t)
+                rows.append({"prompt": q, "rubric": w.rubric.to_dict() if w.rubric else None,
+                             "rubric_valid": w.valid, "rubric_text": t})
+        _write(out, "".join(json.dumps(r) + "\n" for r in rows))
+        print(f"{arm}: the 5 everyday prompts' rubrics -> {out}", flush=True)
+    return out
+
+
 def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False,
                max_criteria: int = 5) -> dict[str, Any] | None:
     """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
@@ -590,6 +614,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)",
                   flush=True)
     minutes_write = (time.time() - t0) / 60
+    if writer is not None:
+        five_rubrics(arm, writer, key["decoding"])
     if write_only:
         print(f"{arm}: {len(rubrics)} rubrics in {rub_file} ({minutes_write:.1f} min); not judged (--write-only)")
         return None

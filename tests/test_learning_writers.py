@@ -180,6 +180,26 @@ def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_
     assert learning.writers_check("warm", str(tiny_model_dir), limit=8) == 0
 
 
+def test_a_writers_arm_keeps_its_rubrics_for_the_five_everyday_prompts_once(learning, tiny_model_dir, monkeypatch,
+                                                                            capsys):
+    """A trained writer's checkpoint does not outlive its machine: its arm keeps the five everyday prompts' rubrics
+    too, as `evolm rubric` rows that bench/rubrics_md.py lays out (docs/results/five_prompts.md)."""
+    learning.writer_arm("warm-evolm-half", str(tiny_model_dir), max_tokens=16, write_only=True, max_criteria=3)
+    five = learning.WRITERS / "warm-evolm-half-five.jsonl"
+    rows = [json.loads(line) for line in five.read_text(encoding="utf-8").splitlines()]
+    prompts = [json.loads(line)["prompt"] for line in learning.FIVE_PROMPTS.read_text(encoding="utf-8").splitlines()]
+    assert [r["prompt"] for r in rows] == prompts and len(prompts) == 5
+    assert all(set(r) == {"prompt", "rubric", "rubric_valid", "rubric_text"} for r in rows)
+    spec = importlib.util.spec_from_file_location("rubrics_md", ROOT / "bench" / "rubrics_md.py")
+    rubrics_md = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rubrics_md)
+    capsys.readouterr()
+    rubrics_md.main([f"half={five}"])
+    assert capsys.readouterr().out.count("**half** (format-valid") == 5
+    monkeypatch.setattr(learning, "_write_rubrics", lambda *a: pytest.fail("written again"))
+    learning.writer_arm("warm-evolm-half", str(tiny_model_dir), max_tokens=16, write_only=True, max_criteria=3)
+
+
 def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final_checkpoint(learning, tmp_path,
                                                                                           monkeypatch):
     """writers-study: a run with no folder is started from its config, an unfinished one resumed, a finished one left
