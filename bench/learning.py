@@ -597,6 +597,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             f.unlink(missing_ok=True)
         (WRITERS / f"{arm}.json").unlink(missing_ok=True)  # the finished arm's summary is the old judge's
     key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
+    summary = WRITERS / f"{arm}.json"
+    before = json.loads(summary.read_text(encoding="utf-8")) if summary.exists() else None  # a finished arm
     t0 = time.time()
     rubrics = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
     if arm == "none":
@@ -641,10 +643,11 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
               "validity": None if arm == "none" else statistics.fmean(w.valid for w in written.values()),
               "stats": None if arm == "none" else rubric_stats([w.rubric for w in written.values()]).to_json(),
               "extra_stats": None if arm == "none" else _copy_stats(written),
-              "minutes": round((time.time() - t0) / 60, 1), "minutes_write": round(minutes_write, 1),
+              **({k: before[k] for k in ("minutes", "minutes_write") if k in before} if before and not todo_pairs
+                 else {"minutes": round((time.time() - t0) / 60, 1), "minutes_write": round(minutes_write, 1)}),
               "rubrics": str(rub_file.relative_to(ROOT)) if writer else None,
               "items": str(items_file.relative_to(ROOT))}
-    (WRITERS / f"{arm}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    summary.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"{arm}: pair accuracy {statistics.fmean(result['credits']):.3f} (n={len(rows)}) "
           f"-> {WRITERS / f'{arm}.json'}")
     return result

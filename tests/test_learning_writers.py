@@ -200,6 +200,23 @@ def test_a_writers_arm_keeps_its_rubrics_for_the_five_everyday_prompts_once(lear
     learning.writer_arm("warm-evolm-half", str(tiny_model_dir), max_tokens=16, write_only=True, max_criteria=3)
 
 
+def test_a_finished_arm_run_again_keeps_the_minutes_it_took(learning, tmp_path, monkeypatch):
+    """`writers ARM` on a finished arm only reads it back: its summary keeps the time the arm took."""
+    import evolm.training.heldout as heldout
+
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "load_judge", lambda *a, **k: object())
+    monkeypatch.setattr(heldout, "judge_heldout", lambda cfg, judges, pairs, written, *a: [
+        {"prompt": p.prompt, "chosen": p.better, "rejected": p.worse, "credit": 1.0} for p in pairs])
+    first = learning.writer_arm("none", None, max_tokens=16)
+    assert first["n"] == 10 and first["credits"] == [1.0] * 10
+    summary = learning.WRITERS / "none.json"
+    summary.write_text(json.dumps({**first, "minutes": 54.2, "minutes_write": 0.0}), encoding="utf-8")
+    monkeypatch.setattr(heldout, "judge_heldout", lambda *a: pytest.fail("judged again"))
+    again = learning.writer_arm("none", None, max_tokens=16)
+    assert again["minutes"] == 54.2 and json.loads(summary.read_text(encoding="utf-8"))["minutes"] == 54.2
+
+
 def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final_checkpoint(learning, tmp_path,
                                                                                           monkeypatch):
     """writers-study: a run with no folder is started from its config, an unfinished one resumed, a finished one left
