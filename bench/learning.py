@@ -454,9 +454,9 @@ WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
 HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
 WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-evolm2", "warm-seq",
-               "warm-grpo")
-PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-grpo")  # the 1.5B
-# study's arms
+               "warm-grpo-half", "warm-grpo")
+PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-grpo-half",
+                "warm-grpo")  # the 1.5B study's arms
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
               "strong": "stronger fixed writer (untrained)",
               "warm": "warm-started writer (SFT)",
@@ -464,6 +464,7 @@ ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "ba
               "warm-evolm": "warm start + EvoLM (temporal contrast)",
               "warm-evolm2": "warm start + EvoLM, 2 cycles",
               "warm-seq": "warm start + sequential (writer stage, policy frozen)",
+              "warm-grpo-half": "warm start + labelled-pair GRPO, halfway (100 rubric-step questions)",
               "warm-grpo": "warm start + labelled-pair GRPO"}
 HELDOUT_SETS = (("Natural.json", None), ("Adversarial_Neighbor.json", 33))  # (LLMBar file, pairs kept; None: all)
 HELDOUT_MAX_CHARS, HELDOUT_PAIRS = 1200, 100
@@ -794,7 +795,7 @@ def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str 
             f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
 
 
-TRAINED_FROM_WARM = ("warm-evolm-half", "warm-evolm", "warm-grpo")  # the arms trained from the warm start
+TRAINED_FROM_WARM = ("warm-evolm-half", "warm-evolm", "warm-grpo-half", "warm-grpo")  # trained from the warm start
 
 
 def _moved_line(res: dict[str, dict[str, Any]]) -> str | None:
@@ -971,9 +972,11 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                                                          ("warm-evolm", "warm-evolm-half"), ("warm-evolm2", "warm"),
                                                          ("warm-evolm2", "warm-evolm"), ("warm-seq", "warm"),
                                                          ("warm-evolm2", "warm-seq"), ("warm-grpo", "warm"),
-                                                         ("warm-grpo", "warm-evolm2"), ("warm", "base"),
+                                                         ("warm-grpo", "warm-evolm2"), ("warm-grpo-half", "warm"),
+                                                         ("warm-evolm-half", "warm-grpo-half"), ("warm", "base"),
                                                          ("hand", "base"), ("strong", "base"), ("hand", "warm"),
                                                          ("warm-evolm", "warm-grpo"), ("hand", "warm-evolm-half"),
+                                                         ("hand", "warm-grpo-half"),
                                                          ("hand", "warm-evolm")]
     tests = [_diff_row(a, b, res) for a, b in comps
              if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
@@ -982,7 +985,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     for a, b, up, down, p, d, ci, n in tests:
         on = f" (on the {n} pairs both judged)" if n < len(order) else ""
         lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
-    for trained in ("warm-evolm-half", "warm-evolm"):  # each EvoLM writer's share of the warm start's gap
+    for trained in TRAINED_FROM_WARM:  # each trained writer's share of the warm start's gap to the ceiling
         if not all(a in res and res[a]["credits"] and not res[a].get("partial") for a in ("warm", trained, "hand")):
             continue
         acc = {a: statistics.fmean(res[a]["credits"]) for a in ("warm", trained, "hand")}
@@ -1060,9 +1063,15 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
 # What the study trains from, and the arms its two training runs end in: (arm, config, run directory).
 WARM_START = "runs/learning/judge-1b5/sft-writer"
 STUDY_RUNS = (("warm-evolm", *EVOLM_RUN), ("warm-grpo", *LABELLED_RUN))
+# One run at a time (--one-at-a-time), in this order: the labelled run first since 2026-12-04, because the EvoLM
+# writer's halfway arm is in (no change from the warm start) and the labelled run, rubric steps only, reaches its own
+# halfway in about a quarter of the EvoLM run's time: the matched comparison at 100 rubric-step questions, and
+# whether this writer learns at all from pairs the judge agrees with.
+ONE_AT_A_TIME = ("warm-grpo", "warm-evolm")
 # A checkpoint kept on the way (the run keeps only its last few), as its own arm: (run directory, step, arm). EvoLM's
-# step 50: 25 rubric steps, 100 of its 200 rubric-step questions.
-KEPT_CHECKPOINTS = ((EVOLM_RUN[1], 50, "warm-evolm-half"),)
+# step 50 (25 rubric steps) and the labelled run's step 25 (it has rubric steps only): 100 of their 200 rubric-step
+# questions.
+KEPT_CHECKPOINTS = ((EVOLM_RUN[1], 50, "warm-evolm-half"), (LABELLED_RUN[1], 25, "warm-grpo-half"))
 KEPT_DIR = "kept"  # RUN/kept/checkpoint-N: where they are copied
 
 
@@ -1168,8 +1177,8 @@ def writers_study(one_at_a_time: bool = False) -> None:
     """The 1.5B study's remaining work in one resumable command: the warm start if this machine lacks it (rebuilt,
     then checked against the kept warm arm's rubrics), both training runs side by side (one thread each), each
     followed by its writer's held-out arm, then the tables. Run it again after an interruption; finished parts are
-    skipped. ``one_at_a_time``: the EvoLM run first and then the labelled one, each on all the cores (the same total
-    time on 2 cores, and the EvoLM arm, the study's main question, in about half of it)."""
+    skipped. ``one_at_a_time``: one run after the other (``ONE_AT_A_TIME`` says the order and why), each on all the
+    cores (the same total time on 2 cores, and the first run's answers in a fraction of it)."""
     if not (ROOT / WARM_START).exists():
         _call([*EVOLM, "sft-rubrics", "--output", WARM_START, "--gsm8k", DATA / "gsm8k" / "train.jsonl",
                "--gsm8k-limit", 200, "--epochs", 2, "--train-layers", 12, "--detach-prefix"],
@@ -1178,8 +1187,9 @@ def writers_study(one_at_a_time: bool = False) -> None:
             raise SystemExit(f"{WARM_START} does not write the kept warm arm's rubrics: the runs would not start from "
                              "the writer the warm arm measured")
     if one_at_a_time:
-        for spec in STUDY_RUNS:
-            _study_chain(*spec)
+        runs = {arm: (arm, config, run) for arm, config, run in STUDY_RUNS}
+        for arm in ONE_AT_A_TIME:
+            _study_chain(*runs[arm])
         writers_table()
         return
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
@@ -1633,8 +1643,8 @@ def main() -> None:
                    "complete checkpoint as it stands (a run stopped early)")
     p.add_argument("--baselines-only", action="store_true", help="study A: judge the held-out pairs with no rubric "
                    "and with the base writer's rubrics only (cached for the full comparison)")
-    p.add_argument("--one-at-a-time", action="store_true", help="writers-study: the EvoLM run to its end first, "
-                   "then the labelled one, each on all the cores (default: side by side, one thread each)")
+    p.add_argument("--one-at-a-time", action="store_true", help="writers-study: one run to its end after the "
+                   "other (the labelled one first), each on all the cores (default: side by side, one thread each)")
     p.add_argument("--arm", choices=sorted(ARMS), help="B or C: run this arm only (arms can run side by side, e.g. "
                    "two at a time with OMP_NUM_THREADS=1 each on a 2-core machine)")
     args = p.parse_args()

@@ -307,7 +307,7 @@ def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_bes
     assert sorted(c[3] for c in calls) == ["warm-evolm", "warm-evolm-half"]
 
 
-def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learning, tmp_path, monkeypatch):
+def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learning, tmp_path, monkeypatch):
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     (tmp_path / learning.WARM_START).mkdir(parents=True)  # the warm start is there: not rebuilt
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -316,7 +316,7 @@ def test_writers_study_one_at_a_time_runs_evolm_then_labelled_on_all_cores(learn
                         lambda arm, config, run: order.append((arm, os.environ.get("OMP_NUM_THREADS"))))
     monkeypatch.setattr(learning, "writers_table", lambda: order.append(("table", None)))
     learning.writers_study(one_at_a_time=True)
-    assert order == [("warm-evolm", None), ("warm-grpo", None), ("table", None)]
+    assert order == [("warm-grpo", None), ("warm-evolm", None), ("table", None)]  # the labelled run first
 
 
 def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_does_not_exist(learning, tmp_path,
