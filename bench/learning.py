@@ -1101,6 +1101,25 @@ def keep_checkpoint(run_dir: Path, step: int) -> Path | None:
     return kept
 
 
+def _resumable(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run to resume. A folder a run left before its first complete checkpoint (stopped
+    in its first step) can neither be resumed nor started over (`evolm train` refuses both): it is moved aside, to
+    ``RUN.no-checkpoint-N``, and the run starts from its config."""
+    from evolm.runs.rundir import complete_checkpoints
+
+    if not run_dir.is_dir():
+        return False
+    if complete_checkpoints(run_dir):
+        return True
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.no-checkpoint-{n}")).exists():
+        n += 1
+    run_dir.rename(aside)
+    print(f"{run_dir}: no complete checkpoint (stopped in its first step): moved to {aside}; starting afresh",
+          file=sys.stderr, flush=True)
+    return False
+
+
 def _arm_call(arm: str, writer: Path, log: Path, env: dict[str, str] | None = None) -> None:
     """A trained writer's held-out arm, decoded as the warm arm it is compared with (resumable; a finished arm is
     only read back)."""
@@ -1157,8 +1176,7 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         try:
-            _call([*EVOLM, "train", *(["--resume", run] if (run_dir / "config.yaml").exists()
-                                      else ["--config", config])], log)
+            _call([*EVOLM, "train", *(["--resume", run] if _resumable(run_dir) else ["--config", config])], log)
         finally:
             stop.set()
             watcher.join()

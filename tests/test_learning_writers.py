@@ -259,6 +259,13 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     calls.clear()
     learning._study_chain("warm-grpo", config, "runs/labelled")
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
+    # stopped in its first step: a folder with no complete checkpoint is set aside, and the run starts afresh
+    __import__("shutil").rmtree(run / "checkpoints")
+    checkpoint(1, complete=False)
+    calls.clear()
+    learning._study_chain("warm-grpo", config, "runs/labelled")
+    assert calls[0][-3:] == ["train", "--config", config]
+    assert (run.parent / "labelled.no-checkpoint-1" / "checkpoints" / "checkpoint-1").is_dir()
 
 
 def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_beside_the_training(learning, tmp_path,
