@@ -1168,8 +1168,9 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     if not _finished(run_dir, config):
         stop = threading.Event()
 
-        def watch() -> None:  # until training ends: each checkpoint to keep, as soon as it is complete
-            while not stop.wait(poll_s) and len(started) < len(keep):
+        def watch() -> None:  # until training ends: the step records, and each checkpoint to keep once complete
+            while not stop.wait(poll_s):
+                keep_records(run)
                 for step in keep:
                     start_kept(step)
 
@@ -1180,6 +1181,7 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
         finally:
             stop.set()
             watcher.join()
+            keep_records(run)
     for step in keep:
         start_kept(step)
         if step not in started:
@@ -1247,6 +1249,34 @@ def _pairs_cell(votes: Sequence[dict[str, Any]]) -> str:
     return f"{up} / {down} of {len(votes)} (p {p:.2g})"
 
 
+def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
+    """Copy run folder ``run``'s step records (and its rubric steps' pair votes) to ``docs/results/training/`` when
+    they are the kept copy's run (the same first step's record: a resumed run keeps it, a new one not) and at least as
+    long; the kept steps. ``writers-study`` calls it as the run goes, so the records of a run lost with its machine
+    are in the working tree up to its last step; ``say``: report a run folder that was not copied, and why."""
+    kept_dir = FIGURES / "training"
+    src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
+    steps = _jsonl(kept)
+    if not src.exists():
+        return steps
+    fresh = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
+    if steps and fresh and fresh[0] != steps[0]:
+        if say:
+            print(f"writers-table: {src} is another run than {kept} (their first steps differ): kept {kept}; rename "
+                  "it and give it its own row in TRAINING_RUNS to keep both", file=sys.stderr)
+        return steps
+    if len(fresh) < len(steps):  # a stale run folder: the kept copy is further on
+        if say:
+            print(f"writers-table: {src} has {len(fresh)} steps, {kept} more: kept the longer", file=sys.stderr)
+        return steps
+    if fresh:
+        _write(kept, "".join(json.dumps(r) + "\n" for r in fresh))
+        logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
+        if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:
+            _write(kept_dir / f"{Path(run).name}-pairs.jsonl", "".join(json.dumps(v) + "\n" for v in votes))
+    return fresh
+
+
 def _training_lines() -> list[str]:
     """A row per training run of the study: its steps so far, their length in rubric-step questions, wall time, and
     the rubric steps' reward spread (the std of the judge's reward across one question's sampled rubrics). A run
@@ -1256,24 +1286,9 @@ def _training_lines() -> list[str]:
     kept_dir = FIGURES / "training"
     rows = []
     for label, config, run in TRAINING_RUNS:
-        src, kept = ROOT / run / "metrics.jsonl", kept_dir / f"{Path(run).name}-metrics.jsonl"
+        steps = keep_records(run, say=True)
         pairs_kept = kept_dir / f"{Path(run).name}-pairs.jsonl"
-        steps = _jsonl(kept)
-        if src.exists():
-            fresh = [r for r in _jsonl(src) if r.get("role") in ("policy", "rubric")]
-            if steps and fresh and fresh[0] != steps[0]:  # a resumed run keeps its first step's record; a new one not
-                print(f"writers-table: {src} is another run than {kept} (their first steps differ): kept {kept}; "
-                      "rename it and give it its own row in TRAINING_RUNS to keep both", file=sys.stderr)
-            elif len(fresh) < len(steps):  # a stale run folder: the kept copy is further on
-                print(f"writers-table: {src} has {len(fresh)} steps, {kept} more: kept the longer", file=sys.stderr)
-            else:
-                kept_dir.mkdir(parents=True, exist_ok=True)
-                kept.write_text("".join(json.dumps(r) + "\n" for r in fresh), encoding="utf-8")
-                steps = fresh
-                logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
-                if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:
-                    pairs_kept.write_text("".join(json.dumps(v) + "\n" for v in votes), encoding="utf-8")
-        if not kept.exists():
+        if not steps:
             continue
         sched = load_config(str(ROOT / config)).schedule
         planned = sched.cycles * sched.steps_per_phase * sched.prompts_per_step

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -312,6 +313,38 @@ def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_bes
     calls.clear()  # run again (finished): the kept checkpoint's arm (read back) and the final one's
     learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm")
     assert sorted(c[3] for c in calls) == ["warm-evolm", "warm-evolm-half"]
+
+
+def test_writers_study_keeps_a_runs_step_records_in_the_repository_as_the_run_goes(learning, tmp_path, monkeypatch):
+    """runs/ is lost with its machine: writers-study copies each step record into docs/results/training/ while the
+    run is still going (the recovered working tree then holds them up to its last step)."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    config = str(ROOT / "configs/learning/judge-1b5/labelled.yaml")  # 50 steps
+    run = tmp_path / "runs" / "labelled"
+    kept = learning.FIGURES / "training" / "labelled-metrics.jsonl"
+    while_running = []
+
+    def fake_call(cmd, log, env=None):
+        if "train" not in [str(c) for c in cmd]:
+            return
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "rubric", "reward_mean": 0.5}) + "\n",
+                                           encoding="utf-8")
+        deadline = time.monotonic() + 10
+        while not kept.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while_running.append(kept.exists())
+        ckpt = run / "checkpoints" / "checkpoint-50"
+        ckpt.mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text("{}", encoding="utf-8")
+        (ckpt / "evolm_state.json").write_text(json.dumps({"step": 50}), encoding="utf-8")
+
+    monkeypatch.setattr(learning, "_call", fake_call)
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps(
+        {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
+    learning._study_chain("warm-grpo", config, "runs/labelled", poll_s=0.02)
+    assert while_running == [True]
+    assert [json.loads(line)["step"] for line in kept.read_text(encoding="utf-8").splitlines()] == [1]
 
 
 def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learning, tmp_path, monkeypatch):
