@@ -457,6 +457,7 @@ WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "war
                "warm-grpo-half", "warm-grpo")
 PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-grpo-half",
                 "warm-grpo")  # the 1.5B study's arms
+TRAINED_FROM_WARM = ("warm-evolm-half", "warm-evolm", "warm-grpo-half", "warm-grpo")  # trained from the warm start
 ARM_LABELS = {"none": "no rubric", "hand": "hand-written rubrics (ceiling)", "base": "base writer (SmolLM2-135M)",
               "strong": "stronger fixed writer (untrained)",
               "warm": "warm-started writer (SFT)",
@@ -547,18 +548,15 @@ def five_rubrics(arm: str, writer: str, decoding: dict[str, Any]) -> Path:
     """``writer``'s rubrics for the 5 everyday prompts, decoded as its arm, kept beside the arm as
     ``ARM-five.jsonl`` (rows as ``evolm rubric`` writes them, which ``bench/rubrics_md.py`` lays side by side): a
     trained writer's checkpoint lives in ``runs/``, which a new machine does not have, so its five rubrics are
-    written when its arm is (once)."""
+    written with its arm's rubrics (once)."""
     from evolm.rubrics import read_written
 
     out = WRITERS / f"{arm}-five.jsonl"
     if not out.exists():
         prompts = [r["prompt"] for r in _jsonl(FIVE_PROMPTS)]
-        rows = []
-        for chunk, texts in _write_rubrics(writer, prompts, decoding):
-            for q, t in zip(chunk, texts, strict=True):
-                w = read_written(t)
-                rows.append({"prompt": q, "rubric": w.rubric.to_dict() if w.rubric else None,
-                             "rubric_valid": w.valid, "rubric_text": t})
+        rows = [{"prompt": q, **read_written(t).fields()}
+                for chunk, texts in _write_rubrics(writer, prompts, decoding)
+                for q, t in zip(chunk, texts, strict=True)]
         _write(out, "".join(json.dumps(r) + "\n" for r in rows))
         print(f"{arm}: the 5 everyday prompts' rubrics -> {out}", flush=True)
     return out
@@ -589,6 +587,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
     WRITERS.mkdir(parents=True, exist_ok=True)
     rub_file, items_file, key_file = (WRITERS / f"{arm}-rubrics.jsonl", WRITERS / f"{arm}-items.jsonl",
                                       WRITERS / f"{arm}-key.json")
+    summary = WRITERS / f"{arm}.json"
     old = json.loads(key_file.read_text(encoding="utf-8")) if key_file.exists() else key
     if old != key:
         same_rubrics = {k: v for k, v in old.items() if k != "judge"} == {k: v for k, v in key.items() if k != "judge"}
@@ -596,9 +595,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
               f"{'judging the rubrics again' if same_rubrics else 'starting the arm afresh'}", flush=True)
         for f in (items_file,) if same_rubrics else (rub_file, items_file):
             f.unlink(missing_ok=True)
-        (WRITERS / f"{arm}.json").unlink(missing_ok=True)  # the finished arm's summary is the old judge's
+        summary.unlink(missing_ok=True)  # the finished arm's summary is the old judge's
     key_file.write_text(json.dumps(key, indent=1), encoding="utf-8")
-    summary = WRITERS / f"{arm}.json"
     before = json.loads(summary.read_text(encoding="utf-8")) if summary.exists() else None  # a finished arm
     t0 = time.time()
     rubrics = {r["prompt"]: r["text"] for r in _jsonl(rub_file)}
@@ -616,9 +614,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             rubrics.update(zip(chunk, texts, strict=True))
             print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)",
                   flush=True)
+        five_rubrics(arm, writer, key["decoding"])  # while the writer is at hand (a finished arm is only read back)
     minutes_write = (time.time() - t0) / 60
-    if writer is not None:
-        five_rubrics(arm, writer, key["decoding"])
     if write_only:
         print(f"{arm}: {len(rubrics)} rubrics in {rub_file} ({minutes_write:.1f} min); not judged (--write-only)")
         return None
@@ -650,7 +647,7 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
               "items": str(items_file.relative_to(ROOT))}
     summary.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(f"{arm}: pair accuracy {statistics.fmean(result['credits']):.3f} (n={len(rows)}) "
-          f"-> {WRITERS / f'{arm}.json'}")
+          f"-> {summary}")
     return result
 
 
@@ -793,9 +790,6 @@ def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str 
             f"{fmt_ci(statistics.fmean(gap_n), bootstrap_mean(gap_n))}; mean {value} under the value criterion "
             f"{statistics.fmean(r['right_rubric'] for r in rows):.3f} (right) vs "
             f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
-
-
-TRAINED_FROM_WARM = ("warm-evolm-half", "warm-evolm", "warm-grpo-half", "warm-grpo")  # trained from the warm start
 
 
 def _moved_line(res: dict[str, dict[str, Any]]) -> str | None:
@@ -1155,7 +1149,6 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     the end); one the run had passed before is judged after it, if it was kept."""
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
     started: dict[int, threading.Thread] = {}
     errors: list[BaseException] = []
@@ -1269,7 +1262,7 @@ def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
         if say:
             print(f"writers-table: {src} has {len(fresh)} steps, {kept} more: kept the longer", file=sys.stderr)
         return steps
-    if fresh:
+    if fresh and fresh != steps:  # polled every 30 s by writers-study: written when a step was added
         _write(kept, "".join(json.dumps(r) + "\n" for r in fresh))
         logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
         if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:

@@ -563,6 +563,12 @@ class WrittenRubric:
     rubric: Rubric | None
     valid: float
 
+    def fields(self) -> dict[str, Any]:
+        """The fields ``evolm rubric`` adds to its input row: ``rubric`` (parsed, or None), ``rubric_valid``,
+        ``rubric_text``."""
+        return {"rubric": self.rubric.to_dict() if self.rubric else None, "rubric_valid": self.valid,
+                "rubric_text": self.text}
+
 
 def read_written(text: str) -> WrittenRubric:
     """Parse one raw rubric output (never raises)."""

@@ -68,8 +68,7 @@ def main(args: argparse.Namespace) -> None:
                               on_tokens=(lambda n: advance(tokens=n)) if args.backend == "hf" else None)
         written = dict(zip(todo, texts, strict=True))
         return [{**row, "rubric": None, "rubric_valid": 0.0, "rubric_text": None, "rubric_overlong": over[i]}
-                if i in over else {**row, "rubric": written[i].rubric.to_dict() if written[i].rubric else None,
-                      "rubric_valid": written[i].valid, "rubric_text": written[i].text}
+                if i in over else {**row, **written[i].fields()}
                 for i, row in enumerate(rows[start:end])]
 
     out = write_as_you_go(args, rows, compute, keys=("prompt",), desc="rubrics")
