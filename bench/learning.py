@@ -1146,7 +1146,8 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
     held-out arm from the final checkpoint. A checkpoint of ``KEPT_CHECKPOINTS`` is copied as soon as it is complete
     and its arm written and judged at once, at one thread beside the training (the halfway answer does not wait for
-    the end); one the run had passed before is judged after it, if it was kept."""
+    the end); one the run had passed before is judged after it, if it was kept. A poll that fails (a full disk, say)
+    is said in one line and tried again at the next: the watcher lives as long as the training."""
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
@@ -1163,9 +1164,13 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
 
         def watch() -> None:  # until training ends: the step records, and each checkpoint to keep once complete
             while not stop.wait(poll_s):
-                keep_records(run)
-                for step in keep:
-                    start_kept(step)
+                try:
+                    keep_records(run)
+                    for step in keep:
+                        start_kept(step)
+                except Exception as e:  # noqa: BLE001 - e.g. a full disk: said, and tried again at the next poll
+                    print(f"{run}: keeping records or checkpoints failed ({type(e).__name__}: {e}); trying again in "
+                          f"{poll_s:g} s", file=sys.stderr, flush=True)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
