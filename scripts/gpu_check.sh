@@ -9,6 +9,8 @@
 #   NPROC=1 bash scripts/gpu_check.sh    # processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU
 #                                        # per process)
 #   KEEP=1 bash scripts/gpu_check.sh     # keep the work directory (model, run, log)
+#   OFFLOAD=1 bash scripts/gpu_check.sh  # the 40 GB recipe: Adam's state on the CPU (offload_optimizer_device: cpu,
+#                                        # DeepSpeed's CPU Adam, compiled at the first step: docs/GPU.md, "Install")
 #
 # Exit status: 0 when every check passed, or on a machine with no GPU at all (nvidia-smi lists none and torch sees
 # none: it says so and runs nothing); 1 when a check failed, or when nvidia-smi lists GPUs that torch cannot use
@@ -64,9 +66,11 @@ NPROC = int(os.environ.get("NPROC", "2" if NGPU >= 2 else "1"))
 LIMIT_S = 540
 HAS_DS = importlib.util.find_spec("deepspeed") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+OFFLOAD = HAS_DS and os.environ.get("OFFLOAD", "") not in ("", "0")
 STEPS = 4  # 2 policy + 2 rubric steps
 work = Path(tempfile.mkdtemp(prefix="evolm-gpu-check-"))
 model_dir, run_dir, log = work / "tiny-qwen3", work / "run", work / "train.log"
+EXTENSIONS = work / "torch_extensions"  # where DeepSpeed's ops compile (TORCH_EXTENSIONS_DIR) during the check
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 CORPUS = ["The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 Yes No yes no",
@@ -115,7 +119,8 @@ def launch_command() -> list[str]:
         acc = work / "accelerate-zero3.yaml"
         acc.write_text(
             "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
-            "  offload_optimizer_device: none\n  offload_param_device: none\n  zero3_init_flag: true\n"
+            f"  offload_optimizer_device: {'cpu' if OFFLOAD else 'none'}\n  offload_param_device: none\n"
+            "  zero3_init_flag: true\n"
             "  zero3_save_16bit_model: true\n  zero_stage: 3\nmixed_precision: bf16\nnum_machines: 1\n"
             f"num_processes: {NPROC}\nmachine_rank: 0\nmain_training_function: main\nrdzv_backend: static\n"
             "same_network: true\nuse_cpu: false\n")
@@ -139,6 +144,17 @@ def overrides() -> list[str]:
     else:
         o += ["grpo.use_vllm=false"]
     return o
+
+
+def optimizer_state_devices(checkpoint: Path | None) -> set[str]:
+    """Where the tensors of the ZeRO checkpoint's optimizer files were when saved ('cpu', 'cuda:0', ...): torch.load
+    hands each storage's saved location to a map_location callable."""
+    import torch
+
+    where: set[str] = set()
+    for f in sorted(checkpoint.glob("global_step*/*optim_states.pt")) if checkpoint else []:
+        torch.load(f, map_location=lambda storage, loc: where.add(loc) or storage, weights_only=False)
+    return where
 
 
 def physical_gpus() -> list[int]:
@@ -195,7 +211,8 @@ def main() -> int:
     start = time.time()
     build_model()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "VLLM_LOGGING_LEVEL": "INFO"}  # vLLM's sleep and wake-up lines are the proof read below
+           "VLLM_LOGGING_LEVEL": "INFO",  # vLLM's sleep and wake-up lines are the proof read below
+           "TORCH_EXTENSIONS_DIR": str(EXTENSIONS)}
     baseline: dict[int, int] = {}
     sample_once(baseline)  # memory other work holds before the launch
     peaks: dict[int, int] = {}
@@ -236,6 +253,15 @@ def main() -> int:
         ("DeepSpeed ZeRO-3 checkpoint" if HAS_DS else "DeepSpeed (not installed: plain DDP)",
          zero3 if HAS_DS else True, "global_step* in the checkpoint" if HAS_DS else "skipped"),
     ]
+    if OFFLOAD:  # accelerate swaps the trainer's AdamW for DeepSpeed's CPU Adam, whose op is compiled at first use
+        built = sorted(EXTENSIONS.glob("*/cpu_adam/cpu_adam*.so")) + sorted(EXTENSIONS.glob("cpu_adam/cpu_adam*.so"))
+        checks += [("DeepSpeed's CPU Adam op compiled here", bool(built),
+                    f"{built[0].relative_to(work)} ({built[0].stat().st_size / 2**20:.0f} MiB)" if built else "none")]
+    if HAS_DS:  # the checkpoint's optimizer state was saved from where Adam kept it
+        where = optimizer_state_devices(last)
+        want = {"cpu"} if OFFLOAD else {f"cuda:{i}" for i in range(NGPU)}
+        checks += [(f"Adam's state on the {'CPU' if OFFLOAD else 'GPU'} (checkpoint's optimizer tensors)",
+                    bool(where) and where <= want, f"saved from {', '.join(sorted(where)) or 'nowhere'}")]
     if HAS_VLLM:
         checks += [
             ("vLLM generated every step (TRL's generate called)", len(calls) == STEPS and all(c for c in calls),
@@ -248,7 +274,8 @@ def main() -> int:
         checks += [("vLLM (not installed: transformers generation)", True, "skipped")]
     checks += [("under 10 minutes", seconds < 600, f"{seconds:.0f} s")]
     print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, full fine-tuning, "
-          f"{'ZeRO-3' if HAS_DS else 'DDP'}, {'vLLM colocate, sleep mode' if HAS_VLLM else 'transformers generation'}")
+          f"{'ZeRO-3' if HAS_DS else 'DDP'}{', Adam offloaded to the CPU' if OFFLOAD else ''}, "
+          f"{'vLLM colocate, sleep mode' if HAS_VLLM else 'transformers generation'}")
     width = max(len(c[0]) for c in checks)
     for name, ok, detail in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
