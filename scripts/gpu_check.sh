@@ -11,6 +11,10 @@
 #   KEEP=1 bash scripts/gpu_check.sh     # keep the work directory (model, run, log)
 #   OFFLOAD=1 bash scripts/gpu_check.sh  # the 40 GB recipe: Adam's state on the CPU (offload_optimizer_device: cpu,
 #                                        # DeepSpeed's CPU Adam, compiled at the first step: docs/GPU.md, "Install")
+#   SHAPE=Qwen/Qwen3-1.7B bash scripts/gpu_check.sh  # the policy in a real model's shape (random weights; a Qwen3 of
+#                                        # evolm.training.memory.KNOWN_MODELS): its peak GPU memory against the
+#                                        # dry run's estimate (`evolm train --dry-run`)
+#   LIMIT_S=300 bash scripts/gpu_check.sh  # stop the launch sooner (default 540 s)
 #
 # Exit status: 0 when every check passed, or on a machine with no GPU at all (nvidia-smi lists none and torch sees
 # none: it says so and runs nothing); 1 when a check failed, or when nvidia-smi lists GPUs that torch cannot use
@@ -63,13 +67,16 @@ from pathlib import Path
 REPO = Path.cwd()
 NGPU = int(sys.argv[1])
 NPROC = int(os.environ.get("NPROC", "2" if NGPU >= 2 else "1"))
-LIMIT_S = 540
+LIMIT_S = int(os.environ.get("LIMIT_S", "540"))
+SHAPE = os.environ.get("SHAPE", "")  # the policy's shape, a Qwen3 of evolm.training.memory.KNOWN_MODELS
 HAS_DS = importlib.util.find_spec("deepspeed") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 OFFLOAD = HAS_DS and os.environ.get("OFFLOAD", "") not in ("", "0")
 STEPS = 4  # 2 policy + 2 rubric steps
 work = Path(tempfile.mkdtemp(prefix="evolm-gpu-check-"))
 model_dir, run_dir, log = work / "tiny-qwen3", work / "run", work / "train.log"
+policy_dir = work / "policy" if SHAPE else model_dir  # the judge stays the tiny model (the estimate counts training)
+accelerate_config = work / "accelerate-zero3.yaml"
 EXTENSIONS = work / "torch_extensions"  # where DeepSpeed's ops compile (TORCH_EXTENSIONS_DIR) during the check
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
@@ -112,11 +119,26 @@ def build_model() -> None:
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    if SHAPE:  # the same tokenizer (ids below 400 of the shape's vocabulary), random weights of the shape's size
+        from evolm.training.memory import KNOWN_MODELS
+
+        f = KNOWN_MODELS[SHAPE]
+        shaped = Qwen3Config(vocab_size=f.vocab, hidden_size=f.hidden, intermediate_size=f.intermediate,
+                             num_hidden_layers=f.layers, num_attention_heads=f.heads, num_key_value_heads=f.kv_heads,
+                             head_dim=f.head_dim, max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                             tie_word_embeddings=f.tied_embeddings)
+        big = Qwen3ForCausalLM(shaped).to(torch.bfloat16)
+        big.generation_config.eos_token_id = tok.eos_token_id
+        big.generation_config.pad_token_id = tok.pad_token_id
+        big.save_pretrained(policy_dir)
+        tok.save_pretrained(policy_dir)
+        del big
 
 
 def launch_command() -> list[str]:
     if HAS_DS:
-        acc = work / "accelerate-zero3.yaml"
+        acc = accelerate_config
         acc.write_text(
             "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
             f"  offload_optimizer_device: {'cpu' if OFFLOAD else 'none'}\n  offload_param_device: none\n"
@@ -131,7 +153,7 @@ def launch_command() -> list[str]:
 
 
 def overrides() -> list[str]:
-    o = [f"model.name={model_dir}", "model.dtype=bfloat16", "model.lora.r=0",  # the paper's full fine-tuning
+    o = [f"model.name={policy_dir}", "model.dtype=bfloat16", "model.lora.r=0",  # the paper's full fine-tuning
          f"judge.model={model_dir}", "judge.backend=hf", "judge.mode=yesno", "judge.dtype=bfloat16",
          f"output_dir={run_dir}", "schedule.cycles=1", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2",
          "schedule.samples_per_prompt=4", "schedule.save_every=2", "schedule.samples_logged_per_step=0",
@@ -155,6 +177,24 @@ def optimizer_state_devices(checkpoint: Path | None) -> set[str]:
     for f in sorted(checkpoint.glob("global_step*/*optim_states.pt")) if checkpoint else []:
         torch.load(f, map_location=lambda storage, loc: where.add(loc) or storage, weights_only=False)
     return where
+
+
+def memory_estimate():  # noqa: ANN201 - evolm.training.memory.Estimate
+    """The dry run's estimate for this launch (`evolm train --dry-run`'s table, from the same functions), on a GPU of
+    the size nvidia-smi reports."""
+    from evolm.config import load_config
+    from evolm.training import memory
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    gpu_gib = int(out[0]) / 1024 if out and out[0].isdigit() else 80.0
+    cfg = load_config(REPO / "configs" / "demo-cpu.yaml", overrides())
+    facts = memory.model_facts(str(policy_dir))
+    sharding = memory.sharding_for(cfg, str(accelerate_config) if HAS_DS else None, None)
+    return memory.estimate(facts, memory.setup_for(cfg, facts, NPROC, sharding, gpu_gib))
 
 
 def physical_gpus() -> list[int]:
@@ -208,6 +248,13 @@ def main() -> int:
     if NPROC > NGPU:
         print(f"gpu_check: NPROC={NPROC} needs {NPROC} GPUs, {NGPU} here (NCCL takes one GPU per process)")
         return 1
+    if SHAPE:
+        from evolm.training.memory import KNOWN_MODELS
+
+        if SHAPE not in KNOWN_MODELS or not KNOWN_MODELS[SHAPE].qk_norm:
+            qwen3 = ", ".join(k for k, f in KNOWN_MODELS.items() if f.qk_norm)
+            print(f"gpu_check: SHAPE={SHAPE} is not a Qwen3 shape evolm knows; one of: {qwen3}")
+            return 1
     start = time.time()
     build_model()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -273,8 +320,15 @@ def main() -> int:
     else:
         checks += [("vLLM (not installed: transformers generation)", True, "skipped")]
     checks += [("under 10 minutes", seconds < 600, f"{seconds:.0f} s")]
+    if SHAPE:  # an underestimate is the failure that matters: the dry run would pass a launch that cannot fit
+        est = memory_estimate()
+        measured = max((peaks.get(g, 0) - baseline.get(g, 0) for g in physical_gpus()), default=0) / 1024
+        checks += [(f"{SHAPE} shape: peak within the dry run's estimate", 0 < measured <= est.peak_gib,
+                    f"measured {measured:.1f} GiB, estimated {est.peak_gib:.1f} (generating "
+                    f"{est.generation_gib:.1f}, training {est.training_gib:.1f}, optimizer step {est.step_gib:.1f})")]
     print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, full fine-tuning, "
           f"{'ZeRO-3' if HAS_DS else 'DDP'}{', Adam offloaded to the CPU' if OFFLOAD else ''}, "
+          f"{f'the policy in the shape of {SHAPE} (random weights), ' if SHAPE else ''}"
           f"{'vLLM colocate, sleep mode' if HAS_VLLM else 'transformers generation'}")
     width = max(len(c[0]) for c in checks)
     for name, ok, detail in checks:
@@ -283,6 +337,10 @@ def main() -> int:
     for rank, gpu in enumerate(physical_gpus()):
         print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
               f"(held before the run: {baseline.get(gpu, 0):,})")
+    if SHAPE:
+        print(f"  the dry run's terms for {SHAPE} (GiB is 2^30 bytes):")
+        for t in est.terms:
+            print(f"    {t.name}: {t.gib:.2f} GiB ({t.phase}{'; ' + t.note if t.note else ''})")
     passed = all(ok for _, ok, _ in checks)
     if not passed:
         print(f"\n--- last lines of {log} ---\n" + "\n".join(text.splitlines()[-40:]))

@@ -29,7 +29,13 @@ training GPU") derives each term and lists the assumptions, which are, in short:
   The peak is then the larger of generation (resident state + vLLM) and training (resident state + activations).
 - Generation by transformers (no vLLM) keeps a KV cache for all of a process's rows of a step at full length, and
   under ZeRO-3 gathers the whole model for it (TRL's ``ds3_gather_for_generation``).
-- 3 GiB per process for the CUDA context, NCCL buffers and allocator slack.
+- DeepSpeed's optimizer step (ZeRO 1-3, bf16 weights with fp32 master copies, not offloaded) makes an fp32 copy of
+  the gradients it steps, from a flat bf16 copy: 6 bytes per parameter at the moment of the copy, for one optimizer
+  sub-group at a time under ZeRO-3 (``zero_optimization.sub_group_size``, 10^9 parameters by default), for the whole
+  partition under ZeRO-1/2 (``stage3.py``/``stage_1_and_2.py``, DeepSpeed 0.19). The activations are freed by then,
+  so this is a third phase: resident state + the step.
+- 3 GiB per process for the CUDA context, NCCL buffers and allocator slack (one launch measured on an H200 peaked
+  2.9 GiB above the estimate: docs/PERFORMANCE.md).
 
 GiB here is 2**30 bytes; an "80 GB" A100/H100 has about 79.6 GiB (``torch.cuda.mem_get_info()[1] / 2**30``).
 """
@@ -50,6 +56,7 @@ from evolm.judge.judge import GENERATIVE_MODES
 
 GIB = 2**30
 OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator slack, per process (assumed)
+DS_SUB_GROUP = 10**9  # DeepSpeed's default zero_optimization.sub_group_size: parameters ZeRO-3 steps at once
 VLLM_BUFFERS_GIB = 1.5  # vLLM's own activations (max_num_batched_tokens=4096, as TRL sets) and CUDA graphs (assumed)
 VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (assumed)
 HEAD_TOKEN_CHUNK, HEAD_VOCAB_CHUNK = 4096, 32768  # trl/kernels/chunked_logprob.py (TRL 1.16)
@@ -286,14 +293,26 @@ class Estimate:
     training_gib: float
     vllm_sequences: float | None = None  # full-length sequences a colocated vLLM's KV cache holds at once
     notes: list[str] = field(default_factory=list)
+    step_gib: float = 0.0  # DeepSpeed's optimizer step (resident + its fp32 gradient copy); 0 without one
 
     @property
     def peak_gib(self) -> float:
-        return max(self.generation_gib, self.training_gib)
+        return max(self.generation_gib, self.training_gib, self.step_gib)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(("generation", self.generation_gib), ("training", self.training_gib), ("step", self.step_gib),
+                   key=lambda kv: kv[1])[0]
 
     def largest(self, phase: str) -> Term:
-        """The largest term that counts in ``phase`` (resident terms count in both)."""
-        return max((t for t in self.terms if t.phase in ("resident", phase)), key=lambda t: t.gib)
+        """The largest term that counts in ``phase`` (resident terms count in every phase)."""
+        return max((t for t in self.terms if counts_in(t, phase)), key=lambda t: t.gib)
+
+
+def counts_in(t: Term, phase: str) -> bool:
+    """Whether term ``t`` is held in ``phase``: resident terms always; a colocated vLLM's share outside generation
+    (phase "training") also while the optimizer steps."""
+    return t.phase in ("resident", phase) or (phase == "step" and t.phase == "training" and t.name.startswith("vLLM"))
 
 
 def estimate(facts: ModelFacts, s: Setup) -> Estimate:
@@ -398,10 +417,18 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         add("LoRA merge for vLLM", params * wb, "TRL gathers the whole model to merge the adapter", "generation",
             knob="fewer parameters per GPU (ZeRO-3 cannot shard this gather)")
 
-    resident = sum(t.gib for t in terms if t.phase == "resident")
-    generation = resident + sum(t.gib for t in terms if t.phase == "generation")
-    training = resident + sum(t.gib for t in terms if t.phase == "training")
-    return Estimate(terms, generation, training, vllm_sequences)
+    # ---- DeepSpeed's optimizer step: a flat bf16 copy of the gradients it steps, cast to fp32 (both held a moment)
+    if opt_bytes == 12 and z >= 1 and not sh.offload_optimizer:
+        stepped = min(trainable / n, DS_SUB_GROUP) if z == 3 else trainable / n
+        add("optimizer step (fp32 gradients)", stepped * 6, f"{stepped / 1e6:,.0f}M x (2 + 4) B, "
+            + ("one sub-group (zero_optimization.sub_group_size)" if z == 3 else "the partition"), "step",
+            knob="offload_optimizer_device: cpu in the accelerate config, or more training processes")
+
+    def phase_gib(phase: str) -> float:
+        return sum(t.gib for t in terms if counts_in(t, phase))
+
+    step = phase_gib("step") if any(t.phase == "step" for t in terms) else 0.0
+    return Estimate(terms, phase_gib("generation"), phase_gib("training"), vllm_sequences, step_gib=step)
 
 
 def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Sharding, gpu_gib: float,
@@ -469,7 +496,7 @@ def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
 def refusal(e: Estimate, s: Setup, gpu_gib: float) -> str | None:
     """One line when the estimate does not fit ``gpu_gib`` GiB, naming the phase, its largest term and its knob."""
     if e.peak_gib > gpu_gib:
-        phase = "generation" if e.generation_gib >= e.training_gib else "training"
+        phase = e.peak_phase
         big = e.largest(phase)
         return (f"estimated {e.peak_gib:.1f} GiB per training GPU ({phase}) exceeds --gpu-memory {gpu_gib:g}: the "
                 f"largest term is {big.name} ({big.gib:.1f} GiB); turn {big.knob or 'the settings above'}")
