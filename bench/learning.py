@@ -1146,13 +1146,20 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     """One training run of the study to its end (started, or resumed from its last checkpoint), then its writer's
     held-out arm from the final checkpoint. A checkpoint of ``KEPT_CHECKPOINTS`` is copied as soon as it is complete
     and its arm written and judged at once, at one thread beside the training (the halfway answer does not wait for
-    the end); one the run had passed before is judged after it, if it was kept. A poll that fails (a full disk, say)
-    is said in one line and tried again at the next: the watcher lives as long as the training."""
+    the end); one the run had passed before is judged after it, if it was kept. Keeping the records and keeping a
+    checkpoint are tried apart; one that fails (a full disk, say) is said in one line and tried again at the next
+    poll: the watcher lives as long as the training."""
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
     started: dict[int, threading.Thread] = {}
     errors: list[BaseException] = []
+
+    def said(what: str, fn: Callable[..., Any], *args: Any) -> None:  # a failure (a full disk, say) in one line
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - the training goes on; the watcher tries again at its next poll
+            print(f"{run}: {what} failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def start_kept(step: int) -> None:
         if step not in started and (kept := keep_checkpoint(run_dir, step)) is not None:
@@ -1164,13 +1171,9 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
 
         def watch() -> None:  # until training ends: the step records, and each checkpoint to keep once complete
             while not stop.wait(poll_s):
-                try:
-                    keep_records(run)
-                    for step in keep:
-                        start_kept(step)
-                except Exception as e:  # noqa: BLE001 - e.g. a full disk: said, and tried again at the next poll
-                    print(f"{run}: keeping records or checkpoints failed ({type(e).__name__}: {e}); trying again in "
-                          f"{poll_s:g} s", file=sys.stderr, flush=True)
+                said(f"keeping the step records (again in {poll_s:g} s)", keep_records, run)
+                for step in keep:
+                    said(f"keeping checkpoint {step} (again in {poll_s:g} s)", start_kept, step)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -1179,7 +1182,7 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
         finally:
             stop.set()
             watcher.join()
-            keep_records(run)
+            said("keeping the step records", keep_records, run)
     for step in keep:
         start_kept(step)
         if step not in started:

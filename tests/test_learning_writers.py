@@ -348,18 +348,19 @@ def test_writers_study_keeps_a_runs_step_records_in_the_repository_as_the_run_go
 
 
 def test_writers_study_watcher_outlives_a_failed_poll(learning, tmp_path, monkeypatch, capsys):
-    """A poll that fails (here: the first two copies of the step records, as on a full disk) is said in one line and
-    tried again: the records are still kept while the run goes on, and so is the halfway checkpoint and its arm."""
+    """Copying the step records fails (as on a full disk) until the halfway arm has started: each failure is said in
+    one line, the checkpoint is still kept and its arm started while the run goes on (the two jobs of a poll are
+    tried apart), and the records are kept once copying works again, all before training ends."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/labelled", 1, "warm-grpo-half"),))
     (learning.WRITERS / "warm-key.json").write_text(json.dumps(
         {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
-    run, arms = tmp_path / "runs" / "labelled", []
+    run, arms, during = tmp_path / "runs" / "labelled", [], []
     kept = learning.FIGURES / "training" / "labelled-metrics.jsonl"
     failures, keep_records = [], learning.keep_records
 
     def flaky_keep_records(name, say=False):
-        if len(failures) < 2:
+        if not arms:
             failures.append(name)
             raise OSError(28, "No space left on device")
         return keep_records(name, say)
@@ -381,16 +382,17 @@ def test_writers_study_watcher_outlives_a_failed_poll(learning, tmp_path, monkey
         deadline = time.monotonic() + 10
         while not (kept.exists() and arms) and time.monotonic() < deadline:
             time.sleep(0.01)
+        during.append((kept.exists(), list(arms)))
         checkpoint(50)
 
     monkeypatch.setattr(learning, "keep_records", flaky_keep_records)
     monkeypatch.setattr(learning, "_call", fake_call)
     learning._study_chain("warm-grpo", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/labelled",
                           poll_s=0.02)
-    assert len(failures) == 2 and kept.exists()
+    assert during == [(True, ["warm-grpo-half"])] and failures
     assert arms == ["warm-grpo-half", "warm-grpo"] and (run / "kept" / "checkpoint-1").is_dir()
     err = capsys.readouterr().err
-    assert "keeping records or checkpoints failed (OSError: [Errno 28] No space left on device)" in err
+    assert "runs/labelled: keeping the step records (again in 0.02 s) failed: OSError: [Errno 28] No space left" in err
 
 
 def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learning, tmp_path, monkeypatch):
