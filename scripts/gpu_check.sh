@@ -3,7 +3,7 @@
 # the paper's path: full fine-tuning (model.lora.r=0: TRL's ZeRO-3 reference model, per-parameter weight sync), in
 # bfloat16, under DeepSpeed ZeRO-3 when deepspeed is installed and with TRL's colocated vLLM in sleep mode when vllm is
 # installed. Nothing is downloaded. Prints a pass/fail table and the peak GPU memory of each process (nvidia-smi,
-# sampled every 0.5 s). Under 10 minutes; the launch (every process it started) is stopped at 9.
+# sampled every 0.5 s). Under 10 minutes; the launch (every process it started) is stopped at 9 (LIMIT_S).
 #
 #   bash scripts/gpu_check.sh            # uses ./.venv/bin/python if present, else python3
 #   NPROC=1 bash scripts/gpu_check.sh    # processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU
@@ -159,7 +159,9 @@ def overrides() -> list[str]:
          "schedule.samples_per_prompt=4", "schedule.save_every=2", "schedule.samples_logged_per_step=0",
          "contrast.min_age=0", "contrast.max_new_tokens=32", "rubric.max_new_tokens=32", "rubric.constrained=false",
          "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=32", "grpo.use_cpu=false",
-         "grpo.bf16=true", "grpo.gradient_checkpointing=true", "grpo.report_to=[]", "grpo.save_total_limit=null"]
+         "grpo.bf16=true", "grpo.gradient_checkpointing=true", "grpo.report_to=[]",
+         # a real shape's ZeRO-3 checkpoint is ~14 bytes per parameter (24 GB for Qwen3-1.7B): keep the last only
+         f"grpo.save_total_limit={1 if SHAPE else 'null'}"]
     if HAS_VLLM:
         o += ["grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.vllm_gpu_memory_utilization=0.15",
               "grpo.vllm_enable_sleep_mode=true", "grpo.vllm_max_model_length=4096"]  # rubric prompts: ~1.4k tokens
@@ -175,7 +177,10 @@ def optimizer_state_devices(checkpoint: Path | None) -> set[str]:
 
     where: set[str] = set()
     for f in sorted(checkpoint.glob("global_step*/*optim_states.pt")) if checkpoint else []:
-        torch.load(f, map_location=lambda storage, loc: where.add(loc) or storage, weights_only=False)
+        try:
+            torch.load(f, map_location=lambda storage, loc: where.add(loc) or storage, weights_only=False, mmap=True)
+        except Exception as e:  # noqa: BLE001 - a save cut short by the time limit: a FAIL line, not a traceback
+            where.add(f"unreadable {f.name} ({type(e).__name__})")
     return where
 
 
@@ -286,7 +291,7 @@ def main() -> int:
     asleep = len(re.findall(r"seconds to fall asleep", text))
     woken = len(re.findall(r"seconds to wake up tags", text))
     checks = [
-        ("launch exits 0", rc == 0, f"exit {rc}" + (" (stopped at 9 minutes, every process)" if rc == 124 else "")),
+        ("launch exits 0", rc == 0, f"exit {rc}" + (f" (stopped at {LIMIT_S} s, every process)" if rc == 124 else "")),
         ("2 policy + 2 rubric steps, one metrics line each", roles == ["policy", "policy", "rubric", "rubric"],
          f"roles {roles}"),
         ("rewards computed", len(rewards) == STEPS and all(x is not None for x in rewards),
@@ -344,6 +349,9 @@ def main() -> int:
     passed = all(ok for _, ok, _ in checks)
     if not passed:
         print(f"\n--- last lines of {log} ---\n" + "\n".join(text.splitlines()[-40:]))
+    if SHAPE and not os.environ.get("KEEP"):  # the policy and its checkpoints: tens of GB on a 64 GB disk
+        shutil.rmtree(policy_dir, ignore_errors=True)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if os.environ.get("KEEP") or not passed:
         print(f"gpu_check: work directory kept: {work}")
     else:

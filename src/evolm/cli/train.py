@@ -397,7 +397,8 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
     table.add_row("peak while generating", f"{est.generation_gib:.1f}", "", "resident + generation")
     table.add_row("peak while training", f"{est.training_gib:.1f}", "", "resident + training")
     if est.step_gib:
-        table.add_row("peak in the optimizer step", f"{est.step_gib:.1f}", "", "resident + step")
+        table.add_row("peak in the optimizer step", f"{est.step_gib:.1f}", "",
+                      "resident + step (+ a colocated vLLM's share outside generation)")
     if est.vllm_sequences is not None:
         table.add_row("vLLM KV cache", "", "", f"room for {est.vllm_sequences:.1f} sequences of the full context at "
                       "once (vLLM needs 1 to start)")

@@ -26,16 +26,18 @@ training GPU") derives each term and lists the assumptions, which are, in short:
   (split over ``vllm_tensor_parallel_size``), about 1.5 GiB of its own buffers, the rest KV cache. Without sleep mode
   it holds that share throughout; with ``grpo.vllm_enable_sleep_mode`` TRL puts it to sleep (level 2: weights and
   KV cache released) after each generation, and 1 GiB is assumed to stay (CUDA graphs, buffers outside its pools).
-  The peak is then the larger of generation (resident state + vLLM) and training (resident state + activations).
+  The peak is then the largest of generation (resident state + vLLM), training (resident state + activations) and,
+  under DeepSpeed, the optimizer step (below).
 - Generation by transformers (no vLLM) keeps a KV cache for all of a process's rows of a step at full length, and
   under ZeRO-3 gathers the whole model for it (TRL's ``ds3_gather_for_generation``).
 - DeepSpeed's optimizer step (ZeRO 1-3, bf16 weights with fp32 master copies, not offloaded) makes an fp32 copy of
   the gradients it steps, from a flat bf16 copy: 6 bytes per parameter at the moment of the copy, for one optimizer
-  sub-group at a time under ZeRO-3 (``zero_optimization.sub_group_size``, 10^9 parameters by default), for the whole
-  partition under ZeRO-1/2 (``stage3.py``/``stage_1_and_2.py``, DeepSpeed 0.19). The activations are freed by then,
-  so this is a third phase: resident state + the step.
+  sub-group at a time under ZeRO-3, for the whole partition under ZeRO-1/2 (``stage3.py``/``stage_1_and_2.py``,
+  DeepSpeed 0.19). A ZeRO-3 sub-group closes at the first parameter that takes it to
+  ``zero_optimization.sub_group_size`` (10^9 by default), so it holds at most that plus the largest parameter's
+  partition. The activations are freed by then, so this is a third phase: resident state + the step.
 - 3 GiB per process for the CUDA context, NCCL buffers and allocator slack (one launch measured on an H200 peaked
-  2.9 GiB above the estimate: docs/PERFORMANCE.md).
+  1.1 GiB above the estimate: docs/PERFORMANCE.md).
 
 GiB here is 2**30 bytes; an "80 GB" A100/H100 has about 79.6 GiB (``torch.cuda.mem_get_info()[1] / 2**30``).
 """
@@ -286,7 +288,8 @@ class Term:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The terms of one training process's GPU memory, its two phases and its peak (GiB)."""
+    """The terms of one training process's GPU memory, its phases (generation, training, DeepSpeed's optimizer step)
+    and its peak (GiB)."""
 
     terms: list[Term]
     generation_gib: float
@@ -419,10 +422,13 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
 
     # ---- DeepSpeed's optimizer step: a flat bf16 copy of the gradients it steps, cast to fp32 (both held a moment)
     if opt_bytes == 12 and z >= 1 and not sh.offload_optimizer:
-        stepped = min(trainable / n, DS_SUB_GROUP) if z == 3 else trainable / n
+        largest = max(facts.vocab * facts.hidden, facts.hidden * facts.intermediate, facts.q_dim * facts.hidden)
+        stepped = min(trainable / n, DS_SUB_GROUP + largest / n) if z == 3 else trainable / n
         add("optimizer step (fp32 gradients)", stepped * 6, f"{stepped / 1e6:,.0f}M x (2 + 4) B, "
-            + ("one sub-group (zero_optimization.sub_group_size)" if z == 3 else "the partition"), "step",
-            knob="offload_optimizer_device: cpu in the accelerate config, or more training processes")
+            + ("one sub-group at most (zero_optimization.sub_group_size)" if z == 3 else "the partition"), "step",
+            knob="offload_optimizer_device: cpu in the accelerate config"
+            + (", or a smaller zero_optimization.sub_group_size (a DeepSpeed JSON)" if z == 3 else
+               ", or more training processes"))
 
     def phase_gib(phase: str) -> float:
         return sum(t.gib for t in terms if counts_in(t, phase))
