@@ -253,6 +253,8 @@ def main() -> int:
     if NPROC > NGPU:
         print(f"gpu_check: NPROC={NPROC} needs {NPROC} GPUs, {NGPU} here (NCCL takes one GPU per process)")
         return 1
+    if os.environ.get("OFFLOAD", "") not in ("", "0") and not HAS_DS:
+        print("gpu_check: OFFLOAD=1 needs DeepSpeed (pip install -e '.[deepspeed]'); running without it")
     if SHAPE:
         from evolm.training.memory import KNOWN_MODELS
 
@@ -307,8 +309,12 @@ def main() -> int:
     ]
     if OFFLOAD:  # accelerate swaps the trainer's AdamW for DeepSpeed's CPU Adam, whose op is compiled at first use
         built = sorted(EXTENSIONS.glob("*/cpu_adam/cpu_adam*.so")) + sorted(EXTENSIONS.glob("cpu_adam/cpu_adam*.so"))
-        checks += [("DeepSpeed's CPU Adam op compiled here", bool(built),
-                    f"{built[0].relative_to(work)} ({built[0].stat().st_size / 2**20:.0f} MiB)" if built else "none")]
+        from deepspeed.git_version_info import installed_ops  # built at install time (DS_BUILD_CPU_ADAM=1)
+
+        prebuilt = bool(installed_ops.get("cpu_adam"))
+        checks += [("DeepSpeed's CPU Adam op (compiled here or installed)", bool(built) or prebuilt,
+                    f"{built[0].relative_to(work)} ({built[0].stat().st_size / 2**20:.0f} MiB)" if built else
+                    "installed with DeepSpeed" if prebuilt else "none")]
     if HAS_DS:  # the checkpoint's optimizer state was saved from where Adam kept it
         where = optimizer_state_devices(last)
         want = {"cpu"} if OFFLOAD else {f"cuda:{i}" for i in range(NGPU)}
