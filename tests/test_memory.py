@@ -9,6 +9,7 @@ import pytest
 
 from evolm.cli import main
 from evolm.config import load_config
+from evolm.errors import InputError
 from evolm.training.memory import (
     GIB,
     KNOWN_MODELS,
@@ -68,7 +69,7 @@ def test_the_paper_launch_term_by_term() -> None:
     assert refusal(e, Setup(4, Sharding(True, 3), 79.6, 1, 1024, 16384), 79.6) is None
 
 
-def test_deepspeeds_optimizer_step_is_a_phase_of_its_own() -> None:
+def test_deepspeeds_optimizer_step_is_a_phase_of_its_own(tmp_path: Path) -> None:
     """DeepSpeed steps Adam on an fp32 copy of the gradients, made from a flat bf16 copy (stage3.py
     _prepare_fp32_grad_for_sub_group; stage_1_and_2.py step): 6 bytes per stepped parameter, one sub-group of at most
     10^9 parameters (plus the parameter that closes it, at most the largest) at a time under ZeRO-3, the whole
@@ -96,6 +97,14 @@ def test_deepspeeds_optimizer_step_is_a_phase_of_its_own() -> None:
                                                                                      1, 1024, 32)):
         e = estimate(qwen3_1b7, setup)
         assert e.step_gib == 0.0 and all(t.phase != "step" for t in e.terms)
+    # a DeepSpeed JSON's smaller sub-group: 10^8 + the embedding
+    ds_json = tmp_path / "ds.json"
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 3, "sub_group_size": 1e8}}), encoding="utf-8")
+    small = estimate(qwen3_1b7, Setup(1, read_sharding(ds_json), 80.0, 1, 1024, 32, vllm_mode=None))
+    assert round(next(t.gib for t in small.terms if t.phase == "step") * GIB) == 6 * (10**8 + 151_936 * 2048)
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 3, "sub_group_size": "many"}}), encoding="utf-8")
+    with pytest.raises(InputError, match="sub_group_size 'many' is not a number"):
+        read_sharding(ds_json)
     # the paper launch: a sub-group of 10^9 + 622M / 4 of its 2.05B parameters per GPU; the peak stays generation's
     paper = estimate(KNOWN_MODELS["Qwen/Qwen3-8B"], Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384,
                                                           vllm_share=0.35, vllm_sleep=True))

@@ -185,6 +185,7 @@ class Sharding:
     offload_optimizer: bool = False
     offload_params: bool = False
     source: str = "no --accelerate-config: plain data parallel, no ZeRO"
+    sub_group_size: int = DS_SUB_GROUP  # parameters ZeRO-3 steps at once (a DeepSpeed JSON's zero_optimization)
 
 
 def read_sharding(path: str | Path) -> Sharding:
@@ -221,8 +222,13 @@ def _deepspeed_json(data: dict[str, Any], source: str) -> Sharding:
     stage = zero.get("stage", 0)
     stage = 0 if stage == "auto" else int(stage)
     device = lambda key: (zero.get(key) or {}).get("device", "none") == "cpu"  # noqa: E731
+    try:
+        sub_group = int(float(zero.get("sub_group_size", DS_SUB_GROUP)))
+    except (TypeError, ValueError):
+        raise InputError(f"{Path(source).name}: zero_optimization.sub_group_size "
+                         f"{zero.get('sub_group_size')!r} is not a number") from None
     return Sharding(True, stage, device("offload_optimizer"), device("offload_param"),
-                    f"{Path(source).name}: ZeRO stage {stage}")
+                    f"{Path(source).name}: ZeRO stage {stage}", sub_group)
 
 
 def sharding_for(cfg: RunConfig, accelerate_config: str | None, zero_stage: int | None) -> Sharding:
@@ -423,7 +429,7 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     # ---- DeepSpeed's optimizer step: a flat bf16 copy of the gradients it steps, cast to fp32 (both held a moment)
     if opt_bytes == 12 and z >= 1 and not sh.offload_optimizer:
         largest = max(facts.vocab * facts.hidden, facts.hidden * facts.intermediate, facts.q_dim * facts.hidden)
-        stepped = min(trainable / n, DS_SUB_GROUP + largest / n) if z == 3 else trainable / n
+        stepped = min(trainable / n, sh.sub_group_size + largest / n) if z == 3 else trainable / n
         add("optimizer step (fp32 gradients)", stepped * 6, f"{stepped / 1e6:,.0f}M x (2 + 4) B, "
             + ("one sub-group at most (zero_optimization.sub_group_size)" if z == 3 else "the partition"), "step",
             knob="offload_optimizer_device: cpu in the accelerate config"
