@@ -71,7 +71,8 @@ LIMIT_S = int(os.environ.get("LIMIT_S", "540"))
 SHAPE = os.environ.get("SHAPE", "")  # the policy's shape, a Qwen3 of evolm.training.memory.KNOWN_MODELS
 HAS_DS = importlib.util.find_spec("deepspeed") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-OFFLOAD = HAS_DS and os.environ.get("OFFLOAD", "") not in ("", "0")
+OFFLOAD_ASKED = os.environ.get("OFFLOAD", "") not in ("", "0")
+OFFLOAD = HAS_DS and OFFLOAD_ASKED
 STEPS = 4  # 2 policy + 2 rubric steps
 work = Path(tempfile.mkdtemp(prefix="evolm-gpu-check-"))
 model_dir, run_dir, log = work / "tiny-qwen3", work / "run", work / "train.log"
@@ -104,36 +105,32 @@ def build_tokenizer():  # noqa: ANN201
 
 
 def build_model() -> None:
-    """A 2-layer Qwen3 (head_dim 64: every vLLM attention backend takes it) for the tokenizer trained here."""
+    """A 2-layer Qwen3 (head_dim 64: every vLLM attention backend takes it) for the tokenizer trained here; with
+    SHAPE also the policy in that shape (the same tokenizer: ids below 400 of its vocabulary; random weights)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tok = build_tokenizer()
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=4096,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         tie_word_embeddings=True)
-    model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    if SHAPE:  # the same tokenizer (ids below 400 of the shape's vocabulary), random weights of the shape's size
+
+    def save(path: Path, **shape: int | bool) -> None:
+        config = Qwen3Config(**shape, max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model.generation_config.eos_token_id = tok.eos_token_id
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+
+    save(model_dir, vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+         num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=True)
+    if SHAPE:
         from evolm.training.memory import KNOWN_MODELS
 
         f = KNOWN_MODELS[SHAPE]
-        shaped = Qwen3Config(vocab_size=f.vocab, hidden_size=f.hidden, intermediate_size=f.intermediate,
-                             num_hidden_layers=f.layers, num_attention_heads=f.heads, num_key_value_heads=f.kv_heads,
-                             head_dim=f.head_dim, max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                             tie_word_embeddings=f.tied_embeddings)
-        big = Qwen3ForCausalLM(shaped).to(torch.bfloat16)
-        big.generation_config.eos_token_id = tok.eos_token_id
-        big.generation_config.pad_token_id = tok.pad_token_id
-        big.save_pretrained(policy_dir)
-        tok.save_pretrained(policy_dir)
-        del big
+        save(policy_dir, vocab_size=f.vocab, hidden_size=f.hidden, intermediate_size=f.intermediate,
+             num_hidden_layers=f.layers, num_attention_heads=f.heads, num_key_value_heads=f.kv_heads,
+             head_dim=f.head_dim, tie_word_embeddings=f.tied_embeddings)
 
 
 def launch_command() -> list[str]:
@@ -253,7 +250,7 @@ def main() -> int:
     if NPROC > NGPU:
         print(f"gpu_check: NPROC={NPROC} needs {NPROC} GPUs, {NGPU} here (NCCL takes one GPU per process)")
         return 1
-    if os.environ.get("OFFLOAD", "") not in ("", "0") and not HAS_DS:
+    if OFFLOAD_ASKED and not HAS_DS:
         print("gpu_check: OFFLOAD=1 needs DeepSpeed (pip install -e '.[deepspeed]'); running without it")
     if SHAPE:
         from evolm.training.memory import KNOWN_MODELS

@@ -319,9 +319,9 @@ class Estimate:
 
 
 def counts_in(t: Term, phase: str) -> bool:
-    """Whether term ``t`` is held in ``phase``: resident terms always; a colocated vLLM's share outside generation
-    (phase "training") also while the optimizer steps."""
-    return t.phase in ("resident", phase) or (phase == "step" and t.phase == "training" and t.name.startswith("vLLM"))
+    """Whether term ``t`` is held in ``phase``: resident terms always, a colocated vLLM's share between its
+    generations (phase "outside generation") while training and while the optimizer steps."""
+    return t.phase in ("resident", phase) or (t.phase == "outside generation" and phase != "generation")
 
 
 def estimate(facts: ModelFacts, s: Setup) -> Estimate:
@@ -403,9 +403,9 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         add("vLLM (colocated)", share, f"{s.vllm_share} x {s.gpu_gib:g} GiB", "generation",
             knob="grpo.vllm_enable_sleep_mode=true, a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server")
         if s.vllm_sleep:
-            add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "training")
+            add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "outside generation")
         else:
-            add("vLLM (colocated)", share, "held: no sleep mode", "training",
+            add("vLLM (colocated)", share, "held: no sleep mode", "outside generation",
                 knob="grpo.vllm_enable_sleep_mode=true or a lower grpo.vllm_gpu_memory_utilization")
         kv_room = share - params * wb / s.vllm_tensor_parallel - VLLM_BUFFERS_GIB * GIB
         length = s.vllm_max_model_length or facts.max_positions or (s.prompt_tokens + s.completion_tokens)
