@@ -583,6 +583,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
                                                     **({"max_criteria": max_criteria} if max_criteria != 5 else {})}}
     if arm == "hand":
         key["rubrics_sha"] = hashlib.sha256(HANDWRITTEN.read_bytes()).hexdigest()
+    if writer and (adapter := ROOT / writer / "adapter_model.safetensors").is_file():  # a training run's checkpoint:
+        key["writer_sha"] = hashlib.sha256(adapter.read_bytes()).hexdigest()  # another run's at the same path differs
     key["judge"] = _judge_id()
     WRITERS.mkdir(parents=True, exist_ok=True)
     rub_file, items_file, key_file = (WRITERS / f"{arm}-rubrics.jsonl", WRITERS / f"{arm}-items.jsonl",
@@ -1051,6 +1053,9 @@ TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens
                   "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost"),
                  ("warm start + labelled-pair GRPO, second run: lost with its machine",
                   "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost2"),
+                 ("warm start + labelled-pair GRPO, third run (the judge in float32, on a 2-core EPYC): lost with its "
+                  "machine at its halfway, before its step-25 writer was judged",
+                  "configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled-lost3"),
                  ("warm start + labelled-pair GRPO (the judge in float32, on a 2-core EPYC)", *LABELLED_RUN))
 
 
@@ -1105,13 +1110,91 @@ def _resumable(run_dir: Path) -> bool:
         return False
     if complete_checkpoints(run_dir):
         return True
+    _aside(run_dir, "starting afresh")
+    return False
+
+
+def _aside(run_dir: Path, then: str) -> None:
     n = 1
     while (aside := run_dir.with_name(f"{run_dir.name}.no-checkpoint-{n}")).exists():
         n += 1
     run_dir.rename(aside)
-    print(f"{run_dir}: no complete checkpoint (stopped in its first step): moved to {aside}; starting afresh",
+    print(f"{run_dir}: no complete checkpoint (stopped in its first step): moved to {aside}; {then}",
           file=sys.stderr, flush=True)
-    return False
+
+
+# What resumes a study run on another machine, kept in the repository (runs/ is lost with its machine: three runs
+# were): docs/results/training/carry/RUN/ holds the run folder's config, logs and samples, its newest complete
+# checkpoint whole (adapter, optimizer, scheduler, RNG, replay buffer: `evolm train --resume` goes on as if never
+# stopped), and each kept checkpoint whose arm has not finished (its weights: the arm's writer).
+CARRY = "carry"
+TRAINER_ONLY = ("optimizer.pt", "scheduler.pt", "rng_state.pth")  # what a kept checkpoint's arm does not need
+
+
+def carry_run(run: str) -> Path | None:
+    """Copy what resumes run folder ``run`` into ``docs/results/training/carry/`` when its newest complete checkpoint
+    (or the set of kept checkpoints still needed) changed; the carried folder, or None while the run has no complete
+    checkpoint. The copy is made beside the old one and swapped in: a copy cut short is never the one carried."""
+    from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SAMPLES_DIR
+    from evolm.runs.rundir import CONFIG_HISTORY_FILE, complete_checkpoints
+
+    run_dir = ROOT / run
+    ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
+    if not ckpts:
+        return None
+    dst = FIGURES / "training" / CARRY / run_dir.name
+    kept = [k for r, step, arm in KEPT_CHECKPOINTS
+            if r == run and not (WRITERS / f"{arm}.json").exists()
+            and (k := run_dir / KEPT_DIR / f"checkpoint-{step}").is_dir()]
+    want = sorted([f"{CHECKPOINTS_DIR}/{ckpts[-1].name}", *(f"{KEPT_DIR}/{k.name}" for k in kept)])
+    if _carried(dst) == want:
+        return dst
+    part = dst.with_name(dst.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    for name in ("config.yaml", CONFIG_HISTORY_FILE, METRICS_FILE):
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, part / name)
+    if (run_dir / SAMPLES_DIR).is_dir():
+        shutil.copytree(run_dir / SAMPLES_DIR, part / SAMPLES_DIR)
+    shutil.copytree(ckpts[-1], part / CHECKPOINTS_DIR / ckpts[-1].name)
+    for k in kept:
+        shutil.copytree(k, part / KEPT_DIR / k.name, ignore=shutil.ignore_patterns(*TRAINER_ONLY))
+    old = dst.with_name(dst.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dst.exists():
+        dst.rename(old)
+    part.rename(dst)
+    shutil.rmtree(old, ignore_errors=True)
+    return dst
+
+
+def _carried(dst: Path) -> list[str]:
+    from evolm.runs.records import CHECKPOINTS_DIR
+
+    return sorted(f"{d}/{c.name}" for d in (CHECKPOINTS_DIR, KEPT_DIR) for c in (dst / d).glob("checkpoint-*")
+                  if c.is_dir())
+
+
+def restore_run(run: str) -> bool:
+    """On a machine without run ``run``'s checkpoints, copy its carried state (``carry_run``) back into ``runs/``,
+    each LoRA checkpoint's base (an absolute path) pointed at this clone's warm start; whether it did."""
+    from evolm.runs.rundir import complete_checkpoints
+
+    run_dir, src = ROOT / run, FIGURES / "training" / CARRY / Path(run).name
+    if not _carried(src) or (run_dir.is_dir() and complete_checkpoints(run_dir)):
+        return False
+    if run_dir.exists():
+        _aside(run_dir, f"resuming from {src.relative_to(ROOT)}")
+    shutil.copytree(src, run_dir)
+    for cfg in run_dir.glob("*/checkpoint-*/adapter_config.json"):
+        adapter = json.loads(cfg.read_text(encoding="utf-8"))
+        base = str(adapter.get("base_model_name_or_path") or "")
+        if base.replace(os.sep, "/").endswith(WARM_START):
+            adapter["base_model_name_or_path"] = str(ROOT / WARM_START)
+            cfg.write_text(json.dumps(adapter, indent=2), encoding="utf-8")
+    print(f"{run}: restored from {src.relative_to(ROOT)} ({', '.join(_carried(src))})", file=sys.stderr, flush=True)
+    return True
 
 
 def _arm_call(arm: str, writer: Path, log: Path, env: dict[str, str] | None = None) -> None:
@@ -1166,14 +1249,16 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             started[step] = _in_thread(errors, _arm_call, keep[step], kept, log.with_name(f"{keep[step]}.log"),
                                        {"OMP_NUM_THREADS": "1"})
 
+    restore_run(run)
     if not _finished(run_dir, config):
         stop = threading.Event()
 
-        def watch() -> None:  # until training ends: the step records, and each checkpoint to keep once complete
-            while not stop.wait(poll_s):
+        def watch() -> None:  # until training ends: the step records, each checkpoint to keep once complete, and
+            while not stop.wait(poll_s):  # what resumes the run on another machine
                 said(f"keeping the step records (again in {poll_s:g} s)", keep_records, run)
                 for step in keep:
                     said(f"keeping checkpoint {step} (again in {poll_s:g} s)", start_kept, step)
+                said(f"carrying the run (again in {poll_s:g} s)", carry_run, run)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -1188,10 +1273,12 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
         if step not in started:
             print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {keep[step]} arm",
                   file=sys.stderr)
+    said("carrying the run", carry_run, run)
     _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
     for t in started.values():
         t.join()
     _raise_any(errors)
+    shutil.rmtree(FIGURES / "training" / CARRY / run_dir.name, ignore_errors=True)  # every arm of the run is judged
 
 
 def writers_study(one_at_a_time: bool = False) -> None:

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -393,6 +394,111 @@ def test_writers_study_watcher_outlives_a_failed_poll(learning, tmp_path, monkey
     assert arms == ["warm-grpo-half", "warm-grpo"] and (run / "kept" / "checkpoint-1").is_dir()
     err = capsys.readouterr().err
     assert "runs/labelled: keeping the step records (again in 0.02 s) failed: OSError: [Errno 28] No space left" in err
+
+
+def _run_with_checkpoints(run, steps, base="/elsewhere/runs/learning/judge-1b5/sft-writer"):
+    """A LoRA run folder as `evolm train` leaves it: config, logs, samples, complete checkpoints with every file."""
+    (run / "samples").mkdir(parents=True, exist_ok=True)
+    (run / "config.yaml").write_text("output_dir: x\n", encoding="utf-8")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "role": "rubric"}) + "\n" for s in steps),
+                                       encoding="utf-8")
+    (run / "samples" / "phase-1-rubric.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    for step in steps:
+        ckpt = run / "checkpoints" / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        for name, data in (("adapter_model.safetensors", f"weights {step}"), ("optimizer.pt", f"adam {step}"),
+                           ("trainer_state.json", "{}"), ("evolm_state.json", json.dumps({"step": step})),
+                           ("adapter_config.json", json.dumps({"base_model_name_or_path": base, "r": 16}))):
+            (ckpt / name).write_text(data, encoding="utf-8")
+
+
+def _tree(d):
+    return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
+
+
+def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(learning, tmp_path, monkeypatch):
+    """runs/ is lost with its machine: the newest complete checkpoint whole, the logs and samples, and a kept
+    checkpoint whose arm is not finished (its weights) are carried in docs/results/training/carry/; on a machine
+    without the run they are copied back, the adapter's base pointed at this clone's warm start."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/labelled", 2, "warm-grpo-half"),))
+    run = tmp_path / "runs" / "labelled"
+    assert learning.carry_run("runs/labelled") is None  # no run yet
+    _run_with_checkpoints(run, [2, 3])
+    shutil.copytree(run / "checkpoints" / "checkpoint-2", run / "kept" / "checkpoint-2")
+    carried = learning.carry_run("runs/labelled")
+    assert carried == learning.FIGURES / "training" / "carry" / "labelled"
+    assert sorted(_tree(carried)) == ["checkpoints/checkpoint-3/adapter_config.json",
+                                      "checkpoints/checkpoint-3/adapter_model.safetensors",
+                                      "checkpoints/checkpoint-3/evolm_state.json",
+                                      "checkpoints/checkpoint-3/optimizer.pt",
+                                      "checkpoints/checkpoint-3/trainer_state.json", "config.yaml",
+                                      "kept/checkpoint-2/adapter_config.json",
+                                      "kept/checkpoint-2/adapter_model.safetensors",
+                                      "kept/checkpoint-2/evolm_state.json", "kept/checkpoint-2/trainer_state.json",
+                                      "metrics.jsonl", "samples/phase-1-rubric.jsonl"]
+    before = _tree(run)
+    shutil.rmtree(run.parent)  # a new machine
+    assert learning.restore_run("runs/labelled") and not learning.restore_run("runs/labelled")
+    after = _tree(run)
+    base = json.loads(after.pop("checkpoints/checkpoint-3/adapter_config.json"))["base_model_name_or_path"]
+    assert base == str(tmp_path / learning.WARM_START)
+    assert json.loads(after.pop("kept/checkpoint-2/adapter_config.json"))["base_model_name_or_path"] == base
+    assert after == {k: v for k, v in before.items() if k in after}
+    assert set(before) - set(after) == {"checkpoints/checkpoint-2/" + f for f in (
+        "adapter_config.json", "adapter_model.safetensors", "evolm_state.json", "optimizer.pt",
+        "trainer_state.json")} | {"kept/checkpoint-2/optimizer.pt", "checkpoints/checkpoint-3/adapter_config.json",
+                                  "kept/checkpoint-2/adapter_config.json"}
+    (learning.WRITERS / "warm-grpo-half.json").write_text("{}", encoding="utf-8")  # its arm finished
+    _run_with_checkpoints(tmp_path / "next", [4])
+    shutil.move(tmp_path / "next" / "checkpoints" / "checkpoint-4", run / "checkpoints" / "checkpoint-4")
+    learning.carry_run("runs/labelled")
+    assert learning._carried(carried) == ["checkpoints/checkpoint-4"]
+    assert not carried.with_name("labelled.part").exists() and not carried.with_name("labelled.old").exists()
+
+
+def test_writers_study_on_a_new_machine_resumes_a_carried_run(learning, tmp_path, monkeypatch):
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    run = tmp_path / "runs" / "labelled"
+    _run_with_checkpoints(run, [7])
+    learning.carry_run("runs/labelled")
+    shutil.rmtree(tmp_path / "runs")
+    calls = []
+
+    def fake_call(cmd, log, env=None):
+        calls.append([str(c) for c in cmd])
+        if "train" in calls[-1]:
+            _run_with_checkpoints(tmp_path / "next", [50])
+            shutil.move(tmp_path / "next" / "checkpoints" / "checkpoint-50", run / "checkpoints" / "checkpoint-50")
+
+    monkeypatch.setattr(learning, "_call", fake_call)
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps(
+        {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
+    learning._study_chain("warm-grpo", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/labelled")
+    assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
+    assert not (learning.FIGURES / "training" / "carry" / "labelled").exists()  # its arms judged: nothing to carry
+
+
+def test_an_arm_of_another_runs_checkpoint_at_the_same_path_starts_afresh(learning, tmp_path, monkeypatch, capsys):
+    """A run started again writes its kept checkpoint where the lost run's was: the arm's key holds the adapter's
+    sha256, so the lost writer's rubrics are not taken for the new writer's."""
+    ckpt = tmp_path / "kept" / "checkpoint-25"
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_model.safetensors").write_bytes(b"first run")
+    written = []
+
+    def fake_write(writer, prompts, decoding):
+        written.append(len(prompts))
+        yield list(prompts), ['{"criteria": []}'] * len(prompts)
+
+    monkeypatch.setattr(learning, "_write_rubrics", fake_write)
+    monkeypatch.setattr(learning, "five_rubrics", lambda *a: None)
+    for _ in range(2):
+        learning.writer_arm("warm-grpo-half", str(ckpt), max_tokens=16, write_only=True, max_criteria=3)
+    assert written == [10]  # the same checkpoint: read back
+    (ckpt / "adapter_model.safetensors").write_bytes(b"second run")
+    learning.writer_arm("warm-grpo-half", str(ckpt), max_tokens=16, write_only=True, max_criteria=3)
+    assert written == [10, 10] and "writer, pairs or decoding changed: starting the arm afresh" in capsys.readouterr().out
 
 
 def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learning, tmp_path, monkeypatch):
