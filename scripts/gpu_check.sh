@@ -327,6 +327,11 @@ def main() -> int:
         ]
     else:
         checks += [("vLLM (not installed: transformers generation)", True, "skipped")]
+    mem = [(r.get("gpu_gib_generating"), r.get("gpu_gib_training"), r.get("gpu_reserved_gib")) for r in steps]
+    checks += [("peak GPU memory per step and phase in metrics.jsonl",
+                len(mem) == STEPS and all(None not in m for m in mem),
+                "GiB generating / training / reserved: " + "; ".join(
+                    "/".join("-" if x is None else f"{x:.2f}" for x in m) for m in mem))]
     checks += [("under 10 minutes", seconds < 600, f"{seconds:.0f} s")]
     if SHAPE:  # an underestimate is the failure that matters: the dry run would pass a launch that cannot fit
         est = memory_estimate()
@@ -345,6 +350,12 @@ def main() -> int:
     for rank, gpu in enumerate(physical_gpus()):
         print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
               f"(held before the run: {baseline.get(gpu, 0):,})")
+    if SHAPE and mem and all(None not in m for m in mem):  # which phase the estimate misses, from inside process 0
+        gen, train, reserved = (max(m[i] for m in mem) for i in range(3))
+        print(f"  process 0's peaks over the steps (torch.cuda, GiB): generating {gen:.2f} allocated (estimated "
+              f"{est.generation_gib:.2f}), training and the optimizer step {train:.2f} (estimated "
+              f"{max(est.training_gib, est.step_gib):.2f}), reserved {reserved:.2f}; nvidia-smi adds the CUDA "
+              "context and memory outside torch's allocator")
     if SHAPE:
         print(f"  the dry run's terms for {SHAPE} (GiB is 2^30 bytes):")
         for t in est.terms:

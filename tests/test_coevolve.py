@@ -924,3 +924,54 @@ def test_the_model_card_beside_the_checkpoints_names_the_base_model(coevolve_run
     base = load_config(coevolve_run / "config.yaml").model.name
     assert "None" not in card and f"fine-tuned version of `{base}` (a local model)" in card
     assert 'model="checkpoint-8"' in card  # the last checkpoint the card was written with
+
+
+def test_a_steps_peak_gpu_memory_per_phase_reaches_metrics_jsonl(tmp_path: Path) -> None:
+    """On a GPU each step record holds the main process's peak memory while generating (to the rewards) and while
+    training (to the step's end), and the most reserved: torch.cuda's statistics, reset at each step's start and at
+    its rewards (a fake torch.cuda here: the sequence of peaks the callbacks read)."""
+    from types import SimpleNamespace
+
+    from evolm.runs.records import StepRecord
+    from evolm.training.trl_adapter import GpuMemory, _Recorder
+
+    class FakeCuda:
+        def __init__(self) -> None:
+            self.allocated, self.reserved, self.resets = 0, 0, 0
+
+        def reset_peak_memory_stats(self) -> None:
+            self.resets += 1
+            self.allocated = self.reserved = 0
+
+        def max_memory_allocated(self) -> int:
+            return self.allocated
+
+        def max_memory_reserved(self) -> int:
+            return self.reserved
+
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    loop = Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    cuda = FakeCuda()
+    memory = GpuMemory(cuda)
+    recorder = _Recorder(loop, None, memory)
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    for step, (gen, train, res_gen, res_train) in enumerate([(3, 5, 4, 6), (7, 2, 8, 3)], start=1):
+        memory.on_step_begin(None, state, None)
+        cuda.allocated, cuda.reserved = gen << 30, res_gen << 30
+        memory.generated()
+        cuda.allocated, cuda.reserved = cuda.allocated + (1 << 30), cuda.reserved + (1 << 30)  # ignored: reset
+        memory.generated()  # a second reward call in the step does not move the boundary
+        cuda.allocated, cuda.reserved = train << 30, res_train << 30
+        state.global_step = step
+        memory.on_step_end(None, state, None)
+        loop.pending[step] = StepRecord(step=step, role="policy")
+        recorder.on_log(None, state, None, logs={"loss": 0.1})
+    rows = metrics(tmp_path)
+    assert [(r["gpu_gib_generating"], r["gpu_gib_training"], r["gpu_reserved_gib"]) for r in rows] == \
+        [(3.0, 5.0, 6.0), (7.0, 2.0, 8.0)]
+    assert cuda.resets == 4  # each step's start and its rewards
+    memory = GpuMemory(None)  # no CUDA device in use: nothing recorded
+    memory.on_step_begin(None, state, None)
+    memory.generated()
+    memory.on_step_end(None, state, None)
+    assert memory.values == {}

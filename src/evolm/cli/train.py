@@ -49,7 +49,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
         "  TRL's reference model when grpo.beta != 0 without LoRA; colocated vLLM's share while it generates (all the\n"
         "  time without sleep mode); activations of one micro-batch of prompt + max_completion_length tokens (flash\n"
         "  attention; checkpointed: each layer's input plus one layer); TRL's chunked output head (no full logits);\n"
-        "  3 GiB of CUDA context and slack. An estimate, not a measurement: docs/PERFORMANCE.md derives each term")
+        "  1.5 GiB of CUDA context and 10% of each phase for torch's allocator reserve (both measured on an H200).\n"
+        "  An estimate, not a measurement: docs/PERFORMANCE.md derives each term")
     mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
                      help="memory of one training GPU in GiB (an 80 GB H100: 79.6); refuse a launch whose estimate "
                      "exceeds it, naming the setting to turn (default: estimate for 80, refuse nothing)")

@@ -80,6 +80,7 @@ def _typed(base: type, default: Any = None) -> Any:
 
 
 TRL_LOGGED = ("kl", "loss", "evolm/vllm_weight_syncs", "evolm/vllm_generate_calls")  # StepRecord's from TRL's log
+GPU_LOGGED = ("gpu_gib_generating", "gpu_gib_training", "gpu_reserved_gib")  # StepRecord's from GpuMemory
 
 
 @dataclass
@@ -131,6 +132,12 @@ class StepRecord:
     # grpo.use_vllm: the step's vLLM work since the previous step's rewards (mean over processes; trl_adapter item 4)
     vllm_weight_syncs: float | None = _typed(float)  # every weight pushed to the engine (sleep level 2: 1 per step)
     vllm_generate_calls: float | None = _typed(float)  # evolm's rubrics and fresh answers, then TRL's completions
+    # on a GPU, the main process's peak memory (GiB, torch.cuda's statistics: trl_adapter.GpuMemory): what
+    # `evolm train --dry-run` estimates per phase, measured
+    gpu_gib_generating: float | None = _typed(float)  # allocated, from the step's start to its rewards (generation)
+    gpu_gib_training: float | None = _typed(float)  # allocated, from the rewards to the step's end (log-probs, loss,
+    # backward, the optimizer step)
+    gpu_reserved_gib: float | None = _typed(float)  # the caching allocator's most reserved over the step
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)
     heldout_pair_accuracy: float | None = _typed(float)  # judge accuracy on eval.pairs, the current writer's rubrics
     heldout_pairs: int | None = _typed(int)  # n of those pairs (a tie or missing score counts 1/2)

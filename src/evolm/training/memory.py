@@ -36,8 +36,10 @@ training GPU") derives each term and lists the assumptions, which are, in short:
   DeepSpeed 0.19). A ZeRO-3 sub-group closes at the first parameter that takes it to
   ``zero_optimization.sub_group_size`` (10^9 by default), so it holds at most that plus the largest parameter's
   partition. The activations are freed by then, so this is a third phase: resident state + the step.
-- 3 GiB per process for the CUDA context, NCCL buffers and allocator slack (one launch measured on an H200 peaked
-  1.1 GiB above the estimate: docs/PERFORMANCE.md).
+- Per process, 1.5 GiB outside torch's allocator (the CUDA context, NCCL), and in each phase the caching allocator's
+  reserve above what is allocated: 10% of the phase's other terms but vLLM's (its own pool). Both measured on an
+  H200 with the per-phase peaks evolm records (``gpu_*_gib`` in metrics.jsonl): nvidia-smi 1.3 GiB above torch's
+  reserved memory, reserved 10% above the allocated peak (docs/PERFORMANCE.md, "Measured").
 
 GiB here is 2**30 bytes; an "80 GB" A100/H100 has about 79.6 GiB (``torch.cuda.mem_get_info()[1] / 2**30``).
 """
@@ -57,7 +59,8 @@ from evolm.errors import InputError
 from evolm.judge.judge import GENERATIVE_MODES
 
 GIB = 2**30
-OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator slack, per process (assumed)
+CONTEXT_GIB = 1.5  # CUDA context and NCCL, outside torch's allocator, per process (1.3 measured on an H200)
+ALLOCATOR_RESERVE = 0.10  # the caching allocator's reserve over a phase's allocated peak (10% measured on an H200)
 DS_SUB_GROUP = 10**9  # DeepSpeed's default zero_optimization.sub_group_size: parameters ZeRO-3 steps at once
 VLLM_BUFFERS_GIB = 1.5  # vLLM's own activations (max_num_batched_tokens=4096, as TRL sets) and CUDA graphs (assumed)
 VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (assumed)
@@ -290,6 +293,7 @@ class Term:
     note: str = ""
     phase: str = "resident"  # resident (always), generation, training
     knob: str = ""  # what to turn when this term is the one that does not fit
+    allocated: bool = True  # held in torch's caching allocator (not vLLM's pool or the CUDA context)
 
 
 @dataclass(frozen=True)
@@ -330,7 +334,7 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     >>> e = estimate(KNOWN_MODELS["Qwen/Qwen3-8B"], Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384,
     ...              vllm_share=0.35, vllm_sleep=True))
     >>> round(e.peak_gib, 1), round(e.training_gib, 1)
-    (65.3, 55.5)
+    (67.3, 59.2)
     """
     n, sh, wb = s.processes, s.sharding, s.dtype_bytes
     z = sh.zero_stage if sh.deepspeed else 0
@@ -340,8 +344,9 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     tokens = s.micro_batch * (s.prompt_tokens + s.completion_tokens)
     terms: list[Term] = []
 
-    def add(name: str, nbytes: float, note: str = "", phase: str = "resident", knob: str = "") -> None:
-        terms.append(Term(name, nbytes / GIB, note, phase, knob))
+    def add(name: str, nbytes: float, note: str = "", phase: str = "resident", knob: str = "",
+            allocated: bool = True) -> None:
+        terms.append(Term(name, nbytes / GIB, note, phase, knob, allocated))
 
     shard_note = lambda stage: f"/ {n} (ZeRO-{z})" if z >= stage and n > 1 else "not sharded"  # noqa: E731
     zero3 = "DeepSpeed ZeRO-3 (configs/accelerate-zero3.yaml; --accelerate-config here), or model.lora.r"
@@ -373,7 +378,8 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
         add(f"fixed {s.fixed_role} (in process)", s.fixed_parameters * wb,
             f"{s.fixed_parameters / 1e9:.2f}B x {wb} B on each training GPU{whole}",
             knob=f"the fixed {s.fixed_role} served on its own GPUs ({where}_backend=openai, {where}_base_url)")
-    add("CUDA context, NCCL, slack", OVERHEAD_GIB * GIB, "assumed")
+    add("CUDA context, NCCL", CONTEXT_GIB * GIB, "outside torch's allocator (1.3 GiB measured on an H200)",
+        allocated=False)
     if z == 3:
         add("ZeRO-3 gathered parameters", max(2 * facts.layer_parameters(), facts.vocab * facts.hidden) * wb,
             "2 decoder layers or the output head", "training", knob=more)
@@ -401,12 +407,14 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     if s.vllm_mode == "colocate":
         share = s.vllm_share * s.gpu_gib * GIB
         add("vLLM (colocated)", share, f"{s.vllm_share} x {s.gpu_gib:g} GiB", "generation",
-            knob="grpo.vllm_enable_sleep_mode=true, a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server")
+            knob="grpo.vllm_enable_sleep_mode=true, a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server",
+            allocated=False)
         if s.vllm_sleep:
-            add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "outside generation")
+            add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "outside generation",
+                allocated=False)
         else:
             add("vLLM (colocated)", share, "held: no sleep mode", "outside generation",
-                knob="grpo.vllm_enable_sleep_mode=true or a lower grpo.vllm_gpu_memory_utilization")
+                knob="grpo.vllm_enable_sleep_mode=true or a lower grpo.vllm_gpu_memory_utilization", allocated=False)
         kv_room = share - params * wb / s.vllm_tensor_parallel - VLLM_BUFFERS_GIB * GIB
         length = s.vllm_max_model_length or facts.max_positions or (s.prompt_tokens + s.completion_tokens)
         vllm_sequences = max(0.0, kv_room) / (length * facts.kv_bytes_per_token(wb) / s.vllm_tensor_parallel)
@@ -435,6 +443,13 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
             knob="offload_optimizer_device: cpu in the accelerate config"
             + (", or a smaller zero_optimization.sub_group_size (a DeepSpeed JSON)" if z == 3 else
                ", or more training processes"))
+
+    # ---- the caching allocator's reserve above each phase's allocated peak
+    for phase in ("generation", "training", *(("step",) if any(t.phase == "step" for t in terms) else ())):
+        held = sum(t.gib for t in terms if counts_in(t, phase) and t.allocated)
+        add(f"allocator reserve ({phase})", ALLOCATOR_RESERVE * held * GIB,
+            f"{ALLOCATOR_RESERVE:.0%} of the phase's {held:.1f} GiB in torch's allocator (measured on an H200)", phase,
+            knob="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation)", allocated=False)
 
     def phase_gib(phase: str) -> float:
         return sum(t.gib for t in terms if counts_in(t, phase))

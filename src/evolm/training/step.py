@@ -20,6 +20,7 @@ from evolm.config import RunConfig
 from evolm.judge.judge import Judge
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.runs.records import (
+    GPU_LOGGED,
     METRICS_FILE,
     TRL_LOGGED,
     CheckpointState,
@@ -298,6 +299,7 @@ class Loop:
         if rec is not None and is_main:
             now = time.time()
             rec.kl, rec.loss, rec.vllm_weight_syncs, rec.vllm_generate_calls = (trl_logs.get(k) for k in TRL_LOGGED)
+            rec.gpu_gib_generating, rec.gpu_gib_training, rec.gpu_reserved_gib = (trl_logs.get(k) for k in GPU_LOGGED)
             rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
             append_record(self.run_dir / METRICS_FILE, rec)
             if self.on_step is not None:

@@ -290,8 +290,9 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
     dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
     counts = VLLMCounts() if args.use_vllm else None
     deferred = _Deferred()
+    memory = GpuMemory(_cuda_if_used(args))
     trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(deferred, extra_rewards(cfg.rewards.extra),
-                                                                           counts)],
+                                                                           counts, memory)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
                                peft_config=_peft_config(cfg))
     trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
@@ -306,7 +307,8 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_Recorder(hooks, to_dict(cfg)))
+    trainer.add_callback(memory)
+    trainer.add_callback(_Recorder(hooks, to_dict(cfg), memory))
     return trainer
 
 
@@ -460,12 +462,15 @@ def _check_same_rows(accelerator: Any, step: int, rows: list[dict[str, Any]]) ->
 # ============================================================================= rewards
 
 
-def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_counts: VLLMCounts | None = None
-                     ) -> Any:
+def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_counts: VLLMCounts | None = None,
+                     memory: GpuMemory | None = None) -> Any:
     def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
                      log_metric: Any = None, **cols: Any) -> list[float]:
         from accelerate import PartialState
         from accelerate.utils import gather_object
+
+        if memory is not None:  # the step's generation is done
+            memory.generated()
 
         if "role" not in cols or any(not r for r in cols["role"]):
             raise RunError("TRL generated from rows evolm did not materialise: the adapter's contract with "
@@ -515,10 +520,55 @@ def _log_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[Any]) 
 # ============================================================================= callbacks
 
 
+class GpuMemory(TrainerCallback):
+    """This process's peak GPU memory in the two parts of an optimizer step, in GiB, for the step record
+    (``GPU_LOGGED``): ``gpu_gib_generating`` from the step's start to its rewards (evolm's rubrics and fresh answers,
+    then TRL's generation), ``gpu_gib_training`` from the rewards to the step's end (log-probs, the loss, backward
+    and the optimizer step: DeepSpeed steps inside the last backward), both allocated, and ``gpu_reserved_gib``, the
+    caching allocator's most reserved over the step. What ``evolm train --dry-run`` estimates per phase, measured
+    (``torch.cuda``'s peak statistics: memory vLLM keeps in its own pool, as in sleep mode, is not in them). ``cuda``
+    is ``torch.cuda``, or None (no CUDA device in use: nothing is recorded)."""
+
+    def __init__(self, cuda: Any | None) -> None:
+        self.cuda = cuda
+        self.values: dict[str, float] = {}
+
+    def _peaks(self) -> tuple[float, float]:
+        gib = float(1 << 30)
+        return self.cuda.max_memory_allocated() / gib, self.cuda.max_memory_reserved() / gib
+
+    def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
+        self.values = {}
+        if self.cuda is not None:
+            self.cuda.reset_peak_memory_stats()
+
+    def generated(self) -> None:
+        """The step's rewards are being computed: its generation is over (once per step)."""
+        if self.cuda is not None and "gpu_gib_generating" not in self.values:
+            allocated, reserved = self._peaks()
+            self.values.update(gpu_gib_generating=round(allocated, 3), gpu_reserved_gib=round(reserved, 3))
+            self.cuda.reset_peak_memory_stats()
+
+    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+        if self.cuda is not None:
+            allocated, reserved = self._peaks()
+            self.values.update(gpu_gib_training=round(allocated, 3),
+                               gpu_reserved_gib=round(max(reserved, self.values.get("gpu_reserved_gib", 0.0)), 3))
+
+
+def _cuda_if_used(args: Any) -> Any | None:
+    """``torch.cuda`` when the trainer runs on a CUDA device, else None."""
+    import torch
+
+    return torch.cuda if torch.cuda.is_available() and getattr(args.device, "type", "") == "cuda" else None
+
+
 class _Recorder(TrainerCallback):
-    def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None, memory: GpuMemory | None = None
+                 ) -> None:
         self.hooks = hooks
         self.config = config
+        self.memory = memory
         self.logged = -1
 
     def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -549,4 +599,5 @@ class _Recorder(TrainerCallback):
     def _record(self, state, logs: dict) -> None:  # noqa: ANN001
         if self.logged != state.global_step and state.global_step > 0:
             self.logged = state.global_step
-            self.hooks.end_step(state.global_step, logs, state.is_world_process_zero)
+            memory = self.memory.values if self.memory is not None else {}
+            self.hooks.end_step(state.global_step, {**logs, **memory}, state.is_world_process_zero)
