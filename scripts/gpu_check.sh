@@ -351,11 +351,16 @@ def main() -> int:
         print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
               f"(held before the run: {baseline.get(gpu, 0):,})")
     if SHAPE and mem and all(None not in m for m in mem):  # which phase the estimate misses, from inside process 0
+        from evolm.training.memory import CONTEXT_GIB, counts_in
+
+        def allocated(*phases: str) -> float:  # the estimate's terms held in torch's allocator, in its largest phase
+            return max(sum(t.gib for t in est.terms if t.allocated and counts_in(t, p)) for p in phases)
+
         gen, train, reserved = (max(m[i] for m in mem) for i in range(3))
-        print(f"  process 0's peaks over the steps (torch.cuda, GiB): generating {gen:.2f} allocated (estimated "
-              f"{est.generation_gib:.2f}), training and the optimizer step {train:.2f} (estimated "
-              f"{max(est.training_gib, est.step_gib):.2f}), reserved {reserved:.2f}; nvidia-smi adds the CUDA "
-              "context and memory outside torch's allocator")
+        print(f"  process 0's peaks over the steps (torch.cuda, GiB): allocated generating {gen:.2f} (estimated "
+              f"{allocated('generation'):.2f}), training and the optimizer step {train:.2f} (estimated "
+              f"{allocated('training', 'step'):.2f}); reserved {reserved:.2f} (estimated with the allocator's "
+              f"reserve {est.peak_gib - CONTEXT_GIB:.2f}); nvidia-smi adds the CUDA context")
     if SHAPE:
         print(f"  the dry run's terms for {SHAPE} (GiB is 2^30 bytes):")
         for t in est.terms:
