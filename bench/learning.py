@@ -1185,7 +1185,7 @@ def restore_run(run: str) -> bool:
     if not _carried(src) or (run_dir.is_dir() and complete_checkpoints(run_dir)):
         return False
     if run_dir.exists():
-        _aside(run_dir, f"resuming from {src.relative_to(ROOT)}")
+        _aside(run_dir, f"resuming from {os.path.relpath(src, ROOT)}")
     shutil.copytree(src, run_dir)
     for cfg in run_dir.glob("*/checkpoint-*/adapter_config.json"):
         adapter = json.loads(cfg.read_text(encoding="utf-8"))
@@ -1193,7 +1193,8 @@ def restore_run(run: str) -> bool:
         if base.replace(os.sep, "/").endswith(WARM_START):
             adapter["base_model_name_or_path"] = str(ROOT / WARM_START)
             cfg.write_text(json.dumps(adapter, indent=2), encoding="utf-8")
-    print(f"{run}: restored from {src.relative_to(ROOT)} ({', '.join(_carried(src))})", file=sys.stderr, flush=True)
+    print(f"{run}: restored from {os.path.relpath(src, ROOT)} ({', '.join(_carried(src))})", file=sys.stderr,
+          flush=True)
     return True
 
 
