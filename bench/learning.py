@@ -583,14 +583,17 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
                                                     **({"max_criteria": max_criteria} if max_criteria != 5 else {})}}
     if arm == "hand":
         key["rubrics_sha"] = hashlib.sha256(HANDWRITTEN.read_bytes()).hexdigest()
-    if writer and (adapter := ROOT / writer / "adapter_model.safetensors").is_file():  # a training run's checkpoint:
-        key["writer_sha"] = hashlib.sha256(adapter.read_bytes()).hexdigest()  # another run's at the same path differs
-    key["judge"] = _judge_id()
     WRITERS.mkdir(parents=True, exist_ok=True)
     rub_file, items_file, key_file = (WRITERS / f"{arm}-rubrics.jsonl", WRITERS / f"{arm}-items.jsonl",
                                       WRITERS / f"{arm}-key.json")
     summary = WRITERS / f"{arm}.json"
-    old = json.loads(key_file.read_text(encoding="utf-8")) if key_file.exists() else key
+    old = json.loads(key_file.read_text(encoding="utf-8")) if key_file.exists() else None
+    if writer and (adapter := ROOT / writer / "adapter_model.safetensors").is_file():  # a training run's checkpoint:
+        key["writer_sha"] = hashlib.sha256(adapter.read_bytes()).hexdigest()  # another run's at the same path differs
+    elif old and old.get("writer") == writer and "writer_sha" in old:  # its checkpoint is gone (another machine):
+        key["writer_sha"] = old["writer_sha"]  # the rubrics it wrote stand
+    key["judge"] = _judge_id()
+    old = old or key
     if old != key:
         same_rubrics = {k: v for k, v in old.items() if k != "judge"} == {k: v for k, v in key.items() if k != "judge"}
         print(f"{arm}: {'the judge' if same_rubrics else 'writer, pairs or decoding'} changed: "
@@ -1114,13 +1117,12 @@ def _resumable(run_dir: Path) -> bool:
     return False
 
 
-def _aside(run_dir: Path, then: str) -> None:
+def _aside(run_dir: Path, then: str, why: str = "no complete checkpoint (stopped in its first step)") -> None:
     n = 1
     while (aside := run_dir.with_name(f"{run_dir.name}.no-checkpoint-{n}")).exists():
         n += 1
     run_dir.rename(aside)
-    print(f"{run_dir}: no complete checkpoint (stopped in its first step): moved to {aside}; {then}",
-          file=sys.stderr, flush=True)
+    print(f"{run_dir}: {why}: moved to {aside}; {then}", file=sys.stderr, flush=True)
 
 
 # What resumes a study run on another machine, kept in the repository (runs/ is lost with its machine: three runs
@@ -1131,18 +1133,24 @@ CARRY = "carry"
 TRAINER_ONLY = ("optimizer.pt", "scheduler.pt", "rng_state.pth")  # what a kept checkpoint's arm does not need
 
 
+def carry_dir(run: str) -> Path:
+    """Where run folder ``run``'s state is carried in the repository."""
+    return FIGURES / "training" / CARRY / Path(run).name
+
+
 def carry_run(run: str) -> Path | None:
     """Copy what resumes run folder ``run`` into ``docs/results/training/carry/`` when its newest complete checkpoint
     (or the set of kept checkpoints still needed) changed; the carried folder, or None while the run has no complete
-    checkpoint. The copy is made beside the old one and swapped in: a copy cut short is never the one carried."""
+    checkpoint. The copy is made beside the old one and swapped in: a copy cut short is never the one carried. A
+    carry further on than the run folder (another machine's) is left alone: ``restore_run`` takes it."""
     from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SAMPLES_DIR
     from evolm.runs.rundir import CONFIG_HISTORY_FILE, complete_checkpoints
 
     run_dir = ROOT / run
     ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
-    if not ckpts:
-        return None
-    dst = FIGURES / "training" / CARRY / run_dir.name
+    dst = carry_dir(run)
+    if not ckpts or _step(ckpts[-1]) < _carried_step(dst):
+        return dst if ckpts else None
     kept = [k for r, step, arm in KEPT_CHECKPOINTS
             if r == run and not (WRITERS / f"{arm}.json").exists()
             and (k := run_dir / KEPT_DIR / f"checkpoint-{step}").is_dir()]
@@ -1176,23 +1184,40 @@ def _carried(dst: Path) -> list[str]:
                   if c.is_dir())
 
 
+def _step(ckpt: Path) -> int:
+    return int(ckpt.name.split("-")[-1])
+
+
+def _carried_step(dst: Path) -> int:
+    """The step of the carried run's checkpoint (0: none)."""
+    from evolm.runs.records import CHECKPOINTS_DIR
+
+    return max((_step(c) for c in (dst / CHECKPOINTS_DIR).glob("checkpoint-*") if c.is_dir()), default=0)
+
+
 def restore_run(run: str) -> bool:
-    """On a machine without run ``run``'s checkpoints, copy its carried state (``carry_run``) back into ``runs/``,
-    each LoRA checkpoint's base (an absolute path) pointed at this clone's warm start; whether it did."""
+    """Where run ``run``'s folder is missing, or behind its carried state (``carry_run``: another machine ran on),
+    copy that state into ``runs/`` (the folder there is moved aside), each LoRA checkpoint's base (an absolute path)
+    pointed at this clone's warm start; whether it did. The copy is completed beside the folder, then renamed."""
     from evolm.runs.rundir import complete_checkpoints
 
-    run_dir, src = ROOT / run, FIGURES / "training" / CARRY / Path(run).name
-    if not _carried(src) or (run_dir.is_dir() and complete_checkpoints(run_dir)):
+    run_dir, src = ROOT / run, carry_dir(run)
+    ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
+    if not _carried(src) or (ckpts and _step(ckpts[-1]) >= _carried_step(src)):
         return False
-    if run_dir.exists():
-        _aside(run_dir, f"resuming from {os.path.relpath(src, ROOT)}")
-    shutil.copytree(src, run_dir)
-    for cfg in run_dir.glob("*/checkpoint-*/adapter_config.json"):
+    part = run_dir.with_name(run_dir.name + ".restoring")
+    shutil.rmtree(part, ignore_errors=True)
+    shutil.copytree(src, part)
+    for cfg in part.glob("*/checkpoint-*/adapter_config.json"):
         adapter = json.loads(cfg.read_text(encoding="utf-8"))
         base = str(adapter.get("base_model_name_or_path") or "")
         if base.replace(os.sep, "/").endswith(WARM_START):
             adapter["base_model_name_or_path"] = str(ROOT / WARM_START)
             cfg.write_text(json.dumps(adapter, indent=2), encoding="utf-8")
+    if run_dir.exists():
+        _aside(run_dir, f"resuming from {os.path.relpath(src, ROOT)}",
+               "no complete checkpoint" if not ckpts else f"behind the carried run (step {_step(ckpts[-1])})")
+    part.rename(run_dir)
     print(f"{run}: restored from {os.path.relpath(src, ROOT)} ({', '.join(_carried(src))})", file=sys.stderr,
           flush=True)
     return True
@@ -1236,6 +1261,8 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
     keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
+    if all((WRITERS / f"{a}.json").exists() for a in (arm, *keep.values())):  # every arm judged: nothing to train
+        return
     started: dict[int, threading.Thread] = {}
     errors: list[BaseException] = []
 
@@ -1269,17 +1296,17 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             stop.set()
             watcher.join()
             said("keeping the step records", keep_records, run)
+            said("carrying the run", carry_run, run)  # its last checkpoint, also when training failed
     for step in keep:
         start_kept(step)
         if step not in started:
             print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {keep[step]} arm",
                   file=sys.stderr)
-    said("carrying the run", carry_run, run)
     _arm_call(arm, final_checkpoint(run_dir), log.with_name(f"{arm}.log"))
     for t in started.values():
         t.join()
     _raise_any(errors)
-    shutil.rmtree(FIGURES / "training" / CARRY / run_dir.name, ignore_errors=True)  # every arm of the run is judged
+    shutil.rmtree(carry_dir(run), ignore_errors=True)  # every arm of the run is judged
 
 
 def writers_study(one_at_a_time: bool = False) -> None:

@@ -455,6 +455,23 @@ def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(
     learning.carry_run("runs/labelled")
     assert learning._carried(carried) == ["checkpoints/checkpoint-4"]
     assert not carried.with_name("labelled.part").exists() and not carried.with_name("labelled.old").exists()
+    # a machine whose runs/ stopped at step 3 while another ran to 4: the carry is not overwritten, and is restored
+    shutil.rmtree(run / "checkpoints" / "checkpoint-4")
+    assert learning.carry_run("runs/labelled") == carried and learning._carried(carried) == ["checkpoints/checkpoint-4"]
+    assert learning.restore_run("runs/labelled")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-4"]
+    assert (run.parent / "labelled.no-checkpoint-1" / "checkpoints" / "checkpoint-3").is_dir()
+    assert not run.with_name("labelled.restoring").exists()
+
+
+def test_writers_study_leaves_a_run_whose_arms_are_all_judged(learning, tmp_path, monkeypatch):
+    """A fresh clone has no runs/ and, once every arm of a run is judged, no carry: the run is not trained again."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: pytest.fail(f"called {cmd}"))
+    for arm in ("warm-grpo", "warm-grpo-half"):
+        (learning.WRITERS / f"{arm}.json").write_text("{}", encoding="utf-8")
+    learning._study_chain("warm-grpo", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"),
+                          learning.LABELLED_RUN[1])
 
 
 def test_writers_study_on_a_new_machine_resumes_a_carried_run(learning, tmp_path, monkeypatch):
@@ -499,6 +516,11 @@ def test_an_arm_of_another_runs_checkpoint_at_the_same_path_starts_afresh(learni
     (ckpt / "adapter_model.safetensors").write_bytes(b"second run")
     learning.writer_arm("warm-grpo-half", str(ckpt), max_tokens=16, write_only=True, max_criteria=3)
     assert written == [10, 10] and "writer, pairs or decoding changed: starting the arm afresh" in capsys.readouterr().out
+    shutil.rmtree(ckpt)  # a machine without the checkpoint: the rubrics it wrote stand (and are not written again)
+    learning.writer_arm("warm-grpo-half", str(ckpt), max_tokens=16, write_only=True, max_criteria=3)
+    assert written == [10, 10] and "changed" not in capsys.readouterr().out
+    key = json.loads((learning.WRITERS / "warm-grpo-half-key.json").read_text(encoding="utf-8"))
+    assert key["writer_sha"] == __import__("hashlib").sha256(b"second run").hexdigest()
 
 
 def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learning, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from evolm.training.memory import (
     KNOWN_MODELS,
     Setup,
     Sharding,
+    counts_in,
     estimate,
     judge_budget,
     model_facts,
@@ -92,7 +93,9 @@ def test_deepspeeds_optimizer_step_is_a_phase_of_its_own(tmp_path: Path) -> None
     allocated = (2 + 2 + 12 + 2) * p + 6 * sub_group  # weights, gradients, Adam, reference; the step's copy
     assert e.step_gib * GIB == pytest.approx(allocated * 1.1 + 1.5 * GIB)
     assert e.peak_phase == "step" and round(e.peak_gib, 1) == 41.3 and e.step_gib > e.generation_gib
-    assert 40.3 <= e.peak_gib and 35.45 <= allocated / GIB <= 36.2  # measured: nvidia-smi; torch's allocated peak
+    # measured: nvidia-smi's peak, and torch's allocated peak while training and stepping (its terms in the allocator)
+    assert e.peak_gib >= 40.3
+    assert 35.45 <= sum(t.gib for t in e.terms if t.allocated and counts_in(t, "step")) <= 35.45 * 1.05
     line = refusal(e, measured, 37.0)
     assert line is not None and "41.3 GiB per training GPU (step)" in line
     # ZeRO-2 on 2 processes: the whole partition of 860M parameters; offloaded or LoRA: no fp32 copy on the GPU

@@ -134,8 +134,9 @@ class StepRecord:
     vllm_generate_calls: float | None = _typed(float)  # evolm's rubrics and fresh answers, then TRL's completions
     # on a GPU, the main process's peak memory (GiB, torch.cuda's statistics: trl_adapter.GpuMemory): what
     # `evolm train --dry-run` estimates per phase, measured
-    gpu_gib_generating: float | None = _typed(float)  # allocated, from the step's start to its rewards (generation)
-    gpu_gib_training: float | None = _typed(float)  # allocated, from the rewards to the step's end (log-probs, loss,
+    gpu_gib_generating: float | None = _typed(float)  # allocated, from the step's start to its rewards (generation,
+    # then TRL's old and reference log-probs)
+    gpu_gib_training: float | None = _typed(float)  # allocated, from the rewards to the step's end (rewards, loss,
     # backward, the optimizer step)
     gpu_reserved_gib: float | None = _typed(float)  # the caching allocator's most reserved over the step
     # held-out evaluation (role "eval" lines: eval.* settings; step = optimizer steps completed, 0 = before training)

@@ -523,11 +523,13 @@ def _log_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[Any]) 
 class GpuMemory(TrainerCallback):
     """This process's peak GPU memory in the two parts of an optimizer step, in GiB, for the step record
     (``GPU_LOGGED``): ``gpu_gib_generating`` from the step's start to its rewards (evolm's rubrics and fresh answers,
-    then TRL's generation), ``gpu_gib_training`` from the rewards to the step's end (log-probs, the loss, backward
-    and the optimizer step: DeepSpeed steps inside the last backward), both allocated, and ``gpu_reserved_gib``, the
-    caching allocator's most reserved over the step. What ``evolm train --dry-run`` estimates per phase, measured
-    (``torch.cuda``'s peak statistics: memory vLLM keeps in its own pool, as in sleep mode, is not in them). ``cuda``
-    is ``torch.cuda``, or None (no CUDA device in use: nothing is recorded)."""
+    TRL's generation, then TRL's log-probs of the old and reference policies, computed before the rewards),
+    ``gpu_gib_training`` from the rewards to the step's end (the rewards, an in-process judge included, the loss,
+    backward and the optimizer step: DeepSpeed steps inside the last backward), both allocated, and
+    ``gpu_reserved_gib``, the caching allocator's most reserved over the step. What ``evolm train --dry-run``
+    estimates per phase, measured (``torch.cuda``'s peak statistics). Not in any window: what runs after the step's
+    end (held-out evaluation, saving a checkpoint). With colocated vLLM, whether its pool shows in these statistics
+    has not been checked. ``cuda`` is ``torch.cuda``, or None (no CUDA device in use: nothing is recorded)."""
 
     def __init__(self, cuda: Any | None) -> None:
         self.cuda = cuda
