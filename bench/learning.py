@@ -1190,9 +1190,10 @@ def _step(ckpt: Path) -> int:
 
 def _carried_step(dst: Path) -> int:
     """The step of the carried run's checkpoint (0: none)."""
-    from evolm.runs.records import CHECKPOINTS_DIR
+    from evolm.runs.rundir import complete_checkpoints
 
-    return max((_step(c) for c in (dst / CHECKPOINTS_DIR).glob("checkpoint-*") if c.is_dir()), default=0)
+    carried = complete_checkpoints(dst)
+    return _step(carried[-1]) if carried else 0
 
 
 def restore_run(run: str) -> bool:
