@@ -1011,7 +1011,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
-    lines += _training_lines()
+    lines += _training_lines() + _heldout_policy_lines()
     if moved := _moved_line(res):
         lines += ["", moved]
     lines += ["", _length_line(res, order)]
@@ -1145,6 +1145,7 @@ def carry_run(run: str) -> Path | None:
     carry further on than the run folder (another machine's) is left alone: ``restore_run`` takes it."""
     from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SAMPLES_DIR
     from evolm.runs.rundir import CONFIG_HISTORY_FILE, complete_checkpoints
+    from evolm.training.heldout import EVAL_RUBRICS_FILE, HELDOUT_DIR
 
     run_dir = ROOT / run
     ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
@@ -1160,11 +1161,12 @@ def carry_run(run: str) -> Path | None:
     part = dst.with_name(dst.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
-    for name in ("config.yaml", CONFIG_HISTORY_FILE, METRICS_FILE):
-        if (run_dir / name).is_file():
+    for name in ("config.yaml", CONFIG_HISTORY_FILE, METRICS_FILE, EVAL_RUBRICS_FILE):  # the fixed held-out rubrics:
+        if (run_dir / name).is_file():  # a run with eval.questions does not resume without them
             shutil.copy2(run_dir / name, part / name)
-    if (run_dir / SAMPLES_DIR).is_dir():
-        shutil.copytree(run_dir / SAMPLES_DIR, part / SAMPLES_DIR)
+    for name in (SAMPLES_DIR, HELDOUT_DIR):
+        if (run_dir / name).is_dir():
+            shutil.copytree(run_dir / name, part / name)
     shutil.copytree(ckpts[-1], part / CHECKPOINTS_DIR / ckpts[-1].name)
     for k in kept:
         shutil.copytree(k, part / KEPT_DIR / k.name, ignore=shutil.ignore_patterns(*TRAINER_ONLY))
@@ -1391,7 +1393,54 @@ def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
         logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
         if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:
             _write(kept_dir / f"{Path(run).name}-pairs.jsonl", "".join(json.dumps(v) + "\n" for v in votes))
+    if fresh:  # the held-out evaluations' items (eval.questions), each file once it is complete
+        from evolm.training.heldout import HELDOUT_DIR
+
+        for f in sorted((ROOT / run / HELDOUT_DIR).glob("step-*.jsonl")):
+            dst = heldout_dir(run) / f.name
+            if not dst.exists() or dst.read_bytes() != f.read_bytes():
+                _write(dst, f.read_text(encoding="utf-8"))
     return fresh
+
+
+def heldout_dir(run: str) -> Path:
+    """Where run ``run``'s held-out evaluation items are kept (``docs/results/training/NAME-heldout/``)."""
+    return FIGURES / "training" / f"{Path(run).name}-heldout"
+
+
+def _heldout_policy_lines() -> list[str]:
+    """Per training run with held-out evaluations kept: the policy's mean judge score on the held-out questions at
+    each evaluation (under the fixed rubrics the initial writer wrote at step 0), and the change from step 0 to the
+    last one, paired by question (bootstrap interval, sign test)."""
+    lines = []
+    for label, _config, run in TRAINING_RUNS:
+        evals = {}
+        for f in sorted(heldout_dir(run).glob("step-*.jsonl")):
+            scores = {r["question"]: r["score"] for r in _jsonl(f) if r.get("kind") == "question"
+                      and r.get("score") is not None}
+            if scores:
+                evals[int(f.stem.split("-")[-1])] = scores
+        if not evals:
+            continue
+        cells = [f"step {step}: {fmt_ci(statistics.fmean(sc.values()), mean_ci(list(sc.values())))} (n = {len(sc)})"
+                 for step, sc in sorted(evals.items())]
+        first, last = min(evals), max(evals)
+        change = ""
+        if last != first:
+            qs = [q for q in evals[first] if q in evals[last]]
+            a, b = [evals[last][q] for q in qs], [evals[first][q] for q in qs]
+            diff = [x - y for x, y in zip(a, b, strict=True)]
+            up, down, p = sign_test(a, b)
+            lo, hi = bootstrap_mean(diff)
+            change = (f"; step {first} → {last}: {statistics.fmean(diff):+.3f} [{lo:+.3f}, {hi:+.3f}], higher on "
+                      f"{up} questions, "
+                      f"lower on {down} (sign test p = {p:.2g}, n = {len(qs)})")
+        lines.append(f"- {label}: {'; '.join(cells)}{change}.")
+    if not lines:
+        return []
+    return ["", "The policy on held-out questions (`eval.questions`: UltraFeedback eval prompts, answered greedily, "
+            "judged under the fixed rubrics the warm-started writer wrote for them at step 0; mean judge score, 95% "
+            "interval):", "", *lines]
 
 
 def _training_lines() -> list[str]:

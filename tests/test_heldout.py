@@ -32,6 +32,7 @@ from evolm.training.heldout import (
     summary_rows,
 )
 from evolm.training.plan import Plan
+from evolm.training.prompt_length import fit_prompt_set
 from evolm.training.run import run
 from evolm.training.step import Loop, answer_params, rubric_params
 
@@ -104,9 +105,11 @@ def test_heldout_record_scores_pairs_validity_and_policy() -> None:
 
 
 def load_heldout(cfg: RunConfig, run_dir: Path) -> HeldOut:
-    """As ``coevolve.run`` loads it."""
+    """As ``training.run`` loads it: the eval files without the prompts over data.max_prompt_tokens."""
     first = Plan(cfg, ["q"]).info(0)
-    return HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first))
+    fit = fit_prompt_set(cfg)
+    return HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), fit.eval_pairs,
+                        fit.eval_questions)
 
 
 def heldout_for(tmp_path: Path, *overrides: str) -> HeldOut:
@@ -320,6 +323,29 @@ def test_study_configs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if cfg.data.pairs:
         assert len(Plan(cfg, ["q"]).labelled.pairs) == 1000
     assert len(load_heldout(cfg, REPO / "runs" / "not-created").pairs) == 40
+
+
+def test_heldout_prompts_over_max_prompt_tokens_are_skipped_and_said(tmp_path: Path) -> None:
+    """A held-out question or pair prompt is generated from in the run as a training one is: one over
+    data.max_prompt_tokens would overflow vLLM's context (or run a 135M writer out of its own), so it is skipped
+    and counted in the start line, after eval.limit, like data.prompts."""
+    long = " ".join(["lorem", "ipsum"] * 2000)
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": p, "chosen": "good", "rejected": "bad"}
+                                                    for p in (long, "p1", "p2")])
+    questions = write_jsonl(tmp_path / "questions.jsonl", [{"prompt": q} for q in ("q1", long, "q2", "q3")])
+    cfg = load_config(DEMO, [f"eval.pairs={pairs}", f"eval.questions={questions}", "eval.limit=3",
+                             "data.max_prompt_tokens=1024"])
+    fit = fit_prompt_set(cfg)
+    assert ([p.prompt for p in fit.eval_pairs], fit.eval_questions) == (["p1", "p2"], ["q1", "q2"])
+    assert fit.note() == ("1 of 3 held-out pairs (eval.pairs) over data.max_prompt_tokens (1024): skipped; "
+                          "1 of 3 held-out questions (eval.questions) over data.max_prompt_tokens (1024): skipped")
+    held = load_heldout(cfg, tmp_path / "run")
+    assert ([p.prompt for p in held.pairs], held.questions) == (["p1", "p2"], ["q1", "q2"])
+    assert fit_prompt_set(load_config(DEMO, [f"eval.questions={questions}"])).eval_questions == [
+        "q1", long, "q2", "q3"]  # no limit: every question
+    only_long = write_jsonl(tmp_path / "long.jsonl", [{"prompt": long}])
+    with pytest.raises(InputError, match=r"^eval.questions: all 1 prompts are over data.max_prompt_tokens \(1024"):
+        fit_prompt_set(load_config(DEMO, [f"eval.questions={only_long}", "data.max_prompt_tokens=1024"]))
 
 
 def test_resuming_with_new_eval_questions_is_refused(tmp_path: Path) -> None:

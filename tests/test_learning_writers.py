@@ -144,6 +144,36 @@ def test_training_row_keeps_the_longer_metrics_when_a_run_folder_is_stale(learni
     assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
 
 
+def test_heldout_policy_scores_are_kept_and_compared_by_question(learning, tmp_path, monkeypatch):
+    """The EvoLM run's held-out evaluations (eval.questions) are kept beside its records; the table says each
+    evaluation's mean score and the change from step 0 to the last, paired by question."""
+    run = tmp_path / "runs" / "evolm"
+    monkeypatch.setattr(learning, "TRAINING_RUNS", (("EvoLM", str(ROOT / "configs/learning/judge-1b5/evolm.yaml"),
+                                                     str(run)),))
+    (run / "heldout").mkdir(parents=True)
+
+    def evaluation(step: int, scores: list[float | None]) -> None:
+        rows = [{"kind": "question", "question": f"q{i}", "answer": "a", "score": x} for i, x in enumerate(scores)]
+        (run / "heldout" / f"step-{step:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
+                                                                 encoding="utf-8")
+
+    evaluation(0, [0.2, 0.4, 0.6, 0.5])
+    assert learning._heldout_policy_lines() == []  # no training step logged yet: nothing kept
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "policy", "reward_mean": 0.5}) + "\n",
+                                       encoding="utf-8")
+    learning.keep_records(str(run))
+    kept = learning.FIGURES / "training" / "evolm-heldout"
+    assert [f.name for f in kept.iterdir()] == ["step-000000.jsonl"]
+    assert "step 0: 0.425 [" in learning._heldout_policy_lines()[-1] and "→" not in learning._heldout_policy_lines()[-1]
+    evaluation(25, [0.3, 0.5, 0.6, None])  # q3 unscored: compared over q0-q2
+    learning.keep_records(str(run))
+    line = learning._heldout_policy_lines()[-1]
+    assert "step 25: 0.467 [" in line and "(n = 3)" in line
+    assert "step 0 → 25: +0.067 [" in line and "higher on 2 questions, lower on 0 (sign test p = 0.5, n = 3)" in line
+    shutil.rmtree(run)  # a new machine: the kept items still make the line
+    assert learning._heldout_policy_lines()[-1] == line
+
+
 def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, monkeypatch):
     run = tmp_path / "runs" / "evolm"
     monkeypatch.setattr(learning, "TRAINING_RUNS", (("EvoLM", str(ROOT / "configs/learning/judge-1b5/evolm.yaml"),
@@ -426,6 +456,9 @@ def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(
     assert learning.carry_run("runs/labelled") is None  # no run yet
     _run_with_checkpoints(run, [2, 3])
     shutil.copytree(run / "checkpoints" / "checkpoint-2", run / "kept" / "checkpoint-2")
+    (run / "heldout").mkdir()  # eval.questions: the fixed rubrics (the run does not resume without them) and items
+    (run / "eval_rubrics.jsonl").write_text('{"question": "q", "text": "r"}\n', encoding="utf-8")
+    (run / "heldout" / "step-000000.jsonl").write_text('{"kind": "question", "score": 0.5}\n', encoding="utf-8")
     carried = learning.carry_run("runs/labelled")
     assert carried == learning.FIGURES / "training" / "carry" / "labelled"
     assert sorted(_tree(carried)) == ["checkpoints/checkpoint-3/adapter_config.json",
@@ -433,6 +466,7 @@ def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(
                                       "checkpoints/checkpoint-3/evolm_state.json",
                                       "checkpoints/checkpoint-3/optimizer.pt",
                                       "checkpoints/checkpoint-3/trainer_state.json", "config.yaml",
+                                      "eval_rubrics.jsonl", "heldout/step-000000.jsonl",
                                       "kept/checkpoint-2/adapter_config.json",
                                       "kept/checkpoint-2/adapter_model.safetensors",
                                       "kept/checkpoint-2/evolm_state.json", "kept/checkpoint-2/trainer_state.json",

@@ -374,7 +374,8 @@ class DataConfig:
     limit: int = _f(0, "use only the first N prompts (0: all)")
     max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
                                 "writer's conversation, in the model's chat template) is longer than this many tokens, "
-                                "and a labelled pair (data.pairs) whose prompt is; counted and reported at the start "
+                                "and a labelled pair (data.pairs) or held-out pair or question (eval.*, after "
+                                "eval.limit) whose prompt is; counted and reported at the start "
                                 "of the run and by the dry run (0: keep every prompt). A prompt longer than vLLM's "
                                 "context (grpo.vllm_max_model_length) stops the run on the process that holds it")
     pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
@@ -397,7 +398,8 @@ class EvalConfig:
                                "the initial writer, saved as eval_rubrics.jsonl in the run)")
     every: int = _f(0, "evaluate every N optimizer steps, before the first step and at the end (0: only before "
                     "the first step and at the end when pairs or questions are set)")
-    limit: int = _f(0, "use only the first N held-out pairs and N questions (0: all)")
+    limit: int = _f(0, "use only the first N held-out pairs and N questions (0: all); of those, the ones over "
+                    "data.max_prompt_tokens are skipped")
 
     def problems(self) -> list[str]:
         return _failed([(self.every >= 0 and self.limit >= 0, "eval.every and eval.limit must be >= 0")])

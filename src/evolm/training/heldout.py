@@ -64,6 +64,20 @@ EVAL_RUBRICS_FILE = "eval_rubrics.jsonl"  # the fixed evaluation rubric set: {qu
 HELDOUT_DIR = "heldout"  # one file of items per evaluation: step-NNNNNN.jsonl
 
 
+def read_eval_sets(cfg: RunConfig) -> tuple[list[PreferencePair], list[str]]:
+    """The held-out pairs (``eval.pairs``) and questions (``eval.questions``), the first ``eval.limit`` of each;
+    ``InputError`` for a missing or unreadable file (one line, before any model loads)."""
+    from evolm.eval.pairs import load_pairs
+    from evolm.training.prompts import load_prompts
+
+    e = cfg.eval
+    try:
+        return (load_pairs(e.pairs, e.limit or None) if e.pairs else [],
+                load_prompts(e.questions, e.limit) if e.questions else [])
+    except InputError as err:
+        raise InputError(f"eval: {err}") from None
+
+
 @dataclass
 class HeldOut:
     """The held-out evaluation of one run; ``HeldOut()`` (no eval files) evaluates nothing."""
@@ -82,20 +96,13 @@ class HeldOut:
 
     @classmethod
     def load(cls, cfg: RunConfig, run_dir: Path, rubric_params: SamplingParams, answer_params: SamplingParams,
+             pairs: list[PreferencePair], questions: list[str],
              on_record: Callable[[StepRecord], None] | None = None) -> HeldOut:
-        """Read the eval files (``InputError`` for a missing or unreadable one) and a saved fixed rubric set.
+        """The evaluation of ``pairs`` and ``questions`` (``read_eval_sets``, without those over
+        ``data.max_prompt_tokens``: ``prompt_length.fit_prompt_set``), with the run's saved fixed rubric set.
 
         ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate (``step.rubric_params``
         and ``answer_params`` of step 0); answers are decoded greedily whatever their temperature."""
-        from evolm.eval.pairs import load_pairs
-        from evolm.training.prompts import load_prompts
-
-        e = cfg.eval
-        try:
-            pairs = load_pairs(e.pairs, e.limit or None) if e.pairs else []
-            questions = load_prompts(e.questions, e.limit) if e.questions else []
-        except InputError as err:  # one line, before any model loads
-            raise InputError(f"eval: {err}") from None
         saved = run_dir / EVAL_RUBRICS_FILE
         fixed = {str(r["question"]): str(r["text"]) for r in iter_lenient(saved) if "question" in r and "text" in r} \
             if saved.is_file() else None

@@ -9,7 +9,7 @@ no prompt, so they are skipped before the plan is made, identically on every pro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evolm.errors import InputError
@@ -29,17 +29,26 @@ class PromptFit:
     longest: int = 0  # tokens of the longest kept training prompt, labelled pairs' included (0: not counted)
     pairs: list[Any] | None = None  # contrast.pairs=labelled: the data.pairs kept (contrast.Pair), else None
     pairs_total: int = 0  # labelled pairs read
+    eval_pairs: list[Any] = field(default_factory=list)  # eval.pairs kept (eval.pairs.PreferencePair)
+    eval_pairs_total: int = 0  # held-out pairs read (after eval.limit)
+    eval_questions: list[str] = field(default_factory=list)  # eval.questions kept
+    eval_questions_total: int = 0  # held-out questions read (after eval.limit)
 
     @property
     def over(self) -> int:
         return self.total - len(self.questions)
 
     def note(self) -> str | None:
-        """``1 of 4 prompts over data.max_prompt_tokens (4096): skipped``, when any was (and the labelled pairs')."""
+        """``1 of 4 prompts over data.max_prompt_tokens (4096): skipped``, when any was (and the labelled and
+        held-out pairs' and questions')."""
         notes = [f"{n} of {total} {what} over data.max_prompt_tokens ({self.limit}): skipped"
                  for n, total, what in ((self.over, self.total, "prompts"),
                                         (self.pairs_total - len(self.pairs or ()), self.pairs_total,
-                                         "labelled pairs (data.pairs)")) if n]
+                                         "labelled pairs (data.pairs)"),
+                                        (self.eval_pairs_total - len(self.eval_pairs), self.eval_pairs_total,
+                                         "held-out pairs (eval.pairs)"),
+                                        (self.eval_questions_total - len(self.eval_questions),
+                                         self.eval_questions_total, "held-out questions (eval.questions)")) if n]
         return "; ".join(notes) or None
 
 
@@ -90,30 +99,47 @@ def fit_prompts(questions: list[str], references: dict[str, str], limit: int, to
 
 def fit_prompt_set(cfg: Any, tokenizer: Any = None) -> PromptFit:
     """``data.prompts`` (after ``data.limit``) without the prompts over ``data.max_prompt_tokens``, counted with
-    ``tokenizer`` (default: the model's), and with ``contrast.pairs=labelled`` the pairs of ``data.pairs`` whose
-    rubric prompt is over it skipped the same way. With no limit and no tokenizer nothing is counted."""
+    ``tokenizer`` (default: the model's); with ``contrast.pairs=labelled`` the pairs of ``data.pairs`` whose rubric
+    prompt is over it skipped the same way, and so are the held-out pairs (``eval.pairs``, by their rubric prompt)
+    and questions (``eval.questions``, by their rubric and policy prompts), after ``eval.limit``: a held-out prompt
+    is generated from in the run as a training one is. With no limit and no tokenizer nothing is counted."""
     from dataclasses import replace
 
     from evolm.training.contrast import LabelledPairs
+    from evolm.training.heldout import read_eval_sets
 
     questions, references = load_prompt_set(cfg.data.prompts, cfg.data.limit)
     pairs = LabelledPairs.load(str(cfg.data.pairs), cfg.seed).pairs if cfg.contrast.pairs == "labelled" else None
+    eval_pairs, eval_questions = read_eval_sets(cfg)
     limit = cfg.data.max_prompt_tokens
+    read = {"pairs": pairs, "pairs_total": len(pairs or ()), "eval_pairs": eval_pairs,
+            "eval_pairs_total": len(eval_pairs), "eval_questions": eval_questions,
+            "eval_questions_total": len(eval_questions)}
     if not limit and tokenizer is None:
-        return PromptFit(questions, references, len(questions), 0, pairs=pairs, pairs_total=len(pairs or ()))
+        return PromptFit(questions, references, len(questions), 0, **read)
     if tokenizer is None:
         from evolm.backends.loading import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.model.name)
     count = (tokenizer, cfg.model.system_prompt, cfg.rubric.prompt, cfg.model.chat_template_kwargs)
-    fit = fit_prompts(questions, references, limit, *count, rubric_role=cfg.schedule.regime != "judge_only")
-    if pairs is None:
-        return fit
-    prompts = list(dict.fromkeys(p.question for p in pairs))  # a labelled pair's prompt: its rubric step's question
-    try:
-        kept = fit_prompts(prompts, {}, limit, *count)
-    except InputError as e:
-        raise InputError(f"data.pairs: {e}") from None
-    fitting = set(kept.questions)
-    return replace(fit, longest=max(fit.longest, kept.longest), pairs=[p for p in pairs if p.question in fitting],
-                   pairs_total=len(pairs))
+    fit = replace(fit_prompts(questions, references, limit, *count, rubric_role=cfg.schedule.regime != "judge_only"),
+                  **read)
+
+    def fitting(what: str, prompts: list[str]) -> set[str]:  # the prompts under the limit; the longest kept noted
+        nonlocal fit
+        if not prompts:
+            return set()
+        try:
+            kept = fit_prompts(list(dict.fromkeys(prompts)), {}, limit, *count)
+        except InputError as e:
+            raise InputError(f"{what}: {e}") from None
+        fit = replace(fit, longest=max(fit.longest, kept.longest))
+        return set(kept.questions)
+
+    if pairs is not None:  # a labelled pair's prompt: its rubric step's question
+        keep = fitting("data.pairs", [p.question for p in pairs])
+        fit = replace(fit, pairs=[p for p in pairs if p.question in keep])
+    keep = fitting("eval.pairs", [p.prompt for p in eval_pairs])  # a rubric per held-out pair's prompt
+    fit = replace(fit, eval_pairs=[p for p in eval_pairs if p.prompt in keep])
+    keep = fitting("eval.questions", eval_questions)  # a rubric and an answer per held-out question
+    return replace(fit, eval_questions=[q for q in eval_questions if q in keep])

@@ -74,12 +74,13 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
-    fit = fit_prompt_set(cfg)  # data.prompts without those over data.max_prompt_tokens (counted, said at the start)
+    fit = fit_prompt_set(cfg)  # data.prompts and eval.* without those over data.max_prompt_tokens (said at the start)
     if on_start is not None:
         on_start(replace(start, prompts_skipped=fit.note()))
     plan = Plan(cfg, fit.questions, fit.references, fit.pairs)  # and the labelled pairs kept
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
-    heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), on_step)
+    heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), fit.eval_pairs,
+                           fit.eval_questions, on_step)
     models.resolve_model_path(cfg.model.name)  # a missing model: said before the training arguments are built
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
