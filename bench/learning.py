@@ -1393,11 +1393,13 @@ def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
         logged = {int(r["step"]) for r in fresh}  # a step's samples are written before its record
         if votes := [v for v in _pair_votes(ROOT / run / "samples") if v["step"] in logged]:
             _write(kept_dir / f"{Path(run).name}-pairs.jsonl", "".join(json.dumps(v) + "\n" for v in votes))
-    if fresh:  # the held-out evaluations' items (eval.questions), each file once it is complete
-        from evolm.training.heldout import HELDOUT_DIR
+    if fresh:  # the held-out evaluations' items and the fixed rubrics they were judged under (eval.questions)
+        from evolm.training.heldout import EVAL_RUBRICS_FILE, HELDOUT_DIR
 
-        for f in sorted((ROOT / run / HELDOUT_DIR).glob("step-*.jsonl")):
+        for f in [*sorted((ROOT / run / HELDOUT_DIR).glob("step-*.jsonl")), ROOT / run / EVAL_RUBRICS_FILE]:
             dst = heldout_dir(run) / f.name
+            if not f.is_file():
+                continue
             if not dst.exists() or dst.read_bytes() != f.read_bytes():
                 _write(dst, f.read_text(encoding="utf-8"))
     return fresh
@@ -1426,8 +1428,8 @@ def _heldout_policy_lines() -> list[str]:
                  for step, sc in sorted(evals.items())]
         first, last = min(evals), max(evals)
         change = ""
-        if last != first:
-            qs = [q for q in evals[first] if q in evals[last]]
+        qs = [q for q in evals[first] if q in evals[last]]
+        if last != first and qs:
             a, b = [evals[last][q] for q in qs], [evals[first][q] for q in qs]
             diff = [x - y for x, y in zip(a, b, strict=True)]
             up, down, p = sign_test(a, b)

@@ -905,6 +905,24 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
     assert seen["note"] == "1 of 4 labelled pairs (data.pairs) over data.max_prompt_tokens (4096): skipped"
     assert seen["pairs"] == ["What is 2 + 2?", "Why is the sky blue?", "Write a haiku."]
 
+    # held-out questions: the long one is not evaluated (the held-out evaluation gets the kept ones)
+    from evolm.training.heldout import HeldOut
+
+    load = HeldOut.load.__func__
+
+    def loaded(cls: Any, cfg: Any, run_dir: Any, rubric: Any, answer: Any, pairs: Any, questions: Any,
+               *rest: Any) -> HeldOut:
+        seen["heldout"] = list(questions)
+        return load(cls, cfg, run_dir, rubric, answer, pairs, questions, *rest)
+
+    monkeypatch.setattr(HeldOut, "load", classmethod(loaded))
+    seen.clear()
+    with pytest.raises(Stop):
+        run(tiny_config(tiny_model_dir, tmp_path / "run3", f"eval.questions={prompts}", "data.max_prompt_tokens=4096"),
+            on_start=lambda start: seen.setdefault("note", start.prompts_skipped))
+    assert seen["note"] == "1 of 4 held-out questions (eval.questions) over data.max_prompt_tokens (4096): skipped"
+    assert seen["heldout"] == ["What is 2 + 2?", "Write a haiku.", "Why is the sky blue?"]
+
 
 def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_path: Path) -> None:
     from evolm.runs.records import StepRecord

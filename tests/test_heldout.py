@@ -341,6 +341,10 @@ def test_heldout_prompts_over_max_prompt_tokens_are_skipped_and_said(tmp_path: P
                           "1 of 3 held-out questions (eval.questions) over data.max_prompt_tokens (1024): skipped")
     held = load_heldout(cfg, tmp_path / "run")
     assert ([p.prompt for p in held.pairs], held.questions) == (["p1", "p2"], ["q1", "q2"])
+    # the longest kept prompt (the dry run's memory row) is a training prompt's: held-out ones are not trained on
+    longer = write_jsonl(tmp_path / "longer.jsonl", [{"prompt": " ".join(["word"] * 300)}])
+    alone = fit_prompt_set(load_config(DEMO, ["data.max_prompt_tokens=1024"])).longest
+    assert fit_prompt_set(load_config(DEMO, [f"eval.questions={longer}", "data.max_prompt_tokens=1024"])).longest == alone
     assert fit_prompt_set(load_config(DEMO, [f"eval.questions={questions}"])).eval_questions == [
         "q1", long, "q2", "q3"]  # no limit: every question
     only_long = write_jsonl(tmp_path / "long.jsonl", [{"prompt": long}])

@@ -158,12 +158,13 @@ def test_heldout_policy_scores_are_kept_and_compared_by_question(learning, tmp_p
                                                                  encoding="utf-8")
 
     evaluation(0, [0.2, 0.4, 0.6, 0.5])
+    (run / "eval_rubrics.jsonl").write_text('{"question": "q0", "text": "r"}\n', encoding="utf-8")
     assert learning._heldout_policy_lines() == []  # no training step logged yet: nothing kept
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "policy", "reward_mean": 0.5}) + "\n",
                                        encoding="utf-8")
     learning.keep_records(str(run))
     kept = learning.FIGURES / "training" / "evolm-heldout"
-    assert [f.name for f in kept.iterdir()] == ["step-000000.jsonl"]
+    assert sorted(f.name for f in kept.iterdir()) == ["eval_rubrics.jsonl", "step-000000.jsonl"]  # and what judged
     assert "step 0: 0.425 [" in learning._heldout_policy_lines()[-1] and "→" not in learning._heldout_policy_lines()[-1]
     evaluation(25, [0.3, 0.5, 0.6, None])  # q3 unscored: compared over q0-q2
     learning.keep_records(str(run))
@@ -172,6 +173,9 @@ def test_heldout_policy_scores_are_kept_and_compared_by_question(learning, tmp_p
     assert "step 0 → 25: +0.067 [" in line and "higher on 2 questions, lower on 0 (sign test p = 0.5, n = 3)" in line
     shutil.rmtree(run)  # a new machine: the kept items still make the line
     assert learning._heldout_policy_lines()[-1] == line
+    (kept / "step-000050.jsonl").write_text(json.dumps({"kind": "question", "question": "other", "score": 0.9})
+                                            + "\n", encoding="utf-8")  # no question in common with step 0
+    assert learning._heldout_policy_lines()[-1].endswith("step 50: 0.900 (n = 1).")  # no change to compare
 
 
 def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, monkeypatch):

@@ -26,7 +26,8 @@ class PromptFit:
     references: dict[str, str]
     total: int  # questions read (after data.limit)
     limit: int  # data.max_prompt_tokens (0: none)
-    longest: int = 0  # tokens of the longest kept training prompt, labelled pairs' included (0: not counted)
+    longest: int = 0  # tokens of the longest kept training prompt, labelled pairs' included (0: not counted;
+    # held-out prompts are not trained on: not included)
     pairs: list[Any] | None = None  # contrast.pairs=labelled: the data.pairs kept (contrast.Pair), else None
     pairs_total: int = 0  # labelled pairs read
     eval_pairs: list[Any] = field(default_factory=list)  # eval.pairs kept (eval.pairs.PreferencePair)
@@ -125,21 +126,20 @@ def fit_prompt_set(cfg: Any, tokenizer: Any = None) -> PromptFit:
     fit = replace(fit_prompts(questions, references, limit, *count, rubric_role=cfg.schedule.regime != "judge_only"),
                   **read)
 
-    def fitting(what: str, prompts: list[str]) -> set[str]:  # the prompts under the limit; the longest kept noted
-        nonlocal fit
+    def fitting(what: str, prompts: list[str]) -> tuple[set[str], int]:  # the prompts under the limit, the longest
         if not prompts:
-            return set()
+            return set(), 0
         try:
             kept = fit_prompts(list(dict.fromkeys(prompts)), {}, limit, *count)
         except InputError as e:
             raise InputError(f"{what}: {e}") from None
-        fit = replace(fit, longest=max(fit.longest, kept.longest))
-        return set(kept.questions)
+        return set(kept.questions), kept.longest
 
-    if pairs is not None:  # a labelled pair's prompt: its rubric step's question
-        keep = fitting("data.pairs", [p.question for p in pairs])
-        fit = replace(fit, pairs=[p for p in pairs if p.question in keep])
-    keep = fitting("eval.pairs", [p.prompt for p in eval_pairs])  # a rubric per held-out pair's prompt
+    if pairs is not None:  # a labelled pair's prompt is its rubric step's question: trained on
+        keep, longest = fitting("data.pairs", [p.question for p in pairs])
+        fit = replace(fit, longest=max(fit.longest, longest), pairs=[p for p in pairs if p.question in keep])
+    keep, _ = fitting("eval.pairs", [p.prompt for p in eval_pairs])  # a rubric per held-out pair's prompt
     fit = replace(fit, eval_pairs=[p for p in eval_pairs if p.prompt in keep])
-    keep = fitting("eval.questions", eval_questions)  # a rubric and an answer per held-out question
-    return replace(fit, eval_questions=[q for q in eval_questions if q in keep])
+    keep, _ = fitting("eval.questions", eval_questions)  # a rubric and an answer per held-out question
+    fit = replace(fit, eval_questions=[q for q in eval_questions if q in keep])
+    return fit  # its longest: a training prompt's (the memory plan's row); held-out prompts are only generated from
