@@ -420,6 +420,11 @@ def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"data.prompts={prompts}",
                  "data.max_prompt_tokens=4096"]) == 0
     assert "1 of 4 prompts over data.max_prompt_tokens (4096): skipped" in capsys.readouterr().err
+    assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", f"eval.questions={prompts}",
+                 "data.max_prompt_tokens=4096"]) == 0  # held-out questions: the same limit
+    captured = capsys.readouterr()
+    assert "1 of 4 held-out questions (eval.questions) over data.max_prompt_tokens (4096): skipped" in captured.err
+    assert "3 of 4 kept (eval.*;" in captured.out
     # the memory estimate reads a training row of the longest kept prompt (not a fixed 1,024 tokens)
     monkeypatch.setenv("COLUMNS", "250")
     paper = [str(CONFIGS / "paper-qwen3-8b.yaml"), f"data.prompts={prompts}", "data.max_prompt_tokens=4096"]

@@ -182,6 +182,10 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     if fit.pairs is not None:
         table.add_row("labelled pairs", f"{len(fit.pairs):,} of {fit.pairs_total:,} kept (data.pairs; a pair's prompt "
                       "counted as its rubric step's)")
+    for what, kept, total in (("held-out pairs", fit.eval_pairs, fit.eval_pairs_total),
+                              ("held-out questions", fit.eval_questions, fit.eval_questions_total)):
+        if total:
+            table.add_row(what, f"{len(kept):,} of {total:,} kept (eval.*; over data.max_prompt_tokens: skipped)")
     _cuda_check()
     Console().print(table)
     if args.prompt_tokens is None:
