@@ -1398,9 +1398,7 @@ def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
 
         for f in [*sorted((ROOT / run / HELDOUT_DIR).glob("step-*.jsonl")), ROOT / run / EVAL_RUBRICS_FILE]:
             dst = heldout_dir(run) / f.name
-            if not f.is_file():
-                continue
-            if not dst.exists() or dst.read_bytes() != f.read_bytes():
+            if f.is_file() and (not dst.exists() or dst.read_bytes() != f.read_bytes()):
                 _write(dst, f.read_text(encoding="utf-8"))
     return fresh
 
@@ -1435,8 +1433,7 @@ def _heldout_policy_lines() -> list[str]:
             up, down, p = sign_test(a, b)
             lo, hi = bootstrap_mean(diff)
             change = (f"; step {first} → {last}: {statistics.fmean(diff):+.3f} [{lo:+.3f}, {hi:+.3f}], higher on "
-                      f"{up} questions, "
-                      f"lower on {down} (sign test p = {p:.2g}, n = {len(qs)})")
+                      f"{up} questions, lower on {down} (sign test p = {p:.2g}, n = {len(qs)})")
         lines.append(f"- {label}: {'; '.join(cells)}{change}.")
     if not lines:
         return []
