@@ -502,6 +502,57 @@ def writers_pairs() -> Path:
     return dst
 
 
+# The labelled writer's rubrics made the judge agree with UltraFeedback's labels on its own not-yet-trained-on pairs,
+# and did not move LLMBar (docs/RESULTS.md): learning that stays in its distribution, or none? A second held-out set
+# asks, in the training distribution: UltraFeedback training pairs no run trained on. Both 1.5B runs dealt out the same
+# 200 of the 514 training questions under data.max_prompt_tokens (the same seed and order: the EvoLM run's policy
+# questions, whose answers its rubric steps contrast, and the labelled run's pairs); the other 314 were never a rubric-
+# step or policy question. Of those, the pairs with a strict preference (GPT-4 ratings) whose answers are each under
+# HELDOUT_MAX_CHARS, in file order: 99 pairs, kept beside their arms.
+UF_DIR = "ultrafeedback"  # WRITERS/ultrafeedback: the arms on these pairs
+UF_ARMS = ("none", "warm", "warm-grpo", "warm-evolm")
+UF_TRAINED = 200  # rubric-step questions of each run (50 steps x 4), the first policy questions of the EvoLM run
+
+
+def uf_heldout_rows(pairs: Sequence[Any], trained: set[str], scores: dict[str, tuple[float, float]],
+                    max_chars: int = HELDOUT_MAX_CHARS) -> list[dict[str, Any]]:
+    """The held-out UltraFeedback rows: of ``pairs`` (``contrast.Pair``, in file order) those whose question is not in
+    ``trained``, whose chosen answer was rated strictly higher (``scores``: question -> (chosen, rejected)) and whose
+    answers are each at most ``max_chars`` characters."""
+    return [{"prompt": p.question, "chosen": p.a_pos, "rejected": p.a_neg, "set": "UltraFeedback"}
+            for p in pairs if p.question not in trained and scores[p.question][0] > scores[p.question][1]
+            and max(len(p.a_pos), len(p.a_neg)) <= max_chars]
+
+
+def uf_pairs() -> Path:
+    """The held-out UltraFeedback pairs (``uf_heldout_rows``), built once from the two runs' configs with the
+    package's own prompt fitting and deal (it needs the warm start's tokenizer) and kept in the repository."""
+    dst = WRITERS / UF_DIR / "heldout_pairs.jsonl"
+    if dst.exists():
+        return dst
+    from evolm.config import load_config
+    from evolm.training.plan import Plan
+    from evolm.training.prompt_length import fit_prompt_set
+
+    labelled, evolm = (load_config(str(ROOT / c)) for c in (LABELLED_RUN[0], EVOLM_RUN[0]))
+    fit_l, fit_e = fit_prompt_set(labelled), fit_prompt_set(evolm)
+    plan_l, plan_e = Plan(labelled, fit_l.questions, fit_l.references, fit_l.pairs), Plan(evolm, fit_e.questions)
+    n = labelled.schedule.prompts_per_step
+    trained = {p.question for r in range(UF_TRAINED // n) for p in plan_l.labelled.take(r, n)}
+    trained |= {plan_e.policy_question(s, slot) for s in range(UF_TRAINED // n) for slot in range(n)}
+    scores = {r["prompt"]: (r["metadata"]["score_chosen"], r["metadata"]["score_rejected"])
+              for r in _jsonl(ROOT / str(labelled.data.pairs))}
+    rows = uf_heldout_rows(fit_l.pairs, trained, scores)
+    _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
+    print(f"{len(rows)} held-out UltraFeedback pairs ({len(trained)} training questions left out) -> {dst}")
+    return dst
+
+
+def pair_set(name: str) -> tuple[Path, Path]:
+    """(where a held-out pair set's arms are kept, its pairs): ``llmbar`` (the study's) or ``ultrafeedback``."""
+    return (WRITERS / UF_DIR, uf_pairs()) if name == UF_DIR else (WRITERS, writers_pairs())
+
+
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     from evolm.runs.records import read_lenient
 
@@ -563,17 +614,18 @@ def five_rubrics(arm: str, writer: str, decoding: dict[str, Any]) -> Path:
 
 
 def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool = False,
-               max_criteria: int = 5) -> dict[str, Any] | None:
+               max_criteria: int = 5, pairs_name: str = "llmbar") -> dict[str, Any] | None:
     """One arm of the writers study, resumable: rubrics (greedy, constrained, one per prompt) are appended to
-    ``runs/study/writers/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed
-    run resumes where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the
-    rubrics are written (their statistics show in ``writers-table``; a later run judges them)."""
+    ``WRITERS/ARM-rubrics.jsonl`` and judged pairs to ``ARM-items.jsonl`` in small chunks, so a killed run resumes
+    where it stopped; ``ARM.json`` is the summary ``writers-table`` reads. ``write_only``: stop once the rubrics are
+    written (their statistics show in ``writers-table``; a later run judges them). ``pairs_name``: the held-out pair
+    set (``pair_set``); the arms of ``ultrafeedback`` are kept in ``WRITERS/ultrafeedback``."""
     from evolm.config import RunConfig
     from evolm.eval.pairs import load_pairs
     from evolm.rubrics import WrittenRubric, read_written
     from evolm.training.heldout import judge_heldout
 
-    pairs_file = writers_pairs()
+    where, pairs_file = pair_set(pairs_name)
     pairs = load_pairs(pairs_file)
     sets = [r["set"] for r in _jsonl(pairs_file)]
     prompts = list(dict.fromkeys(p.prompt for p in pairs))
@@ -583,10 +635,9 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
                                                     **({"max_criteria": max_criteria} if max_criteria != 5 else {})}}
     if arm == "hand":
         key["rubrics_sha"] = hashlib.sha256(HANDWRITTEN.read_bytes()).hexdigest()
-    WRITERS.mkdir(parents=True, exist_ok=True)
-    rub_file, items_file, key_file = (WRITERS / f"{arm}-rubrics.jsonl", WRITERS / f"{arm}-items.jsonl",
-                                      WRITERS / f"{arm}-key.json")
-    summary = WRITERS / f"{arm}.json"
+    where.mkdir(parents=True, exist_ok=True)
+    rub_file, items_file, key_file, summary = (where / f"{arm}{end}" for end in ("-rubrics.jsonl", "-items.jsonl",
+                                                                               "-key.json", ".json"))
     old = json.loads(key_file.read_text(encoding="utf-8")) if key_file.exists() else None
     if writer and (adapter := ROOT / writer / "adapter_model.safetensors").is_file():  # a training run's checkpoint:
         key["writer_sha"] = hashlib.sha256(adapter.read_bytes()).hexdigest()  # another run's at the same path differs
@@ -619,7 +670,8 @@ def writer_arm(arm: str, writer: str | None, max_tokens: int, write_only: bool =
             rubrics.update(zip(chunk, texts, strict=True))
             print(f"{arm}: {len(rubrics)}/{len(prompts)} rubrics written ({(time.time() - t0) / 60:.1f} min)",
                   flush=True)
-        five_rubrics(arm, writer, key["decoding"])  # while the writer is at hand (a finished arm is only read back)
+        if where == WRITERS:  # while the writer is at hand (a finished arm is only read back); once per writer
+            five_rubrics(arm, writer, key["decoding"])
     minutes_write = (time.time() - t0) / 60
     if write_only:
         print(f"{arm}: {len(rubrics)} rubrics in {rub_file} ({minutes_write:.1f} min); not judged (--write-only)")
@@ -910,20 +962,21 @@ def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     return [a, b, up, down, p, statistics.fmean(diff), bootstrap_mean(diff), len(common)]
 
 
-def _partial_arm(arm: str, order: list[tuple[str, str, str]]) -> dict[str, Any] | None:
+def _partial_arm(arm: str, order: list[tuple[str, str, str]], pairs_name: str = "llmbar") -> dict[str, Any] | None:
     """An unfinished arm from its saved chunks: the credits of the held-out pairs judged so far and the statistics
     of the rubrics written so far; ``None`` when no held-out pair is judged yet."""
     from evolm.eval.rubric_stats import rubric_stats
     from evolm.rubrics import read_written
 
-    judged = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(WRITERS / f"{arm}-items.jsonl")}
+    where, pairs_file = pair_set(pairs_name)
+    judged = {(r["prompt"], r["chosen"], r["rejected"]): r for r in _jsonl(where / f"{arm}-items.jsonl")}
     keys = [k for k in order if k in judged]
-    if not keys and not (WRITERS / f"{arm}-rubrics.jsonl").exists():
+    if not keys and not (where / f"{arm}-rubrics.jsonl").exists():
         return None
-    sets = {(r["prompt"], r["chosen"], r["rejected"]): r["set"] for r in _jsonl(writers_pairs())}
+    sets = {(r["prompt"], r["chosen"], r["rejected"]): r["set"] for r in _jsonl(pairs_file)}
     texts = ({q: json.dumps({"criteria": c}) for q, c in ((r["prompt"], r["criteria"]) for r in _jsonl(HANDWRITTEN)
                                                          if "prompt" in r)} if arm == "hand" else
-             {r["prompt"]: r["text"] for r in _jsonl(WRITERS / f"{arm}-rubrics.jsonl")})
+             {r["prompt"]: r["text"] for r in _jsonl(where / f"{arm}-rubrics.jsonl")})
     prompts = {k[0] for k in order}
     written = {q: read_written(t) for q, t in texts.items() if q in prompts and t}
     return {"arm": arm, "label": ARM_LABELS[arm], "partial": True, "keys": keys,
@@ -931,28 +984,80 @@ def _partial_arm(arm: str, order: list[tuple[str, str, str]]) -> dict[str, Any] 
             "validity": statistics.fmean(w.valid for w in written.values()) if written else None,
             "stats": rubric_stats([w.rubric for w in written.values()]).to_json() if written else None,
             "extra_stats": _copy_stats(written) if written else None,
-            "items": str(WRITERS / f"{arm}-items.jsonl")}  # absolute: ROOT / it is itself
+            "items": str(where / f"{arm}-items.jsonl")}  # absolute: ROOT / it is itself
+
+
+def _judged_arms(names: Sequence[str], pairs_name: str = "llmbar"
+                 ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str, str]]]:
+    """The arms of ``names`` judged on a held-out pair set so far, in that order: finished (``ARM.json``) or, marked
+    partial, the pairs judged so far (``_partial_arm``); with the set's pairs in order. An arm judged on other pairs
+    or by another judge is left out, in one printed line."""
+    where, pairs_file = pair_set(pairs_name)
+    sha = hashlib.sha256(pairs_file.read_bytes()).hexdigest()
+    res = {a: json.loads((where / f"{a}.json").read_text(encoding="utf-8")) for a in names
+           if (where / f"{a}.json").exists()}
+    stale = [a for a, r in res.items()
+             if r.get("pairs_sha") != sha or r.get("key", {}).get("judge", _judge_id("float32")) != _judge_id()]
+    if stale:
+        print(f"left out ({pairs_name}: judged on other pairs or by another judge; rerun `python bench/learning.py "
+              "writers ARM`): " + ", ".join(stale))
+    res = {a: r for a, r in res.items() if a not in stale}
+    order = [(r["prompt"], r["chosen"], r["rejected"]) for r in _jsonl(pairs_file)]
+    for r in res.values():
+        r["keys"] = order
+    for a in names:  # an arm still running (or stopped): the pairs judged so far, marked partial
+        if a not in res and a not in stale and (part := _partial_arm(a, order, pairs_name)) is not None:
+            res[a] = part
+    return {a: res[a] for a in names if a in res}, order
+
+
+def _comparisons(res: dict[str, dict[str, Any]], comps: Sequence[tuple[str, str]], n_pairs: int
+                 ) -> tuple[list[list[Any]], list[str]]:
+    """``_diff_row`` for each pair of arms of ``comps`` that both judged pairs, and their table's lines."""
+    tests = [_diff_row(a, b, res) for a, b in comps
+             if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
+    lines = ["", "| comparison | pairs better / worse | exact sign test p | "
+             "accuracy difference [95% paired bootstrap CI] |", "|---|---|---|---|"]
+    for a, b, up, down, p, d, ci, n in tests:
+        on = f" (on the {n} pairs both judged)" if n < n_pairs else ""
+        lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
+    return tests, lines
+
+
+UF_COMPARISONS = (("warm", "none"), ("warm-grpo", "none"), ("warm-evolm", "none"), ("warm-grpo", "warm"),
+                  ("warm-evolm", "warm"), ("warm-evolm", "warm-grpo"))
+
+
+def _uf_lines() -> list[str]:
+    """The arms on the held-out UltraFeedback pairs (``uf_pairs``), once one has judged a pair: accuracy and rubric
+    statistics per arm, and the paired comparisons that ask whether a trained writer learned within its training
+    distribution."""
+    if not (WRITERS / UF_DIR / "heldout_pairs.jsonl").exists():
+        return []
+    res, order = _judged_arms(UF_ARMS, UF_DIR)
+    res = {a: r for a, r in res.items() if r["credits"]}
+    if not res:
+        return []
+    lines = ["", f"The same writers on {len(order)} held-out UltraFeedback pairs, training pairs no run trained on "
+             "(the training distribution; `python bench/learning.py writers ARM --pairs ultrafeedback`):", "",
+             "| arm | n | pair accuracy [95% Wilson CI] | rubric validity | label-only | specific value | "
+             "rubrics repeating a criterion |", "|---|---|---|---|---|---|---|"]
+    for r in res.values():
+        c, s, x = r["credits"], r.get("stats") or {}, r.get("extra_stats") or {}
+        label = r["label"] + (f" — partial, {len(c)} of {len(order)} pairs judged so far" if r.get("partial") else "")
+        lines.append(f"| {label} | {len(c)} | {fmt_ci(sum(c) / len(c), wilson(sum(c), len(c)))} | "
+                     f"{_f(r.get('validity'))} | {_f(s.get('label_only'))} | {_f(s.get('specific_value'))} | "
+                     f"{_f(x.get('rubrics_with_repeat'))} |")
+    lines += _comparisons(res, UF_COMPARISONS, len(order))[1]
+    if missing := [a for a in UF_ARMS if a not in res or res[a].get("partial")]:
+        lines += ["", "Not finished on these pairs: " + ", ".join(ARM_LABELS[a] for a in missing) + "."]
+    return lines
 
 
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
     """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
     printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
-    sha = hashlib.sha256(writers_pairs().read_bytes()).hexdigest()
-    res = {a: json.loads((WRITERS / f"{a}.json").read_text(encoding="utf-8")) for a in WRITER_ARMS
-           if (WRITERS / f"{a}.json").exists()}
-    stale = [a for a, r in res.items()
-             if r.get("pairs_sha") != sha or r.get("key", {}).get("judge", _judge_id("float32")) != _judge_id()]
-    if stale:
-        print("left out (judged on other pairs or by another judge; rerun `python bench/learning.py writers ARM`): "
-              + ", ".join(stale))
-    res = {a: r for a, r in res.items() if a not in stale}
-    order = [(r["prompt"], r["chosen"], r["rejected"]) for r in _jsonl(writers_pairs())]
-    for r in res.values():
-        r["keys"] = order
-    for a in WRITER_ARMS:  # an arm still running (or stopped): the pairs judged so far, marked partial
-        if a not in res and a not in stale and (part := _partial_arm(a, order)) is not None:
-            res[a] = part
-    res = {a: res[a] for a in WRITER_ARMS if a in res}
+    res, order = _judged_arms(WRITER_ARMS)
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
     for _a, r in res.items():
@@ -977,13 +1082,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                                                          ("warm-evolm", "warm-grpo"), ("hand", "warm-evolm-half"),
                                                          ("hand", "warm-grpo-half"),
                                                          ("hand", "warm-evolm")]
-    tests = [_diff_row(a, b, res) for a, b in comps
-             if a in res and b in res and res[a]["credits"] and res[b]["credits"]]
-    lines += ["", "| comparison | pairs better / worse | exact sign test p | "
-              "accuracy difference [95% paired bootstrap CI] |", "|---|---|---|---|"]
-    for a, b, up, down, p, d, ci, n in tests:
-        on = f" (on the {n} pairs both judged)" if n < len(order) else ""
-        lines.append(f"| {ARM_LABELS[a]} vs {ARM_LABELS[b]}{on} | {up} / {down} | {p:.3g} | {fmt_ci(d, ci)} |")
+    tests, comparison_lines = _comparisons(res, comps, len(order))
+    lines += comparison_lines
     for trained in TRAINED_FROM_WARM:  # each trained writer's share of the warm start's gap to the ceiling
         if not all(a in res and res[a]["credits"] and not res[a].get("partial") for a in ("warm", trained, "hand")):
             continue
@@ -1011,7 +1111,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
-    lines += _training_lines() + _heldout_policy_lines()
+    lines += _uf_lines() + _training_lines() + _heldout_policy_lines()
     if moved := _moved_line(res):
         lines += ["", moved]
     lines += ["", _length_line(res, order)]
@@ -1226,12 +1326,31 @@ def restore_run(run: str) -> bool:
     return True
 
 
-def _arm_call(arm: str, writer: Path, log: Path, env: dict[str, str] | None = None) -> None:
-    """A trained writer's held-out arm, decoded as the warm arm it is compared with (resumable; a finished arm is
-    only read back)."""
+def _arm_call(arm: str, writer: Path | None, log: Path, env: dict[str, str] | None = None,
+              pairs_name: str = "llmbar") -> None:
+    """A held-out arm (``writer``: a trained writer's checkpoint, the warm start, or None for no rubric), decoded as
+    the warm arm it is compared with (resumable; a finished arm is only read back)."""
     decoding = json.loads((WRITERS / "warm-key.json").read_text(encoding="utf-8"))["decoding"]
-    _call([sys.executable, __file__, "writers", arm, "--writer", writer.relative_to(ROOT), "--max-tokens",
-           decoding["max_new_tokens"], "--max-criteria", decoding.get("max_criteria", 5)], log, env=env)
+    how = [] if writer is None else ["--writer", writer.relative_to(ROOT), "--max-tokens", decoding["max_new_tokens"],
+                                     "--max-criteria", decoding.get("max_criteria", 5)]
+    pairs = ["--pairs", pairs_name] if pairs_name != "llmbar" else []
+    _call([sys.executable, __file__, "writers", arm, *how, *pairs], log, env=env)
+
+
+def uf_arms() -> None:
+    """The held-out UltraFeedback arms (``uf_pairs``) of the writers this machine has: no rubric, the warm start and
+    each training run's final checkpoint. A finished arm is left as it is; one whose run has not finished here is
+    said in one line (its checkpoint lives in ``runs/``, on the machine that trained it)."""
+    runs = {"warm-grpo": LABELLED_RUN, "warm-evolm": EVOLM_RUN}
+    for arm in UF_ARMS:
+        if (WRITERS / UF_DIR / f"{arm}.json").exists():
+            continue
+        if arm in runs and not _finished(ROOT / runs[arm][1], runs[arm][0]):
+            print(f"{arm}: {runs[arm][1]} has not finished on this machine: not judged on the UltraFeedback pairs",
+                  flush=True)
+            continue
+        writer = {"none": None, "warm": ROOT / WARM_START}.get(arm) or final_checkpoint(ROOT / runs[arm][1])
+        _arm_call(arm, writer, ROOT / WARM_START.rsplit("/", 1)[0] / f"{arm}-{UF_DIR}.log", pairs_name=UF_DIR)
 
 
 def _in_thread(errors: list[BaseException], fn: Callable[..., Any], *args: Any) -> threading.Thread:
@@ -1315,9 +1434,10 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
 def writers_study(one_at_a_time: bool = False) -> None:
     """The 1.5B study's remaining work in one resumable command: the warm start if this machine lacks it (rebuilt,
     then checked against the kept warm arm's rubrics), both training runs side by side (one thread each), each
-    followed by its writer's held-out arm, then the tables. Run it again after an interruption; finished parts are
-    skipped. ``one_at_a_time``: one run after the other (``ONE_AT_A_TIME`` says the order and why), each on all the
-    cores (the same total time on 2 cores, and the first run's answers in a fraction of it)."""
+    followed by its writer's held-out arm, then the arms on the held-out UltraFeedback pairs (``uf_arms``) and the
+    tables. Run it again after an interruption; finished parts are skipped. ``one_at_a_time``: one run after the
+    other (``ONE_AT_A_TIME`` says the order and why), each on all the cores (the same total time on 2 cores, and the
+    first run's answers in a fraction of it)."""
     if not (ROOT / WARM_START).exists():
         _call([*EVOLM, "sft-rubrics", "--output", WARM_START, "--gsm8k", DATA / "gsm8k" / "train.jsonl",
                "--gsm8k-limit", 200, "--epochs", 2, "--train-layers", 12, "--detach-prefix"],
@@ -1329,6 +1449,7 @@ def writers_study(one_at_a_time: bool = False) -> None:
         runs = {arm: (arm, config, run) for arm, config, run in STUDY_RUNS}
         for arm in ONE_AT_A_TIME:
             _study_chain(*runs[arm])
+        uf_arms()
         writers_table()
         return
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
@@ -1336,6 +1457,7 @@ def writers_study(one_at_a_time: bool = False) -> None:
     for t in [_in_thread(errors, _study_chain, *spec) for spec in STUDY_RUNS]:
         t.join()
     _raise_any(errors)
+    uf_arms()
     writers_table()
 
 
@@ -1830,6 +1952,9 @@ def main() -> None:
     p.add_argument("--judge-mode", choices=["yesno", "prob"], default="yesno", help="writers-probe: the judge's "
                    "probability mode (default yesno, the study's; prob: the expected 0-9 digit)")
     p.add_argument("--limit", type=int, default=40, help="writers-check: the first N held-out prompts (default 40)")
+    p.add_argument("--pairs", choices=["llmbar", UF_DIR], default="llmbar", help="writers: the held-out pairs "
+                   "(default llmbar, the study's 100 LLMBar pairs; ultrafeedback: 99 UltraFeedback training pairs no "
+                   "run trained on, the training distribution; its arms are kept in the arms' folder's ultrafeedback/)")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")
@@ -1858,7 +1983,9 @@ def main() -> None:
         writer = None if arm in ("none", "hand") else args.writer or (MODEL if arm == "base" else None)
         if (arm.startswith("warm") or arm == "strong") and not writer:
             p.error(f"writers {arm} needs --writer CHECKPOINT")
-        writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria)
+        if arm == "hand" and args.pairs != "llmbar":
+            p.error(f"writers hand: the hand-written rubrics are for the LLMBar pairs only, not --pairs {args.pairs}")
+        writer_arm(arm, writer, args.max_tokens, args.write_only, args.max_criteria, args.pairs)
     elif args.study == "writers-check":
         if len(args.runs) != 1 or not args.writer:
             p.error("writers-check takes one arm and --writer DIR (e.g. writers-check warm --writer DIR)")

@@ -568,9 +568,10 @@ def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learn
     order = []
     monkeypatch.setattr(learning, "_study_chain",
                         lambda arm, config, run: order.append((arm, os.environ.get("OMP_NUM_THREADS"))))
+    monkeypatch.setattr(learning, "uf_arms", lambda: order.append(("ultrafeedback", None)))
     monkeypatch.setattr(learning, "writers_table", lambda: order.append(("table", None)))
     learning.writers_study(one_at_a_time=True)
-    assert order == [("warm-grpo", None), ("warm-evolm", None), ("table", None)]  # the labelled run first
+    assert order == [("warm-grpo", None), ("warm-evolm", None), ("ultrafeedback", None), ("table", None)]
 
 
 def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_does_not_exist(learning, tmp_path,
@@ -580,6 +581,7 @@ def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_doe
     checked = []
     monkeypatch.setattr(learning, "writers_check", lambda arm, writer, limit: checked.append((arm, writer)) or 0)
     monkeypatch.setattr(learning, "_study_chain", lambda arm, config, run: None)
+    monkeypatch.setattr(learning, "uf_arms", lambda: None)
     monkeypatch.setattr(learning, "writers_table", lambda: None)
     learning.writers_study(one_at_a_time=True)
     log = (tmp_path / f"{learning.WARM_START}.log").read_text(encoding="utf-8")
@@ -618,3 +620,80 @@ def test_results_md_holds_the_table_writers_table_makes_from_the_kept_files():
         return [line for line in lines if not line.startswith("Held-out prompts found in a training source")]
 
     assert drop(kept) == drop(made)
+
+
+def test_heldout_ultrafeedback_pairs_leave_out_trained_questions_ties_and_long_answers(learning):
+    from evolm.training.contrast import Pair
+
+    pairs = [Pair("trained", "a", "b", "labelled"), Pair("kept", "a", "b", "labelled"),
+             Pair("tie", "a", "b", "labelled"), Pair("long", "a" * 1201, "b", "labelled"),
+             Pair("also kept", "c" * 1200, "d", "labelled")]
+    scores = {"trained": (8, 6), "kept": (7, 6.5), "tie": (7, 7), "long": (9, 2), "also kept": (5, 1)}
+    rows = learning.uf_heldout_rows(pairs, {"trained"}, scores, max_chars=1200)
+    assert [r["prompt"] for r in rows] == ["kept", "also kept"]
+    assert rows[0] == {"prompt": "kept", "chosen": "a", "rejected": "b", "set": "UltraFeedback"}
+
+
+def test_arms_on_the_ultrafeedback_pairs_are_kept_and_tabled_apart(learning, tmp_path, monkeypatch):
+    """`writers ARM --pairs ultrafeedback`: the arm's files go to WRITERS/ultrafeedback (the LLMBar arm of the same
+    name is untouched), no five-prompt rubrics are written again, and writers-table adds the set's own table and
+    paired comparisons."""
+    import evolm.training.heldout as heldout
+
+    uf = learning.WRITERS / "ultrafeedback"
+    uf.mkdir()
+    (uf / "heldout_pairs.jsonl").write_text("".join(json.dumps({"prompt": f"u{i}", "chosen": "a", "rejected": "b",
+                                                                "set": "UltraFeedback"}) + "\n" for i in range(6)),
+                                            encoding="utf-8")
+    _arm(learning, "none", [0.0] * 10)  # the LLMBar arm
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "load_judge", lambda *a, **k: object())
+    monkeypatch.setattr(heldout, "judge_heldout", lambda cfg, judges, pairs, written, *a: [
+        {"prompt": p.prompt, "chosen": p.better, "rejected": p.worse,
+         "credit": 1.0 if written[p.prompt].rubric is not None else 0.0} for p in pairs])
+    monkeypatch.setattr(learning, "five_rubrics", lambda *a: pytest.fail("the five prompts written again"))
+    rubric = json.dumps({"criteria": [{"criterion": "Says 5.", "weight": 1.0,
+                                       "scoring_levels": {"1.0": "yes", "0.5": "partly", "0.0": "no"}}]})
+    monkeypatch.setattr(learning, "_write_rubrics", lambda writer, prompts, decoding: iter([(list(prompts),
+                                                                                             [rubric] * len(prompts))]))
+    assert learning.writer_arm("none", None, 16, pairs_name="ultrafeedback")["credits"] == [0.0] * 6
+    assert learning.writer_arm("warm", str(tmp_path / "w"), 16, pairs_name="ultrafeedback")["credits"] == [1.0] * 6
+    assert sorted(p.name for p in uf.iterdir()) == sorted(
+        ["heldout_pairs.jsonl", "none.json", "none-items.jsonl", "none-key.json", "warm.json", "warm-items.jsonl",
+         "warm-key.json", "warm-rubrics.jsonl"])
+    assert json.loads((learning.WRITERS / "none.json").read_text(encoding="utf-8"))["credits"] == [0.0] * 10
+    learning.RESULTS.write_text(f"{learning.WRITERS_BEGIN}\n{learning.WRITERS_END}\n", encoding="utf-8")
+    lines = learning.writers_table()["lines"]
+    assert "The same writers on 6 held-out UltraFeedback pairs" in "\n".join(lines)
+    assert "| warm-started writer (SFT) | 6 | 1.000 [" in "\n".join(lines)
+    assert "| warm-started writer (SFT) vs no rubric | 6 / 0 | 0.0312 |" in "\n".join(lines)
+    assert any(line.startswith("Not finished on these pairs: warm start + labelled-pair GRPO") for line in lines)
+
+
+def test_writers_refuses_the_handwritten_arm_on_other_pairs(learning, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["learning.py", "writers", "hand", "--pairs", "ultrafeedback"])
+    with pytest.raises(SystemExit) as e:
+        learning.main()
+    assert e.value.code == 2 and "for the LLMBar pairs only" in capsys.readouterr().err
+
+
+def test_writers_study_judges_the_ultrafeedback_arms_of_the_writers_this_machine_has(learning, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """After the training runs: no rubric and the warm start always, a run's final checkpoint once the run finished
+    here; a finished arm is left as it is, and one whose run is not here is said in one line."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps({"decoding": {"max_new_tokens": 320,
+                                                                             "max_criteria": 3}}), encoding="utf-8")
+    (learning.WRITERS / "ultrafeedback").mkdir()
+    (learning.WRITERS / "ultrafeedback" / "none.json").write_text("{}", encoding="utf-8")  # finished
+    labelled = tmp_path / learning.LABELLED_RUN[1]
+    monkeypatch.setattr(learning, "_finished", lambda run_dir, config: run_dir == labelled)
+    monkeypatch.setattr(learning, "final_checkpoint", lambda run_dir: run_dir / "checkpoints" / "checkpoint-50")
+    calls = []
+    monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: calls.append([str(c) for c in cmd[2:]]))
+    learning.uf_arms()
+    assert calls == [["writers", "warm", "--writer", learning.WARM_START, "--max-tokens", "320", "--max-criteria", "3",
+                      "--pairs", "ultrafeedback"],
+                     ["writers", "warm-grpo", "--writer", f"{learning.LABELLED_RUN[1]}/checkpoints/checkpoint-50",
+                      "--max-tokens", "320", "--max-criteria", "3", "--pairs", "ultrafeedback"]]
+    assert "warm-evolm: runs/learning/judge-1b5/evolm has not finished on this machine" in capsys.readouterr().out
