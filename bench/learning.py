@@ -7,6 +7,7 @@
     python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
     python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
     python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
+    python bench/learning.py writers ARM --pairs ultrafeedback  # the same on held-out UltraFeedback training pairs
     python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
     python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
     python bench/learning.py writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
