@@ -525,9 +525,23 @@ def uf_heldout_rows(pairs: Sequence[Any], trained: set[str], scores: dict[str, t
             and max(len(p.a_pos), len(p.a_neg)) <= max_chars]
 
 
+def _labelled_deal() -> tuple[Any, Any, list[list[Any]]]:
+    """The labelled run's config, its training prompts fitted under ``data.max_prompt_tokens`` and the pairs its
+    first ``UF_TRAINED`` rubric-step questions were dealt, step by step: the package's own fitting and deal (it needs
+    the warm start's tokenizer)."""
+    from evolm.config import load_config
+    from evolm.training.plan import Plan
+    from evolm.training.prompt_length import fit_prompt_set
+
+    cfg = load_config(str(ROOT / LABELLED_RUN[0]))
+    fit = fit_prompt_set(cfg)
+    plan, n = Plan(cfg, fit.questions, fit.references, fit.pairs), cfg.schedule.prompts_per_step
+    return cfg, fit, [plan.labelled.take(r, n) for r in range(UF_TRAINED // n)]
+
+
 def uf_pairs() -> Path:
-    """The held-out UltraFeedback pairs (``uf_heldout_rows``), built once from the two runs' configs with the
-    package's own prompt fitting and deal (it needs the warm start's tokenizer) and kept in the repository."""
+    """The held-out UltraFeedback pairs (``uf_heldout_rows``), built once from the two runs' configs and kept in the
+    repository."""
     dst = WRITERS / UF_DIR / "heldout_pairs.jsonl"
     if dst.exists():
         return dst
@@ -535,11 +549,10 @@ def uf_pairs() -> Path:
     from evolm.training.plan import Plan
     from evolm.training.prompt_length import fit_prompt_set
 
-    labelled, evolm = (load_config(str(ROOT / c)) for c in (LABELLED_RUN[0], EVOLM_RUN[0]))
-    fit_l, fit_e = fit_prompt_set(labelled), fit_prompt_set(evolm)
-    plan_l, plan_e = Plan(labelled, fit_l.questions, fit_l.references, fit_l.pairs), Plan(evolm, fit_e.questions)
-    n = labelled.schedule.prompts_per_step
-    trained = {p.question for r in range(UF_TRAINED // n) for p in plan_l.labelled.take(r, n)}
+    labelled, fit_l, dealt = _labelled_deal()
+    evolm = load_config(str(ROOT / EVOLM_RUN[0]))
+    plan_e, n = Plan(evolm, fit_prompt_set(evolm).questions), evolm.schedule.prompts_per_step
+    trained = {p.question for step in dealt for p in step}
     trained |= {plan_e.policy_question(s, slot) for s in range(UF_TRAINED // n) for slot in range(n)}
     scores = {r["prompt"]: (r["metadata"]["score_chosen"], r["metadata"]["score_rejected"])
               for r in _jsonl(ROOT / str(labelled.data.pairs))}
@@ -549,9 +562,32 @@ def uf_pairs() -> Path:
     return dst
 
 
+# The labelled run's in-training votes rose from 47 / 45 (steps 1-25) to 60 / 29 (steps 26-50): a writer that learned,
+# or later pairs that were easier for the judge? Its own 200 training pairs, in the order it was dealt them, judged
+# with no rubric, tell the two apart (``_labelled_train_lines``).
+TRAIN_DIR = "labelled-train"  # WRITERS/labelled-train
+
+
+def labelled_train_pairs() -> Path:
+    """The labelled run's 200 training pairs in the order its rubric steps were dealt them (``step``: 1-50), built
+    once and kept in the repository."""
+    dst = WRITERS / TRAIN_DIR / "heldout_pairs.jsonl"
+    if not dst.exists():
+        rows = [{"prompt": p.question, "chosen": p.a_pos, "rejected": p.a_neg, "set": "UltraFeedback train",
+                 "step": r + 1} for r, step in enumerate(_labelled_deal()[2]) for p in step]
+        _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+PAIR_SETS = ("llmbar", UF_DIR, TRAIN_DIR)
+
+
 def pair_set(name: str) -> tuple[Path, Path]:
-    """(where a held-out pair set's arms are kept, its pairs): ``llmbar`` (the study's) or ``ultrafeedback``."""
-    return (WRITERS / UF_DIR, uf_pairs()) if name == UF_DIR else (WRITERS, writers_pairs())
+    """(where a held-out pair set's arms are kept, its pairs): ``llmbar`` (the study's), ``ultrafeedback``
+    (``uf_pairs``) or ``labelled-train`` (``labelled_train_pairs``)."""
+    if name == "llmbar":
+        return WRITERS, writers_pairs()
+    return WRITERS / name, (uf_pairs() if name == UF_DIR else labelled_train_pairs())
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -1055,6 +1091,41 @@ def _uf_lines() -> list[str]:
     return lines
 
 
+def _labelled_train_lines() -> list[str]:
+    """The labelled run's own training pairs, once the no-rubric arm has judged them (``labelled_train_pairs``): per
+    half of the run, the judge with no rubric against the judge under the rubrics the writer wrote for those pairs in
+    training (``training/labelled-pairs.jsonl``: the majority of a pair's sampled rubrics), pair by pair. A half
+    where both side with the label alike was easy or hard for the judge whatever the rubric; a writer that learned
+    shows as rubrics right where no rubric was wrong."""
+    if not (WRITERS / TRAIN_DIR / "heldout_pairs.jsonl").exists():
+        return []
+    res, order = _judged_arms(("none",), TRAIN_DIR)
+    votes = _jsonl(FIGURES / "training" / f"{Path(LABELLED_RUN[1]).name}-pairs.jsonl")
+    if "none" not in res or not votes:
+        return []
+    steps = [r["step"] for r in _jsonl(WRITERS / TRAIN_DIR / "heldout_pairs.jsonl")]
+    credit = dict(zip(res["none"]["keys"], res["none"]["credits"], strict=True))
+    rubric = {(v["step"], v["slot"]): (v["higher"] > v["lower"]) - (v["higher"] < v["lower"]) for v in votes}
+    rows: dict[str, list[tuple[int, int]]] = {}
+    for i, (key, step) in enumerate(zip(order, steps, strict=True)):
+        if key in credit and (step, i % 4) in rubric:
+            half = "1-25" if step <= 25 else "26-50"
+            rows.setdefault(half, []).append((int(2 * credit[key]) - 1, rubric[(step, i % 4)]))
+    lines = ["", "The labelled run's own 200 training pairs, in the order it met them: the judge with no rubric "
+             "(`python bench/learning.py writers none --pairs labelled-train`) against the judge under the rubrics the "
+             "writer wrote for each pair in training (the majority of its sampled rubrics), pair by pair:", "",
+             "| steps | pairs | no rubric: for / against the label | the writer's rubrics in training: for / against | "
+             "rubrics right where no rubric was wrong / the reverse (sign test p) |", "|---|---|---|---|---|"]
+    for half, xs in rows.items():
+        right = sum(r == 1 and n == -1 for n, r in xs)
+        wrong = sum(r == -1 and n == 1 for n, r in xs)
+        p = sign_test([1.0] * right + [0.0] * wrong, [0.5] * (right + wrong))[2]
+        lines.append(f"| {half}{' — partial' if res['none'].get('partial') else ''} | {len(xs)} | "
+                     f"{sum(n == 1 for n, _ in xs)} / {sum(n == -1 for n, _ in xs)} | "
+                     f"{sum(r == 1 for _, r in xs)} / {sum(r == -1 for _, r in xs)} | {right} / {wrong} ({p:.2g}) |")
+    return lines
+
+
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
     """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
     printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
@@ -1112,7 +1183,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
-    lines += _uf_lines() + _training_lines() + _heldout_policy_lines()
+    lines += _uf_lines() + _training_lines() + _labelled_train_lines() + _heldout_policy_lines()
     if moved := _moved_line(res):
         lines += ["", moved]
     lines += ["", _length_line(res, order)]
@@ -1953,9 +2024,10 @@ def main() -> None:
     p.add_argument("--judge-mode", choices=["yesno", "prob"], default="yesno", help="writers-probe: the judge's "
                    "probability mode (default yesno, the study's; prob: the expected 0-9 digit)")
     p.add_argument("--limit", type=int, default=40, help="writers-check: the first N held-out prompts (default 40)")
-    p.add_argument("--pairs", choices=["llmbar", UF_DIR], default="llmbar", help="writers: the held-out pairs "
-                   "(default llmbar, the study's 100 LLMBar pairs; ultrafeedback: 99 UltraFeedback training pairs no "
-                   "run trained on, the training distribution; its arms are kept in the arms' folder's ultrafeedback/)")
+    p.add_argument("--pairs", choices=PAIR_SETS, default="llmbar", help="writers: the pairs judged (default llmbar, "
+                   "the study's 100 held-out LLMBar pairs; ultrafeedback: 99 UltraFeedback training pairs no run "
+                   "trained on, the training distribution; labelled-train: the labelled run's own 200 training pairs, "
+                   "in the order it met them); arms on other pairs are kept in the arms' folder's SET/")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")

@@ -697,3 +697,27 @@ def test_writers_study_judges_the_ultrafeedback_arms_of_the_writers_this_machine
                      ["writers", "warm-grpo", "--writer", f"{learning.LABELLED_RUN[1]}/checkpoints/checkpoint-50",
                       "--max-tokens", "320", "--max-criteria", "3", "--pairs", "ultrafeedback"]]
     assert "warm-evolm: runs/learning/judge-1b5/evolm has not finished on this machine" in capsys.readouterr().out
+
+
+def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubric_pair_by_pair(learning):
+    """Per half of the labelled run: the no-rubric judge's verdicts on its training pairs, the in-training rubrics'
+    majority votes on the same pairs, and where the two differ."""
+    train = learning.WRITERS / "labelled-train"
+    train.mkdir()
+    steps = [1, 1, 1, 1, 26, 26, 26, 26]
+    (train / "heldout_pairs.jsonl").write_text("".join(
+        json.dumps({"prompt": f"t{i}", "chosen": "a", "rejected": "b", "set": "UltraFeedback train", "step": s}) + "\n"
+        for i, s in enumerate(steps)), encoding="utf-8")
+    sha = __import__("hashlib").sha256((train / "heldout_pairs.jsonl").read_bytes()).hexdigest()
+    judge = {"model": learning.JUDGE, "dtype": learning.JUDGE_DTYPE}
+    (train / "none.json").write_text(json.dumps({"arm": "none", "label": "no rubric", "credits": [1, 0, 0, 0.5, 1, 1, 0, 0],
+                                                 "pairs_sha": sha, "key": {"arm": "none", "judge": judge}}),
+                                     encoding="utf-8")
+    votes = [(4, 0), (3, 1), (0, 4), (2, 2), (1, 3), (4, 0), (3, 1), (4, 0)]  # (higher, lower) per (step, slot)
+    (learning.FIGURES / "training").mkdir(parents=True)
+    (learning.FIGURES / "training" / "labelled-pairs.jsonl").write_text("".join(
+        json.dumps({"step": s, "slot": i % 4, "source": "labelled", "higher": h, "lower": lo}) + "\n"
+        for i, (s, (h, lo)) in enumerate(zip(steps, votes))), encoding="utf-8")
+    lines = learning._labelled_train_lines()
+    assert lines[-2] == "| 1-25 | 4 | 1 / 2 | 2 / 1 | 1 / 0 (1) |"
+    assert lines[-1] == "| 26-50 | 4 | 2 / 2 | 3 / 1 | 2 / 1 (1) |"
