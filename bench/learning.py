@@ -510,6 +510,8 @@ def writers_pairs() -> Path:
 # questions, whose answers its rubric steps contrast, and the labelled run's pairs); the other 314 were never a rubric-
 # step or policy question. Of those, the pairs with a strict preference (GPT-4 ratings) whose answers are each under
 # HELDOUT_MAX_CHARS, in file order: 99 pairs, kept beside their arms.
+EVOLM_RUN = ("configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm")  # the study's two training runs:
+LABELLED_RUN = ("configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled")  # (config, run dir)
 UF_DIR = "ultrafeedback"  # WRITERS/ultrafeedback: the arms on these pairs
 UF_ARMS = ("none", "warm", "warm-grpo", "warm-evolm")
 UF_TRAINED = 200  # rubric-step questions of each run (50 steps x 4), the first policy questions of the EvoLM run
@@ -562,32 +564,54 @@ def uf_pairs() -> Path:
     return dst
 
 
-# The labelled run's in-training votes rose from 47 / 45 (steps 1-25) to 60 / 29 (steps 26-50): a writer that learned,
-# or later pairs that were easier for the judge? Its own 200 training pairs, in the order it was dealt them, judged
-# with no rubric, tell the two apart (``_labelled_train_lines``).
-TRAIN_DIR = "labelled-train"  # WRITERS/labelled-train
+# Each training run's own rubric-step pairs, judged with no rubric: do the writer's rubrics change the judge's verdict
+# on the pairs it is rewarded on, or do the pairs decide? The labelled run's in-training votes rose from 47 / 45 (steps
+# 1-25) to 60 / 29 (steps 26-50): a writer that learned, or later pairs easier for the judge (``_train_pairs_lines``)?
+TRAIN_SETS = {"labelled-train": LABELLED_RUN, "evolm-train": EVOLM_RUN}  # pair set -> (config, run directory)
 
 
-def labelled_train_pairs() -> Path:
-    """The labelled run's 200 training pairs in the order its rubric steps were dealt them (``step``: 1-50), built
-    once and kept in the repository."""
-    dst = WRITERS / TRAIN_DIR / "heldout_pairs.jsonl"
-    if not dst.exists():
+def _sample_pairs(samples_dir: Path, source: str) -> list[dict[str, Any]]:
+    """A run's rubric-step pairs from its samples (``samples/phase-*-rubric.jsonl``, one row per sampled rubric), one
+    row per (step, slot) in that order: the better answer (the fresh one of a temporal pair) as ``chosen``."""
+    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    for f in sorted(samples_dir.glob("phase-*-rubric.jsonl")):
+        for r in _jsonl(f):
+            if r.get("role") == "rubric" and r.get("a_pos") is not None and r.get("a_neg") is not None:
+                pairs.setdefault((int(r["step"]), int(r["slot"])), {
+                    "prompt": r["question"], "chosen": r["a_pos"], "rejected": r["a_neg"], "set": source,
+                    "step": int(r["step"]), "slot": int(r["slot"])})
+    return [pairs[k] for k in sorted(pairs)]
+
+
+def train_pairs(name: str) -> Path:
+    """The pairs of ``TRAIN_SETS[name]``'s rubric steps in the order the run met them (``step``, ``slot``), built once
+    and kept in the repository: the labelled run's by the package's deal (``_labelled_deal``; equal to its recorded
+    samples), the EvoLM run's temporal pairs from its samples once it has finished on this machine."""
+    dst = WRITERS / name / "heldout_pairs.jsonl"
+    if dst.exists():
+        return dst
+    config, run = TRAIN_SETS[name]
+    if name == "labelled-train":
         rows = [{"prompt": p.question, "chosen": p.a_pos, "rejected": p.a_neg, "set": "UltraFeedback train",
                  "step": r + 1} for r, step in enumerate(_labelled_deal()[2]) for p in step]
-        _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
+    elif not _finished(ROOT / run, config):
+        raise SystemExit(f"--pairs {name}: {run} has not finished on this machine: its rubric-step pairs are not "
+                         "all made")
+    else:
+        rows = _sample_pairs(ROOT / run / "samples", "EvoLM temporal")
+    _write(dst, "".join(json.dumps(r) + "\n" for r in rows))
     return dst
 
 
-PAIR_SETS = ("llmbar", UF_DIR, TRAIN_DIR)
+PAIR_SETS = ("llmbar", UF_DIR, *TRAIN_SETS)
 
 
 def pair_set(name: str) -> tuple[Path, Path]:
-    """(where a held-out pair set's arms are kept, its pairs): ``llmbar`` (the study's), ``ultrafeedback``
-    (``uf_pairs``) or ``labelled-train`` (``labelled_train_pairs``)."""
+    """(where a pair set's arms are kept, its pairs): ``llmbar`` (the study's held-out pairs), ``ultrafeedback``
+    (``uf_pairs``) or a run's own rubric-step pairs (``train_pairs``)."""
     if name == "llmbar":
         return WRITERS, writers_pairs()
-    return WRITERS / name, (uf_pairs() if name == UF_DIR else labelled_train_pairs())
+    return WRITERS / name, (uf_pairs() if name == UF_DIR else train_pairs(name))
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -1091,30 +1115,37 @@ def _uf_lines() -> list[str]:
     return lines
 
 
-def _labelled_train_lines() -> list[str]:
-    """The labelled run's own training pairs, once the no-rubric arm has judged them (``labelled_train_pairs``): per
-    half of the run, the judge with no rubric against the judge under the rubrics the writer wrote for those pairs in
-    training (``training/labelled-pairs.jsonl``: the majority of a pair's sampled rubrics), pair by pair. A half
-    where both side with the label alike was easy or hard for the judge whatever the rubric; a writer that learned
-    shows as rubrics right where no rubric was wrong."""
-    if not (WRITERS / TRAIN_DIR / "heldout_pairs.jsonl").exists():
+def _train_pairs_lines(name: str) -> list[str]:
+    """A run's own rubric-step pairs (``train_pairs``), once the no-rubric arm has judged them: per half of the run,
+    the judge with no rubric against the judge under the rubrics the writer wrote for those pairs in training
+    (``training/RUN-pairs.jsonl``: the majority of a pair's sampled rubrics), pair by pair. A half where both side
+    with the better answer alike was easy or hard for the judge whatever the rubric; a writer that learned shows as
+    rubrics right where no rubric was wrong."""
+    from evolm.config import load_config
+
+    config, run = TRAIN_SETS[name]
+    if not (WRITERS / name / "heldout_pairs.jsonl").exists():
         return []
-    res, order = _judged_arms(("none",), TRAIN_DIR)
-    votes = _jsonl(FIGURES / "training" / f"{Path(LABELLED_RUN[1]).name}-pairs.jsonl")
+    res, order = _judged_arms(("none",), name)
+    votes = _jsonl(FIGURES / "training" / f"{Path(run).name}-pairs.jsonl")
     if "none" not in res or not votes:
         return []
-    steps = [r["step"] for r in _jsonl(WRITERS / TRAIN_DIR / "heldout_pairs.jsonl")]
+    cfg = load_config(str(ROOT / config))
+    half_at, n = cfg.total_steps // 2, cfg.schedule.prompts_per_step
+    where = [(r["step"], r.get("slot", i % n)) for i, r in enumerate(_jsonl(WRITERS / name / "heldout_pairs.jsonl"))]
     credit = dict(zip(res["none"]["keys"], res["none"]["credits"], strict=True))
     rubric = {(v["step"], v["slot"]): (v["higher"] > v["lower"]) - (v["higher"] < v["lower"]) for v in votes}
     rows: dict[str, list[tuple[int, int]]] = {}
-    for i, (key, step) in enumerate(zip(order, steps, strict=True)):
-        if key in credit and (step, i % 4) in rubric:
-            half = "1-25" if step <= 25 else "26-50"
-            rows.setdefault(half, []).append((int(2 * credit[key]) - 1, rubric[(step, i % 4)]))
-    lines = ["", "The labelled run's own 200 training pairs, in the order it met them: the judge with no rubric "
-             "(`python bench/learning.py writers none --pairs labelled-train`) against the judge under the rubrics the "
-             "writer wrote for each pair in training (the majority of its sampled rubrics), pair by pair:", "",
-             "| steps | pairs | no rubric: for / against the label | the writer's rubrics in training: for / against | "
+    for key, (step, slot) in zip(order, where, strict=True):
+        if key in credit and (step, slot) in rubric:
+            half = f"1-{half_at}" if step <= half_at else f"{half_at + 1}-{cfg.total_steps}"
+            rows.setdefault(half, []).append((int(2 * credit[key]) - 1, rubric[(step, slot)]))
+    better = "the label" if name == "labelled-train" else "the newer answer"
+    lines = ["", f"{'The labelled' if name == 'labelled-train' else 'The EvoLM'} run's own {len(order)} rubric-step "
+             f"pairs, in the order it met them: the judge with no rubric (`python bench/learning.py writers none "
+             f"--pairs {name}`) against the judge under the rubrics the writer wrote for each pair in training (the "
+             "majority of its sampled rubrics), pair by pair:", "",
+             f"| steps | pairs | no rubric: for / against {better} | the writer's rubrics in training: for / against | "
              "rubrics right where no rubric was wrong / the reverse (sign test p) |", "|---|---|---|---|---|"]
     for half, xs in rows.items():
         right = sum(r == 1 and n == -1 for n, r in xs)
@@ -1183,7 +1214,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                      f"{_f(s['criteria_per_rubric'])} | {_f(s['label_only'])} | {_f(s['specific_value'])} | "
                      f"{_f(s['constraint'])} | {_f(s['criterion_chars'], 0)} | {_f(x.get('rubrics_with_repeat'))} | "
                      f"{_f(x.get('criteria_from_example'))} |")
-    lines += _uf_lines() + _training_lines() + _labelled_train_lines() + _heldout_policy_lines()
+    lines += _uf_lines() + _training_lines() + [x for name in TRAIN_SETS for x in _train_pairs_lines(name)]
+    lines += _heldout_policy_lines()
     if moved := _moved_line(res):
         lines += ["", moved]
     lines += ["", _length_line(res, order)]
@@ -1214,8 +1246,6 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
 
 # The study's training runs with the 1.5B judge: (label, config, run directory). writers-table copies each run's step
 # records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
-EVOLM_RUN = ("configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm")  # (config, run directory)
-LABELLED_RUN = ("configs/learning/judge-1b5/labelled.yaml", "runs/learning/judge-1b5/labelled")
 TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens (stopped)",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
                  ("warm start + EvoLM, second run: lost with its machine",
@@ -1409,20 +1439,22 @@ def _arm_call(arm: str, writer: Path | None, log: Path, env: dict[str, str] | No
     _call([sys.executable, __file__, "writers", arm, *how, *pairs], log, env=env)
 
 
-def uf_arms() -> None:
-    """The held-out UltraFeedback arms (``uf_pairs``) of the writers this machine has: no rubric, the warm start and
-    each training run's final checkpoint. A finished arm is left as it is; one whose run has not finished here is
-    said in one line (its checkpoint lives in ``runs/``, on the machine that trained it)."""
+def other_pair_arms() -> None:
+    """The arms on the study's other pair sets of the writers this machine has: on the held-out UltraFeedback pairs
+    (``uf_pairs``) no rubric, the warm start and each training run's final checkpoint; on each finished run's own
+    rubric-step pairs (``train_pairs``) no rubric. A finished arm is left as it is; one whose run has not finished
+    here is said in one line (its checkpoint and samples live in ``runs/``, on the machine that trained it)."""
     runs = {"warm-grpo": LABELLED_RUN, "warm-evolm": EVOLM_RUN}
-    for arm in UF_ARMS:
-        if (WRITERS / UF_DIR / f"{arm}.json").exists():
+    todo = [(arm, UF_DIR, runs.get(arm)) for arm in UF_ARMS] + [("none", name, run) for name, run in TRAIN_SETS.items()]
+    for arm, pairs_name, run in todo:
+        if (WRITERS / pairs_name / f"{arm}.json").exists():
             continue
-        if arm in runs and not _finished(ROOT / runs[arm][1], runs[arm][0]):
-            print(f"{arm}: {runs[arm][1]} has not finished on this machine: not judged on the UltraFeedback pairs",
-                  flush=True)
+        if run is not None and not _finished(ROOT / run[1], run[0]):
+            print(f"{arm} on {pairs_name}: {run[1]} has not finished on this machine: not judged", flush=True)
             continue
-        writer = {"none": None, "warm": ROOT / WARM_START}.get(arm) or final_checkpoint(ROOT / runs[arm][1])
-        _arm_call(arm, writer, ROOT / WARM_START.rsplit("/", 1)[0] / f"{arm}-{UF_DIR}.log", pairs_name=UF_DIR)
+        writer = (None if arm == "none" else ROOT / WARM_START if arm == "warm"
+                  else final_checkpoint(ROOT / runs[arm][1]))
+        _arm_call(arm, writer, ROOT / WARM_START.rsplit("/", 1)[0] / f"{arm}-{pairs_name}.log", pairs_name=pairs_name)
 
 
 def _in_thread(errors: list[BaseException], fn: Callable[..., Any], *args: Any) -> threading.Thread:
@@ -1506,7 +1538,7 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
 def writers_study(one_at_a_time: bool = False) -> None:
     """The 1.5B study's remaining work in one resumable command: the warm start if this machine lacks it (rebuilt,
     then checked against the kept warm arm's rubrics), both training runs side by side (one thread each), each
-    followed by its writer's held-out arm, then the arms on the held-out UltraFeedback pairs (``uf_arms``) and the
+    followed by its writer's held-out arm, then the arms on the other pair sets (``other_pair_arms``) and the
     tables. Run it again after an interruption; finished parts are skipped. ``one_at_a_time``: one run after the
     other (``ONE_AT_A_TIME`` says the order and why), each on all the cores (the same total time on 2 cores, and the
     first run's answers in a fraction of it)."""
@@ -1521,7 +1553,7 @@ def writers_study(one_at_a_time: bool = False) -> None:
         runs = {arm: (arm, config, run) for arm, config, run in STUDY_RUNS}
         for arm in ONE_AT_A_TIME:
             _study_chain(*runs[arm])
-        uf_arms()
+        other_pair_arms()
         writers_table()
         return
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")  # two runs share the cores
@@ -1529,7 +1561,7 @@ def writers_study(one_at_a_time: bool = False) -> None:
     for t in [_in_thread(errors, _study_chain, *spec) for spec in STUDY_RUNS]:
         t.join()
     _raise_any(errors)
-    uf_arms()
+    other_pair_arms()
     writers_table()
 
 
@@ -2026,8 +2058,8 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=40, help="writers-check: the first N held-out prompts (default 40)")
     p.add_argument("--pairs", choices=PAIR_SETS, default="llmbar", help="writers: the pairs judged (default llmbar, "
                    "the study's 100 held-out LLMBar pairs; ultrafeedback: 99 UltraFeedback training pairs no run "
-                   "trained on, the training distribution; labelled-train: the labelled run's own 200 training pairs, "
-                   "in the order it met them); arms on other pairs are kept in the arms' folder's SET/")
+                   "trained on, the training distribution; labelled-train, evolm-train: a run's own rubric-step pairs, "
+                   "in the order it met them, for no rubric); arms on other pairs are kept in the arms' folder's SET/")
     p.add_argument("--write-only", action="store_true", help="writers: write the arm's rubrics and stop (judged later)")
     p.add_argument("--max-tokens", type=int, default=480, help="writers: rubric token budget (default 480, what the "
                    "rubric grammar's 5 criteria fit)")

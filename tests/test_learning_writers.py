@@ -568,10 +568,10 @@ def test_writers_study_one_at_a_time_runs_labelled_then_evolm_on_all_cores(learn
     order = []
     monkeypatch.setattr(learning, "_study_chain",
                         lambda arm, config, run: order.append((arm, os.environ.get("OMP_NUM_THREADS"))))
-    monkeypatch.setattr(learning, "uf_arms", lambda: order.append(("ultrafeedback", None)))
+    monkeypatch.setattr(learning, "other_pair_arms", lambda: order.append(("other pairs", None)))
     monkeypatch.setattr(learning, "writers_table", lambda: order.append(("table", None)))
     learning.writers_study(one_at_a_time=True)
-    assert order == [("warm-grpo", None), ("warm-evolm", None), ("ultrafeedback", None), ("table", None)]
+    assert order == [("warm-grpo", None), ("warm-evolm", None), ("other pairs", None), ("table", None)]
 
 
 def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_does_not_exist(learning, tmp_path,
@@ -581,7 +581,7 @@ def test_writers_study_on_a_fresh_machine_rebuilds_the_warm_start_where_runs_doe
     checked = []
     monkeypatch.setattr(learning, "writers_check", lambda arm, writer, limit: checked.append((arm, writer)) or 0)
     monkeypatch.setattr(learning, "_study_chain", lambda arm, config, run: None)
-    monkeypatch.setattr(learning, "uf_arms", lambda: None)
+    monkeypatch.setattr(learning, "other_pair_arms", lambda: None)
     monkeypatch.setattr(learning, "writers_table", lambda: None)
     learning.writers_study(one_at_a_time=True)
     log = (tmp_path / f"{learning.WARM_START}.log").read_text(encoding="utf-8")
@@ -677,10 +677,11 @@ def test_writers_refuses_the_handwritten_arm_on_other_pairs(learning, monkeypatc
     assert e.value.code == 2 and "for the LLMBar pairs only" in capsys.readouterr().err
 
 
-def test_writers_study_judges_the_ultrafeedback_arms_of_the_writers_this_machine_has(learning, tmp_path, monkeypatch,
-                                                                                    capsys):
-    """After the training runs: no rubric and the warm start always, a run's final checkpoint once the run finished
-    here; a finished arm is left as it is, and one whose run is not here is said in one line."""
+def test_writers_study_judges_the_other_pair_sets_with_the_writers_this_machine_has(learning, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """After the training runs: on the UltraFeedback pairs no rubric and the warm start always, a run's final
+    checkpoint once the run finished here; no rubric on each finished run's own pairs. A finished arm is left as it
+    is, and one whose run is not here is said in one line."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     (learning.WRITERS / "warm-key.json").write_text(json.dumps({"decoding": {"max_new_tokens": 320,
                                                                              "max_criteria": 3}}), encoding="utf-8")
@@ -691,12 +692,34 @@ def test_writers_study_judges_the_ultrafeedback_arms_of_the_writers_this_machine
     monkeypatch.setattr(learning, "final_checkpoint", lambda run_dir: run_dir / "checkpoints" / "checkpoint-50")
     calls = []
     monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: calls.append([str(c) for c in cmd[2:]]))
-    learning.uf_arms()
+    learning.other_pair_arms()
     assert calls == [["writers", "warm", "--writer", learning.WARM_START, "--max-tokens", "320", "--max-criteria", "3",
                       "--pairs", "ultrafeedback"],
                      ["writers", "warm-grpo", "--writer", f"{learning.LABELLED_RUN[1]}/checkpoints/checkpoint-50",
-                      "--max-tokens", "320", "--max-criteria", "3", "--pairs", "ultrafeedback"]]
-    assert "warm-evolm: runs/learning/judge-1b5/evolm has not finished on this machine" in capsys.readouterr().out
+                      "--max-tokens", "320", "--max-criteria", "3", "--pairs", "ultrafeedback"],
+                     ["writers", "none", "--pairs", "labelled-train"]]
+    out = capsys.readouterr().out
+    assert "warm-evolm on ultrafeedback: runs/learning/judge-1b5/evolm has not finished on this machine" in out
+    assert "none on evolm-train: runs/learning/judge-1b5/evolm has not finished on this machine" in out
+
+
+def test_a_runs_own_pairs_come_from_its_samples_once_it_has_finished(learning, tmp_path, monkeypatch):
+    """The EvoLM run's temporal pairs, one per (step, slot) in that order, the fresh answer as the chosen one; not
+    built (one line) before the run has finished."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    samples = tmp_path / learning.EVOLM_RUN[1] / "samples"
+    samples.mkdir(parents=True)
+    rows = [{"step": s, "role": "rubric", "slot": k, "question": f"q{s}{k}", "a_pos": "new", "a_neg": "old"}
+            for s in (7, 6) for k in (1, 0) for _ in range(4)]  # 4 sampled rubrics per pair
+    (samples / "phase-001-rubric.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr(learning, "_finished", lambda run_dir, config: False)
+    with pytest.raises(SystemExit, match="has not finished on this machine"):
+        learning.train_pairs("evolm-train")
+    monkeypatch.setattr(learning, "_finished", lambda run_dir, config: True)
+    kept = [json.loads(line) for line in learning.train_pairs("evolm-train").read_text(encoding="utf-8").splitlines()]
+    assert [(r["step"], r["slot"], r["prompt"]) for r in kept] == [(6, 0, "q60"), (6, 1, "q61"), (7, 0, "q70"),
+                                                                   (7, 1, "q71")]
+    assert kept[0]["chosen"] == "new" and kept[0]["rejected"] == "old"
 
 
 def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubric_pair_by_pair(learning):
@@ -718,6 +741,6 @@ def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubri
     (learning.FIGURES / "training" / "labelled-pairs.jsonl").write_text("".join(
         json.dumps({"step": s, "slot": i % 4, "source": "labelled", "higher": h, "lower": lo}) + "\n"
         for i, (s, (h, lo)) in enumerate(zip(steps, votes))), encoding="utf-8")
-    lines = learning._labelled_train_lines()
+    lines = learning._train_pairs_lines("labelled-train")
     assert lines[-2] == "| 1-25 | 4 | 1 / 2 | 2 / 1 | 1 / 0 (1) |"
     assert lines[-1] == "| 26-50 | 4 | 2 / 2 | 3 / 1 | 2 / 1 (1) |"
