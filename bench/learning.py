@@ -1524,6 +1524,8 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             said("keeping the step records", keep_records, run)
             said("carrying the run", carry_run, run)  # its last checkpoint, also when training failed
     for step in keep:
+        if (WRITERS / f"{keep[step]}.json").exists():  # judged before (on another machine, say): nothing to keep
+            continue
         start_kept(step)
         if step not in started:
             print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {keep[step]} arm",
