@@ -2119,4 +2119,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from evolm.errors import EvolmError
+
+    try:
+        main()
+    except EvolmError as e:  # what the user can mend (a built-in judge not installed, say): one line, no traceback
+        raise SystemExit(f"error: {e}") from None

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -744,3 +745,12 @@ def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubri
     lines = learning._train_pairs_lines("labelled-train")
     assert lines[-2] == "| 1-25 | 4 | 1 / 2 | 2 / 1 | 1 / 0 (1) |"
     assert lines[-1] == "| 26-50 | 4 | 2 / 2 | 3 / 1 | 2 / 1 (1) |"
+
+
+def test_a_judge_that_is_not_there_is_a_one_line_error_not_a_traceback():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), "writers-probe", "--judge",
+                          "/no/such/judge"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert out.stderr.startswith("error: unknown model '/no/such/judge'")
