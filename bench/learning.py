@@ -1486,8 +1486,9 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     poll: the watcher lives as long as the training."""
     run_dir = ROOT / run
     log = run_dir.parent / f"{run_dir.name}.log"
-    keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS if r == run}
-    if all((WRITERS / f"{a}.json").exists() for a in (arm, *keep.values())):  # every arm judged: nothing to train
+    keep = {step: kept_arm for r, step, kept_arm in KEPT_CHECKPOINTS  # the checkpoints whose arms are still to
+            if r == run and not (WRITERS / f"{kept_arm}.json").exists()}  # judge (not those judged elsewhere)
+    if not keep and (WRITERS / f"{arm}.json").exists():  # every arm judged: nothing to train
         return
     started: dict[int, threading.Thread] = {}
     errors: list[BaseException] = []
@@ -1524,8 +1525,6 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             said("keeping the step records", keep_records, run)
             said("carrying the run", carry_run, run)  # its last checkpoint, also when training failed
     for step in keep:
-        if (WRITERS / f"{keep[step]}.json").exists():  # judged before (on another machine, say): nothing to keep
-            continue
         start_kept(step)
         if step not in started:
             print(f"{run}: checkpoint {step} was not kept (the run passed it elsewhere): no {keep[step]} arm",
@@ -2123,5 +2122,6 @@ if __name__ == "__main__":
 
     try:
         main()
-    except EvolmError as e:  # what the user can mend (a built-in judge not installed, say): one line, no traceback
-        raise SystemExit(f"error: {e}") from None
+    except EvolmError as e:  # what the user can mend (a built-in judge not installed, say): one line and exit 2,
+        print(f"bench/learning.py: error: {e}", file=sys.stderr)  # as the evolm command says it
+        sys.exit(2)

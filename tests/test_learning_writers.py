@@ -351,6 +351,33 @@ def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_bes
     assert sorted(c[3] for c in calls) == ["warm-evolm", "warm-evolm-half"]
 
 
+def test_writers_study_leaves_a_checkpoint_whose_arm_was_judged_elsewhere(learning, tmp_path, monkeypatch, capsys):
+    """A run resumed on another machine after its halfway arm was judged: the halfway checkpoint is neither copied nor
+    judged again, and no line says it was not kept."""
+    monkeypatch.setattr(learning, "ROOT", tmp_path)
+    monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/evolm", 3, "warm-evolm-half"),))
+    (learning.WRITERS / "warm-key.json").write_text(json.dumps(
+        {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
+    (learning.WRITERS / "warm-evolm-half.json").write_text("{}", encoding="utf-8")
+    run, calls = tmp_path / "runs" / "evolm", []
+
+    def fake_call(cmd, log, env=None):
+        calls.append([str(c) for c in cmd])
+        if "train" in calls[-1]:
+            for step in (3, 50):
+                ckpt = run / "checkpoints" / f"checkpoint-{step}"
+                ckpt.mkdir(parents=True)
+                (ckpt / "trainer_state.json").write_text("{}", encoding="utf-8")
+                (ckpt / "evolm_state.json").write_text(json.dumps({"step": step}), encoding="utf-8")
+
+    monkeypatch.setattr(learning, "_call", fake_call)
+    learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm",
+                          poll_s=0.01)
+    assert [c[3] for c in calls if "train" not in c] == ["warm-evolm"]
+    assert not (run / "kept").exists()
+    assert "not kept" not in capsys.readouterr().err
+
+
 def test_writers_study_keeps_a_runs_step_records_in_the_repository_as_the_run_goes(learning, tmp_path, monkeypatch):
     """runs/ is lost with its machine: writers-study copies each step record into docs/results/training/ while the
     run is still going (the recovered working tree then holds them up to its last step)."""
@@ -750,7 +777,7 @@ def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubri
 def test_a_judge_that_is_not_there_is_a_one_line_error_not_a_traceback():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), "writers-probe", "--judge",
                           "/no/such/judge"], capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0
+    assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
-    assert out.stderr.startswith("error: unknown model '/no/such/judge'")
+    assert out.stderr.startswith("bench/learning.py: error: unknown model '/no/such/judge'")
