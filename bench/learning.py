@@ -791,10 +791,10 @@ def _copy_stats(written: dict[str, Any]) -> dict[str, float]:
             "criteria_copying_question": statistics.fmean(q.strip().lower()[:60] in c for q, c in flat)}
 
 
-def training_overlap(pairs_file: Path) -> dict[str, int]:
+def training_overlap(pairs_file: Path) -> dict[str, int | None]:
     """Held-out prompts also found in a training source (first 60 characters, case and spacing ignored): the warm
     start's seed set (``builtin:seed``), GSM8K train (its GSM8K seed rubrics) and the UltraFeedback train pairs
-    (labelled-pair GRPO); a source not on this machine is left out."""
+    (labelled-pair GRPO); None for a source not on this machine (not checked)."""
     from evolm.training.sft import BUILTIN_SEEDS
 
     def norm(text: str) -> str:
@@ -804,7 +804,7 @@ def training_overlap(pairs_file: Path) -> dict[str, int]:
     sources = {"seed rubrics": BUILTIN_SEEDS["builtin:seed"], "GSM8K train": DATA / "gsm8k" / "train.jsonl",
                "UltraFeedback train": DATA / "ultrafeedback_sample" / "train_clean.jsonl"}
     return {name: len(held & {norm(r.get("prompt") or r.get("question") or "") for r in _jsonl(path)})
-            for name, path in sources.items() if path.exists()}
+            if path.exists() else None for name, path in sources.items()}
 
 
 # (question, a criterion naming the expected value, a right answer, a wrong answer): does the judge read the value?
@@ -1228,7 +1228,8 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
         lines += ["", _probe_line(probe["rows"], probe["mode"], probe["judge"], probe.get("dtype", "float32"))]
     overlap = training_overlap(writers_pairs())
     lines += ["", "Held-out prompts found in a training source: " +
-              ", ".join(f"{name} {n}" for name, n in overlap.items()) + "."]
+              ", ".join(f"{name} {n}" if n is not None else f"{name} not checked (its data is not on this machine: "
+                        "`python scripts/fetch_data.py`)" for name, n in overlap.items()) + "."]
     missing = [a for a in PLANNED_ARMS if a not in res or res[a].get("partial")]
     if missing:
         lines += ["", "Not finished: " + ", ".join(ARM_LABELS[a] for a in missing) + " (`python bench/learning.py "

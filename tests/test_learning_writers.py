@@ -781,3 +781,16 @@ def test_a_judge_that_is_not_there_is_a_one_line_error_not_a_traceback():
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
     assert out.stderr.startswith("bench/learning.py: error: unknown model '/no/such/judge'")
+
+
+def test_training_overlap_says_which_sources_it_could_not_check(learning, tmp_path, monkeypatch):
+    """A fresh clone without the fetched data sets: the overlap line names the sources it did not check, rather than
+    leaving them out as if checked."""
+    monkeypatch.setattr(learning, "DATA", tmp_path / "no-data")
+    (tmp_path / "no-data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "no-data" / "gsm8k" / "train.jsonl").write_text(json.dumps({"question": "Q3"}) + "\n", encoding="utf-8")
+    overlap = learning.training_overlap(learning.writers_pairs())
+    assert overlap["GSM8K train"] == 1 and overlap["UltraFeedback train"] is None
+    line = next(x for x in learning.writers_table(write_doc=False)["lines"]
+                if x.startswith("Held-out prompts found in a training source"))
+    assert "GSM8K train 1" in line and "UltraFeedback train not checked" in line
