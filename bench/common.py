@@ -53,11 +53,14 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def print_header(title: str, sizes: dict[str, Any]) -> None:
+def print_header(title: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    """Print the title, the machine and the sizes; return the machine as printed (for a result file)."""
+    info = machine()
     print(f"\n## {title}\n")
-    print("machine: " + ", ".join(f"{k}={v}" for k, v in machine().items()))
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     print("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
     print()
+    return info
 
 
 def timed(fn: Callable[[], Any], repeats: int = 3, warmup: int = 1) -> tuple[float, Any]:

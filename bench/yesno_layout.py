@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_old_module, machine, print_header, table  # noqa: E402
+from common import load_old_module, print_header, table  # noqa: E402
 from learning import (  # noqa: E402
     PROBES,
     ROOT,
@@ -162,8 +162,9 @@ def main() -> None:
     rubrics = handwritten_rubrics()
     fns = variants(args.judge, args.batch_size)
     names = list(fns)
-    print_header("yesno judge layouts", {"judge": args.judge, "pairs": len(pairs), "batch_size": args.batch_size})
-    res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "machine": machine(),
+    host = print_header("yesno judge layouts",
+                        {"judge": args.judge, "pairs": len(pairs), "batch_size": args.batch_size})
+    res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "machine": host,
                            "judge": args.judge, "batch_size": args.batch_size,
                            "cost": cost(fns, pairs, rubrics, args.cost_pairs, args.repeats, args.warmup),
                            "probe": probe(fns)}
