@@ -235,9 +235,37 @@ def _pairs(d: RunData) -> dict[str, Any]:
             p = min(1.0, 2 * sign_p_worse(max(for_, against), min(for_, against)))
             out["trend"].insert(1, f"counted per pair (its rubrics' majority): the better answer preferred in {for_}, "
                                    f"the other in {against}, two-sided sign test p = {p:.3f}")
+    out["precondition"] = precondition_lines(d.metrics)
     policy_means = means.get("policy reward", ([], []))[1]
     out["fell"] = len(policy_means) > 1 and policy_means[-1] < policy_means[0]
     return out
+
+
+PRECONDITION_FIRST = 40  # the first temporal pairs that differ, where a run's early check looks
+
+
+def precondition_lines(metrics: list[dict[str, Any]]) -> list[str]:
+    """Temporal contrast's precondition on prompts a program checks: per rubric step, the temporal pairs whose newer
+    answer follows more of the question's constraints than the older one, fewer, and as many
+    (``newer_passes_*``); then the run's totals and those of its first ``PRECONDITION_FIRST`` pairs that differ."""
+    steps = [r for r in metrics if r["role"] == "rubric" and r.get("newer_passes_more") is not None]
+    if not steps:
+        return []
+    lines, more, fewer, same, early = [], 0, 0, 0, None
+    for r in steps:
+        m, f, s = (int(r[k] or 0) for k in ("newer_passes_more", "newer_passes_fewer", "newer_passes_same"))
+        more, fewer, same = more + m, fewer + f, same + s
+        if early is None and more + fewer >= PRECONDITION_FIRST:
+            early = (more, fewer, int(r["step"]))
+        lines.append(f"step {r['step']}: newer better {m} / worse {f} / same {s}")
+    decided = more + fewer
+    p = min(1.0, 2 * sign_p_worse(max(more, fewer), min(more, fewer))) if decided else 1.0
+    total = (f"over the run: the newer answer follows more constraints in {more} pairs, fewer in {fewer}, as many in "
+             f"{same} ({more / decided:.0%} of those that differ; two-sided sign test p = {p:.3f})" if decided else
+             f"over the run: no temporal pair differed in constraints followed ({same} the same)")
+    if early is not None:
+        total += f"; the first {early[0] + early[1]} that differ (to step {early[2]}): {early[0]} / {early[1]}"
+    return [total, *lines]
 
 
 def _validity(d: RunData) -> Markup | None:

@@ -29,7 +29,8 @@ _COST = ("judge_tokens", "judge_prompt_tokens", "judge_generated_tokens", "judge
 _STDS = {"reward_std", "heldout_policy_score_std"}
 _MAX_ABS = 1e15  # time and seconds are exempt: the header shows a corrupt time as "unreadable"
 _COUNTS = ("heldout_pairs", "heldout_questions", "pair_judgements", "pairs")
-_VOTES = ("pairs_for", "pairs_against")  # counts that may be 0
+_VOTES = ("pairs_for", "pairs_against", "newer_passes_more", "newer_passes_fewer",
+          "newer_passes_same")  # counts that may be 0
 
 
 # ----------------------------------------------------------------------------- loading

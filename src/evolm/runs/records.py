@@ -127,6 +127,11 @@ class StepRecord:
     score_string_share: float | None = _typed(float)  # share of answers with a score-like string ("score: 9")
     length_drift: float | None = _typed(float)  # mean answer length over the first policy steps' mean
     monitor_flagged: float | None = _typed(float)  # share of answers flagged (score string or rubric copy)
+    # rubric steps on prompts with checkable constraints (eval.constraints.newer_passes): temporal pairs whose newer
+    # answer follows more constraints than the older one, fewer, as many: whether the writer's reward had a direction
+    newer_passes_more: int | None = _typed(int)
+    newer_passes_fewer: int | None = _typed(int)
+    newer_passes_same: int | None = _typed(int)
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
     # grpo.use_vllm: the step's vLLM work since the previous step's rewards (mean over processes; trl_adapter item 4)
@@ -196,6 +201,10 @@ class SampleRecord:
     a_pos: str | None = _typed(str)
     a_neg: str | None = _typed(str)
     pair_source: str | None = _typed(str)
+    constraints: list[dict[str, Any]] | None = None  # the question's checkable constraints (eval.constraints)
+    constraints_passed: int | None = _typed(int)  # policy rows: how many of them the completion follows
+    passed_pos: int | None = _typed(int)  # rubric rows: how many the pair's a+ follows
+    passed_neg: int | None = _typed(int)  # ... and its a-
     # per criterion of the judgment, {text, weight, value} (judge modes that read criteria: yesno P(Yes), generative
     # ratings): policy rows' answer; rubric rows' a+ and a-
     criteria: list[dict[str, Any]] | None = None

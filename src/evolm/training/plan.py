@@ -28,9 +28,10 @@ class Plan:
     """The schedule of roles over optimizer steps, and the question each policy slot gets."""
 
     def __init__(self, cfg: RunConfig, questions: Sequence[str], references: dict[str, str] | None = None,
-                 labelled: Sequence[Pair] | None = None) -> None:
+                 labelled: Sequence[Pair] | None = None, constraints: dict[str, str] | None = None) -> None:
         s = cfg.schedule
         self.references = dict(references or {})  # question -> the data's reference answer (reference-aware judges)
+        self.constraints = dict(constraints or {})  # question -> its checkable constraints, JSON (eval.constraints)
         self.regime, self.k, self.cycles = s.regime, s.steps_per_phase, s.cycles
         self.prompts_per_step = s.prompts_per_step
         self.total_steps = cfg.total_steps

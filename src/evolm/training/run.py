@@ -32,6 +32,7 @@ from typing import Any
 
 from evolm.config import RunConfig, path_errors
 from evolm.errors import InputError
+from evolm.eval.constraints import prompt_constraints
 from evolm.judge.cache import cached_judge
 from evolm.judge.judge import build_judge
 from evolm.runs.records import StepRecord
@@ -77,7 +78,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     fit = fit_prompt_set(cfg)  # data.prompts and eval.* without those over data.max_prompt_tokens (said at the start)
     if on_start is not None:
         on_start(replace(start, prompts_skipped=fit.note()))
-    plan = Plan(cfg, fit.questions, fit.references, fit.pairs)  # and the labelled pairs kept
+    plan = Plan(cfg, fit.questions, fit.references, fit.pairs,  # and the labelled pairs kept
+                constraints=prompt_constraints(cfg.data.prompts))  # checkable constraints, where the prompts have them
     first = plan.info(0)  # eval.* files read before any model loads; held-out generation with step 0's seed
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), fit.eval_pairs,
                            fit.eval_questions, on_step)

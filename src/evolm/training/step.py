@@ -17,6 +17,7 @@ from typing import Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.backends.constrained import rubric_schema
 from evolm.config import RunConfig
+from evolm.eval.constraints import constraint_fields, newer_passes
 from evolm.judge.judge import Judge
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.runs.records import (
@@ -71,6 +72,7 @@ class Row(Mapping[str, Any]):
     a_neg: str | None = None
     pair_source: str | None = None
     reference: str | None = None  # policy: the data's reference answer, if any
+    constraints: str | None = None  # the question's checkable constraints as JSON (eval.constraints), if any
 
     def __getitem__(self, key: str) -> Any:
         if key not in _ROW_FIELDS:
@@ -88,14 +90,14 @@ _ROW_FIELDS = tuple(f.name for f in fields(Row))
 
 
 def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: WrittenRubric | None = None,
-         pair: Pair | None = None, reference: str | None = None) -> Row:
+         pair: Pair | None = None, reference: str | None = None, constraints: str | None = None) -> Row:
     """A materialised row of either role."""
     return Row(prompt, question, info.role, info.step + 1, slot, info.cycle, info.phase,
                rubric=json.dumps(written.rubric.to_dict()) if written and written.rubric else None,
                rubric_text=strip_thinking(written.text) if written else None,
                rubric_valid=float(written.valid) if written else None,
                a_pos=pair.a_pos if pair else None, a_neg=pair.a_neg if pair else None,
-               pair_source=pair.source if pair else None, reference=reference)
+               pair_source=pair.source if pair else None, reference=reference, constraints=constraints)
 
 
 def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
@@ -113,8 +115,8 @@ def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
 def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric | None]) -> list[Row]:
     """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w, reference=plan.references.get(q) or None)
-            for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
+    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w, reference=plan.references.get(q) or None,
+                 constraints=plan.constraints.get(q)) for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
 def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer, generate: Generate,
@@ -146,7 +148,8 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
         written = [read_written(t) for t in generate([ask(cfg, q) for q in qs], rubric_params(cfg, info))]
         texts = [render_rubric(w.rubric) if w.rubric else strip_thinking(w.text) for w in written]
         pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, answer, params, sys_prompt)))
-    return [_row(info, s, ask(cfg, pairs[s].question), pairs[s].question, pair=pairs[s]) for s in range(n)]
+    return [_row(info, s, ask(cfg, pairs[s].question), pairs[s].question, pair=pairs[s],
+                 constraints=plan.constraints.get(pairs[s].question)) for s in range(n)]
 
 
 def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
@@ -264,6 +267,8 @@ class Loop:
                               [rows[i]["rubric_valid"] for i in firsts.values()],
                               drop_flat_criteria=self.cfg.rewards.drop_flat_criteria, cost=JudgeCost.total(costs))
         check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
+        if info.role == "rubric":  # the precondition, where a program can check it: is the newer answer better?
+            signals = newer_passes([rows[i] for i in firsts.values()])
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
@@ -279,6 +284,7 @@ class Loop:
         keep, recs = self.cfg.schedule.samples_logged_per_step or len(rows), []
         for row, text, sc in list(zip(rows, completions, scored, strict=True))[:keep]:
             common = {k: row[k] for k in ("step", "role", "cycle", "phase", "slot", "question")}
+            common.update(constraint_fields(row, text))
             if info.role == "policy":
                 rec = SampleRecord(**common, completion=text, reward=sc.reward, score=sc.score,
                                    rubric=json.loads(row["rubric"]) if row["rubric"] else None,

@@ -1,0 +1,185 @@
+"""Checkable constraints: IFEval's instructions ("answer in all capital letters", "add a postscript starting with
+P.S.") attached to a question, and lm-evaluation-harness's own IFEval checkers deciding whether an answer complies.
+
+A prompt with constraints is a JSONL line ``{"prompt": ..., "question": ..., "constraints": [{"id": ..., "kwargs":
+{...}}, ...]}``: ``prompt`` is the question followed by each constraint's instruction text (the checker's own
+``build_description``), ``question`` the base question alone. The training prompts (``data.prompts``) carry the
+constraints through a run: the policy's rows, the replay buffer's questions, the samples and the step records
+(``constraint_counts``: how many temporal pairs have a newer answer passing more constraints than the older one).
+
+The checks are lm-eval's ``test_instruction_following_strict`` (the IFEval paper's strict accuracy), not a second
+implementation: ``check`` hands it the constraint ids and kwargs as IFEval's ``input_data.jsonl`` would.
+
+>>> c = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
+>>> check("Paris.\\nP.S. It is lovely in May.", "Capital of France?", c), check("Paris.", "Capital of France?", c)
+([True], [False])
+>>> caps = constraints_json([{"id": "change_case:english_capital", "kwargs": {}}])
+>>> constraint_reward(["The capital is Paris.", "THE CAPITAL OF FRANCE IS PARIS."], constraints=[caps, caps])
+[0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evolm.errors import InputError
+from evolm.runs.jsonl import read_jsonl
+
+Constraint = Mapping[str, Any]  # {"id": an IFEval instruction id, "kwargs": its arguments}
+
+
+def constraints_json(constraints: Sequence[Constraint]) -> str:
+    """How a row carries its constraints (one string column, as TRL passes every row column to a reward)."""
+    return json.dumps([{"id": c["id"], "kwargs": dict(c.get("kwargs") or {})} for c in constraints], sort_keys=True)
+
+
+def parse_constraints(value: Any, where: str = "constraints") -> list[dict[str, Any]]:
+    """A prompt line's ``constraints`` (a list, or that list as a JSON string) checked against lm-eval's registry;
+    a bad value is a one-line ``InputError`` naming ``where``."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise InputError(f"{where}: not a JSON list of constraints") from None
+    if not isinstance(value, list):
+        raise InputError(f"{where}: must be a list of {{id, kwargs}} objects")
+    known = registry()
+    out = []
+    for i, c in enumerate(value):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or not isinstance(c.get("kwargs", {}), dict):
+            raise InputError(f"{where}[{i}]: must be an object {{id: str, kwargs: object}}")
+        if c["id"] not in known:
+            raise InputError(f"{where}[{i}]: unknown IFEval instruction id {c['id']!r}")
+        out.append({"id": c["id"], "kwargs": dict(c.get("kwargs") or {})})
+    return out
+
+
+def prompt_constraints(spec: str) -> dict[str, str]:
+    """question -> its constraints as JSON, from a prompts file's optional ``constraints`` field (``data.prompts``; a
+    built-in set has none); a malformed entry is a one-line ``InputError`` naming its line."""
+    if spec.startswith("builtin:"):
+        return {}
+    rows = read_jsonl(Path(spec), required=["prompt"])
+    return {str(r["prompt"]): constraints_json(parse_constraints(r["constraints"], f"{spec}: line {i} constraints"))
+            for i, r in enumerate(rows, start=1) if r.get("constraints")}
+
+
+def registry() -> Mapping[str, Any]:
+    """lm-eval's IFEval instruction registry (id -> checker class), imported without a download (NLTK's punkt_tab
+    from an installed package: ``evolm.eval.offline``)."""
+    from evolm.eval.offline import ensure_punkt_tab
+
+    ensure_punkt_tab()
+    try:
+        from lm_eval.tasks.ifeval import instructions_registry
+    except ImportError:
+        raise InputError("checkable constraints need lm-evaluation-harness: pip install 'evolm[eval]'") from None
+    return instructions_registry.INSTRUCTION_DICT
+
+
+def describe(constraint: Constraint) -> str:
+    """The instruction text IFEval's checker writes for this constraint (what the prompt asks for)."""
+    checker = registry()[constraint["id"]](constraint["id"])
+    return str(checker.build_description(**{k: v for k, v in (constraint.get("kwargs") or {}).items() if v}))
+
+
+def check(answer: str, prompt: str, constraints: Sequence[Constraint]) -> list[bool]:
+    """Whether ``answer`` follows each constraint: lm-eval's strict IFEval check (an empty answer follows none)."""
+    registry()
+    from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_strict
+
+    example = InputExample(key=0, instruction_id_list=[c["id"] for c in constraints], prompt=prompt,
+                           kwargs=[dict(c.get("kwargs") or {}) for c in constraints])
+    return list(test_instruction_following_strict(example, answer).follow_instruction_list)
+
+
+def passed(answer: str, prompt: str, constraints: Sequence[Constraint]) -> int:
+    """How many of ``constraints`` the answer follows."""
+    return sum(check(answer, prompt, constraints))
+
+
+def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | None] = (), prompts: Any = None,
+                      question: Sequence[str] | None = None, **_: Any) -> list[float | None]:
+    """A TRL-style reward (``rewards.extra``): the share of its row's constraints an answer follows, ``None`` for a
+    row without constraints (TRL's "no reward from this function"). Reads the rows' ``constraints`` column (JSON)
+    and, for the checkers that need it, ``question``; a conversational completion is read as its last message."""
+    out: list[float | None] = []
+    for i, completion in enumerate(completions):
+        text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
+        cs = parse_constraints(constraints[i]) if i < len(constraints) and constraints[i] else []
+        q = question[i] if question is not None and i < len(question) else ""
+        out.append(passed(text, q, cs) / len(cs) if cs else None)
+    return out
+
+
+# ----------------------------------------------------------------------------- families: the study's constraints
+
+KwargsMaker = Callable[[random.Random], dict[str, Any]]
+
+FAMILIES: dict[str, KwargsMaker] = {
+    "detectable_content:postscript": lambda r: {"postscript_marker": "P.S."},
+    "detectable_format:title": lambda r: {},
+    "startend:quotation": lambda r: {},
+    "change_case:english_capital": lambda r: {},
+    "change_case:english_lowercase": lambda r: {},
+    "punctuation:no_comma": lambda r: {},
+    "length_constraints:number_words": lambda r: {"relation": "less than", "num_words": r.choice([40, 60, 80])},
+    "startend:end_checker": lambda r: {"end_phrase": r.choice(["Is there anything else I can help with?",
+                                                               "Any other questions?", "That is all."])},
+    "detectable_format:number_highlighted_sections": lambda r: {"num_highlights": r.choice([1, 2])},
+    "detectable_format:json_format": lambda r: {},
+    "detectable_format:number_bullet_lists": lambda r: {"num_bullets": r.choice([2, 3])},
+    "detectable_content:number_placeholders": lambda r: {"num_placeholders": r.choice([1, 2])},
+    "combination:two_responses": lambda r: {},
+    "length_constraints:number_sentences": lambda r: {"relation": "less than", "num_sentences": r.choice([2, 3])},
+}
+"""IFEval families a short chat answer can meet, with arguments drawn for each prompt (seeded: the same sets on any
+machine)."""
+
+
+def with_constraints(question: str, family_ids: Sequence[str], rng: random.Random) -> dict[str, Any]:
+    """A prompt line: ``question`` and the families' instructions (IFEval's own text), with their ids and kwargs."""
+    constraints = [{"id": f, "kwargs": FAMILIES[f](rng)} for f in family_ids]
+    text = " ".join(describe(c) for c in constraints)
+    return {"prompt": f"{question.strip()}\n\n{text}", "question": question.strip(), "constraints": constraints}
+
+
+# ----------------------------------------------------------------------------- what a run records
+
+
+def newer_passes(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Temporal contrast's precondition where a program can check it: of a rubric step's temporal pairs (one row per
+    question) whose question has constraints, how many have a newer answer (a+) following more constraints than
+    the older one (a-), fewer, and as many. Empty when the step has no such pair (ordinary data: the judge's own
+    preference, ``pairs_for`` / ``pairs_against``, is what a run records there).
+
+    >>> c = constraints_json([{"id": "startend:quotation", "kwargs": {}}])
+    >>> row = {"pair_source": "temporal:window", "constraints": c, "question": "q", "a_pos": '"Hi."', "a_neg": "Hi."}
+    >>> newer_passes([row, {**row, "a_pos": "Hi."}, {**row, "pair_source": "labelled"}])
+    {'newer_passes_more': 1, 'newer_passes_fewer': 0, 'newer_passes_same': 1}
+    """
+    diffs = []
+    for r in rows:
+        if r.get("constraints") and str(r.get("pair_source") or "").startswith("temporal"):
+            cs, q = parse_constraints(r["constraints"]), str(r["question"])
+            diffs.append(passed(str(r["a_pos"]), q, cs) - passed(str(r["a_neg"]), q, cs))
+    if not diffs:
+        return {}
+    return {"newer_passes_more": sum(d > 0 for d in diffs), "newer_passes_fewer": sum(d < 0 for d in diffs),
+            "newer_passes_same": sum(d == 0 for d in diffs)}
+
+
+def constraint_fields(row: Mapping[str, Any], completion: str) -> dict[str, Any]:
+    """A sample's constraint columns: the constraints, and how many of them the answer follows (a policy row's
+    completion; a rubric row's pair, ``passed_pos`` / ``passed_neg``). Empty for a question without constraints."""
+    if not row.get("constraints"):
+        return {}
+    cs, q = parse_constraints(row["constraints"]), str(row["question"])
+    if row.get("role") == "policy":
+        return {"constraints": cs, "constraints_passed": passed(completion, q, cs)}
+    return {"constraints": cs, "passed_pos": passed(str(row["a_pos"]), q, cs) if row.get("a_pos") is not None else None,
+            "passed_neg": passed(str(row["a_neg"]), q, cs) if row.get("a_neg") is not None else None}

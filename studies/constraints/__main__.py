@@ -1,0 +1,260 @@
+"""EvoLM where the better answer is known: the study's steps, each writing into studies/constraints/results/.
+
+  survey      sample the policy's answers to the survey prompts (every family, one constraint each) and check them:
+              the base pass rate per family, and natural pairs (a compliant and a non-compliant answer to one prompt)
+  visibility  what the frozen judge can see per family: its pair accuracy with the constraint stated as the only
+              criterion, against no rubric, on the survey's natural pairs
+
+Build the prompt sets first: `python scripts/build_constraint_prompts.py` (after `python scripts/fetch_data.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scipy.stats import binomtest
+
+from evolm.errors import EvolmError
+from evolm.runs.jsonl import read_jsonl, write_jsonl
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+POLICY = "smollm2-135m-instruct"
+JUDGE = "qwen2.5-coder-1.5b-instruct"  # the study's one judge: yesno, bfloat16, evolm's default defences
+JUDGE_MODE, JUDGE_DTYPE = "yesno", "bfloat16"
+
+
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """Wilson 95% interval of k successes in n (scipy.stats); a half credit is rounded down."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    ci = binomtest(int(k), n).proportion_ci(method="wilson")
+    return (ci.low, ci.high)
+
+
+def machine() -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    import os
+
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def stamp() -> dict[str, str]:
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine()}
+
+
+def short(family: str) -> str:
+    return family.split(":", 1)[1]
+
+
+# ============================================================================= survey: base pass rates
+
+
+def survey(args: argparse.Namespace) -> None:
+    from evolm.backends.base import SamplingParams
+    from evolm.backends.loading import load_backend
+    from evolm.config import RunConfig
+    from evolm.eval.constraints import check
+    from evolm.training.contrast import policy_messages
+
+    rows = read_jsonl(args.prompts, required=["prompt", "constraints", "families"])
+    by_family: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        if len(by_family[r["families"][0]]) < args.per_family:
+            by_family[r["families"][0]].append(r)
+    chosen = [r for f in by_family for r in by_family[f] if not args.families or f in args.families.split(",")]
+    system = RunConfig().model.system_prompt
+    backend = load_backend(args.model, dtype="float32", batch_size=args.batch_size)
+    params = SamplingParams(args.temperature, 0.95, args.max_new_tokens, args.seed)
+    convs = [policy_messages(r["prompt"], system) for r in chosen for _ in range(args.samples)]
+    t0 = time.time()
+    answers = backend.generate(convs, params, progress=True)
+    seconds = time.time() - t0
+    out = []
+    for i, r in enumerate(chosen):
+        for s in range(args.samples):
+            a = answers[i * args.samples + s]
+            ok = check(a, r["question"], r["constraints"])
+            out.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
+                        "family": r["families"][0], "sample": s, "model": args.model, "answer": a,
+                        "passed": ok})
+    name = args.model.replace("/", "_")
+    write_jsonl(RESULTS / f"survey-{name}.jsonl", out)
+    table = survey_table(out)
+    (RESULTS / f"survey-{name}.json").write_text(json.dumps(
+        {"model": args.model, "samples": args.samples, "temperature": args.temperature,
+         "max_new_tokens": args.max_new_tokens, "seconds": round(seconds, 1), **stamp(), "families": table},
+        indent=1) + "\n")
+    print_survey(table, args.model)
+
+
+def survey_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    per: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        per[r["family"]].append(r)
+    out = {}
+    for f, rs in per.items():
+        k = sum(r["passed"][0] for r in rs)
+        prompts = collections.defaultdict(list)
+        for r in rs:
+            prompts[r["prompt"]].append(r["passed"][0])
+        mixed = sum(1 for v in prompts.values() if any(v) and not all(v))
+        out[f] = {"answers": len(rs), "passed": k, "pass_rate": k / len(rs), "ci": wilson(k, len(rs)),
+                  "prompts": len(prompts), "mixed_prompts": mixed}
+    return out
+
+
+def print_survey(table: dict[str, dict[str, Any]], model: str) -> None:
+    print(f"\nbase pass rate per family ({model}):")
+    print(f"{'family':32} {'answers':>7} {'pass rate':>10} {'95% CI':>15} {'prompts mixed':>14}")
+    for f, t in sorted(table.items(), key=lambda kv: -kv[1]["pass_rate"]):
+        lo, hi = t["ci"]
+        print(f"{short(f):32} {t['answers']:>7} {t['pass_rate']:>10.3f} {f'[{lo:.2f}, {hi:.2f}]':>15} "
+              f"{t['mixed_prompts']:>7} / {t['prompts']}")
+
+
+# ============================================================================= visibility: what the judge sees
+
+
+def natural_pairs(rows: list[dict], per_family: int) -> list[dict]:
+    """Per prompt with a compliant and a non-compliant answer, the first of each: one pair per prompt."""
+    by_prompt: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        by_prompt[r["prompt"]].append(r)
+    pairs, count = [], collections.Counter()
+    for prompt, rs in by_prompt.items():
+        good = [r for r in rs if all(r["passed"])]
+        bad = [r for r in rs if not any(r["passed"])]
+        f = rs[0]["family"]
+        if good and bad and count[f] < per_family:
+            count[f] += 1
+            pairs.append({"prompt": prompt, "question": rs[0]["question"], "constraints": rs[0]["constraints"],
+                          "family": f, "chosen": good[0]["answer"], "rejected": bad[0]["answer"],
+                          "chosen_model": good[0]["model"], "rejected_model": bad[0]["model"]})
+    return pairs
+
+
+def stated_rubric(constraints: list[dict]) -> Any:
+    """The ceiling: each constraint, as its instruction text, one criterion of equal weight."""
+    from evolm.eval.constraints import describe
+    from evolm.rubrics import Criterion, Rubric
+
+    w = 1.0 / len(constraints)
+    return Rubric(tuple(Criterion(describe(c), w) for c in constraints))
+
+
+def load_judge(model: str = JUDGE) -> Any:
+    from evolm.backends.loading import load_backend
+    from evolm.judge.judge import Judge
+
+    return Judge(load_backend(model, dtype=JUDGE_DTYPE, batch_size=8), mode=JUDGE_MODE)
+
+
+def credit(s_pos: float | None, s_neg: float | None) -> float:
+    if s_pos is None or s_neg is None:
+        return 0.5
+    return 1.0 if s_pos > s_neg else 0.5 if s_pos == s_neg else 0.0
+
+
+def visibility(args: argparse.Namespace) -> None:
+    from evolm.judge.judge import JudgeItem
+
+    rows = [r for f in args.survey for r in read_jsonl(f)]
+    pairs = natural_pairs(rows, args.pairs)
+    if args.families:
+        pairs = [p for p in pairs if p["family"] in args.families.split(",")]
+    judge = load_judge(args.judge)
+    items = []
+    for p in pairs:
+        rubric = stated_rubric(p["constraints"])
+        for answer in (p["chosen"], p["rejected"]):
+            items.append(JudgeItem(p["prompt"], answer))
+            items.append(JudgeItem(p["prompt"], answer, rubric=rubric))
+    t0 = time.time()
+    scores = [j.score for j in judge.score(items, progress=True)]
+    seconds = time.time() - t0
+    out = []
+    for i, p in enumerate(pairs):
+        none_pos, stated_pos, none_neg, stated_neg = scores[4 * i:4 * i + 4]
+        out.append({**p, "none": [none_pos, none_neg], "stated": [stated_pos, stated_neg],
+                    "credit_none": credit(none_pos, none_neg), "credit_stated": credit(stated_pos, stated_neg)})
+    name = args.judge.replace("/", "_")
+    write_jsonl(RESULTS / f"visibility-{name}.jsonl", out)
+    table = visibility_table(out)
+    (RESULTS / f"visibility-{name}.json").write_text(json.dumps(
+        {"judge": args.judge, "mode": JUDGE_MODE, "dtype": JUDGE_DTYPE, "seconds": round(seconds, 1), **stamp(),
+         "families": table}, indent=1) + "\n")
+    print_visibility(table, args.judge)
+
+
+def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    per: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        per[r["family"]].append(r)
+    per["all"] = rows
+    out = {}
+    for f, rs in per.items():
+        n = len(rs)
+        none, stated = sum(r["credit_none"] for r in rs), sum(r["credit_stated"] for r in rs)
+        up = sum(r["credit_stated"] > r["credit_none"] for r in rs)
+        down = sum(r["credit_stated"] < r["credit_none"] for r in rs)
+        p = binomtest(up, up + down).pvalue if up + down else 1.0
+        out[f] = {"pairs": n, "none": none / n, "stated": stated / n, "lift": (stated - none) / n,
+                  "stated_ci": wilson(stated, n), "better": up, "worse": down, "sign_p": p}
+    return out
+
+
+def print_visibility(table: dict[str, dict[str, Any]], judge: str) -> None:
+    print(f"\nthe judge's pair accuracy per family ({judge}, {JUDGE_MODE}, {JUDGE_DTYPE}): constraint stated vs none")
+    print(f"{'family':32} {'pairs':>5} {'none':>6} {'stated':>7} {'lift':>6} {'better/worse':>13} {'sign p':>7}")
+    for f, t in sorted(table.items(), key=lambda kv: (kv[0] == "all", -kv[1]["lift"])):
+        print(f"{short(f) if f != 'all' else 'all':32} {t['pairs']:>5} {t['none']:>6.3f} {t['stated']:>7.3f} "
+              f"{t['lift']:>+6.3f} {t['better']:>6} / {t['worse']:<4} {t['sign_p']:>7.3f}")
+
+
+# ============================================================================= command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m studies.constraints", description=__doc__.splitlines()[0],
+                                epilog="\n".join(__doc__.splitlines()[2:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("survey", help="base pass rates per family, and natural pairs")
+    s.add_argument("--prompts", type=Path, default=Path("data/constraints/survey.jsonl"))
+    s.add_argument("--model", default=POLICY, help="the policy (default: %(default)s)")
+    s.add_argument("--families", default="", help="only these families, comma-separated (default: all)")
+    s.add_argument("--per-family", type=int, default=24, help="prompts per family (default: 24)")
+    s.add_argument("--samples", type=int, default=4, help="answers per prompt (default: 4, a GRPO group)")
+    s.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0, GRPO's)")
+    s.add_argument("--max-new-tokens", type=int, default=256)
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=survey)
+    v = sub.add_parser("visibility", help="the judge's pair accuracy per family, constraint stated vs no rubric")
+    v.add_argument("--survey", type=Path, nargs="+", default=[RESULTS / f"survey-{POLICY}.jsonl"],
+                   help="survey answer files whose natural pairs are judged")
+    v.add_argument("--judge", default=JUDGE, help="(default: %(default)s)")
+    v.add_argument("--families", default="", help="only these families, comma-separated (default: all)")
+    v.add_argument("--pairs", type=int, default=20, help="natural pairs per family, at most (default: 20)")
+    v.set_defaults(fn=visibility)
+    args = p.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    try:
+        args.fn(args)
+    except EvolmError as e:
+        print(f"studies.constraints: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
