@@ -232,3 +232,23 @@ def test_the_cli_help_names_every_builtin_model() -> None:
     from evolm.cli._common import MODEL_NAMES
 
     assert all(name in MODEL_NAMES for name in BUILTIN_MODELS), MODEL_NAMES
+
+
+def test_a_lora_checkpoint_of_a_builtin_model_names_its_base_by_the_builtin_name(tmp_path: Path) -> None:
+    import json
+
+    from evolm.backends.loading import ADAPTER_CONFIG, adapter_base, builtin_model_dir, name_adapter_base
+
+    ckpt = tmp_path / "checkpoint-2"
+    ckpt.mkdir()
+    local = str(builtin_model_dir("smollm2-135m-instruct"))  # what PEFT writes: the folder on this machine
+    (ckpt / ADAPTER_CONFIG).write_text(json.dumps({"base_model_name_or_path": local, "r": 8}))
+    name_adapter_base(ckpt, "smollm2-135m-instruct")
+    assert adapter_base(str(ckpt)) == "smollm2-135m-instruct"
+    assert json.loads((ckpt / ADAPTER_CONFIG).read_text())["r"] == 8
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ADAPTER_CONFIG).write_text(json.dumps({"base_model_name_or_path": "/models/mine"}))
+    name_adapter_base(other, "smollm2-135m-instruct")  # another base: left as it is
+    name_adapter_base(other, "/models/mine")  # not a built-in name: left as it is
+    assert adapter_base(str(other)) == "/models/mine"

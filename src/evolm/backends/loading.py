@@ -282,6 +282,23 @@ def adapter_base(path: str) -> str | None:
     return base
 
 
+def name_adapter_base(path: str | Path, model: str) -> None:
+    """A LoRA checkpoint of a built-in model names its base by the built-in name, not by the folder it is installed
+    in on this machine, so that the adapter loads on any machine that has the built-in model (``evolm rubric --model
+    CHECKPOINT``). Nothing changes for a full-weights checkpoint or another base."""
+    import json
+
+    config = Path(path) / ADAPTER_CONFIG
+    if model not in BUILTIN_MODELS or not config.is_file():
+        return
+    data = json.loads(config.read_text(encoding="utf-8"))
+    if data.get("base_model_name_or_path") in (model, str(builtin_model_dir(model))):
+        data["base_model_name_or_path"] = model
+        tmp = config.with_name(config.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, config)
+
+
 def _merge_adapter(model: Any, path: str) -> Any:
     """``model`` (the base) with the LoRA adapter at ``path`` merged in: a plain transformers model again."""
     try:

@@ -316,6 +316,9 @@ class Loop:
         return self.plan.is_phase_end(step)
 
     def save(self, checkpoint: Path, step: int) -> None:
+        from evolm.backends.loading import name_adapter_base
+
+        name_adapter_base(checkpoint, self.cfg.model.name)  # a LoRA adapter of a built-in model loads anywhere
         info = self.plan.info(step - 1)
         write_checkpoint_extras(checkpoint, self.buffer, CheckpointState(step, info.phase, info.cycle, info.role,
                                                                          len(self.buffer)))
