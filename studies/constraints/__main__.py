@@ -4,6 +4,10 @@
               the base pass rate per family, and natural pairs (a compliant and a non-compliant answer to one prompt)
   visibility  what the frozen judge can see per family: its pair accuracy with the constraint stated as the only
               criterion, against no rubric, on the survey's natural pairs
+  answers     sample answers to the held-out prompts from a model (run it for each model at hand) and check them
+  pairs       the held-out pairs: per held-out prompt, a compliant and a non-compliant answer (natural pairs)
+  arm         judge the held-out pairs under one writer's rubrics (none, stated, or a model/adapter that writes them)
+  table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
 
 Build the prompt sets first: `python scripts/build_constraint_prompts.py` (after `python scripts/fetch_data.py`).
 """
@@ -27,8 +31,8 @@ from evolm.runs.jsonl import read_jsonl, write_jsonl
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 POLICY = "smollm2-135m-instruct"
-JUDGE = "qwen2.5-coder-1.5b-instruct"  # the study's one judge: yesno, bfloat16, evolm's default defences
-JUDGE_MODE, JUDGE_DTYPE = "yesno", "bfloat16"
+JUDGE = "qwen2.5-coder-1.5b-instruct"  # the study's one judge: yesno, float32, evolm's default defences
+JUDGE_MODE, JUDGE_DTYPE = "yesno", "float32"  # float32: a score does not depend on its batch
 
 
 def wilson(k: float, n: int) -> tuple[float, float]:
@@ -58,7 +62,7 @@ def short(family: str) -> str:
 # ============================================================================= survey: base pass rates
 
 
-def survey(args: argparse.Namespace) -> None:
+def survey(args: argparse.Namespace, out_name: str | None = None) -> None:
     from evolm.backends.base import SamplingParams
     from evolm.backends.loading import load_backend
     from evolm.config import RunConfig
@@ -86,10 +90,10 @@ def survey(args: argparse.Namespace) -> None:
             out.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
                         "family": r["families"][0], "sample": s, "model": args.model, "answer": a,
                         "passed": ok})
-    name = args.model.replace("/", "_")
-    write_jsonl(RESULTS / f"survey-{name}.jsonl", out)
+    name = out_name or f"survey-{args.model.replace('/', '_')}"
+    write_jsonl(RESULTS / f"{name}.jsonl", out)
     table = survey_table(out)
-    (RESULTS / f"survey-{name}.json").write_text(json.dumps(
+    (RESULTS / f"{name}.json").write_text(json.dumps(
         {"model": args.model, "samples": args.samples, "temperature": args.temperature,
          "max_new_tokens": args.max_new_tokens, "seconds": round(seconds, 1), **stamp(), "families": table},
         indent=1) + "\n")
@@ -220,6 +224,110 @@ def print_visibility(table: dict[str, dict[str, Any]], judge: str) -> None:
               f"{t['lift']:>+6.3f} {t['better']:>6} / {t['worse']:<4} {t['sign_p']:>7.3f}")
 
 
+# ============================================================================= the held-out set
+
+
+def answers(args: argparse.Namespace) -> None:
+    """Held-out answers from one model, checked (natural pairs need a model that sometimes complies)."""
+    args.prompts, args.families, args.per_family = args.heldout, "", 10**9
+    name = args.model.replace("/", "_")
+    survey(args, out_name=f"heldout-answers-{name}")
+
+
+def pairs(args: argparse.Namespace) -> None:
+    rows = [r for f in args.answers for r in read_jsonl(f)]
+    split = {r["prompt"]: r["split"] for r in read_jsonl(args.heldout)}
+    out = [{**p, "split": split.get(p["prompt"], "?")} for p in natural_pairs(rows, 10**9)]
+    write_jsonl(RESULTS / "heldout-pairs.jsonl", out)
+    counts = collections.Counter((p["split"], short(p["family"])) for p in out)
+    print(f"{len(out)} held-out pairs: " + ", ".join(f"{f} ({s}) {n}" for (s, f), n in sorted(counts.items())))
+
+
+def arm(args: argparse.Namespace) -> None:
+    """The held-out pairs judged under one writer's rubrics: ``none``, ``stated`` (the ceiling) or a model."""
+    from evolm.judge.judge import JudgeItem
+    from evolm.rubrics import render_rubric
+
+    ps = read_jsonl(RESULTS / "heldout-pairs.jsonl")
+    written: dict[str, Any] = {}
+    if args.writer not in ("none", "stated"):
+        from evolm.backends.base import SamplingParams
+        from evolm.backends.constrained import rubric_schema
+        from evolm.backends.loading import load_backend
+        from evolm.rubrics import write_rubrics
+
+        backend = load_backend(args.writer, dtype="float32", batch_size=16)
+        qs = list(dict.fromkeys(p["prompt"] for p in ps))
+        params = SamplingParams(0.6, 0.95, 320, args.seed, json_schema=rubric_schema(3))
+        written = dict(zip(qs, write_rubrics(backend, qs, params, progress=True), strict=True))
+        del backend
+    judge, items = load_judge(args.judge), []
+    for p in ps:
+        rubric = stated_rubric(p["constraints"]) if args.writer == "stated" else \
+            written[p["prompt"]].rubric if p["prompt"] in written else None
+        items += [JudgeItem(p["prompt"], a, rubric=rubric) for a in (p["chosen"], p["rejected"])]
+    scores = [j.score for j in judge.score(items, progress=True)]
+    out = []
+    for i, p in enumerate(ps):
+        w = written.get(p["prompt"])
+        text = render_rubric(w.rubric) if w is not None and w.rubric else None
+        out.append({"prompt": p["prompt"], "family": p["family"], "split": p["split"], "s_pos": scores[2 * i],
+                    "s_neg": scores[2 * i + 1], "credit": credit(scores[2 * i], scores[2 * i + 1]), "rubric": text,
+                    "names_constraint": names_constraint(text, p["constraints"]) if text else None})
+    key = {"writer": args.writer, "judge": args.judge, "mode": JUDGE_MODE, "dtype": JUDGE_DTYPE,
+           "defences": "evolm default", **stamp()}
+    write_jsonl(RESULTS / "arms" / f"{args.name}.jsonl", [{"key": key}, *out])
+    n, k = len(out), sum(r["credit"] for r in out)
+    print(f"{args.name}: pair accuracy {k / n:.3f} (n = {n})")
+
+
+KEYWORDS = {  # words a criterion that names the constraint uses (lower case), per family
+    "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
+    "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
+    "startend:end_checker": ("end with", "finish", "ends with", "final phrase", "exact phrase"),
+    "detectable_content:number_placeholders": ("placeholder", "square bracket"),
+    "detectable_format:number_highlighted_sections": ("highlight",),
+    "detectable_format:number_bullet_lists": ("bullet",),
+    "detectable_format:json_format": ("json",), "combination:two_responses": ("two responses", "******", "asterisk"),
+}
+
+
+def names_constraint(rubric_text: str, constraints: list[dict]) -> bool:
+    """Whether some criterion names each of the prompt's constraints (by the family's words)."""
+    low = rubric_text.lower()
+    return all(any(k in low for k in KEYWORDS.get(c["id"], (short(c["id"]).replace("_", " "),))) for c in constraints)
+
+
+def table(args: argparse.Namespace) -> None:
+    arms = {}
+    for f in sorted((RESULTS / "arms").glob("*.jsonl")):
+        rows = read_jsonl(f)
+        arms[f.stem] = rows[1:]
+    if not arms:
+        raise SystemExit("no arm files yet: run `python -m studies.constraints arm ...` first")
+    lines = ["| writer | split | n | pair accuracy [95% CI] | vs none (better/worse, p) | names the constraint |",
+             "|---|---|---|---|---|---|"]
+    for name, rows in arms.items():
+        for split in ("trained family", "held-out family", "all"):
+            rs = [r for r in rows if split == "all" or r["split"] == split]
+            if not rs:
+                continue
+            n, k = len(rs), sum(r["credit"] for r in rs)
+            lo, hi = wilson(k, n)
+            vs = "-"
+            if "none" in arms and name != "none":
+                base = {r["prompt"]: r["credit"] for r in arms["none"]}
+                up = sum(r["credit"] > base.get(r["prompt"], r["credit"]) for r in rs)
+                down = sum(r["credit"] < base.get(r["prompt"], r["credit"]) for r in rs)
+                vs = f"{up} / {down}, p = {binomtest(up, up + down).pvalue:.3f}" if up + down else "0 / 0"
+            named = [r["names_constraint"] for r in rs if r.get("names_constraint") is not None]
+            share = f"{sum(named) / len(named):.2f}" if named else "-"
+            lines.append(f"| {name} | {split} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs} | {share} |")
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "heldout-table.md").write_text(text)
+    print(text)
+
+
 # ============================================================================= command line
 
 
@@ -246,8 +354,30 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--families", default="", help="only these families, comma-separated (default: all)")
     v.add_argument("--pairs", type=int, default=20, help="natural pairs per family, at most (default: 20)")
     v.set_defaults(fn=visibility)
+    heldout = Path("data/constraints/heldout.jsonl")
+    a = sub.add_parser("answers", help="sample and check answers to the held-out prompts")
+    a.add_argument("--heldout", type=Path, default=heldout)
+    a.add_argument("--model", default=POLICY)
+    a.add_argument("--samples", type=int, default=4)
+    a.add_argument("--temperature", type=float, default=1.0)
+    a.add_argument("--max-new-tokens", type=int, default=256)
+    a.add_argument("--batch-size", type=int, default=16)
+    a.add_argument("--seed", type=int, default=1)
+    a.set_defaults(fn=answers)
+    pp = sub.add_parser("pairs", help="the held-out natural pairs from the answer files")
+    pp.add_argument("--heldout", type=Path, default=heldout)
+    pp.add_argument("--answers", type=Path, nargs="+", default=sorted(RESULTS.glob("heldout-answers-*.jsonl")))
+    pp.set_defaults(fn=pairs)
+    w = sub.add_parser("arm", help="judge the held-out pairs under one writer's rubrics")
+    w.add_argument("writer", help="none, stated (the constraint as the criterion), or a model / LoRA adapter folder")
+    w.add_argument("--name", required=True, help="the arm's name in the table")
+    w.add_argument("--judge", default=JUDGE)
+    w.add_argument("--seed", type=int, default=0)
+    w.set_defaults(fn=arm)
+    t = sub.add_parser("table", help="the held-out table from the kept arm files")
+    t.set_defaults(fn=table)
     args = p.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "arms").mkdir(parents=True, exist_ok=True)
     try:
         args.fn(args)
     except EvolmError as e:
