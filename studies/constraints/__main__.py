@@ -8,6 +8,7 @@
   pairs       the held-out pairs: per held-out prompt, a compliant and a non-compliant answer (natural pairs)
   arm         judge the held-out pairs under one writer's rubrics (none, stated, or a model/adapter that writes them)
   table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
+  watch       a training run's precondition (is the newer answer better?); with --stop, end the run when it fails
 
 Build the prompt sets first: `python scripts/build_constraint_prompts.py` (after `python scripts/fetch_data.py`).
 """
@@ -328,6 +329,45 @@ def table(args: argparse.Namespace) -> None:
     print(text)
 
 
+def precondition(run_dir: Path, first: int) -> tuple[int, int, int, int, int]:
+    """(more, fewer, same) over the run's rubric steps so far, and (more, fewer) over its first ``first`` pairs that
+    differ (counted step by step: a step is taken whole)."""
+    more = fewer = same = 0
+    early: tuple[int, int] | None = None
+    for r in read_jsonl(run_dir / "metrics.jsonl"):
+        if r.get("role") != "rubric" or r.get("newer_passes_more") is None:
+            continue
+        more, fewer = more + r["newer_passes_more"], fewer + r["newer_passes_fewer"]
+        same += r["newer_passes_same"]
+        if early is None and more + fewer >= first:
+            early = (more, fewer)
+    return (more, fewer, same, *(early or (more, fewer)))
+
+
+def watch(args: argparse.Namespace) -> int:
+    """Exit 3 (and with --stop, send the training process SIGTERM: it stops as Ctrl-C does, at a step's end) when
+    the newer answer followed more constraints in under ``--floor`` of the first ``--first`` pairs that differ."""
+    import os
+    import signal
+
+    while True:
+        more, fewer, same, e_more, e_fewer = precondition(args.run, args.first)
+        decided = e_more + e_fewer
+        line = (f"{time.strftime('%H:%M:%S')} newer better / worse / same over the run: {more} / {fewer} / {same}; "
+                f"first {decided} that differ: {e_more} / {e_fewer}")
+        print(line, flush=True)
+        if decided >= args.first and e_more / decided < args.floor:
+            print(f"precondition failed: the newer answer was better in {e_more / decided:.0%} of the first {decided} "
+                  f"pairs that differ (floor {args.floor:.0%})", flush=True)
+            lock = args.run / ".evolm.lock"
+            if args.stop and lock.is_file() and (pid := lock.read_text().strip()).isdigit():
+                os.kill(int(pid), signal.SIGTERM)
+            return 3
+        if decided >= args.first or not args.follow:
+            return 0
+        time.sleep(args.poll)
+
+
 # ============================================================================= command line
 
 
@@ -376,14 +416,21 @@ def main(argv: list[str] | None = None) -> int:
     w.set_defaults(fn=arm)
     t = sub.add_parser("table", help="the held-out table from the kept arm files")
     t.set_defaults(fn=table)
+    wa = sub.add_parser("watch", help="a run's precondition; --stop ends the run when it fails")
+    wa.add_argument("run", type=Path, help="the run directory")
+    wa.add_argument("--first", type=int, default=40, help="pairs that differ, judged first (default: 40)")
+    wa.add_argument("--floor", type=float, default=0.6, help="least share of those with the newer better (0.6)")
+    wa.add_argument("--follow", action="store_true", help="poll until the first pairs are in")
+    wa.add_argument("--stop", action="store_true", help="send the training process SIGTERM when it fails")
+    wa.add_argument("--poll", type=float, default=60.0)
+    wa.set_defaults(fn=watch)
     args = p.parse_args(argv)
     (RESULTS / "arms").mkdir(parents=True, exist_ok=True)
     try:
-        args.fn(args)
+        return args.fn(args) or 0
     except EvolmError as e:
         print(f"studies.constraints: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
