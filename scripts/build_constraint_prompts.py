@@ -26,9 +26,8 @@ from evolm.errors import InputError
 from evolm.eval.constraints import FAMILIES, with_constraints
 from evolm.runs.jsonl import read_jsonl, write_jsonl
 
-TRAIN_FAMILIES = ("detectable_content:postscript", "detectable_format:title", "startend:quotation",
-                  "change_case:english_capital")
-HELDOUT_FAMILIES = ("startend:end_checker", "detectable_content:number_placeholders")
+TRAIN_FAMILIES = ("detectable_content:postscript", "detectable_format:title", "detectable_format:number_bullet_lists")
+HELDOUT_FAMILIES = ("detectable_content:number_placeholders", "detectable_format:number_highlighted_sections")
 
 
 def base_questions(data: Path, split: str, max_chars: int) -> list[str]:
