@@ -148,30 +148,20 @@ def test_user_docs_run_nothing_from_the_development_data_folder() -> None:
     assert hits == [], f"point at data/ (python scripts/fetch_data.py) instead: {', '.join(hits)}"
 
 
-def test_old_import_paths_still_work_with_a_warning() -> None:
-    """The README's and examples' old paths (``evolm.jsonl``, ``evolm.judge.Judge``, ...) for one release."""
-    import sys
+def test_old_import_paths_are_gone() -> None:
+    """evolm was never released under its old flat layout: ``evolm.jsonl`` and ``evolm.judge.Judge`` do not import
+    (no import hook, no package ``__getattr__``)."""
+    import importlib
 
     import pytest
 
-    from evolm.backends.constrained import rubric_schema
-    from evolm.judge.cache import CachedJudge
-    from evolm.judge.judge import Judge
-    from evolm.runs.jsonl import read_jsonl
-
-    for old in ("evolm.constrained", "evolm.judge_cache", "evolm.jsonl"):
-        sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match="evolm.backends.constrained"):
-        from evolm.constrained import rubric_schema as old_schema
-    with pytest.warns(DeprecationWarning, match="evolm.judge.cache"):
-        from evolm.judge_cache import CachedJudge as old_cached
-    with pytest.warns(DeprecationWarning, match="evolm.runs.jsonl"):
-        from evolm.jsonl import read_jsonl as old_read
-    with pytest.warns(DeprecationWarning, match="evolm.judge.judge.Judge"):
-        from evolm.judge import Judge as old_judge
-    assert (old_schema, old_cached, old_read, old_judge) == (rubric_schema, CachedJudge, read_jsonl, Judge)
+    for old in ("evolm.jsonl", "evolm.models", "evolm.judge_cache", "evolm.coevolve"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
     with pytest.raises(ImportError):
-        from evolm.judge import no_such_name  # noqa: F401
+        from evolm.judge import Judge  # noqa: F401
+    with pytest.raises(ImportError):
+        from evolm.report import render_page  # noqa: F401
 
 
 def test_the_top_of_the_package_holds_at_most_ten_modules_and_none_is_long() -> None:

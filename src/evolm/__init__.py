@@ -4,7 +4,6 @@ against the rubrics; both roles are trained with GRPO and co-evolve.
 The names below are the public API; everything else is private to its module.
 """
 
-from evolm import _moved
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.loading import load_backend, load_model
 from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
@@ -38,4 +37,3 @@ __all__ = [
     "rubric_reward", "score_with_judges", "scores_of", "strip_thinking", "write_rubrics",
 ]
 __version__ = "0.1.0"
-_moved.install()  # evolm.jsonl, evolm.models, ...: the old paths, with a DeprecationWarning
