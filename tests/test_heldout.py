@@ -28,7 +28,8 @@ from evolm.training.heldout import (
     HeldOut,
     describe,
     heldout_items_path,
-    heldout_record,
+    judge_heldout,
+    summarize_heldout,
     summary_rows,
 )
 from evolm.training.plan import Plan
@@ -78,13 +79,17 @@ class ScriptedEngine:
 # ============================================================================= scoring
 
 
+def _record(cfg, step, judges, pairs, written, answers, fixed):  # noqa: ANN001, ANN202
+    return summarize_heldout(step, judge_heldout(cfg, judges, pairs, written, answers, fixed), written)
+
+
 def test_heldout_record_scores_pairs_validity_and_policy() -> None:
     cfg = load_config(None, [])
     pairs = [PreferencePair("p1", "good", "bad"), PreferencePair("p1", "bad", "good"),  # a win and a loss
              PreferencePair("garble p2", "tie", "tie"), PreferencePair("garble p2", "none", "good")]  # two ties
     written = {"p1": read_written(RUBRIC), "garble p2": read_written("not json"), "q1": read_written(RUBRIC)}
     judge = ScriptedJudge()
-    rec = heldout_record(cfg, 3, [judge], pairs, written, {"q1": "good", "q2": "bad", "q3": "none"},
+    rec = _record(cfg, 3, [judge], pairs, written, {"q1": "good", "q2": "bad", "q3": "none"},
                          {"q1": RUBRIC, "q2": "fixed text"})
     assert (rec.step, rec.role, rec.cycle, rec.phase) == (3, "eval", None, None)
     assert (rec.heldout_pair_accuracy, rec.heldout_pairs) == (pytest.approx((1 + 0 + 0.5 + 0.5) / 4), 4)
@@ -95,9 +100,9 @@ def test_heldout_record_scores_pairs_validity_and_policy() -> None:
     assert len(judge.items) == 2 * 4 + 2  # one call: both answers of each pair, then the policy answers
     assert [it.rubric_text for it in judge.items[-2:]] == [RUBRIC, "fixed text"]
     assert judge.items[4].rubric is None and judge.items[4].rubric_text == "not json"  # as training reads it
-    zero = heldout_record(load_config(None, ["rubric.invalid=zero"]), 3, [judge], pairs[2:3], written, {}, {})
+    zero = _record(load_config(None, ["rubric.invalid=zero"]), 3, [judge], pairs[2:3], written, {}, {})
     assert judge.items[-1].rubric_text is None and zero.heldout_policy_score is None  # judged alone, as in training
-    two = heldout_record(cfg, 0, [ScriptedJudge(), ScriptedJudge()], pairs[:1], written, {}, {})
+    two = _record(cfg, 0, [ScriptedJudge(), ScriptedJudge()], pairs[:1], written, {}, {})
     assert two.heldout_pair_accuracy == 1.0  # several judges: mean score per answer
 
 

@@ -223,12 +223,6 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
     return rows
 
 
-def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Sequence[PreferencePair],
-                   written: dict[str, WrittenRubric], answers: dict[str, str], fixed: dict[str, str]) -> StepRecord:
-    """The metrics.jsonl line of one evaluation (``judge_heldout``'s rows summarised)."""
-    return summarize_heldout(step, judge_heldout(cfg, judges, pairs, written, answers, fixed), written)
-
-
 def summarize_heldout(step: int, rows: Sequence[dict[str, Any]], written: dict[str, WrittenRubric]) -> StepRecord:
     """One evaluation's line from its items: pair accuracy (mean credit), validity, the policy score's mean and std."""
     from evolm.eval.pairs import summarize
