@@ -158,7 +158,7 @@ def _short_pairs(src: Path, dst: Path, n: int, max_chars: int) -> Path:
 
 def _write(dst: Path, text: str) -> None:
     """Replace ``dst`` atomically (arms running side by side read these files while another arm starts)."""
-    from evolm.runs.jsonl import atomic_writer
+    from evolm.runs.files import atomic_writer
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with atomic_writer(dst) as f:

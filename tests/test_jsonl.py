@@ -13,15 +13,9 @@ from pathlib import Path
 import pytest
 
 from evolm.errors import InputError
-from evolm.runs.jsonl import (
-    atomic_writer,
-    check_outputs_differ,
-    is_write_through,
-    read_jsonl,
-    read_records,
-    resumable_jsonl,
-    write_jsonl,
-)
+from evolm.runs.files import atomic_writer, check_outputs_differ, is_write_through
+from evolm.runs.jsonl import read_jsonl, read_records, write_jsonl
+from evolm.runs.resumable import resumable_jsonl
 
 
 def test_errors_name_the_line(tmp_path: Path) -> None:
@@ -116,7 +110,7 @@ def test_temp_file_is_fsynced_before_the_rename(tmp_path: Path, monkeypatch: pyt
 
 
 def test_stale_part_files_are_removed_on_the_next_write(tmp_path: Path) -> None:
-    from evolm.runs.jsonl import _HOST
+    from evolm.runs.files import _HOST
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -162,7 +162,7 @@ def _is_text_field(parts: list[str]) -> bool:
 
 def save_config(cfg: RunConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML, atomically (a resume rewrites a run's config.yaml when its overrides change it)."""
-    from evolm.runs.jsonl import atomic_writer
+    from evolm.runs.files import atomic_writer
 
     with atomic_writer(path) as f:
         f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))

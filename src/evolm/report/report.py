@@ -35,7 +35,7 @@ from evolm.report import plots
 from evolm.report.intervals import HELDOUT, fmt_estimate, heldout_estimate
 from evolm.report.rundata import EVAL_ROLE, RunData, _nansum, load_run
 from evolm.rubrics import Rubric
-from evolm.runs.jsonl import atomic_writer
+from evolm.runs.files import atomic_writer
 from evolm.runs.records import METRIC_FIELDS, StepRecord, read_metrics
 from evolm.training.monitor import LENGTH_FACTOR, hacking_flags, sign_p_worse
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from evolm.config import RunConfig, load_config, save_config, to_dict
 from evolm.errors import RunError
-from evolm.runs.jsonl import atomic_writer, dumps, write_jsonl
+from evolm.runs.files import atomic_writer
+from evolm.runs.jsonl import dumps, write_jsonl
 from evolm.runs.records import (
     BUFFER_FILE,
     CHECKPOINTS_DIR,

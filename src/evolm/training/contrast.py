@@ -29,7 +29,8 @@ from pathlib import Path
 from evolm.backends.base import Conversation, SamplingParams
 from evolm.errors import InputError, RunError
 from evolm.rubrics import strip_thinking
-from evolm.runs.jsonl import atomic_writer, dumps_line, split_lines
+from evolm.runs.files import atomic_writer
+from evolm.runs.jsonl import dumps_line, split_lines
 
 Generate = Callable[[Sequence[Conversation], SamplingParams], list[str]]
 
