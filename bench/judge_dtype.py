@@ -28,7 +28,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
-from learning import PROBES, bootstrap_mean, sign_test  # noqa: E402  (the learning study's statistics, its probe)
+from learning import PROBES  # noqa: E402  (the learning study's probe)
+
+from evolm.stats import bootstrap_mean, sign_test  # noqa: E402
 
 
 def main() -> None:

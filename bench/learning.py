@@ -48,6 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import DATA  # noqa: E402  (./data, what `python scripts/fetch_data.py` writes, or EVOLM_DATA)
 
+from evolm import stats  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "runs" / "study"
 RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
@@ -68,35 +70,6 @@ COMMON = ["rubric.constrained=true", f"seed={SEED}",
 
 
 # ============================================================================= statistics
-
-
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson interval of a proportion k/n (k may be fractional: ties count 1/2)."""
-    if n <= 0:
-        return (math.nan, math.nan)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
-def bootstrap_mean(xs: Sequence[float], reps: int = 4000, seed: int = SEED) -> tuple[float, float]:
-    """Seeded percentile bootstrap 95% interval of the mean."""
-    if not xs:
-        return (math.nan, math.nan)
-    rng, n = random.Random(seed), len(xs)
-    means = sorted(sum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    return (means[int(0.025 * reps)], means[int(0.975 * reps) - 1])
-
-
-def sign_test(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, float]:
-    """Exact two-sided sign test of paired values: (a better, b better, p); equal pairs are dropped."""
-    up = sum(x > y for x, y in zip(a, b, strict=True))
-    down = sum(x < y for x, y in zip(a, b, strict=True))
-    from evolm.training.monitor import sign_p_worse  # the one-sided tail: P(X >= k), no preference
-
-    return up, down, min(1.0, 2 * sign_p_worse(max(up, down), min(up, down)))
 
 
 def gap_closed(start: Sequence[float], trained: Sequence[float], ceiling: Sequence[float], reps: int = 4000,
@@ -123,13 +96,15 @@ def gap_closed(start: Sequence[float], trained: Sequence[float], ceiling: Sequen
     return share, (ratios[int(0.025 * m)], ratios[int(0.975 * m) - 1]), no_room / reps
 
 
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """95% Wilson interval of k successes in n (k may be fractional: ties count 1/2), NaNs for none
+    (``evolm.stats.wilson`` on the share)."""
+    return (stats.wilson(k / n, n) if n > 0 else None) or (math.nan, math.nan)
+
+
 def mean_ci(xs: Sequence[float]) -> tuple[float, float]:
-    """Normal-approximation 95% interval of a mean (t would be wider by < 5% at n >= 20)."""
-    if len(xs) < 2:
-        return (math.nan, math.nan)
-    m, s = statistics.fmean(xs), statistics.stdev(xs)
-    h = 1.96 * s / math.sqrt(len(xs))
-    return (m - h, m + h)
+    """95% t-interval of a mean (``evolm.stats.sample_interval``), NaNs below two values."""
+    return stats.sample_interval(list(xs))[1] or (math.nan, math.nan)
 
 
 def fmt_ci(v: float | None, ci: Sequence[float] | None, digits: int = 3) -> str:
@@ -385,8 +360,8 @@ def paired_change(dirs: Sequence[Path]) -> dict[str, Any] | None:
         common = [k for k in a if k in b]
         if common:
             diff = [b[k] - a[k] for k in common]
-            up, down, p = sign_test([b[k] for k in common], [a[k] for k in common])
-            out[kind] = {"n": len(common), "mean_diff": statistics.fmean(diff), "ci": bootstrap_mean(diff),
+            up, down, p = stats.sign_test([b[k] for k in common], [a[k] for k in common])
+            out[kind] = {"n": len(common), "mean_diff": statistics.fmean(diff), "ci": stats.bootstrap_mean(diff),
                          "up": up, "down": down, "p": p}
     return out
 
@@ -897,15 +872,16 @@ def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str 
     value = "P(Yes)" if mode == "yesno" else f"{mode} score"
     gap_r = [r["right_rubric"] - r["wrong_rubric"] for r in rows]
     gap_n = [r["right_none"] - r["wrong_none"] for r in rows]
-    up, down, p = sign_test(gap_r, [0.0] * len(gap_r))
+    up, down, p = stats.sign_test(gap_r, [0.0] * len(gap_r))
     flags = ("" if model == JUDGE else f" --judge {model}") + ("" if mode == "yesno" else f" --judge-mode {mode}")
     return (f"Probe of `{Path(model).name}` in {dtype} ({len(rows)} short questions, a right and a wrong one-line "
             "answer each; "
             f"`python bench/learning.py writers-probe{flags}`): {value} right minus wrong under "
             "a criterion naming the expected value "
-            f"{fmt_ci(statistics.fmean(gap_r), bootstrap_mean(gap_r))} (right higher in {up}, wrong higher in {down}, "
+            f"{fmt_ci(statistics.fmean(gap_r), stats.bootstrap_mean(gap_r))} "
+            f"(right higher in {up}, wrong higher in {down}, "
             f"sign test p {p:.3g}); under the judge's generic criterion (no rubric) "
-            f"{fmt_ci(statistics.fmean(gap_n), bootstrap_mean(gap_n))}; mean {value} under the value criterion "
+            f"{fmt_ci(statistics.fmean(gap_n), stats.bootstrap_mean(gap_n))}; mean {value} under the value criterion "
             f"{statistics.fmean(r['right_rubric'] for r in rows):.3f} (right) vs "
             f"{statistics.fmean(r['wrong_rubric'] for r in rows):.3f} (wrong).")
 
@@ -979,7 +955,7 @@ def _drop_flat_line(res: dict[str, dict[str, Any]]) -> str:
             before.append(x["credit"])
             after.append(pair_credit(kept[0].score, kept[1].score))
             flat_share += flat.get("g", [])
-        up, down, p = sign_test(after, before)
+        up, down, p = stats.sign_test(after, before)
         cells.append(f"{r['label']} {statistics.fmean(after):.3f} against {statistics.fmean(before):.3f} "
                      f"({up} pairs better, {down} worse, sign test p {p:.3g}; {statistics.fmean(flat_share):.2f} of "
                      f"criteria flat across a pair)")
@@ -1001,7 +977,7 @@ def _other_weights_line(res: dict[str, dict[str, Any]]) -> str:
             other = json.loads(f.read_text(encoding="utf-8"))
             if other.get("pairs_sha") != r.get("pairs_sha") or len(other["credits"]) != len(r["credits"]):
                 continue
-            up, down, p = sign_test(other["credits"], r["credits"])
+            up, down, p = stats.sign_test(other["credits"], r["credits"])
             there, here = statistics.fmean(other["credits"]), statistics.fmean(r["credits"])
             cells.append(f"{r['label']} {there:.3f} in {folder.name} against {here:.3f} "
                          f"(better there on {up} pairs, worse on {down}, p {p:.3g})")
@@ -1018,9 +994,9 @@ def _diff_row(a: str, b: str, res: dict[str, dict[str, Any]]) -> list[Any]:
     db = dict(zip(map(tuple, res[b]["keys"]), res[b]["credits"], strict=True))
     common = [k for k in da if k in db]
     ca, cb = [da[k] for k in common], [db[k] for k in common]
-    up, down, p = sign_test(ca, cb)
+    up, down, p = stats.sign_test(ca, cb)
     diff = [x - y for x, y in zip(ca, cb, strict=True)]
-    return [a, b, up, down, p, statistics.fmean(diff), bootstrap_mean(diff), len(common)]
+    return [a, b, up, down, p, statistics.fmean(diff), stats.bootstrap_mean(diff), len(common)]
 
 
 def _partial_arm(arm: str, order: list[tuple[str, str, str]], pairs_name: str = "llmbar") -> dict[str, Any] | None:
@@ -1150,7 +1126,7 @@ def _train_pairs_lines(name: str) -> list[str]:
     for half, xs in rows.items():
         right = sum(r == 1 and n == -1 for n, r in xs)
         wrong = sum(r == -1 and n == 1 for n, r in xs)
-        p = sign_test([1.0] * right + [0.0] * wrong, [0.5] * (right + wrong))[2]
+        p = stats.sign_test([1.0] * right + [0.0] * wrong, [0.5] * (right + wrong))[2]
         lines.append(f"| {half}{' — partial' if res['none'].get('partial') else ''} | {len(xs)} | "
                      f"{sum(n == 1 for n, _ in xs)} / {sum(n == -1 for n, _ in xs)} | "
                      f"{sum(r == 1 for _, r in xs)} / {sum(r == -1 for _, r in xs)} | {right} / {wrong} ({p:.2g}) |")
@@ -1592,7 +1568,7 @@ def _pairs_cell(votes: Sequence[dict[str, Any]]) -> str:
         return "—"
     up = sum(v["higher"] > v["lower"] for v in votes)
     down = sum(v["higher"] < v["lower"] for v in votes)
-    _, _, p = sign_test([1.0] * up + [0.0] * down, [0.5] * (up + down))
+    _, _, p = stats.sign_test([1.0] * up + [0.0] * down, [0.5] * (up + down))
     return f"{up} / {down} of {len(votes)} (p {p:.2g})"
 
 
@@ -1658,8 +1634,8 @@ def _heldout_policy_lines() -> list[str]:
         if last != first and qs:
             a, b = [evals[last][q] for q in qs], [evals[first][q] for q in qs]
             diff = [x - y for x, y in zip(a, b, strict=True)]
-            up, down, p = sign_test(a, b)
-            lo, hi = bootstrap_mean(diff)
+            up, down, p = stats.sign_test(a, b)
+            lo, hi = stats.bootstrap_mean(diff)
             change = (f"; step {first} → {last}: {statistics.fmean(diff):+.3f} [{lo:+.3f}, {hi:+.3f}], higher on "
                       f"{up} questions, lower on {down} (sign test p = {p:.2g}, n = {len(qs)})")
         lines.append(f"- {label}: {'; '.join(cells)}{change}.")
@@ -1829,16 +1805,16 @@ def _section_a(r: dict[str, Any]) -> list[str]:
             c = v["credits"]
             acc = sum(c) / len(c)
             validity = "—" if v["validity"] is None else f"{v['validity']:.2f}"
-            out.append(f"| {arm} | {len(c)} | {fmt_ci(acc, bootstrap_mean(c))} | {validity} |")
+            out.append(f"| {arm} | {len(c)} | {fmt_ci(acc, stats.bootstrap_mean(c))} | {validity} |")
         out.append("")
         out += ["| comparison | better / worse (pairs that differ) | sign test p | mean difference [95% CI] |",
                 "|---|---|---|---|"]
         for a, b in (("trained writer", "base writer"), ("base writer", "no rubric"), ("trained writer", "no rubric")):
             ca, cb = arms[a]["credits"], arms[b]["credits"]
-            up, down, p = sign_test(ca, cb)
+            up, down, p = stats.sign_test(ca, cb)
             diff = [x - y for x, y in zip(ca, cb, strict=True)]
             out.append(f"| {a} vs {b} | {up} / {down} | {p:.3f} | "
-                       f"{fmt_ci(statistics.fmean(diff), bootstrap_mean(diff))} |")
+                       f"{fmt_ci(statistics.fmean(diff), stats.bootstrap_mean(diff))} |")
         out.append("")
     curve = [e for e in r["curve"] if e.get("heldout_pair_accuracy") is not None]
     if curve:
@@ -1987,7 +1963,7 @@ def demo_compare(runs: Sequence[str]) -> None:
         rows.append({"run": d.name, "config": (d / "config.yaml").read_text(encoding="utf-8"), "n_samples": len(valid),
                      "validity": sum(valid) / max(1, len(valid)), "validity_ci": wilson(sum(valid), len(valid)),
                      "reward_std": stds, "pair_credit": sum(wins) / max(1, len(wins)),
-                     "pair_credit_ci": bootstrap_mean(wins), "steps": len(steps)})
+                     "pair_credit_ci": stats.bootstrap_mean(wins), "steps": len(steps)})
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "demo-compare.json").write_text(json.dumps({"arm": "demo-compare", "rows": rows}, indent=1),
                                            encoding="utf-8")

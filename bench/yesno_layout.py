@@ -44,13 +44,13 @@ from common import load_old_module, print_header, table  # noqa: E402
 from learning import (  # noqa: E402
     PROBES,
     ROOT,
-    bootstrap_mean,
     fmt_ci,
     handwritten_rubrics,
-    sign_test,
     wilson,
     writers_pairs,
 )
+
+from evolm.stats import bootstrap_mean, sign_test  # noqa: E402
 
 BEFORE = "ff0e7d6"  # the last commit with the criterion before the answer
 ONE_GROUP_AT_A_TIME = "588ad90"  # the last commit whose HFBackend ran each group's prefix as its own pass

@@ -91,8 +91,9 @@ def _resume_run(run: Path, state: dict | None, weights_ok: bool) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from evolm.config import load_config, save_config
+    from evolm.config import load_config
     from evolm.runs.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.rundir import save_config
 
     ckpt = run / "checkpoints" / "checkpoint-4"
     ckpt.mkdir(parents=True)
@@ -660,8 +661,9 @@ def _two_checkpoints(run: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from evolm.config import load_config, save_config
+    from evolm.config import load_config
     from evolm.runs.records import BUFFER_FILE, STATE_FILE
+    from evolm.runs.rundir import save_config
 
     run.mkdir()
     save_config(load_config(None, [f"output_dir={run}", f"model.name={NO_MODEL}"]), run / "config.yaml")

@@ -29,6 +29,7 @@ from evolm.config import RunConfig, load_config
 from evolm.errors import InputError, RunError
 from evolm.judge.judge import Judge, JudgeItem, build_judge
 from evolm.report.report import summarise
+from evolm.rewards import rubric_reward
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, Rubric, format_validity, parse_rubric, rubric_messages
 from evolm.runs.jsonl import read_jsonl
 from evolm.runs.records import BUFFER_FILE, STATE_FILE
@@ -38,7 +39,7 @@ from evolm.scores import scores_of
 from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.training.plan import Plan
 from evolm.training.prompts import load_prompts
-from evolm.training.rewards import JudgeCost, RowReward, rubric_reward, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
 from evolm.training.run import run
 from evolm.training.step import Loop, rubric_rows
 
@@ -699,7 +700,7 @@ def test_resume_config_keeps_schedule_and_seed(tmp_path: Path) -> None:
     with pytest.raises(RunError, match="not a run directory"):
         resume_config(tmp_path)
     cfg = load_config(DEMO, [f"output_dir={tmp_path / 'elsewhere'}"])
-    from evolm.config import save_config
+    from evolm.runs.rundir import save_config
 
     save_config(cfg, tmp_path / "config.yaml")
     again = resume_config(tmp_path, ["judge.base_url=http://judge:8000/v1"])
@@ -832,7 +833,7 @@ def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, monkeypatch: 
 
 def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
     """With extra judges, a rubric's reward is the reference's vote over the judges; a policy score their mean."""
-    from evolm.training.rewards import multi_judge_reward
+    from evolm.rewards import multi_judge_reward
 
     judges = [Judge(tiny_backend, mode="prob"), Judge(tiny_backend, mode="yesno")]
     q = "What is 2 + 2?"

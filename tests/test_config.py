@@ -14,10 +14,10 @@ from evolm.config import (
     ScheduleConfig,
     describe,
     load_config,
-    save_config,
     to_dict,
 )
 from evolm.errors import InputError
+from evolm.runs.rundir import save_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -200,7 +200,7 @@ def test_sequential_with_lora_two_processes(tiny_model_dir: Path, tmp_path: Path
 
 
 def test_launch_facts_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evolm.training import dist
+    from evolm import dist
 
     for name in ("WORLD_SIZE", "RANK", "ACCELERATE_USE_CPU"):
         monkeypatch.delenv(name, raising=False)

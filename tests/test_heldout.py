@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from evolm.cli.train import launch_plan
-from evolm.config import RunConfig, launch_errors, load_config
+from evolm.config import RunConfig, load_config
 from evolm.errors import InputError
 from evolm.eval.pairs import PreferencePair
 from evolm.rubrics import RUBRIC_SYSTEM_PROMPT, read_written, rubric_messages
@@ -22,6 +22,7 @@ from evolm.runs.jsonl import read_jsonl
 from evolm.runs.records import StepRecord, read_metrics
 from evolm.runs.rundir import complete_checkpoints, resume_config
 from evolm.scores import Judgment
+from evolm.training.checks import launch_errors
 from evolm.training.contrast import ReplayBuffer, policy_messages
 from evolm.training.heldout import (
     EVAL_RUBRICS_FILE,

@@ -14,10 +14,10 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "evolm"
 
-# The evolm modules config.py may import, each a leaf helper that acts on no concept: errors (the exception
-# types a bad setting raises), jsonl (the atomic file writer save_config uses) and prompts (reads the file
-# data.prompts names, so the dry run checks it loads). Each may import only others of this set (asserted below).
-CONFIG_MAY_IMPORT = {"evolm.errors", "evolm.runs.jsonl", "evolm.training.prompts"}
+# The evolm modules config.py may import, all on the ground floor: errors (the exception types a bad setting
+# raises) and the reward maths (its choice lists are the rewards it computes; it reads scores' missing-value rule).
+# Each may import only others of this set (asserted below).
+CONFIG_MAY_IMPORT = {"evolm.errors", "evolm.rewards", "evolm.scores"}
 
 
 def _modules() -> dict[str, Path]:
@@ -170,3 +170,16 @@ def test_the_top_of_the_package_holds_at_most_ten_modules_and_none_is_long() -> 
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 650}
     assert not long, f"split by concept: {long}"
+
+
+def test_imports_run_down_the_floors() -> None:
+    """No import from a lower floor (ground, config, runs, backends, ...) to a higher one (scripts/import_graph.py),
+    and docs/ARCHITECTURE.md names the floors in the script's order."""
+    import subprocess
+    import sys
+
+    script = SRC.parent / "scripts" / "import_graph.py"
+    check = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    graph = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True).stdout
+    assert graph.splitlines()[0] in (SRC.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")

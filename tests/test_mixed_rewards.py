@@ -73,7 +73,7 @@ def test_loading_a_config_imports_no_reward_function() -> None:
 
 
 def test_extra_rewards_are_off_by_default_and_saved_as_written(tmp_path: Path) -> None:
-    from evolm.config import save_config
+    from evolm.runs.rundir import save_config
 
     assert load_config(None).rewards.extra == []
     entry = {"name": SOFT, "kwargs": {"max_completion_len": 480, "soft_punish_cache": 64}, "weight": 0.5}

@@ -9,6 +9,7 @@ from evolm.backends.loading import load_backend, load_model
 from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
 from evolm.integrations.trl import make_trl_reward
 from evolm.judge.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
+from evolm.rewards import fill_missing_with_group_mean, fleiss_kappa, majority_prefers, policy_reward, rubric_reward
 from evolm.rubrics import (
     Criterion,
     Rubric,
@@ -21,13 +22,6 @@ from evolm.rubrics import (
     write_rubrics,
 )
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
-from evolm.training.rewards import (
-    fill_missing_with_group_mean,
-    fleiss_kappa,
-    majority_prefers,
-    policy_reward,
-    rubric_reward,
-)
 
 __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "CriterionScore", "EvolmError", "InputError", "JUDGE_MODES",

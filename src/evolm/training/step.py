@@ -20,6 +20,7 @@ from evolm.config import RunConfig
 from evolm.judge.judge import Judge
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.runs.records import (
+    BUFFER_FILE,
     GPU_LOGGED,
     METRICS_FILE,
     TRL_LOGGED,
@@ -31,7 +32,7 @@ from evolm.runs.records import (
     read_metrics,
     samples_path,
 )
-from evolm.runs.rundir import append_frozen_rubrics, cut_logs_back, read_frozen_rubrics, write_checkpoint_extras
+from evolm.runs.rundir import append_frozen_rubrics, cut_logs_back, read_frozen_rubrics, write_checkpoint_state
 from evolm.training.contrast import (
     Generate,
     Pair,
@@ -311,5 +312,5 @@ class Loop:
 
     def save(self, checkpoint: Path, step: int) -> None:
         info = self.plan.info(step - 1)
-        write_checkpoint_extras(checkpoint, self.buffer, CheckpointState(step, info.phase, info.cycle, info.role,
-                                                                         len(self.buffer)))
+        self.buffer.save(checkpoint / BUFFER_FILE)  # then the state, last: the checkpoint is complete
+        write_checkpoint_state(checkpoint, CheckpointState(step, info.phase, info.cycle, info.role, len(self.buffer)))

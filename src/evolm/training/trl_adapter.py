@@ -97,10 +97,9 @@ from trl import GRPOTrainer
 
 from evolm.config import RunConfig, to_dict
 from evolm.errors import InputError, RunError
-from evolm.integrations.trl import completion_text
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
 from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
-from evolm.training.rewards import score_extra
+from evolm.training.rewards import completion_text, score_extra
 from evolm.training.trl_generation import (
     TrainerGenerate,
     VLLMCounts,
@@ -179,7 +178,7 @@ def check_trl() -> str:
 
 def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
-    from evolm.training.dist import world_size
+    from evolm.dist import world_size
 
     check_trl()
     err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
@@ -256,7 +255,7 @@ def training_args(cfg: RunConfig) -> Any:
     """
     from trl import GRPOConfig
 
-    from evolm.training.dist import world_size
+    from evolm.dist import world_size
 
     world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
     grpo = dict(cfg.grpo)
