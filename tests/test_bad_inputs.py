@@ -818,12 +818,12 @@ def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_los
     from evolm.runs.rundir import resume_config
     from evolm.training.contrast import ReplayBuffer
     from evolm.training.run import run
-    from evolm.training.step import Loop
+    from evolm.training.step import TrainingSteps
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Say hi {i}{BREAKS}"}) + "\n" for i in range(4)))
-    finish = Loop.finish
-    monkeypatch.setattr(Loop, "finish", lambda self, rows, completions, *rest: finish(
+    finish = TrainingSteps.finish
+    monkeypatch.setattr(TrainingSteps, "finish", lambda self, rows, completions, *rest: finish(
         self, rows, [c + BREAKS for c in completions], *rest))  # the policy's answers hold them too
     run_dir = tmp_path / "run"
     cfg = load_config(DEMO, tiny_overrides(tiny_model_dir, run_dir, f"data.prompts={prompts}", "schedule.cycles=1",

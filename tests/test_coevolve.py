@@ -41,7 +41,7 @@ from evolm.training.plan import Plan
 from evolm.training.prompts import load_prompts
 from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
 from evolm.training.run import run
-from evolm.training.step import Loop, rubric_rows
+from evolm.training.step import TrainingSteps, rubric_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -180,10 +180,10 @@ def tiny_judge(tiny_backend: Any) -> Judge:
     return Judge(tiny_backend, mode="prob")
 
 
-def loop_for(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> Loop:
+def loop_for(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> TrainingSteps:
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", *extra)
     (tmp_path / "run").mkdir()
-    return Loop(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run")
+    return TrainingSteps(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run")
 
 
 @pytest.mark.parametrize("kind", ["binary", "margin_format", "separation"])
@@ -656,7 +656,7 @@ def test_resume_touches_nothing_until_the_checkpoint_loaded(tmp_path: Path) -> N
     assert (start.run_dir, start.checkpoint, start.step, start.skipped) == (
         tmp_path, tmp_path / "checkpoints" / "checkpoint-10", 10, [])
     assert (tmp_path / "metrics.jsonl").read_text() == before  # not cut yet
-    Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(4), tmp_path, resume_step=start.step).begin(is_main=True)
+    TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(4), tmp_path, resume_step=start.step).begin(is_main=True)
     assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))  # cut once TRL has loaded it
     assert [r["step"] for r in read_jsonl(tmp_path / "samples" / "phase-000-policy.jsonl")] == [9, 10, 10]
 
@@ -929,8 +929,8 @@ def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_pa
     from evolm.runs.records import StepRecord
 
     cfg = load_config(None, [f"output_dir={tmp_path}"])
-    loop = Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
-    loop.pending[1] = StepRecord(step=1, role="policy")
+    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    loop.state.awaiting_update[1] = StepRecord(step=1, role="policy")
     loop.end_step(1, {"kl": 0.01, "loss": 0.2, "evolm/vllm_weight_syncs": 1.0, "evolm/vllm_generate_calls": 2.0},
                   is_main=True)
     row = metrics(tmp_path)[0]
@@ -969,7 +969,7 @@ def test_a_steps_peak_gpu_memory_per_phase_reaches_metrics_jsonl(tmp_path: Path)
             return self.reserved
 
     cfg = load_config(None, [f"output_dir={tmp_path}"])
-    loop = Loop(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
     cuda = FakeCuda()
     memory = GpuMemory(cuda)
     recorder = _Recorder(loop, None, memory)
@@ -983,7 +983,7 @@ def test_a_steps_peak_gpu_memory_per_phase_reaches_metrics_jsonl(tmp_path: Path)
         cuda.allocated, cuda.reserved = train << 30, res_train << 30
         state.global_step = step
         memory.on_step_end(None, state, None)
-        loop.pending[step] = StepRecord(step=step, role="policy")
+        loop.state.awaiting_update[step] = StepRecord(step=step, role="policy")
         recorder.on_log(None, state, None, logs={"loss": 0.1})
     rows = metrics(tmp_path)
     assert [(r["gpu_gib_generating"], r["gpu_gib_training"], r["gpu_reserved_gib"]) for r in rows] == \

@@ -45,6 +45,7 @@ from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messag
 from evolm.runs.jsonl import read_jsonl
 from evolm.scores import scores_of
 from evolm.training import trl_adapter, trl_generation
+from evolm.training.step import StepState
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity to a child.",
@@ -454,6 +455,7 @@ def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
     trainer = types.SimpleNamespace(
         args=types.SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg, processing_class=tok,
         state=types.SimpleNamespace(global_step=0), _last_loaded_step=0,
+        evolm_hooks=types.SimpleNamespace(state=StepState()),
         accelerator=types.SimpleNamespace(num_processes=1, process_index=0))
     generate = trl_adapter.TrainerGenerate(trainer)
     generate([rubric_messages("q")], SamplingParams(json_schema=RUBRIC_SCHEMA))

@@ -36,7 +36,7 @@ from evolm.training.heldout import (
 from evolm.training.plan import Plan
 from evolm.training.prompt_length import fit_prompt_set
 from evolm.training.run import run
-from evolm.training.step import Loop, answer_params, rubric_params
+from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -197,7 +197,7 @@ def test_no_eval_settings_evaluate_nothing(tmp_path: Path) -> None:
     engine = ScriptedEngine()
     assert held.before_step(0, engine, []) == 0.0 and held.after_step(1, []) == 0.0
     assert engine.calls == [] and not (tmp_path / "metrics.jsonl").exists()
-    assert HeldOut().after_step(3, []) == 0.0  # the Loop's default
+    assert HeldOut().after_step(3, []) == 0.0  # the default
 
 
 # ============================================================================= labelled pairs in the loop
@@ -210,7 +210,7 @@ def test_rubric_steps_take_labelled_pairs_without_an_answerer(tmp_path: Path) ->
                              "contrast.answerer=/no/such/model", f"output_dir={tmp_path / 'run'}",
                              "schedule.steps_per_phase=2", "schedule.prompts_per_step=2"])
     plan = Plan(cfg, ["q"])
-    loop = Loop(cfg, plan, [], ReplayBuffer(4), tmp_path)
+    loop = TrainingSteps(cfg, plan, [], ReplayBuffer(4), tmp_path)
     engine = ScriptedEngine()
     # coevolve with K=2: steps 2, 3 are the first rubric phase (rubric steps 0, 1), 6, 7 the second (2, 3)
     dealt = {step: loop.step_rows(step, engine) for step in (2, 3, 6, 7)}

@@ -1,7 +1,7 @@
 """Mixed rewards (``rewards.extra``) and the judge's per-criterion readings, at the reward-function level.
 
 The reward function TRL calls (``trl_adapter._reward_function``) is driven here with TRL's keyword
-arguments and a minimal stand-in for the loop (``Loop.score`` / ``Loop.finish`` reduced to
+arguments and a minimal stand-in for the loop (``TrainingSteps.score`` / ``TrainingSteps.finish`` reduced to
 ``step_rewards``), so the sum, the policy-only rule and what reaches ``log_metric`` / ``log_extra``
 are checked by hand without a training run (``tests/test_lora_wandb.py`` has one).
 """
@@ -102,7 +102,7 @@ def test_step_rewards_add_weighted_extras_after_group_filling() -> None:
 
 
 class _Hooks:
-    """The part of ``step.Loop`` the reward function calls, on fixed judge scores."""
+    """The part of ``step.TrainingSteps`` the reward function calls, on fixed judge scores."""
 
     def __init__(self, scores: list[float | None]) -> None:
         self.scores = scores

@@ -14,6 +14,7 @@ from evolm.errors import InputError, RunError
 from evolm.scores import scores_of
 from evolm.training import trl_adapter
 from evolm.training.grpo_config import evolm_grpo_settings
+from evolm.training.step import StepState
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "evolm"
 
@@ -128,7 +129,7 @@ def test_extra_text_goes_through_trl_vllm_generation(tiny_model_dir: Path) -> No
     vg = _FakeVLLMGeneration(tok)
     trainer = SimpleNamespace(
         args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg, processing_class=tok,
-        state=SimpleNamespace(global_step=3), _last_loaded_step=2,
+        state=SimpleNamespace(global_step=3), _last_loaded_step=2, evolm_hooks=SimpleNamespace(state=StepState()),
         accelerator=SimpleNamespace(num_processes=1, process_index=0))
     generate = trl_adapter.TrainerGenerate(trainer)
     convs = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "Say yes."}]]
@@ -207,7 +208,7 @@ def _colocated_sleeping_vllm(monkeypatch: pytest.MonkeyPatch, tokenizer: Any) ->
     trainer = SimpleNamespace(
         args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None, report_to=[]), use_vllm=True,
         vllm_generation=vg, processing_class=tokenizer, state=SimpleNamespace(global_step=0), _last_loaded_step=-1,
-        accelerator=accelerator)
+        accelerator=accelerator, evolm_hooks=SimpleNamespace(state=StepState()))
     trainer.trl_generate = lambda ids: GRPOTrainer._generate_single_turn(trainer, ids, None, {}, 1)
     return trainer, vg, llm
 
@@ -232,10 +233,10 @@ def test_one_weight_sync_per_step_with_sleeping_colocated_vllm(tiny_model_dir: P
     for step, evolm_calls in enumerate([1, 3]):  # a policy step, then a rubric step
         trainer.state.global_step = step
         before = llm.pushes
-        trainer.evolm_materialising = True  # as _materialise sets it around the step's rows
+        trainer.evolm_hooks.state.materialising = True  # as _materialise sets it around the step's rows
         for _ in range(evolm_calls):
             trl_adapter.TrainerGenerate(trainer)(convs, SamplingParams(0.6, 0.9, 8))
-        trainer.evolm_materialising = False
+        trainer.evolm_hooks.state.materialising = False
         trainer.trl_generate(ids)  # TRL's own generation of the step
         pushes.append(llm.pushes - before)
         assert llm.sleeping == {"weights", "kv_cache"}  # asleep for the update, as TRL leaves it

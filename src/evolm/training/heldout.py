@@ -1,8 +1,9 @@
 """Held-out evaluation during training (``eval.*``): the writer's and the policy's progress on data no step trains on.
 
 When: before the first optimizer step (step 0, the initial weights), every ``eval.every`` optimizer steps, and
-after the last step, always with the weights of that moment. ``training.trl_adapter`` calls ``Loop.step_rows`` at the
-start of each step with the trainer's ``generate`` and ``Loop.end_step`` on every process after each update; the
+after the last step, always with the weights of that moment. ``training.trl_adapter`` calls
+``TrainingSteps.step_rows`` at the start of each step with the trainer's ``generate`` and ``TrainingSteps.end_step``
+on every process after each update; the
 loop hands both to ``HeldOut``, which evaluates at step 0 in the first and when due in the second, generating
 with the ``generate`` it was last given. A resumed run does not repeat the step-0 evaluation (it was logged
 before the checkpoint it resumes from).
@@ -90,8 +91,8 @@ class HeldOut:
     questions: list[str] = field(default_factory=list)
     fixed: dict[str, str] | None = None  # question -> rubric text of the fixed set (None until step 0 writes it)
     on_record: Callable[[StepRecord], None] | None = None  # each eval record, on the main process (the CLI prints)
-    is_main: bool = True  # set by ``Loop.begin``
-    generate: Generate | None = None  # the trainer's, from the latest ``Loop.step_rows``
+    is_main: bool = True  # set by ``TrainingSteps.begin``
+    generate: Generate | None = None  # the trainer's, from the latest ``TrainingSteps.step_rows``
     done: set[int] = field(default_factory=set)  # steps evaluated by this process
 
     @classmethod

@@ -48,7 +48,7 @@ from evolm.training.contrast import ReplayBuffer
 from evolm.training.heldout import HeldOut
 from evolm.training.plan import Plan, sequential_stages
 from evolm.training.prompt_length import fit_prompt_set
-from evolm.training.step import Loop, answer_params, rubric_params
+from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
 # ============================================================================= the run
 
@@ -90,12 +90,12 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     n = cfg.contrast.buffer_size
     buffer = ReplayBuffer.load(checkpoint / BUFFER_FILE, n) if checkpoint else ReplayBuffer(n)
 
-    def make_loop(trainer: Any) -> Loop:  # the judges first: the initial model's judge reads TRL's frozen copy
+    def make_loop(trainer: Any) -> TrainingSteps:  # the judges first: the initial model's judge reads TRL's frozen copy
         judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
                                            loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
                                cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
                   for m in [cfg.judge.model, *cfg.judge.extra_models]]
-        return Loop(cfg, plan, judges, buffer, run_dir, on_step, start.step, heldout)
+        return TrainingSteps(cfg, plan, judges, buffer, run_dir, on_step, start.step, heldout)
 
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights

@@ -148,7 +148,7 @@ class TrainerGenerate:
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
         try:
-            with _awake_for_step(vg, getattr(t, "evolm_materialising", False)), \
+            with _awake_for_step(vg, t.evolm_hooks.state.materialising), \
                     _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
                                      params.json_schema is not None and tokenizer_thinks(tok)):
                 _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)
