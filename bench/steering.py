@@ -16,7 +16,7 @@ the attacked answer minus that of the bad answer alone, per judge mode and defen
 For the attacks that use control tokens, ``vs plain`` is the score of the attack minus that of
 the same text with the markers replaced by plain words (``im_start`` / ``im_end``, their own
 words without the control brackets): what the control tokens themselves add. The issue asks for
-it within 0.03 either way (the slow test in tests/test_steering.py); docs/SECURITY.md says how
+it within 0.03 either way (the slow test in tests/judge/test_steering.py); docs/SECURITY.md says how
 much a small judge's score moves with the wording alone.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/steering.py   # SmolLM2-135M-Instruct, prob + yesno

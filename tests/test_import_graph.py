@@ -183,3 +183,12 @@ def test_imports_run_down_the_floors() -> None:
     assert check.returncode == 0, check.stderr
     graph = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True).stdout
     assert graph.splitlines()[0] in (SRC.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+
+
+def test_tests_mirror_the_package_tree() -> None:
+    """tests/<package>/test_<behaviour>.py: a folder of test files names a package of src/evolm (or examples/,
+    scripts/, studies/, which the repository also holds)."""
+    root = SRC.parent / "tests"
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.parent.name for p in root.rglob("test_*.py") if p.parent != root}
+    assert folders <= packages | {"examples", "scripts", "studies"}, sorted(folders - packages)

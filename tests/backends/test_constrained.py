@@ -47,7 +47,7 @@ from evolm.scores import scores_of
 from evolm.training import trl_adapter, trl_generation
 from evolm.training.step import StepState
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity to a child.",
              "Name three colours.", "How do I boil an egg?", "Convert 3.5 km to miles."]
 

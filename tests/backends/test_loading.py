@@ -111,7 +111,7 @@ def test_the_builtin_judges_extras_pin_every_chunk_the_registry_reads() -> None:
 
     from evolm.backends.loading import BUILTIN_MODELS
 
-    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+    extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     for name, extra in (("qwen2.5-coder-1.5b-instruct", "qwen-coder-1b5"), ("qwen2.5-coder-0.5b-instruct",
                                                                                "qwen-coder-0b5")):
@@ -135,7 +135,7 @@ class _Zero3Config:
 
 @pytest.fixture
 def rm_dir(tiny_model_dir: Path, tmp_path: Path) -> Path:
-    from test_baselines import _tiny_reward_model
+    from training.test_baselines import _tiny_reward_model
 
     return _tiny_reward_model(tiny_model_dir, tmp_path / "rm")
 

@@ -1,61 +1,57 @@
-r"""Every bad input of the hardening issues (#12, items 3-10; #23, the second table), in one place.
+r"""Bad inputs end in one error line and exit status 2, never a traceback, and destroy nothing: every kind, in one place.
 
 Each case runs the real code path (``evolm.cli.main`` in-process, a subprocess where stdin or a
-kill is the point, or the library function the CLI calls) and asserts what the issue asks: one
+kill is the point, or the library function the CLI calls) and asserts: one
 error line and exit status 2, inputs left byte for byte as they were, no model loaded for a
 mistake that needs none, bounded time. Where another test file already covers a case exactly, the
 table names it instead of repeating it.
 
-| item | case | where |
-| --- | --- | --- |
-| 3 | `--resume` with a corrupt `model.safetensors`: no log cut before the checkpoint loads | `CLI_CASES` resume-corrupt-weights; tests/test_coevolve.py::test_resume_touches_nothing_until_the_checkpoint_loaded, ::test_resume_falls_back_past_a_corrupt_checkpoint |
-| 4 | a 27k / 200k-character answer past the judge's context | `test_a_200k_character_answer_is_cut_in_bounded_time`; tests/test_context.py (27k, refuse, untouched short answers) |
-| 5 | `report --output RUN/metrics.jsonl`, `rb2 --from-scores s --output s`, `stats r --output r` | tests/test_output_safety.py::test_every_command_refuses_output_equal_to_an_input, ::test_rb2_from_scores_refuses_to_overwrite_its_input |
-| 5 | symlink, FIFO, `/dev/stdout` written through | tests/test_jsonl.py::test_a_symlink_is_written_through_to_its_target, ::test_fifos_devices_and_std_streams_are_written_through |
-| 6 | quadratic `strip_thinking` / `parse_rubric` / `format_validity` / `parse_judge_score` | tests/test_steering.py::test_parsing_is_fast_on_adversarial_text (12 inputs x 5 parsers), ::test_parse_judge_score_on_megabytes_of_braces_is_linear; here `test_judge_prompts_are_built_in_linear_time` (what every judged answer also goes through) |
-| 7 | HTTP 200 with HTML / invalid JSON / `{"choices": "nope"}` | `test_a_reply_that_is_no_chat_completion_is_one_line_through_the_cli` (and tests/backends/test_openai.py::test_a_reply_that_is_no_chat_completion_is_one_line) |
-| 7 | logprob as a string, 800, infinite; no digit among the top tokens | `test_unreadable_logprobs_are_a_missing_score_said_in_the_summary` (and tests/backends/test_openai.py::test_unreadable_logprobs_make_that_row_missing, ::test_no_candidate_among_the_top_tokens_is_all_minus_inf) |
-| 8 | nested JSON, 5000-digit integer, non-UTF-8 config, non-directory / unwritable output, `--max-new-tokens 0`, `--device bogus` / `cuda`, `cycles: 1e400`, `.nan`, `seed=-1`, unknown `grpo.*`, `grpo.learning_rate=fast`, `{"step": null}` | `CLI_CASES` |
-| 8 | non-UTF-8 stdin | `test_non_utf8_stdin_is_one_line` |
-| 8 | a full output device (`/dev/full`) | `test_a_full_output_is_one_line_after_at_most_one_batch` |
-| 8 | report inputs with `"time": 1e20`, `"step": {...}` | `test_report_survives_absurd_records` (and tests/test_report.py::test_report_survives_absurd_values) |
-| 9 | `data.limit=-5`, judge temperature inf, `top_p` 7, negative `max_new_tokens` / `batch_size`, NaN contrast temperature, batch divisibility before the model loads, `output_dir: ""`, `prompt: null`, empty inputs | `CLI_CASES` |
-| 9 | an unusable rubric becomes judge-alone silently | tests/test_cli.py::test_judge_says_how_it_read_each_rubric_and_refuses_non_text |
-| 9 | weights 1e308 + 1e308 make a yesno score null | `test_huge_rubric_weights_still_give_a_yesno_score` (and tests/test_rubrics.py::test_huge_weights_normalise_without_overflow) |
-| 9 | `eval stats --output -` mixes the table and the JSON on stdout | `test_stats_json_on_stdout_is_json_only` |
-| 10 | a kill at 99% of `evolm judge` loses every score | `test_a_killed_judge_keeps_its_rows_and_resumes` (SIGKILL); tests/test_output_safety.py::test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file |
-| 10 | `.part` files of killed writes never removed; no fsync before rename | tests/test_jsonl.py::test_stale_part_files_are_removed_on_the_next_write, ::test_temp_file_is_fsynced_before_the_rename |
+| case | where |
+| --- | --- |
+| `--resume` with a corrupt `model.safetensors`: no log cut before the checkpoint loads | `CLI_CASES` resume-corrupt-weights; tests/training/test_run.py::test_resume_touches_nothing_until_the_checkpoint_loaded, ::test_resume_falls_back_past_a_corrupt_checkpoint |
+| a 27k / 200k-character answer past the judge's context | `test_a_200k_character_answer_is_cut_in_bounded_time`; tests/backends/test_context.py (27k, refuse, untouched short answers) |
+| `report --output RUN/metrics.jsonl`, `rb2 --from-scores s --output s`, `stats r --output r` | tests/runs/test_output_safety.py::test_every_command_refuses_output_equal_to_an_input, ::test_rb2_from_scores_refuses_to_overwrite_its_input |
+| symlink, FIFO, `/dev/stdout` written through | tests/runs/test_jsonl.py::test_a_symlink_is_written_through_to_its_target, ::test_fifos_devices_and_std_streams_are_written_through |
+| quadratic `strip_thinking` / `parse_rubric` / `format_validity` / `parse_judge_score` | tests/judge/test_steering.py::test_parsing_is_fast_on_adversarial_text (12 inputs x 5 parsers), ::test_parse_judge_score_on_megabytes_of_braces_is_linear; here `test_judge_prompts_are_built_in_linear_time` (what every judged answer also goes through) |
+| HTTP 200 with HTML / invalid JSON / `{"choices": "nope"}` | `test_a_reply_that_is_no_chat_completion_is_one_line_through_the_cli` (and tests/backends/test_openai.py::test_a_reply_that_is_no_chat_completion_is_one_line) |
+| logprob as a string, 800, infinite; no digit among the top tokens | `test_unreadable_logprobs_are_a_missing_score_said_in_the_summary` (and tests/backends/test_openai.py::test_unreadable_logprobs_make_that_row_missing, ::test_no_candidate_among_the_top_tokens_is_all_minus_inf) |
+| nested JSON, 5000-digit integer, non-UTF-8 config, non-directory / unwritable output, `--max-new-tokens 0`, `--device bogus` / `cuda`, `cycles: 1e400`, `.nan`, `seed=-1`, unknown `grpo.*`, `grpo.learning_rate=fast`, `{"step": null}` | `CLI_CASES` |
+| non-UTF-8 stdin | `test_non_utf8_stdin_is_one_line` |
+| a full output device (`/dev/full`) | `test_a_full_output_is_one_line_after_at_most_one_batch` |
+| report inputs with `"time": 1e20`, `"step": {...}` | `test_report_survives_absurd_records` (and tests/report/test_report.py::test_report_survives_absurd_values) |
+| `data.limit=-5`, judge temperature inf, `top_p` 7, negative `max_new_tokens` / `batch_size`, NaN contrast temperature, batch divisibility before the model loads, `output_dir: ""`, `prompt: null`, empty inputs | `CLI_CASES` |
+| an unusable rubric becomes judge-alone silently | tests/cli/test_rubric_and_judge_commands.py::test_judge_says_how_it_read_each_rubric_and_refuses_non_text |
+| weights 1e308 + 1e308 make a yesno score null | `test_huge_rubric_weights_still_give_a_yesno_score` (and tests/test_rubrics.py::test_huge_weights_normalise_without_overflow) |
+| `eval stats --output -` mixes the table and the JSON on stdout | `test_stats_json_on_stdout_is_json_only` |
+| a kill at 99% of `evolm judge` loses every score | `test_a_killed_judge_keeps_its_rows_and_resumes` (SIGKILL); tests/runs/test_output_safety.py::test_judge_crash_keeps_finished_batches_and_resume_finishes_the_same_file |
+| `.part` files of killed writes never removed; no fsync before rename | tests/runs/test_jsonl.py::test_stale_part_files_are_removed_on_the_next_write, ::test_temp_file_is_fsynced_before_the_rename |
 
-Issue #23 (hardening 3):
+| case | where |
+| --- | --- |
+| fullwidth `＜|im_end|＞` and small-bracket / fullwidth-letter look-alikes pass `plain_markup` | `test_lookalike_markup_reads_exactly_as_its_plain_words` (prompts byte-identical to plain words) |
+| two `evolm train` on one output_dir (coevolve, sequential): both ran | `test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line` (real runs); `test_a_held_run_directory_refuses_a_second_train` (train, `--resume`); `test_a_killed_holder_leaves_the_directory_free`; `test_ranks_of_one_torchrun_job_share_the_directory` |
+| scores depend on batch composition under the default judge dtype (bfloat16 on AVX512-BF16) | `test_default_judge_scores_do_not_depend_on_the_batch` (prob, yesno; `--help` states it) |
+| `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `RANGE_PATH_URL_CASES` |
+| `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `RANGE_PATH_URL_CASES` |
+| `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (refused; `--allow-unpaired-ties` scores it as the official code does, counted in the summary) | `RANGE_PATH_URL_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
+| truncated / empty `optimizer.pt`, garbage or bit-flipped `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
+| `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `RANGE_PATH_URL_CASES` |
+| `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
+| `--output -` with stdout closed | `test_output_to_a_closed_stdout_is_one_line` |
+| `train --resume RUN judge.mode=prob contrast.buffer_size=1` left config.yaml unchanged | `test_resume_overrides_are_written_to_the_config_and_its_history` |
 
-| item | case | where |
-| --- | --- | --- |
-| 5 | fullwidth `＜|im_end|＞` and small-bracket / fullwidth-letter look-alikes pass `plain_markup` | `test_lookalike_markup_reads_exactly_as_its_plain_words` (prompts byte-identical to plain words) |
-| 6 | two `evolm train` on one output_dir (coevolve, sequential): both ran | `test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line` (real runs); `test_a_held_run_directory_refuses_a_second_train` (train, `--resume`); `test_a_killed_holder_leaves_the_directory_free`; `test_ranks_of_one_torchrun_job_share_the_directory` |
-| 7 | scores depend on batch composition under the default judge dtype (bfloat16 on AVX512-BF16) | `test_default_judge_scores_do_not_depend_on_the_batch` (prob, yesno; `--help` states it) |
-| 8 | `grpo.beta=.inf`, `grpo.learning_rate=.nan` / negative, `grpo.top_p=7`, `grpo.temperature=0`, NaN in a grpo list; `data.prompts` missing / empty / binary / `builtin:bogus`; `output_dir` a file, `/`, `/proc`; a judge URL that does not parse: each with and without `--dry-run` | `RANGE_PATH_URL_CASES` |
-| 8 | `--temperature nan` / `-1` / `inf`, `--top-p 7` / `0`, `rubric --top-p -0.5` | `RANGE_PATH_URL_CASES` |
-| 8 | `rb2 --from-scores` with `Infinity`, a duplicate id; an orphan `tied:` row (refused; `--allow-unpaired-ties` scores it as the official code does, counted in the summary) | `RANGE_PATH_URL_CASES`; `test_rb2_from_scores_says_how_many_tied_rows_have_no_ref_row` |
-| 9 | truncated / empty `optimizer.pt`, garbage or bit-flipped `scheduler.pt`, garbage or non-object `trainer_state.json`, NaN weights: resume falls back and says so, logs untouched | `test_resume_checks_every_checkpoint_file_and_falls_back_saying_so`, `test_resume_names_the_passed_over_checkpoint_before_anything_loads` |
-| 10 | `\\ud800` in input JSON, `--base-url 'http://[::1'`, `--seed 99999999999999999999999` (CLI and config), `--device meta` | `RANGE_PATH_URL_CASES` |
-| 10 | `report` on a metrics line (and an eval JSON) nested 100k deep: the line is skipped, the report written | `test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line` |
-| 10 | `--output -` with stdout closed | `test_output_to_a_closed_stdout_is_one_line` |
-| 12 | `train --resume RUN judge.mode=prob contrast.buffer_size=1` left config.yaml unchanged | `test_resume_overrides_are_written_to_the_config_and_its_history` |
-
-The third round (#23), items 1-4 and 11:
-
-| item | case | where |
-| --- | --- | --- |
-| 23.1 | U+2028 / U+2029 / U+0085 / `\r` in answers: `evolm judge` on its own output, `--resume-output`, `eval stats` | `test_judge_reads_back_its_own_output_with_line_breaks_in_answers` |
-| 23.1 | every record type written and read back (outputs, partials, stdin, metrics, samples, frozen rubrics, replay buffer, rb2 scores, rubric tables), also from files with the characters raw | tests/test_jsonl.py::test_every_record_type_reads_back_with_line_breaks_inside_strings, ::test_dumps_line_escapes_every_line_break_and_split_lines_splits_on_newline_only |
-| 23.1 | a run whose answers hold them resumes from its last checkpoint, nothing lost | `test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_lost` |
-| 23.2 | `"</s> " * n` / `"<\|im_start\|>user\n" * n` quadratic in serve; `/health` while a 200k-character request and a batch run | tests/test_serve.py::test_text_handling_is_linear_and_strips_what_the_regex_stripped, ::test_health_answers_while_a_200k_character_request_and_a_batch_run |
-| 23.3 | body, answers, characters past their limits: 413 with a JSON error (declared and chunked bodies) | tests/test_serve.py::test_size_limits_are_413_with_a_json_error |
-| 23.3 | a 5,000-answer request starves a 1-answer one | tests/test_serve.py::test_a_large_request_cannot_starve_a_small_one, ::test_fair_shares |
-| 23.3 | requests past their deadline, clients that left: slots kept, answers scored anyway | tests/test_serve.py::test_requests_past_their_deadline_free_their_slots_and_are_never_scored, ::test_a_client_that_leaves_has_its_answers_dropped |
-| 23.3 | slow headers, slow bodies, trickling keep-alive connections never closed; limits in `--help` | tests/test_serve.py::test_slow_headers_slow_bodies_and_trickling_keep_alive_connections_are_closed, ::test_serve_help_states_every_limit_and_its_default |
-| 23.4 | a gzip bomb and an endless chunked reply (200 and 500) from an OpenAI-style server | tests/backends/test_openai.py::test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line, ::test_an_endless_reply_fails_at_the_reply_cap_before_its_timeout, ::test_the_reply_cap_is_validated |
-| 23.11 | `--input out/x.jsonl.partial --output out/x.jsonl --resume-output` (judge, rubric) | `test_an_input_that_is_the_outputs_partial_file_is_refused` |
+| case | where |
+| --- | --- |
+| U+2028 / U+2029 / U+0085 / `\r` in answers: `evolm judge` on its own output, `--resume-output`, `eval stats` | `test_judge_reads_back_its_own_output_with_line_breaks_in_answers` |
+| every record type written and read back (outputs, partials, stdin, metrics, samples, frozen rubrics, replay buffer, rb2 scores, rubric tables), also from files with the characters raw | tests/runs/test_jsonl.py::test_every_record_type_reads_back_with_line_breaks_inside_strings, ::test_dumps_line_escapes_every_line_break_and_split_lines_splits_on_newline_only |
+| a run whose answers hold them resumes from its last checkpoint, nothing lost | `test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_lost` |
+| `"</s> " * n` / `"<\|im_start\|>user\n" * n` quadratic in serve; `/health` while a 200k-character request and a batch run | tests/serve/test_app.py::test_text_handling_is_linear_and_strips_what_the_regex_stripped, ::test_health_answers_while_a_200k_character_request_and_a_batch_run |
+| body, answers, characters past their limits: 413 with a JSON error (declared and chunked bodies) | tests/serve/test_app.py::test_size_limits_are_413_with_a_json_error |
+| a 5,000-answer request starves a 1-answer one | tests/serve/test_app.py::test_a_large_request_cannot_starve_a_small_one, ::test_fair_shares |
+| requests past their deadline, clients that left: slots kept, answers scored anyway | tests/serve/test_app.py::test_requests_past_their_deadline_free_their_slots_and_are_never_scored, ::test_a_client_that_leaves_has_its_answers_dropped |
+| slow headers, slow bodies, trickling keep-alive connections never closed; limits in `--help` | tests/serve/test_app.py::test_slow_headers_slow_bodies_and_trickling_keep_alive_connections_are_closed, ::test_serve_help_states_every_limit_and_its_default |
+| a gzip bomb and an endless chunked reply (200 and 500) from an OpenAI-style server | tests/backends/test_openai.py::test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line, ::test_an_endless_reply_fails_at_the_reply_cap_before_its_timeout, ::test_the_reply_cap_is_validated |
+| `--input out/x.jsonl.partial --output out/x.jsonl --resume-output` (judge, rubric) | `test_an_input_that_is_the_outputs_partial_file_is_refused` |
 """
 
 from __future__ import annotations
@@ -113,7 +109,6 @@ class Case:
     """Files to create (text or bytes; ``setup`` for more), the argv (``{tmp}`` and ``{tiny}`` filled in), the error."""
 
     id: str
-    item: int
     argv: list[str]
     message: str
     files: dict[str, str | bytes] = field(default_factory=dict)
@@ -134,64 +129,62 @@ def _cuda() -> bool:
 
 
 CLI_CASES = [
-    # item 3: resume touches nothing until a checkpoint validates
-    Case("resume-corrupt-weights", 3, ["train", "--resume", "{tmp}/run"], "no checkpoint validates",
+    # resume touches nothing until a checkpoint validates
+    Case("resume-corrupt-weights", ["train", "--resume", "{tmp}/run"], "no checkpoint validates",
          setup=lambda tmp: _resume_run(tmp / "run", None, weights_ok=False)),
-    # item 8: tracebacks instead of one line
-    Case("resume-step-null", 8, ["train", "--resume", "{tmp}/run"], "corrupt checkpoint state",
+    # tracebacks instead of one line
+    Case("resume-step-null", ["train", "--resume", "{tmp}/run"], "corrupt checkpoint state",
          setup=lambda tmp: _resume_run(tmp / "run", {"step": None}, weights_ok=True)),
-    Case("nested-json", 8, JUDGE, "nested too deeply",
+    Case("nested-json", JUDGE, "nested too deeply",
          {"in.jsonl": '{"prompt": ' + "[" * 100_000 + "]" * 100_000 + ', "response": "a"}\n'}),
-    Case("5000-digit-integer", 8, JUDGE, "unreadable JSON", {"in.jsonl": '{"prompt": ' + "9" * 5000 + "}\n"}),
-    Case("non-utf8-config", 8, TRAIN, "not UTF-8", {"c.yaml": b"seed: \xff\xfe\n"}),
-    Case("judge-output-under-a-file", 8, [*JUDGE[:-1], "{tmp}/afile/out.jsonl"], "afile is not a directory",
+    Case("5000-digit-integer", JUDGE, "unreadable JSON", {"in.jsonl": '{"prompt": ' + "9" * 5000 + "}\n"}),
+    Case("non-utf8-config", TRAIN, "not UTF-8", {"c.yaml": b"seed: \xff\xfe\n"}),
+    Case("judge-output-under-a-file", [*JUDGE[:-1], "{tmp}/afile/out.jsonl"], "afile is not a directory",
          {"in.jsonl": ANSWER, "afile": "x"}),
-    Case("rubric-output-under-a-file", 8,
-         ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output", "{tmp}/afile/r.jsonl"],
+    Case("rubric-output-under-a-file", ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output", "{tmp}/afile/r.jsonl"],
          "afile is not a directory", {"in.jsonl": ANSWER, "afile": "x"}),
-    Case("unwritable-output", 8, [*JUDGE[:-1], "/proc/evolm-test/out.jsonl"], "cannot write there",
+    Case("unwritable-output", [*JUDGE[:-1], "/proc/evolm-test/out.jsonl"], "cannot write there",
          {"in.jsonl": ANSWER}),
-    Case("eval-output-under-a-file", 8,
-         ["eval", "pairs", "{tmp}/p.jsonl", "--judge", NO_MODEL, "--no-rubric", "--output", "{tmp}/afile/r.json"],
+    Case("eval-output-under-a-file", ["eval", "pairs", "{tmp}/p.jsonl", "--judge", NO_MODEL, "--no-rubric", "--output", "{tmp}/afile/r.json"],
          "afile is not a directory", {"p.jsonl": '{"prompt": "p", "chosen": "a", "rejected": "b"}\n', "afile": "x"}),
-    Case("max-new-tokens-0", 8, ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output",
+    Case("max-new-tokens-0", ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output",
                                  "{tmp}/r.jsonl", "--max-new-tokens", "0"], "must be an integer >= 1",
          {"in.jsonl": ANSWER}),
-    Case("device-bogus", 8, ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/o.jsonl",
+    Case("device-bogus", ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/o.jsonl",
                              "--device", "bogus"], "unknown device 'bogus'", {"in.jsonl": ANSWER}),
-    Case("device-cuda-without-gpu", 8, ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output",
+    Case("device-cuda-without-gpu", ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output",
                                         "{tmp}/o.jsonl", "--device", "cuda"], "not available here",
          {"in.jsonl": ANSWER}, marks=(pytest.mark.skipif("_cuda()", reason="this machine has a GPU"),)),
-    Case("cycles-1e400", 8, TRAIN, "'schedule.cycles' must be a finite number",
+    Case("cycles-1e400", TRAIN, "'schedule.cycles' must be a finite number",
          {"c.yaml": CONFIG + "schedule:\n  cycles: 1e400\n"}),
-    Case("temperature-nan", 8, TRAIN, "'judge.temperature' must be a finite number",
+    Case("temperature-nan", TRAIN, "'judge.temperature' must be a finite number",
          {"c.yaml": CONFIG + "judge:\n  temperature: .nan\n"}),
-    Case("seed-minus-1", 8, [*TRAIN, "seed=-1"], "seed must be >= 0", {"c.yaml": CONFIG}),
-    Case("unknown-grpo-key", 8, [*TRAIN, "grpo.learning_rat=1e-5"], "grpo.learning_rat is not a TRL GRPOConfig setting",
+    Case("seed-minus-1", [*TRAIN, "seed=-1"], "seed must be >= 0", {"c.yaml": CONFIG}),
+    Case("unknown-grpo-key", [*TRAIN, "grpo.learning_rat=1e-5"], "grpo.learning_rat is not a TRL GRPOConfig setting",
          {"c.yaml": CONFIG}),
-    Case("grpo-learning-rate-fast", 8, [*TRAIN, "grpo.learning_rate=fast"], "grpo.learning_rate must be a number",
+    Case("grpo-learning-rate-fast", [*TRAIN, "grpo.learning_rate=fast"], "grpo.learning_rate must be a number",
          {"c.yaml": CONFIG}),
-    # item 9: accepted and wrong
-    Case("data-limit-minus-5", 9, [*TRAIN, "data.limit=-5"], "data.limit must be >= 0", {"c.yaml": CONFIG}),
-    Case("judge-temperature-inf", 9, [*TRAIN, "judge.temperature=.inf"], "must be a finite number",
+    # accepted and wrong
+    Case("data-limit-minus-5", [*TRAIN, "data.limit=-5"], "data.limit must be >= 0", {"c.yaml": CONFIG}),
+    Case("judge-temperature-inf", [*TRAIN, "judge.temperature=.inf"], "must be a finite number",
          {"c.yaml": CONFIG}),
-    Case("judge-top-p-7", 9, [*TRAIN, "judge.top_p=7"], "judge.top_p must be in (0, 1]", {"c.yaml": CONFIG}),
-    Case("negative-max-new-tokens", 9, [*TRAIN, "judge.max_new_tokens=-1"], "judge.max_new_tokens must be >= 1",
+    Case("judge-top-p-7", [*TRAIN, "judge.top_p=7"], "judge.top_p must be in (0, 1]", {"c.yaml": CONFIG}),
+    Case("negative-max-new-tokens", [*TRAIN, "judge.max_new_tokens=-1"], "judge.max_new_tokens must be >= 1",
          {"c.yaml": CONFIG}),
-    Case("negative-batch-size", 9, [*TRAIN, "judge.batch_size=-2"], "judge.batch_size must be >= 1",
+    Case("negative-batch-size", [*TRAIN, "judge.batch_size=-2"], "judge.batch_size must be >= 1",
          {"c.yaml": CONFIG}),
-    Case("contrast-temperature-nan", 9, [*TRAIN, "contrast.temperature=.nan"],
+    Case("contrast-temperature-nan", [*TRAIN, "contrast.temperature=.nan"],
          "'contrast.temperature' must be a finite number", {"c.yaml": CONFIG}),
-    Case("batch-not-divisible", 9, [*TRAIN, "grpo.per_device_train_batch_size=3"],
+    Case("batch-not-divisible", [*TRAIN, "grpo.per_device_train_batch_size=3"],
          "must be a multiple of grpo.per_device_train_batch_size", {"c.yaml": CONFIG}),
-    Case("output-dir-empty", 9, [*TRAIN, "output_dir="], "output_dir must name a directory", {"c.yaml": CONFIG}),
-    Case("prompt-null", 9, JUDGE, "'prompt' must be text, not NoneType", {"in.jsonl": '{"prompt": null, "response": "a"}\n'}),
-    Case("judge-empty-input", 9, JUDGE, "no rows", {"in.jsonl": ""}),
-    Case("rubric-empty-input", 9, ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output",
+    Case("output-dir-empty", [*TRAIN, "output_dir="], "output_dir must name a directory", {"c.yaml": CONFIG}),
+    Case("prompt-null", JUDGE, "'prompt' must be text, not NoneType", {"in.jsonl": '{"prompt": null, "response": "a"}\n'}),
+    Case("judge-empty-input", JUDGE, "no rows", {"in.jsonl": ""}),
+    Case("rubric-empty-input", ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output",
                                    "{tmp}/r.jsonl"], "no rows", {"in.jsonl": "\n"}),
-    Case("pairs-empty-input", 9, ["eval", "pairs", "{tmp}/p.jsonl", "--judge", NO_MODEL, "--no-rubric"], "no pairs",
+    Case("pairs-empty-input", ["eval", "pairs", "{tmp}/p.jsonl", "--judge", NO_MODEL, "--no-rubric"], "no pairs",
          {"p.jsonl": ""}),
-    Case("rb2-empty-input", 9, ["eval", "rb2", "{tmp}/rb2.jsonl", "--judge", NO_MODEL, "--no-rubric"], "no rows",
+    Case("rb2-empty-input", ["eval", "rb2", "{tmp}/rb2.jsonl", "--judge", NO_MODEL, "--no-rubric"], "no rows",
          {"rb2.jsonl": ""}),
 ]
 
@@ -207,7 +200,7 @@ def _main(argv: list[str]) -> int:
         return int(e.code or 0)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=f"item{c.item}-{c.id}", marks=c.marks) for c in CLI_CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CLI_CASES])
 def test_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case, tmp_path: Path, tiny_model_dir: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for name, content in case.files.items():
@@ -251,7 +244,7 @@ def test_a_full_output_is_one_line_after_at_most_one_batch(tiny_model_dir: Path,
         assert len(lines) == 1 and "/dev/full: cannot write (No space left on device)" in lines[0], err
 
 
-# ----------------------------------------------------------------------------- item 4: the context guard
+# ----------------------------------------------------------------------------- the context guard
 
 
 def test_a_200k_character_answer_is_cut_in_bounded_time(tiny_model_dir: Path, tmp_path: Path,
@@ -269,7 +262,7 @@ def test_a_200k_character_answer_is_cut_in_bounded_time(tiny_model_dir: Path, tm
     assert "1 answers cut to fit the judge's context" in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------- item 6: linear time
+# ----------------------------------------------------------------------------- linear time
 
 
 BOUND_S = 0.25  # CPU seconds per call on ~50k-300k characters (the quadratic versions took seconds to minutes)
@@ -313,7 +306,7 @@ def test_judge_prompts_are_built_in_linear_time(name: str) -> None:
         assert min(taken) < BOUND_S, (fn_name, name, taken)
 
 
-# ----------------------------------------------------------------------------- item 7: bad server replies
+# ----------------------------------------------------------------------------- bad server replies
 
 
 @pytest.fixture
@@ -368,7 +361,7 @@ def test_unreadable_logprobs_are_a_missing_score_said_in_the_summary(
     assert "(1 without a readable score)" in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------- items 8-9: results that were wrong
+# ----------------------------------------------------------------------------- results that were wrong
 
 
 def test_report_survives_absurd_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -405,7 +398,7 @@ def test_stats_json_on_stdout_is_json_only(tmp_path: Path, capsys: pytest.Captur
     assert out.err.strip()
 
 
-# ----------------------------------------------------------------------------- item 10: a kill loses one batch at most
+# ----------------------------------------------------------------------------- a kill loses one batch at most
 
 
 def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -440,9 +433,9 @@ def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_pat
     assert out.read_bytes() == full.read_bytes() and not partial.exists()
 
 
-# ============================================================================= ranges, paths, URLs, locks, checkpoints (issue #23)
+# ============================================================================= ranges, paths, URLs, locks, checkpoints
 # Items 5-10 and 12 of the third round; the cases that are one line and exit 2 run through
-# test_non_finite_numbers_bad_paths_and_urls_are_one_line_exit_2 (ids item<N>-...).
+# test_non_finite_numbers_bad_paths_and_urls_are_one_line_exit_2 (ids by case).
 
 LOCK_FILE = ".evolm.lock"
 RUN_OV = [f"model.name={NO_MODEL}", "output_dir={tmp}/run"]
@@ -455,8 +448,8 @@ def _prompts(tmp: Path) -> None:
 def _train_cases(case_id: str, overrides: list[str], message: str, files: dict | None = None) -> list[Case]:
     """A broken config refused the same way by `train` and by `train --dry-run` (which loads nothing either)."""
     files = {"c.yaml": CONFIG, **(files or {})}
-    return [Case(case_id, 8, [*TRAIN, *overrides], message, files),
-            Case(f"{case_id}-dry-run", 8, [*TRAIN, "--dry-run", *overrides], message, files)]
+    return [Case(case_id, [*TRAIN, *overrides], message, files),
+            Case(f"{case_id}-dry-run", [*TRAIN, "--dry-run", *overrides], message, files)]
 
 
 def _scores(*rows: str) -> dict[str, str]:
@@ -467,7 +460,7 @@ _MATH = '{"id": "1", "subset": "Math", "num_correct": 1, "scores": [0.9, 0.1, 0.
 RUBRIC = ["rubric", "--model", NO_MODEL, "--input", "{tmp}/in.jsonl", "--output", "{tmp}/r.jsonl"]
 
 RANGE_PATH_URL_CASES = [
-    # item 8: every number, sampling flag and path checked before any model loads, by --dry-run too
+    # every number, sampling flag and path checked before any model loads, by --dry-run too
     *_train_cases("grpo-beta-inf", ["grpo.beta=.inf"], "grpo.beta must be a finite number"),
     *_train_cases("grpo-lr-nan", ["grpo.learning_rate=.nan"], "grpo.learning_rate must be a finite number"),
     *_train_cases("grpo-lr-negative", ["grpo.learning_rate=-1e-6"], "grpo.learning_rate must be > 0"),
@@ -485,36 +478,36 @@ RANGE_PATH_URL_CASES = [
     *_train_cases("output-dir-proc", ["output_dir=/proc"], "output_dir /proc is the filesystem root or a system"),
     *_train_cases("judge-base-url-ipv6", ["judge.backend=openai", "judge.base_url=http://[::1"],
                   "judge.base_url 'http://[::1' is not a URL"),
-    Case("temperature-nan", 8, [*RUBRIC, "--temperature", "nan"], "argument --temperature: must be a finite number",
+    Case("temperature-nan", [*RUBRIC, "--temperature", "nan"], "argument --temperature: must be a finite number",
          {"in.jsonl": ANSWER}),
-    Case("temperature-minus-1", 8, [*RUBRIC, "--temperature", "-1"], "argument --temperature: must be a finite number",
+    Case("temperature-minus-1", [*RUBRIC, "--temperature", "-1"], "argument --temperature: must be a finite number",
          {"in.jsonl": ANSWER}),
-    Case("temperature-inf", 8, [*RUBRIC, "--temperature", "inf"], "argument --temperature: must be a finite number",
+    Case("temperature-inf", [*RUBRIC, "--temperature", "inf"], "argument --temperature: must be a finite number",
          {"in.jsonl": ANSWER}),
-    Case("top-p-7", 8, [*RUBRIC, "--top-p", "7"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
-    Case("top-p-0", 8, [*RUBRIC, "--top-p", "0"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
-    Case("rubric-top-p-minus-0.5", 8, [*RUBRIC, "--top-p", "-0.5"], "argument --top-p: must be in (0, 1]",
+    Case("top-p-7", [*RUBRIC, "--top-p", "7"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
+    Case("top-p-0", [*RUBRIC, "--top-p", "0"], "argument --top-p: must be in (0, 1]", {"in.jsonl": ANSWER}),
+    Case("rubric-top-p-minus-0.5", [*RUBRIC, "--top-p", "-0.5"], "argument --top-p: must be in (0, 1]",
          {"in.jsonl": ANSWER}),
-    Case("rb2-infinity-score", 8, ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"],
+    Case("rb2-infinity-score", ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"],
          "'scores' must be a non-empty list of finite numbers or nulls",
          _scores('{"id": "1", "subset": "Math", "num_correct": 1, "scores": [Infinity, 0.1, 0.2, 0.3]}')),
-    Case("rb2-duplicate-id", 8, ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"], "id '1' appears twice",
+    Case("rb2-duplicate-id", ["eval", "rb2", "--from-scores", "{tmp}/s.jsonl"], "id '1' appears twice",
          _scores(_MATH, _MATH.replace("Math", "Safety"))),
-    # item 10: tracebacks that are now one line
-    Case("lone-surrogate", 10, JUDGE, "in.jsonl:1: a lone surrogate escape",
+    # tracebacks that are now one line
+    Case("lone-surrogate", JUDGE, "in.jsonl:1: a lone surrogate escape",
          {"in.jsonl": '{"prompt": "Say hi \\ud800", "response": "a"}\n'}),
-    Case("base-url-ipv6", 10, [*JUDGE, "--backend", "openai", "--base-url", "http://[::1"],
+    Case("base-url-ipv6", [*JUDGE, "--backend", "openai", "--base-url", "http://[::1"],
          "argument --base-url: URL 'http://[::1' is not a URL", {"in.jsonl": ANSWER}),
-    Case("seed-huge", 10, [*RUBRIC, "--seed", "99999999999999999999999"], "argument --seed: must be an integer >= 0",
+    Case("seed-huge", [*RUBRIC, "--seed", "99999999999999999999999"], "argument --seed: must be an integer >= 0",
          {"in.jsonl": ANSWER}),
-    Case("train-seed-huge", 10, [*TRAIN, "seed=99999999999999999999999"], "seed must be >= 0 and < 2**32",
+    Case("train-seed-huge", [*TRAIN, "seed=99999999999999999999999"], "seed must be >= 0 and < 2**32",
          {"c.yaml": CONFIG}),
-    Case("device-meta", 10, ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/o.jsonl",
+    Case("device-meta", ["judge", "--judge", "{tiny}", "--input", "{tmp}/in.jsonl", "--output", "{tmp}/o.jsonl",
                              "--device", "meta"], "device 'meta' holds no weights", {"in.jsonl": ANSWER}),
 ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=f"item{c.item}-{c.id}", marks=c.marks) for c in RANGE_PATH_URL_CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in RANGE_PATH_URL_CASES])
 def test_non_finite_numbers_bad_paths_and_urls_are_one_line_exit_2(case: Case, tmp_path: Path, tiny_model_dir: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     test_bad_input_is_one_line_exit_2_and_touches_no_input(case, tmp_path, tiny_model_dir, capsys)
@@ -556,7 +549,7 @@ def test_output_to_a_closed_stdout_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip() == "evolm judge: error: -: stdout is closed; write to a file instead", proc.stderr
 
 
-# ----------------------------------------------------------------------------- item 6: one process per run directory
+# ----------------------------------------------------------------------------- one process per run directory
 
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
@@ -632,7 +625,7 @@ def test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line(tiny_model_
     """Two real `evolm train` on one output_dir: the second is refused while the first trains (a sequential run
     holds its top directory, the stages under it)."""
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "evolm.cli", "train", "--config", str(Path(__file__).parents[1] / "configs" /
+    argv = [sys.executable, "-m", "evolm.cli", "train", "--config", str(Path(__file__).parents[2] / "configs" /
             "demo-cpu.yaml"), f"model.name={tiny_model_dir}", f"judge.model={tiny_model_dir}", f"output_dir={run}",
             "schedule.prompts_per_step=2", "schedule.samples_per_prompt=2", "grpo.per_device_train_batch_size=4",
             "grpo.max_completion_length=8", "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]",
@@ -653,7 +646,7 @@ def test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line(tiny_model_
                                      "wait for it to end, or choose another output_dir"), second.stderr
 
 
-# ----------------------------------------------------------------------------- item 9: every checkpoint file checked
+# ----------------------------------------------------------------------------- every checkpoint file checked
 
 
 def _two_checkpoints(run: Path) -> Path:
@@ -746,7 +739,7 @@ def test_resume_names_the_passed_over_checkpoint_before_anything_loads(tmp_path:
     assert (run / "metrics.jsonl").read_bytes() == metrics
 
 
-# ----------------------------------------------------------------------------- item 12: resume overrides recorded
+# ----------------------------------------------------------------------------- resume overrides recorded
 
 
 def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Path) -> None:
@@ -770,10 +763,10 @@ def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Pa
 
 
 
-# ============================================================================ JSONL line breaks, partial files (issue #23)
-# Item 1: evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);
-# item 11: an input that is the output's partial file is refused, never moved. Items 2-4 (serve, the
-# OpenAI backend's reply cap) are in tests/test_serve.py and tests/backends/test_openai.py (header table).
+# ============================================================================ JSONL line breaks, partial files
+# evolm's own JSONL files read back whatever their strings hold (a line ends in \n only);
+# an input that is the output's partial file is refused, never moved. Serve's limits and the
+# OpenAI backend's reply cap are in tests/serve/test_app.py and tests/backends/test_openai.py (header table).
 
 BREAKS = "a\u2028b\u2029c\x85d\re"  # what str.splitlines() broke records on
 
@@ -785,7 +778,7 @@ def _judge_rows(n: int) -> str:
 
 def test_judge_reads_back_its_own_output_with_line_breaks_in_answers(tiny_model_dir: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """The issue's `out.jsonl:1: malformed JSON`: judge, judge its output, resume it, rubric + eval stats."""
+    """`out.jsonl:1: malformed JSON` no more: judge, judge its output, resume it, rubric + eval stats."""
     src, out, again = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "again.jsonl"
     src.write_text(_judge_rows(3), encoding="utf-8")  # raw U+2028 etc., as other tools write them
     judge = ["judge", "--judge", str(tiny_model_dir), "--mode", "prob", "--device", "cpu", "--dtype", "float32"]
@@ -811,7 +804,7 @@ def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_los
     """Questions and answers holding U+2028/2029/0085/\\r: resume from the last checkpoint (not an older one for an
     'unreadable replay buffer'), every step logged once, every sample and buffer entry whole. The run's files are
     rewritten raw before resuming (as evolm wrote them before), so the readers are tested, not only the writers."""
-    from test_coevolve import DEMO, G, P, tiny_overrides
+    from tiny_run import DEMO, G, P, tiny_overrides
 
     from evolm.config import load_config
     from evolm.runs.records import BUFFER_FILE
@@ -855,7 +848,7 @@ def _raw_jsonl(path: Path) -> str:
 @pytest.mark.parametrize("command", ["judge", "rubric"])
 def test_an_input_that_is_the_outputs_partial_file_is_refused(tmp_path: Path, command: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """`--input out/x.jsonl.partial --output out/x.jsonl --resume-output` moved the input away (item 11)."""
+    """`--input out/x.jsonl.partial --output out/x.jsonl --resume-output` moved the input away ."""
     out = tmp_path / "out" / "x.jsonl"
     partial = out.with_name("x.jsonl.partial")
     partial.parent.mkdir()
@@ -869,7 +862,7 @@ def test_an_input_that_is_the_outputs_partial_file_is_refused(tmp_path: Path, co
         assert partial.read_text() == ANSWER * 3 and not out.exists()
 
 
-# ----------------------------------------------------------------------------- item 5: look-alike markup
+# ----------------------------------------------------------------------------- look-alike markup
 
 
 @pytest.mark.parametrize("name", ["fake_turn_fullwidth", "fake_turn_lookalike"])
@@ -880,7 +873,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
 
     from evolm.judge.prompts import prob_messages, yesno_messages
 
-    spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
+    spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[2] / "bench" / "steering.py")
     steering = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(steering)  # type: ignore[union-attr]
     attack, plain = steering.attacks()[name]
@@ -890,7 +883,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
         assert yesno_messages(a.question, "Says 42.", a.answer) == yesno_messages(p.question, "Says 42.", p.answer)
 
 
-# ----------------------------------------------------------------------------- item 7: scores independent of the batch
+# ----------------------------------------------------------------------------- scores independent of the batch
 
 
 @pytest.mark.parametrize("mode", ["prob", "yesno"])

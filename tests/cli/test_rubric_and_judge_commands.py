@@ -237,7 +237,7 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
     assert rubric_backend is not judge.backend
 
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize(("config", "processes"), [("paper-qwen3-8b.yaml", 4), ("paper-qwen3-8b.yaml", 8),
@@ -450,7 +450,7 @@ def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(
     import os
 
     import torch
-    from test_examples import fake_nvidia_smi
+    from fake_gpu import fake_nvidia_smi
 
     if torch.cuda.is_available():
         pytest.skip("torch drives this machine's GPUs")

@@ -19,7 +19,7 @@ from evolm.config import (
 from evolm.errors import InputError
 from evolm.runs.rundir import save_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -365,7 +365,7 @@ def test_a_retired_setting_at_its_old_default_still_loads() -> None:
 def test_the_dry_run_plan_counts_vllm_calls_and_weight_syncs_per_step() -> None:
     from evolm.cli.train import launch_plan
 
-    paper = Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"
+    paper = Path(__file__).resolve().parents[2] / "configs" / "paper-qwen3-8b.yaml"
     rows = dict(launch_plan(load_config(paper, ["data.prompts=builtin:demo"]), 4))
     assert "policy steps 1 (its rubrics); rubric steps 1 (fresh answers)" in rows["vLLM per step"]
     assert "weight syncs: 1 per step" in rows["vLLM per step"]

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_gpu import fake_nvidia_smi
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.py"))
 
 
 @pytest.mark.slow
@@ -21,25 +22,7 @@ def test_example_runs(script: Path) -> None:
 
 # ----------------------------------------------------------------------------- scripts/gpu_check.sh without a GPU
 
-GPU_CHECK = Path(__file__).parent.parent / "scripts" / "gpu_check.sh"
-FAKE_SMI = """#!/bin/sh
-if [ "$1" = "-L" ]; then
-  echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
-  echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
-  exit 0
-fi
-echo "| NVIDIA-SMI 550.54.15     Driver Version: 550.54.15     CUDA Version: 12.4 |"
-"""
-
-
-def fake_nvidia_smi(directory: Path) -> Path:
-    """A directory whose ``nvidia-smi`` lists two GPUs (on a CUDA 12.4 driver) that torch here cannot see."""
-    smi = directory / "nvidia-smi"
-    smi.write_text(FAKE_SMI)
-    smi.chmod(0o755)
-    return directory
-
-
+GPU_CHECK = Path(__file__).parents[2] / "scripts" / "gpu_check.sh"
 def _gpu_check(path: str) -> subprocess.CompletedProcess:
     import os
 

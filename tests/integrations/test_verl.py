@@ -28,7 +28,7 @@ from reward_server import RUBRIC, FakeJudge, running
 from evolm.errors import BackendError, InputError
 from evolm.serve.app import create_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ANSWERS = ["x" * 20, "x" * 40, "short", "a longer answer " * 3]
 
 

@@ -840,7 +840,7 @@ def test_paper_config_sends_the_same_seed_for_the_same_question_rubric_and_answe
     from evolm.config import load_config
     from evolm.judge.judge import build_judge
 
-    cfg = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml"))
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / "configs" / "paper-qwen3-8b.yaml"))
     item = JudgeItem("What is 2 + 2?", "4", rubric_text="The answer says 4 (weight 1.0).")
     with serve() as server:
         cfg.judge.base_url, cfg.judge.model = server.base_url, "test-echo-model"

@@ -21,7 +21,7 @@ from evolm.judge.parse import parse_judge_score, parse_scale_score
 from evolm.judge.prompts import ANSWER_END, plain_markup, prob_messages, yesno_messages
 from evolm.rubrics import format_validity, parse_rubric, strip_thinking
 
-_spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[1] / "bench" / "steering.py")
+_spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[2] / "bench" / "steering.py")
 steering = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(steering)  # type: ignore[union-attr]
 

@@ -432,7 +432,7 @@ def build_demo_run(root: Path) -> Path:
          "length_reward_corr": -0.21, "rubric_copy_share": 0.0, "score_string_share": 0.0, "seconds": 127.0},
         {**_metric(1, 0, "rubric", 2, 0.293, 0.007, 0.25, 1.0), **cost, "missing_rewards": 0.0, "tied_groups": 0.0,
          "seconds": 292.0}])
-    (root / "config.yaml").write_text((Path(__file__).resolve().parent.parent / "configs" / "demo-cpu.yaml")
+    (root / "config.yaml").write_text((Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml")
                                       .read_text(encoding="utf-8"), encoding="utf-8")
     criteria = [{"text": c["criterion"], "weight": c["weight"], "value": 0.3} for c in DEMO_RUBRIC["criteria"]]
     _write_jsonl(root / "samples" / "phase-000-policy.jsonl", [

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fetch_data.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fetch_data.py"
 
 
 def _fetch(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from evolm.runs.jsonl import read_jsonl
 from evolm.scores import Judgment, scores_of
 from evolm.training.run import run
 
-BASELINES = sorted((Path(__file__).resolve().parents[1] / "configs" / "baselines").glob("*.yaml"))
+BASELINES = sorted((Path(__file__).resolve().parents[2] / "configs" / "baselines").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("config", BASELINES, ids=lambda p: p.stem)

@@ -36,7 +36,7 @@ from evolm.runs.jsonl import read_jsonl
 from evolm.runs.records import BUFFER_FILE, FROZEN_RUBRICS_FILE, STATE_FILE
 from evolm.runs.rundir import complete_checkpoints
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
 P, G = 2, 4  # questions per step, samples per question: 8 rows, 2 per micro-batch, so each group spans both ranks
 

@@ -3,7 +3,7 @@
 The reward function TRL calls (``trl_adapter._reward_function``) is driven here with TRL's keyword
 arguments and a minimal stand-in for the loop (``TrainingSteps.score`` / ``TrainingSteps.finish`` reduced to
 ``step_rewards``), so the sum, the policy-only rule and what reaches ``log_metric`` / ``log_extra``
-are checked by hand without a training run (``tests/test_lora_wandb.py`` has one).
+are checked by hand without a training run (``lora_run`` in tests/training/conftest.py has one).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiny_run import G, P
 
 from evolm.config import load_config
 from evolm.errors import InputError
 from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
+from evolm.runs.jsonl import read_jsonl
 from evolm.training import trl_adapter
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
 from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
@@ -228,4 +230,17 @@ def test_drop_flat_criteria_needs_the_yesno_judge() -> None:
     with pytest.raises(InputError, match="judge.mode=yesno"):
         load_config(None, ["rewards.drop_flat_criteria=true", "judge.mode=prob"])
     assert load_config(None, ["rewards.drop_flat_criteria=true", "judge.mode=yesno"]).rewards.drop_flat_criteria
-    assert not load_config(Path(__file__).parents[1] / "configs" / "paper-qwen3-8b.yaml").rewards.drop_flat_criteria
+    assert not load_config(Path(__file__).parents[2] / "configs" / "paper-qwen3-8b.yaml").rewards.drop_flat_criteria
+
+
+def test_extra_rewards_are_summed_and_logged_per_step(lora_run: Path) -> None:
+    policy, rubric = read_jsonl(lora_run / "metrics.jsonl")
+    parts = policy["reward_components"]
+    assert set(parts) == {"judge", "soft_overlong_punishment_reward"}
+    assert -1.0 <= parts["soft_overlong_punishment_reward"] <= 0.0
+    assert policy["reward_mean"] == pytest.approx(parts["judge"] + 0.5 * parts["soft_overlong_punishment_reward"])
+    samples = read_jsonl(lora_run / "samples" / "phase-000-policy.jsonl")
+    assert len(samples) == P * G and parts["judge"] == pytest.approx(sum(s["reward"] for s in samples) / len(samples))
+    assert rubric["reward_components"] is None  # rubric steps are untouched
+    for r in (policy, rubric):  # the yesno judge's per-criterion readings, both roles
+        assert 0.0 <= r["judge_p_yes"] <= 1.0 and 0.0 <= r["judge_pass_rate"] <= 1.0

@@ -38,7 +38,7 @@ from evolm.training.prompt_length import fit_prompt_set
 from evolm.training.run import run
 from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
 RUBRIC = json.dumps({"criteria": [
     {"criterion": "The answer is right.", "weight": 0.75, "scoring_levels": {"1.0": "right", "0.0": "wrong"}},

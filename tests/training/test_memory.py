@@ -24,7 +24,7 @@ from evolm.training.memory import (
     setup_for,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 QWEN3_8B = KNOWN_MODELS["Qwen/Qwen3-8B"]
 PAPER = [str(CONFIGS / "paper-qwen3-8b.yaml"), "data.prompts=builtin:demo"]  # no Tulu prompts file needed here
 

@@ -218,7 +218,7 @@ def test_train_warns_once_when_the_rubric_steps_pairs_are_inverted(tmp_path: Pat
     monkeypatch.setattr(training_run, "run", fake_run)
     monkeypatch.setattr("evolm.report.report.summarise", lambda run_dir: None)
     monkeypatch.setattr("evolm.cli.train._print_summary", lambda run_dir, summary: None)
-    assert main(["train", "--config", str(Path(__file__).resolve().parents[1] / "configs" / "demo-cpu.yaml"),
+    assert main(["train", "--config", str(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml"),
                  f"output_dir={run}"]) == 0
     err = capsys.readouterr().err
     assert err.count("evolm: warning: by step 9: the judge preferred the better answer") == 1, err

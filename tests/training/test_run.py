@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tiny_run import DEMO, REPO, G, P, tiny_config, tiny_overrides
 
-from evolm.config import RunConfig, load_config
+from evolm.config import load_config
 from evolm.errors import InputError, RunError
 from evolm.judge.judge import Judge, JudgeItem, build_judge
 from evolm.report.report import summarise
@@ -43,34 +44,12 @@ from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_reward
 from evolm.training.run import run
 from evolm.training.step import TrainingSteps, rubric_rows
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "configs" / "demo-cpu.yaml"
-P, G = 2, 2  # questions per step, samples per question
 METRIC_FIELDS = ("step", "role", "cycle", "phase", "reward_mean", "reward_std", "pair_accuracy", "rubric_validity",
                  "kl", "completion_length", "seconds")
 VALID_RUBRIC = json.dumps({"criteria": [
     {"criterion": "The answer says 4.", "weight": 0.75, "scoring_levels": {"1.0": "says 4", "0.0": "does not"}},
     {"criterion": "The answer is one short sentence.", "weight": 0.25, "scoring_levels": {"1.0": "yes", "0.0": "no"}},
 ]})
-
-
-def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
-    """The demo config shrunk to the tiny model: every run in this file starts from these."""
-    return [
-        f"model.name={model_dir}", f"judge.model={model_dir}", f"output_dir={out}",
-        f"schedule.prompts_per_step={P}", f"schedule.samples_per_prompt={G}", "schedule.samples_logged_per_step=0",
-        f"grpo.per_device_train_batch_size={P * G}", "grpo.max_completion_length=8",
-        "rubric.max_new_tokens=8", "contrast.max_new_tokens=8", "grpo.report_to=[]", "rubric.constrained=false",
-        # the schedule these tests were written for (the demo's sizes before it was made smaller)
-        "schedule.cycles=2", "schedule.steps_per_phase=2", "schedule.save_every=2", "contrast.min_age=1",
-        "contrast.max_age=4", "grpo.save_total_limit=2", "grpo.gradient_checkpointing=false",
-        "model.lora.r=0",  # full fine-tuning (the demo trains a LoRA adapter; test_lora_wandb.py covers LoRA)
-        *extra,
-    ]
-
-
-def tiny_config(model_dir: Path, out: Path, *extra: str) -> RunConfig:
-    return load_config(DEMO, tiny_overrides(model_dir, out, *extra))
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -865,7 +844,7 @@ def test_rubric_prompt_setting_reaches_both_roles(tmp_path: Path, tiny_model_dir
 
 def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_model_dir: Path, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_cli import _long_prompts
+    from cli.test_rubric_and_judge_commands import _long_prompts
 
     from evolm.training import trl_adapter
 

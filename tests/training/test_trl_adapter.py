@@ -16,7 +16,7 @@ from evolm.training import trl_adapter
 from evolm.training.grpo_config import evolm_grpo_settings
 from evolm.training.step import StepState
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "evolm"
+SRC = Path(__file__).resolve().parents[2] / "src" / "evolm"
 
 
 def test_contract_holds_for_the_installed_trl() -> None:
@@ -268,7 +268,7 @@ def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp
     """Under ZeRO-3, ``GRPOConfig`` registers DeepSpeed's config with transformers; only a policy loaded after it
     is built under ``deepspeed.zero.Init`` (a shard per process) instead of whole on every GPU and in host memory."""
     import trl
-    from test_coevolve import tiny_config
+    from tiny_run import tiny_config
 
     from evolm.backends import loading as models
     from evolm.training.run import run
@@ -299,7 +299,7 @@ def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp
 
 def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[Any, Any]:
     """(trainer, its loop) as ``coevolve.run`` builds them for the tiny demo, without training."""
-    from test_coevolve import tiny_config
+    from tiny_run import tiny_config
 
     from evolm.training.run import run
 
@@ -327,7 +327,7 @@ def test_no_model_of_a_run_is_kernelized_with_kernels_from_the_hub(tiny_model_di
     """transformers (5.25) swaps layers of every model it loads for kernels it downloads from the Hugging Face Hub
     unless told not to; on a GPU with no hub the load fails (seen on an H200). ``evolm train`` loads none that way:
     not the policy, not the judge, not the reference model TRL loads itself."""
-    from test_coevolve import DEMO, tiny_overrides
+    from tiny_run import DEMO, tiny_overrides
     from transformers import AutoModelForCausalLM
 
     from evolm.backends.loading import HUB_KERNELS

@@ -1,6 +1,6 @@
 """The adapter's text generation on TRL's engine (``trl_adapter`` contract items 4 and 5): ``TrainerGenerate`` (the
 trainer's current weights, on its vLLM engine or the unwrapped model), constrained rubric steps, and the vLLM work
-of a step counted. Like ``trl_adapter``, it may name TRL internals (tests/test_trl_adapter.py)."""
+of a step counted. Like ``trl_adapter``, it may name TRL internals (tests/training/test_trl_adapter.py)."""
 
 from __future__ import annotations
 
