@@ -29,16 +29,15 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
 All timers are attached from the outside (monkeypatching in this script and TRL's profiling
 records); no library code is changed to be measured.
 
-    .venv/bin/python bench/grpo_step.py                  # everything (~10-15 min on 2 cores)
-    .venv/bin/python bench/grpo_step.py --skip-scaling   # breakdown + plain TRL only
-    .venv/bin/python bench/grpo_step.py --skip-scaling --compare-rev 9783296   # and the demo at that revision
+    .venv/bin/python -m bench.grpo_step                  # everything (~10-15 min on 2 cores)
+    .venv/bin/python -m bench.grpo_step --skip-scaling   # breakdown + plain TRL only
+    .venv/bin/python -m bench.grpo_step --skip-scaling --compare-rev 9783296   # and the demo at that revision
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -48,9 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import env_at, print_header, table  # noqa: E402
+from bench.common import env_at, print_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "demo-cpu.yaml"

@@ -15,8 +15,8 @@ for it, then, each case with a fixed number of requests and a time bound:
 
 Loopback only; nothing is sent anywhere else. Prints the machine and one table.
 
-    .venv/bin/python bench/serve_abuse.py                                    # smollm2-135m-instruct, prob
-    .venv/bin/python bench/serve_abuse.py --serve-args "--max-batch 16"
+    .venv/bin/python -m bench.security.serve_abuse                                    # smollm2-135m-instruct, prob
+    .venv/bin/python -m bench.security.serve_abuse --serve-args "--max-batch 16"
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import print_header, table  # noqa: E402
+from bench.common import print_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,14 +19,13 @@ words without the control brackets): what the control tokens themselves add. The
 it within 0.03 either way (the slow test in tests/judge/test_steering.py); docs/SECURITY.md says how
 much a small judge's score moves with the wording alone.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/steering.py   # SmolLM2-135M-Instruct, prob + yesno
-    .venv/bin/python bench/steering.py --modes prob yesno generative --configs full
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.security.steering   # SmolLM2-135M-Instruct, prob + yesno
+    .venv/bin/python -m bench.security.steering --modes prob yesno generative --configs full
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -168,10 +167,7 @@ def main() -> None:
         import evolm.judge.judge as jm
 
         jm.copied_score = lambda reply, answer: False
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import print_header, table
-
+    from bench.common import print_header, table
     from evolm.backends.loading import load_backend
 
     t0 = time.perf_counter()

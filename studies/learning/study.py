@@ -1,23 +1,23 @@
 """The learning study: does EvoLM learn on one CPU, and how do its regimes compare? (docs/RESULTS.md)
 
-    python bench/learning.py A        # the writer on labelled pairs: no rubric vs base vs trained writer
-    python bench/learning.py B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
-    python bench/learning.py C        # ablations: binary vs margin_format reward; unconstrained decoding
-    python bench/learning.py results  # rewrite docs/results/earlier.md (A, B, C, demo) from the arms finished so far
-    python bench/learning.py demo-compare RUN...  # rubric steps of demo runs side by side
-    python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
-    python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
-    python bench/learning.py writers ARM --pairs ultrafeedback  # the same on held-out UltraFeedback training pairs
-    python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
-    python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
-    python bench/learning.py writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
-    python bench/learning.py writers-study --one-at-a-time  # the same, one run after the other on all the cores
+    python -m studies.learning A        # the writer on labelled pairs: no rubric vs base vs trained writer
+    python -m studies.learning B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
+    python -m studies.learning C        # ablations: binary vs margin_format reward; unconstrained decoding
+    python -m studies.learning results  # rewrite results/earlier.md (A, B, C, demo) from the arms finished so far
+    python -m studies.learning demo-compare RUN...  # rubric steps of demo runs side by side
+    python -m studies.learning backfill ARM...  # recompute per-question held-out policy scores (older arms)
+    python -m studies.learning writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
+    python -m studies.learning writers ARM --pairs ultrafeedback  # the same on held-out UltraFeedback training pairs
+    python -m studies.learning writers-table  # its table, tests and figure into results/ (docs/RESULTS.md links it)
+    python -m studies.learning writers-probe  # does the judge tell a right from a wrong answer when told the value?
+    python -m studies.learning writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
+    python -m studies.learning writers-study --one-at-a-time  # the same, one run after the other on all the cores
 
 Every arm trains SmolLM2-135M-Instruct (both roles) against a frozen SmolLM2 judge in ``yesno``
 mode with ``evolm train`` (a subprocess, so each arm is exactly the command a user would type),
 then measures on held-out data with the package's own judge and rubric code. Each arm writes
 ``runs/study/<arm>/result.json`` and the results page is regenerated from all of them, so arms can
-run one at a time (``nohup python bench/learning.py A > runs/study/A.log 2>&1 &``).
+run one at a time (``nohup python -m studies.learning A > runs/study/A.log 2>&1 &``).
 
 Statistics: every rate has its n and a 95% interval (Wilson for proportions; a seeded percentile
 bootstrap for means of pair credits, which count 1/2 for a tie). Paired comparisons of two writers
@@ -44,16 +44,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench.common import DATA  # ./data, what `python scripts/fetch_data.py` writes, or EVOLM_DATA
 
-from common import DATA  # noqa: E402  (./data, what `python scripts/fetch_data.py` writes, or EVOLM_DATA)
+from evolm import stats
 
-from evolm import stats  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 OUT = ROOT / "runs" / "study"
-RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
-FIGURES = ROOT / "docs" / "results"
+FIGURES = HERE / "results"  # everything the study keeps: tables, figures, arms (docs/RESULTS.md links them)
+RESULTS = FIGURES / "writers-table.md"  # the writers study's table, written whole; docs/RESULTS.md links it
 EARLIER = FIGURES / "earlier.md"  # studies A, B, C and the demo comparison (docs/RESULTS.md summarises them)
 EVOLM = [str(Path(sys.executable).parent / "evolm")]
 MODEL = "smollm2-135m-instruct"
@@ -289,7 +288,7 @@ def study_a(args: argparse.Namespace) -> None:
         return
     sets = {set_name: {arm: done[set_name, arm] for arm, _ in writers} for set_name in ("uf_eval", "llmbar")}
     result = {"arm": "A", "minutes_training": round(minutes, 1), "command": command("A-writer", overrides),
-              "eval_command": "python bench/learning.py A" + (" --no-train" if args.no_train else ""),
+              "eval_command": "python -m studies.learning A" + (" --no-train" if args.no_train else ""),
               "checkpoint": str(trained.relative_to(ROOT)), "trained_steps": int(trained.name.split("-")[-1]),
               "planned_steps": args.steps, "sets": sets, "curve": eval_lines(run_dir), "steps": step_lines(run_dir)}
     _save("A", result)
@@ -428,7 +427,7 @@ JUDGE = "qwen2.5-coder-1.5b-instruct"
 JUDGE_DTYPE = "float32"
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
-HANDWRITTEN = ROOT / "bench" / "data" / "handwritten_rubrics.jsonl"
+HANDWRITTEN = HERE / "data" / "handwritten_rubrics.jsonl"
 WRITER_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-evolm2", "warm-seq",
                "warm-grpo-half", "warm-grpo")
 PLANNED_ARMS = ("none", "hand", "base", "strong", "warm", "warm-evolm-half", "warm-evolm", "warm-grpo-half",
@@ -604,7 +603,7 @@ def _append(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def handwritten_rubrics() -> dict[str, str]:
-    """prompt -> rubric JSON text, from ``bench/data/handwritten_rubrics.jsonl`` (how they were written: its header
+    """prompt -> rubric JSON text, from ``data/handwritten_rubrics.jsonl`` (how they were written: its header
     row and docs/RESULTS.md)."""
     rows = [r for r in _jsonl(HANDWRITTEN) if "prompt" in r]
     return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
@@ -628,7 +627,7 @@ def _write_rubrics(writer: str, prompts: Sequence[str],
         yield chunk, backend.generate([rubric_messages(q, decoding["prompt"]) for q in chunk], params)
 
 
-FIVE_PROMPTS = ROOT / "bench" / "data" / "five_prompts.jsonl"  # docs/results/five_prompts.md's everyday prompts
+FIVE_PROMPTS = HERE / "data" / "five_prompts.jsonl"  # results/five_prompts.md's everyday prompts
 
 
 def five_rubrics(arm: str, writer: str, decoding: dict[str, Any]) -> Path:
@@ -876,7 +875,7 @@ def _probe_line(rows: Sequence[dict[str, Any]], mode: str = "yesno", model: str 
     flags = ("" if model == JUDGE else f" --judge {model}") + ("" if mode == "yesno" else f" --judge-mode {mode}")
     return (f"Probe of `{Path(model).name}` in {dtype} ({len(rows)} short questions, a right and a wrong one-line "
             "answer each; "
-            f"`python bench/learning.py writers-probe{flags}`): {value} right minus wrong under "
+            f"`python -m studies.learning writers-probe{flags}`): {value} right minus wrong under "
             "a criterion naming the expected value "
             f"{fmt_ci(statistics.fmean(gap_r), stats.bootstrap_mean(gap_r))} "
             f"(right higher in {up}, wrong higher in {down}, "
@@ -1036,7 +1035,7 @@ def _judged_arms(names: Sequence[str], pairs_name: str = "llmbar"
     stale = [a for a, r in res.items()
              if r.get("pairs_sha") != sha or r.get("key", {}).get("judge", _judge_id("float32")) != _judge_id()]
     if stale:
-        print(f"left out ({pairs_name}: judged on other pairs or by another judge; rerun `python bench/learning.py "
+        print(f"left out ({pairs_name}: judged on other pairs or by another judge; rerun `python -m studies.learning "
               "writers ARM`): " + ", ".join(stale))
     res = {a: r for a, r in res.items() if a not in stale}
     order = [(r["prompt"], r["chosen"], r["rejected"]) for r in _jsonl(pairs_file)]
@@ -1076,7 +1075,7 @@ def _uf_lines() -> list[str]:
     if not res:
         return []
     lines = ["", f"The same writers on {len(order)} held-out UltraFeedback pairs, training pairs no run trained on "
-             "(the training distribution; `python bench/learning.py writers ARM --pairs ultrafeedback`):", "",
+             "(the training distribution; `python -m studies.learning writers ARM --pairs ultrafeedback`):", "",
              "| arm | n | pair accuracy [95% Wilson CI] | rubric validity | label-only | specific value | "
              "rubrics repeating a criterion |", "|---|---|---|---|---|---|---|"]
     for r in res.values():
@@ -1118,7 +1117,7 @@ def _train_pairs_lines(name: str) -> list[str]:
             rows.setdefault(half, []).append((int(2 * credit[key]) - 1, rubric[(step, slot)]))
     better = "the label" if name == "labelled-train" else "the newer answer"
     lines = ["", f"{'The labelled' if name == 'labelled-train' else 'The EvoLM'} run's own {len(order)} rubric-step "
-             f"pairs, in the order it met them: the judge with no rubric (`python bench/learning.py writers none "
+             f"pairs, in the order it met them: the judge with no rubric (`python -m studies.learning writers none "
              f"--pairs {name}`) against the judge under the rubrics the writer wrote for each pair in training (the "
              "majority of its sampled rubrics), pair by pair:", "",
              f"| steps | pairs | no rubric: for / against {better} | the writer's rubrics in training: for / against | "
@@ -1135,7 +1134,7 @@ def _train_pairs_lines(name: str) -> list[str]:
 
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
     """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
-    printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
+    printed; with ``write_doc`` also into results/writers-table.md with its figure."""
     res, order = _judged_arms(WRITER_ARMS)
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
@@ -1208,12 +1207,12 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
                         "`python scripts/fetch_data.py`)" for name, n in overlap.items()) + "."]
     missing = [a for a in PLANNED_ARMS if a not in res or res[a].get("partial")]
     if missing:
-        lines += ["", "Not finished: " + ", ".join(ARM_LABELS[a] for a in missing) + " (`python bench/learning.py "
+        lines += ["", "Not finished: " + ", ".join(ARM_LABELS[a] for a in missing) + " (`python -m studies.learning "
                   "writers-study` trains and judges what is left; `writers ARM` resumes or starts one arm)."]
     print("\n".join(lines))
     full = {a: r for a, r in res.items() if not r.get("partial")}
     out = {"lines": lines, "tests": tests, "results": res}
-    if write_doc:  # docs/RESULTS.md and its figures: the study's judge's arms only
+    if write_doc:  # results/writers-table.md and its figures: the study's judge's arms only
         if full:
             _figure_writers(full, FIGURES / "writers.png")
         _figure_training(FIGURES / "training.png")
@@ -1222,7 +1221,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
 
 
 # The study's training runs with the 1.5B judge: (label, config, run directory). writers-table copies each run's step
-# records into docs/results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
+# records into results/training/NAME-metrics.jsonl (runs/ is machine-local) and summarises them from there.
 TRAINING_RUNS = (("warm start + EvoLM, first run: fresh answers cut at 64 tokens (stopped)",
                   "configs/learning/judge-1b5/evolm.yaml", "runs/learning/judge-1b5/evolm-cut64"),
                  ("warm start + EvoLM, second run: lost with its machine",
@@ -1305,7 +1304,7 @@ def _aside(run_dir: Path, then: str, why: str = "no complete checkpoint (stopped
 
 
 # What resumes a study run on another machine, kept in the repository (runs/ is lost with its machine: three runs
-# were): docs/results/training/carry/RUN/ holds the run folder's config, logs and samples, its newest complete
+# were): results/training/carry/RUN/ holds the run folder's config, logs and samples, its newest complete
 # checkpoint whole (adapter, optimizer, scheduler, RNG, replay buffer: `evolm train --resume` goes on as if never
 # stopped), and each kept checkpoint whose arm has not finished (its weights: the arm's writer).
 CARRY = "carry"
@@ -1318,7 +1317,7 @@ def carry_dir(run: str) -> Path:
 
 
 def carry_run(run: str) -> Path | None:
-    """Copy what resumes run folder ``run`` into ``docs/results/training/carry/`` when its newest complete checkpoint
+    """Copy what resumes run folder ``run`` into ``results/training/carry/`` when its newest complete checkpoint
     (or the set of kept checkpoints still needed) changed; the carried folder, or None while the run has no complete
     checkpoint. The copy is made beside the old one and swapped in: a copy cut short is never the one carried. A
     carry further on than the run folder (another machine's) is left alone: ``restore_run`` takes it."""
@@ -1413,7 +1412,7 @@ def _arm_call(arm: str, writer: Path | None, log: Path, env: dict[str, str] | No
     how = [] if writer is None else ["--writer", writer.relative_to(ROOT), "--max-tokens", decoding["max_new_tokens"],
                                      "--max-criteria", decoding.get("max_criteria", 5)]
     pairs = ["--pairs", pairs_name] if pairs_name != "llmbar" else []
-    _call([sys.executable, __file__, "writers", arm, *how, *pairs], log, env=env)
+    _call([sys.executable, "-m", "studies.learning", "writers", arm, *how, *pairs], log, env=env)
 
 
 def other_pair_arms() -> None:
@@ -1573,7 +1572,7 @@ def _pairs_cell(votes: Sequence[dict[str, Any]]) -> str:
 
 
 def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
-    """Copy run folder ``run``'s step records (and its rubric steps' pair votes) to ``docs/results/training/`` when
+    """Copy run folder ``run``'s step records (and its rubric steps' pair votes) to ``results/training/`` when
     they are the kept copy's run (the same first step's record: a resumed run keeps it, a new one not) and at least as
     long; the kept steps. ``writers-study`` calls it as the run goes, so the records of a run lost with its machine
     are in the working tree up to its last step; ``say``: report a run folder that was not copied, and why."""
@@ -1608,7 +1607,7 @@ def keep_records(run: str, say: bool = False) -> list[dict[str, Any]]:
 
 
 def heldout_dir(run: str) -> Path:
-    """Where run ``run``'s held-out evaluation items are kept (``docs/results/training/NAME-heldout/``)."""
+    """Where run ``run``'s held-out evaluation items are kept (``results/training/NAME-heldout/``)."""
     return FIGURES / "training" / f"{Path(run).name}-heldout"
 
 
@@ -1727,7 +1726,7 @@ def _figure_writers(res: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def _figure_training(path: Path) -> bool:
-    """The study's training runs from their kept step records (``docs/results/training/``): the policy steps' reward,
+    """The study's training runs from their kept step records (``results/training/``): the policy steps' reward,
     and per rubric step the judge's accuracy on the temporal (or labelled) pairs and the reward spread across a
     question's rubrics. False when no run has records."""
     from matplotlib.figure import Figure
@@ -1763,18 +1762,10 @@ def _figure_training(path: Path) -> bool:
     return True
 
 
-WRITERS_BEGIN, WRITERS_END = "<!-- writers-table: begin -->", "<!-- writers-table: end -->"
-
-
 def _put_writers_section(lines: Sequence[str]) -> None:
-    """Replace the text between the writers-table markers in docs/RESULTS.md (the rest of the page is prose)."""
-    text = RESULTS.read_text(encoding="utf-8")
-    if WRITERS_BEGIN not in text or WRITERS_END not in text:
-        print(f"{RESULTS}: no writers-table markers; the table is printed above only")
-        return
-    head, rest = text.split(WRITERS_BEGIN, 1)
-    tail = rest.split(WRITERS_END, 1)[1]
-    RESULTS.write_text(head + WRITERS_BEGIN + "\n" + "\n".join(lines) + "\n" + WRITERS_END + tail, encoding="utf-8")
+    """Write the writers study's table into its own file in results/ (docs/RESULTS.md links it; no doc is rewritten)."""
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote the table into {RESULTS}")
 
 
@@ -1909,7 +1900,7 @@ def _section_bc(title: str, arms: dict[str, dict[str, Any]], figure: str) -> lis
                        f"{_f(st.get('criteria_per_rubric'))} | {_f(st.get('label_only'))} | "
                        f"{_f(st.get('specific_value'))} | {_f(st.get('criterion_chars'), 0)} |")
     out.append("")
-    out += ["Commands (from the repository root; `python bench/learning.py B|C` writes runs/study/data first):", ""]
+    out += ["Commands (from the repository root; `python -m studies.learning B|C` writes runs/study/data first):", ""]
     out += [f"- {name}: `{r['command'].replace(f'{ROOT}/', '')}`" for name, r in arms.items()] + [""]
     return out
 
@@ -1972,7 +1963,8 @@ def demo_compare(runs: Sequence[str]) -> None:
 
 def _section_demo(r: dict[str, Any]) -> list[str]:
     out = ["## Demo runs: rubric steps, unconstrained vs constrained rubric decoding", "",
-           "`python bench/learning.py demo-compare RUN...` over `bash scripts/demo.sh` runs (rubric-step samples).", "",
+           "`python -m studies.learning demo-compare RUN...` over `bash scripts/demo.sh` runs "
+           "(rubric-step samples).", "",
            "| run | rubric steps | rubric samples | validity [95% CI] | reward std per step | "
            "pair credit (a+ over a-) [95% CI] |",
            "|---|---|---|---|---|---|"]
@@ -1987,8 +1979,8 @@ def _section_demo(r: dict[str, Any]) -> list[str]:
 def write_results() -> None:
     results = _load()
     lines = ["# Earlier studies: learning at the demo's scale (A, B, C)", "",
-             "Generated by `python bench/learning.py results` from `runs/study/*.json` (each arm: "
-             "`python bench/learning.py A|B|C`). SmolLM2-135M-Instruct in both roles, a frozen SmolLM2-135M judge "
+             "Generated by `python -m studies.learning results` from `runs/study/*.json` (each arm: "
+             "`python -m studies.learning A|B|C`). SmolLM2-135M-Instruct in both roles, a frozen SmolLM2-135M judge "
              "(`yesno`), the demo's sizes (configs/demo-cpu.yaml) with constrained rubric decoding unless an arm says "
              "otherwise; 2 CPU cores, no GPU (A's earlier attempts and the demo comparison: an Intel Xeon; A's final "
              "run, B and C: an AMD EPYC; a judge of the initial model reads TRL's float32 reference copy). Intervals "
@@ -2078,7 +2070,7 @@ def main() -> None:
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":
-        writers_table(write_doc=study_judge)  # docs/RESULTS.md holds the study's judge's table
+        writers_table(write_doc=study_judge)  # results/writers-table.md holds the study's judge's table
     elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":
@@ -2092,13 +2084,3 @@ def main() -> None:
         if args.arm and not args.arm.startswith(args.study):
             p.error(f"--arm {args.arm} is not an arm of study {args.study}")
         study_bc(args.study, args.arm)
-
-
-if __name__ == "__main__":
-    from evolm.errors import EvolmError
-
-    try:
-        main()
-    except EvolmError as e:  # what the user can mend (a built-in judge not installed, say): one line and exit 2,
-        print(f"bench/learning.py: error: {e}", file=sys.stderr)  # as the evolm command says it
-        sys.exit(2)

@@ -869,13 +869,10 @@ def test_an_input_that_is_the_outputs_partial_file_is_refused(tmp_path: Path, co
 def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
     """Fullwidth ``＜|im_end|＞`` (and small brackets around fullwidth letters) is markup once NFKC-normalised: the judge
     prompt of such a fake turn is byte for byte that of the same text in plain words (it lifted prob by +0.257)."""
-    import importlib.util
+    from bench.security import steering
 
     from evolm.judge.prompts import prob_messages, yesno_messages
 
-    spec = importlib.util.spec_from_file_location("steering", Path(__file__).parents[2] / "bench" / "steering.py")
-    steering = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(steering)  # type: ignore[union-attr]
     attack, plain = steering.attacks()[name]
     for a, p in zip(steering.steering_items(attack), steering.steering_items(plain), strict=True):
         assert a.answer != p.answer

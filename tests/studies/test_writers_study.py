@@ -1,4 +1,5 @@
-"""bench/learning.py's writers study: the table and its tests read the saved arms; the hand-written rubrics parse."""
+"""The learning study's writers study (studies/learning/): the table and its tests read the kept arms; the hand-written
+rubrics parse."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture()
 def learning(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
+    spec = importlib.util.spec_from_file_location("learning_study", ROOT / "studies" / "learning" / "study.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     pairs = tmp_path / "pairs.jsonl"
@@ -28,7 +29,7 @@ def learning(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "writers_pairs", lambda: pairs)
     monkeypatch.setattr(mod, "WRITERS", tmp_path / "writers")
     monkeypatch.setattr(mod, "FIGURES", tmp_path / "fig")
-    monkeypatch.setattr(mod, "RESULTS", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "writers-table.md")
     (tmp_path / "writers").mkdir()
     mod.pairs_sha = __import__("hashlib").sha256(pairs.read_bytes()).hexdigest()
     return mod
@@ -45,12 +46,12 @@ def test_table_pairs_each_arm_with_no_rubric_and_drops_arms_judged_on_other_pair
     _arm(learning, "none", [0.0] * 10)
     _arm(learning, "hand", [1.0] * 9 + [0.0])  # 9 pairs better than no rubric, none worse: p = 2 / 2**9
     _arm(learning, "base", [1.0] * 10, sha="another set of pairs")
-    learning.RESULTS.write_text(f"intro\n{learning.WRITERS_BEGIN}\nold\n{learning.WRITERS_END}\nend\n", encoding="utf-8")
+    learning.RESULTS.write_text("old\n", encoding="utf-8")
     out = learning.writers_table()
     assert [t[:5] for t in out["tests"]] == [["hand", "none", 9, 0, 2 / 2**9]]
     assert "base" not in out["results"]
     page = learning.RESULTS.read_text(encoding="utf-8")
-    assert "old" not in page and page.startswith("intro\n") and page.endswith("end\n")
+    assert "old" not in page and page == "\n".join(out["lines"]) + "\n"  # the study's own file, written whole
     assert "| hand-written rubrics (ceiling) | 10 | 0.900 [" in page
     assert (learning.FIGURES / "writers.png").stat().st_size > 0
 
@@ -66,7 +67,7 @@ def test_table_leaves_out_an_arm_judged_by_other_judge_weights(learning):
 
 
 def test_arms_judged_with_other_judge_weights_are_kept_and_tabled_apart(learning, monkeypatch):
-    """--judge-dtype bfloat16: the table reads the arms in WRITERS/bfloat16 and leaves docs/RESULTS.md alone."""
+    """--judge-dtype bfloat16: the table reads the arms in WRITERS/bfloat16 and leaves the kept table alone."""
     _arm(learning, "none", [0.0] * 10)
     study = learning.WRITERS
     monkeypatch.setattr(learning, "WRITERS", study / "bfloat16")
@@ -93,7 +94,7 @@ def test_arms_judged_with_other_judge_weights_are_kept_and_tabled_apart(learning
 def test_handwritten_rubrics_parse_with_two_to_four_criteria_summing_to_one():
     from evolm.rubrics import parse_rubric
 
-    rows = [json.loads(line) for line in (ROOT / "bench" / "data" / "handwritten_rubrics.jsonl").open(encoding="utf-8")]
+    rows = [json.loads(line) for line in (ROOT / "studies" / "learning" / "data" / "handwritten_rubrics.jsonl").open(encoding="utf-8")]
     assert "note" in rows[0]
     rubrics = rows[1:]
     assert len(rubrics) == 120 and len({r["prompt"] for r in rubrics}) == 120
@@ -220,7 +221,7 @@ def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_
 def test_a_writers_arm_keeps_its_rubrics_for_the_five_everyday_prompts_once(learning, tiny_model_dir, monkeypatch,
                                                                             capsys):
     """A trained writer's checkpoint does not outlive its machine: its arm keeps the five everyday prompts' rubrics
-    too, as `evolm rubric` rows that bench/rubrics_md.py lays out (docs/results/five_prompts.md)."""
+    too, as `evolm rubric` rows that bench/rubrics_md.py lays out (studies/learning/results/five_prompts.md)."""
     learning.writer_arm("warm-evolm-half", str(tiny_model_dir), max_tokens=16, write_only=True, max_criteria=3)
     five = learning.WRITERS / "warm-evolm-half-five.jsonl"
     rows = [json.loads(line) for line in five.read_text(encoding="utf-8").splitlines()]
@@ -287,7 +288,7 @@ def test_writers_study_chain_starts_resumes_or_skips_a_run_then_judges_its_final
     assert learning._finished(run, config)
     calls.clear()
     learning._study_chain("warm-grpo", config, "runs/labelled")
-    assert [c[2] for c in calls] == ["writers"]  # finished: only the arm (which reads back a finished arm)
+    assert [c[3] for c in calls] == ["writers"]  # finished: only the arm (which reads back a finished arm)
     for d in (run / "checkpoints").iterdir():
         __import__("shutil").rmtree(d)
     checkpoint(20)
@@ -343,12 +344,12 @@ def test_writers_study_keeps_a_checkpoint_the_rotation_deletes_and_judges_it_bes
                           poll_s=0.01)
     assert (run / "kept" / "checkpoint-3" / "evolm_state.json").is_file()
     assert not (run / "kept" / "checkpoint-3.part").exists()
-    assert [c[3] if len(c) > 3 else c[0] for c in calls[1:]] == ["warm-evolm-half", "train ended", "warm-evolm"]
-    assert calls[1][4:6] == ["--writer", "runs/evolm/kept/checkpoint-3"] and calls[1][-1] == "OMP=1"
+    assert [c[4] if len(c) > 4 else c[0] for c in calls[1:]] == ["warm-evolm-half", "train ended", "warm-evolm"]
+    assert calls[1][5:7] == ["--writer", "runs/evolm/kept/checkpoint-3"] and calls[1][-1] == "OMP=1"
     assert learning.keep_checkpoint(run, 7) is None  # never reached: nothing kept, no arm
     calls.clear()  # run again (finished): the kept checkpoint's arm (read back) and the final one's
     learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm")
-    assert sorted(c[3] for c in calls) == ["warm-evolm", "warm-evolm-half"]
+    assert sorted(c[4] for c in calls) == ["warm-evolm", "warm-evolm-half"]
 
 
 def test_writers_study_leaves_a_checkpoint_whose_arm_was_judged_elsewhere(learning, tmp_path, monkeypatch, capsys):
@@ -373,13 +374,13 @@ def test_writers_study_leaves_a_checkpoint_whose_arm_was_judged_elsewhere(learni
     monkeypatch.setattr(learning, "_call", fake_call)
     learning._study_chain("warm-evolm", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/evolm",
                           poll_s=0.01)
-    assert [c[3] for c in calls if "train" not in c] == ["warm-evolm"]
+    assert [c[4] for c in calls if "train" not in c] == ["warm-evolm"]
     assert not (run / "kept").exists()
     assert "not kept" not in capsys.readouterr().err
 
 
 def test_writers_study_keeps_a_runs_step_records_in_the_repository_as_the_run_goes(learning, tmp_path, monkeypatch):
-    """runs/ is lost with its machine: writers-study copies each step record into docs/results/training/ while the
+    """runs/ is lost with its machine: writers-study copies each step record into studies/learning/results/training/ while the
     run is still going (the recovered working tree then holds them up to its last step)."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     config = str(ROOT / "configs/learning/judge-1b5/labelled.yaml")  # 50 steps
@@ -437,7 +438,7 @@ def test_writers_study_watcher_outlives_a_failed_poll(learning, tmp_path, monkey
     def fake_call(cmd, log, env=None):
         cmd = [str(c) for c in cmd]
         if "train" not in cmd:
-            arms.append(cmd[3])
+            arms.append(cmd[4])
             return
         run.mkdir(parents=True, exist_ok=True)
         (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "rubric"}) + "\n", encoding="utf-8")
@@ -480,7 +481,7 @@ def _tree(d):
 
 def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(learning, tmp_path, monkeypatch):
     """runs/ is lost with its machine: the newest complete checkpoint whole, the logs and samples, and a kept
-    checkpoint whose arm is not finished (its weights) are carried in docs/results/training/carry/; on a machine
+    checkpoint whose arm is not finished (its weights) are carried in studies/learning/results/training/carry/; on a machine
     without the run they are copied back, the adapter's base pointed at this clone's warm start."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/labelled", 2, "warm-grpo-half"),))
@@ -631,18 +632,17 @@ def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_t
     assert share == 1.0 and ci is None and 0.025 < no_room < 0.9
 
 
-def test_results_md_holds_the_table_writers_table_makes_from_the_kept_files():
-    """docs/RESULTS.md's writers section is what `python bench/learning.py writers-table` makes from the files kept in
+def test_the_kept_table_is_what_writers_table_makes_from_the_kept_files():
+    """studies/learning/results/writers-table.md is what `python -m studies.learning writers-table` makes from the files kept in
     the repository (arms, training records), so a fresh clone regenerates it; the training-source overlap line depends
     on the data sets on the machine and is left out."""
-    spec = importlib.util.spec_from_file_location("bench_learning_kept", ROOT / "bench" / "learning.py")
+    spec = importlib.util.spec_from_file_location("learning_study_kept", ROOT / "studies" / "learning" / "study.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.TRAINING_RUNS = tuple((label, config, f"no-such-folder/{Path(run).name}")  # the kept records only
                               for label, config, run in mod.TRAINING_RUNS)
     made = mod.writers_table(write_doc=False)["lines"]
-    text = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
-    kept = text.split(mod.WRITERS_BEGIN)[1].split(mod.WRITERS_END)[0].strip("\n").split("\n")
+    kept = mod.RESULTS.read_text(encoding="utf-8").strip("\n").split("\n")
 
     def drop(lines: list[str]) -> list[str]:
         return [line for line in lines if not line.startswith("Held-out prompts found in a training source")]
@@ -690,7 +690,6 @@ def test_arms_on_the_ultrafeedback_pairs_are_kept_and_tabled_apart(learning, tmp
         ["heldout_pairs.jsonl", "none.json", "none-items.jsonl", "none-key.json", "warm.json", "warm-items.jsonl",
          "warm-key.json", "warm-rubrics.jsonl"])
     assert json.loads((learning.WRITERS / "none.json").read_text(encoding="utf-8"))["credits"] == [0.0] * 10
-    learning.RESULTS.write_text(f"{learning.WRITERS_BEGIN}\n{learning.WRITERS_END}\n", encoding="utf-8")
     lines = learning.writers_table()["lines"]
     assert "The same writers on 6 held-out UltraFeedback pairs" in "\n".join(lines)
     assert "| warm-started writer (SFT) | 6 | 1.000 [" in "\n".join(lines)
@@ -719,7 +718,7 @@ def test_writers_study_judges_the_other_pair_sets_with_the_writers_this_machine_
     monkeypatch.setattr(learning, "_finished", lambda run_dir, config: run_dir == labelled)
     monkeypatch.setattr(learning, "final_checkpoint", lambda run_dir: run_dir / "checkpoints" / "checkpoint-50")
     calls = []
-    monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: calls.append([str(c) for c in cmd[2:]]))
+    monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: calls.append([str(c) for c in cmd[3:]]))
     learning.other_pair_arms()
     assert calls == [["writers", "warm", "--writer", learning.WARM_START, "--max-tokens", "320", "--max-criteria", "3",
                       "--pairs", "ultrafeedback"],
@@ -775,12 +774,12 @@ def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubri
 
 
 def test_a_judge_that_is_not_there_is_a_one_line_error_not_a_traceback():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "learning.py"), "writers-probe", "--judge",
-                          "/no/such/judge"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "studies.learning", "writers-probe", "--judge", "/no/such/judge"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
-    assert out.stderr.startswith("bench/learning.py: error: unknown model '/no/such/judge'")
+    assert out.stderr.startswith("studies.learning: error: unknown model '/no/such/judge'")
 
 
 def test_training_overlap_says_which_sources_it_could_not_check(learning, tmp_path, monkeypatch):

@@ -22,7 +22,8 @@ from evolm.rewards import MULTI_JUDGE, RUBRIC_REWARDS  # the choices are the mat
 
 # ============================================================================= the names a setting may take
 # Settings know no concept module: the choices a setting is validated against are listed here, and the modules that
-# act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse (tests/test_import_graph.py).
+# act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse
+# (tests/test_import_graph.py).
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")  # schedule.regime
 WRITER_REGIMES = ("coevolve", "sequential", "rubric_only")  # the regimes with rubric steps (the writer is trained)

@@ -79,8 +79,8 @@ at every optimizer step:
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
 ``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
 ``sync_weights`` (and its ``_llm_weights_sleeping``); run
-``pytest tests/training/test_trl_adapter.py tests/training/test_run.py tests/backends/test_constrained.py``; add the version to
-``TESTED_TRL`` and widen the pin in pyproject.toml.
+``pytest tests/training/test_trl_adapter.py tests/training/test_run.py tests/backends/test_constrained.py``; add the
+version to ``TESTED_TRL`` and widen the pin in pyproject.toml.
 """
 
 from __future__ import annotations

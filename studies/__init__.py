@@ -1,0 +1,1 @@
+"""Studies: experiments that measure what evolm learns, each in its own package with its kept results."""
