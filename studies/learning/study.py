@@ -2011,7 +2011,8 @@ def write_results() -> None:
 
 def main() -> None:
     global WRITERS, JUDGE, JUDGE_DTYPE
-    p = argparse.ArgumentParser(prog="python -m studies.learning", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m studies.learning", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", choices=["A", "B", "C", "results", "demo-compare", "backfill", "writers", "writers-table",
                                           "writers-probe", "writers-check", "writers-study"])
     p.add_argument("runs", nargs="*", help="demo-compare: run directories of `bash scripts/demo.sh`; writers: the arm "
