@@ -1,4 +1,4 @@
-"""95% intervals against published or hand-computed values (and statsmodels / SciPy when they are installed)."""
+"""The statistics (evolm.stats) against published or hand-computed values (and statsmodels / SciPy when installed)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,23 @@ def test_differences():
     # equal stds and n: Welch df = 18, t = 2.1009, se = sqrt(2 * 0.04 / 10)
     assert welch_difference(0.4, 0.2, 10, 0.6, 0.2, 10) == pytest.approx((0.2 - 0.18791, 0.2 + 0.18791), abs=1e-4)
     assert welch_difference(0.4, 0.0, 10, 0.6, 0.0, 10) == pytest.approx((0.2, 0.2))
+
+
+def test_sign_tests_against_hand_computed_binomial_tails():
+    from evolm.stats import sign_p, sign_p_worse, sign_test
+
+    # 12 of 15 pairs one way: P(X >= 12) = (C(15,12) + C(15,13) + C(15,14) + C(15,15)) / 2**15 = 576 / 32768
+    assert sign_p_worse(12, 3) == pytest.approx(576 / 32768)
+    assert sign_p(12, 3) == pytest.approx(2 * 576 / 32768)  # two-sided: both tails of a symmetric binomial
+    assert sign_p(3, 12) == sign_p(12, 3) and sign_p(0, 0) == 1.0 and sign_p(2, 2) == 1.0
+    assert sign_test([3, 2, 5, 1, 7], [1, 1, 4, 1, 9]) == (3, 1, pytest.approx(0.625))  # the tie (1, 1) dropped
+
+
+def test_bootstrap_interval_of_a_mean_is_seeded_and_covers_it():
+    from evolm.stats import bootstrap_mean
+
+    xs = [0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 0.5, 1.0, 0.0, 1.0]
+    lo, hi = bootstrap_mean(xs)
+    assert lo < sum(xs) / len(xs) < hi and 0.0 <= lo and hi <= 1.0
+    assert bootstrap_mean(xs) == (lo, hi) and bootstrap_mean(xs, seed=1) != (lo, hi)  # the seed decides the draws
+    assert bootstrap_mean([0.5] * 4) == (0.5, 0.5) and all(math.isnan(v) for v in bootstrap_mean([]))
