@@ -10,8 +10,8 @@ own helpers:
 - sync:  ``make_trl_reward(judge, asynchronous=False)`` x 2, called in turn;
 - async: ``make_trl_reward(judge)`` x 2 (async: the judges are served), gathered on TRL's daemon loop.
 
-    .venv/bin/python bench/async_reward.py                      # 16 completions, 0.1 s and 0.5 s per request
-    .venv/bin/python bench/async_reward.py --delays 1.0 --rows 64
+    .venv/bin/python -m bench.async_reward                      # 16 completions, 0.1 s and 0.5 s per request
+    .venv/bin/python -m bench.async_reward --delays 1.0 --rows 64
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from bench.common import print_header, table, timed_interleaved
 
-from common import print_header, table, timed_interleaved  # noqa: E402
-
-TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the server process imports tests/ from here
 _SERVER = """
 import sys
 sys.path.insert(0, sys.argv[2])
-from openai_server import serve
+from tests.openai_server import serve
 with serve() as s:
     s.state.delay_s = float(sys.argv[1])
     print(s.base_url, flush=True)
@@ -44,7 +41,7 @@ with serve() as s:
 @contextmanager
 def server_process(delay: float) -> Iterator[str]:
     """A test OpenAI server sleeping ``delay`` s per request, in its own process (not this one's GIL): its URL."""
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(delay), TESTS], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(delay)], cwd=ROOT, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         yield proc.stdout.readline().strip()
@@ -86,7 +83,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds (medians reported)")
     args = ap.parse_args()
 
-    from openai_server import MODEL_ID
+    from tests.openai_server import MODEL_ID
     from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 
     from evolm.backends.openai import OpenAIBackend

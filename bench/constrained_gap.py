@@ -14,8 +14,8 @@ at every step. It prints, per prompt and overall: tokens, mean log p and log q p
 gap ``-log p(A)`` per token and per sample, and the share of tokens where the mask removed more
 than 1% or more than half of p's mass.
 
-    nice -n 10 .venv/bin/python bench/constrained_gap.py              # SmolLM2-135M, 5 prompts x 2 samples
-    .venv/bin/python bench/constrained_gap.py --model Qwen/Qwen3-1.7B --samples 4 --device cuda
+    nice -n 10 .venv/bin/python -m bench.constrained_gap              # SmolLM2-135M, 5 prompts x 2 samples
+    .venv/bin/python -m bench.constrained_gap --model Qwen/Qwen3-1.7B --samples 4 --device cuda
 """
 
 from __future__ import annotations
@@ -23,13 +23,9 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import print_header, table  # noqa: E402
+from bench.common import print_header, table
 
 PROMPTS = [
     "Write a haiku about autumn.",

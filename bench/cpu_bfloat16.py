@@ -4,20 +4,16 @@ warning ``backends.loading.resolve_dtype`` gives for bfloat16 on a CPU without A
 Same model, same random token batch, both weights loaded in one process and timed round-robin (after a warm-up), so
 the ratio holds even on a busy machine. CPU seconds are this process's; torch's CPUID checks are printed beside.
 
-    .venv/bin/python bench/cpu_bfloat16.py                                  # SmolLM2-135M, 4 x 300 tokens
-    .venv/bin/python bench/cpu_bfloat16.py --model qwen2.5-coder-1.5b-instruct --batch 1
+    .venv/bin/python -m bench.cpu_bfloat16                                  # SmolLM2-135M, 4 x 300 tokens
+    .venv/bin/python -m bench.cpu_bfloat16 --model qwen2.5-coder-1.5b-instruct --batch 1
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import print_header, table  # noqa: E402
+from bench.common import print_header, table
 
 
 def main() -> None:

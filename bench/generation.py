@@ -19,22 +19,18 @@ Each variant is timed ``--repeats`` times: a call that decodes 1 token (the pref
 its ratio to ``dynamic``'s is the speed-up. Each variant's greedy text (2 short rows) is checked against
 ``dynamic``'s: a faster path must not change what is generated.
 
-    .venv/bin/python bench/generation.py                       # 16 rows x 600 prompt tokens, 64 new tokens
-    .venv/bin/python bench/generation.py --rows 16 --prompt-tokens 600 --new-tokens 128 --repeats 2
+    .venv/bin/python -m bench.generation                       # 16 rows x 600 prompt tokens, 64 new tokens
+    .venv/bin/python -m bench.generation --rows 16 --prompt-tokens 600 --new-tokens 128 --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import print_header, table  # noqa: E402
+from bench.common import print_header, table
 
 
 def _prompts(tokenizer: Any, rows: int, tokens: int) -> list[str]:

@@ -7,7 +7,7 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
    steps)), only the output directory changed. Each step is broken down into
 
    - materialise: EvoLM's per-step work before TRL generates (policy: the step's rubrics; rubric: the fresh
-     a+ answers of the pairs), ``Loop.step_rows``;
+     a+ answers of the pairs), ``TrainingSteps.step_rows``;
    - generation: TRL's ``transformers.generate`` block (TRL's own profiling);
    - judging: ``Judge.score`` inside the reward function;
    - ref log-probs: TRL's no-grad ``_get_per_token_logps_and_entropies`` (reference model, beta > 0);
@@ -29,16 +29,15 @@ Measured, each in its own subprocess (so each has its own peak memory and no war
 All timers are attached from the outside (monkeypatching in this script and TRL's profiling
 records); no library code is changed to be measured.
 
-    .venv/bin/python bench/grpo_step.py                  # everything (~10-15 min on 2 cores)
-    .venv/bin/python bench/grpo_step.py --skip-scaling   # breakdown + plain TRL only
-    .venv/bin/python bench/grpo_step.py --skip-scaling --compare-rev 9783296   # and the demo at that revision
+    .venv/bin/python -m bench.grpo_step                  # everything (~10-15 min on 2 cores)
+    .venv/bin/python -m bench.grpo_step --skip-scaling   # breakdown + plain TRL only
+    .venv/bin/python -m bench.grpo_step --skip-scaling --compare-rev 9783296   # and the demo at that revision
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -48,9 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import env_at, print_header, table  # noqa: E402
+from bench.common import env_at, print_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "demo-cpu.yaml"
@@ -107,7 +104,7 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
     from trl import GRPOTrainer
 
     import evolm.judge.judge as judge
-    from evolm.training.step import Loop
+    from evolm.training.step import TrainingSteps
 
     def log_metrics(self: Any, duration: float) -> None:  # TRL's profiling: keep the durations
         for suffix, name in ((".transformers.generate", "generation"), ("._prepare_inputs", "prepare")):
@@ -137,7 +134,7 @@ def _instrument(timers: _Timers, stop_after: int) -> None:
         return control
 
     CallbackHandler.on_step_begin, CallbackHandler.on_step_end = on_step_begin, on_step_end
-    _wrap(Loop, "step_rows", "materialise", timers)
+    _wrap(TrainingSteps, "step_rows", "materialise", timers)
     _wrap(judge.Judge, "score", "judging", timers)  # every judge call of rewards.score_rows
     _wrap(GRPOTrainer, "_get_per_token_logps_and_entropies", "ref log-probs", timers,
           when=lambda: not torch.is_grad_enabled())

@@ -5,22 +5,19 @@ first N LLMBar Natural pairs (both answers, the generic rubric of ``bench/common
 and ``--batch-size 16``, in float32 and bfloat16, and reports the largest and mean |difference| per mode: the
 evidence behind ``judge.dtype: auto`` = float32 (docs/PERFORMANCE.md).
 
-    .venv/bin/python bench/judge_batch.py                      # 8 pairs (16 answers), prob and yesno
-    .venv/bin/python bench/judge_batch.py --pairs 20 --modes prob
+    .venv/bin/python -m bench.judge_batch                      # 8 pairs (16 answers), prob and yesno
+    .venv/bin/python -m bench.judge_batch --pairs 20 --modes prob
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
+from bench.common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table
 
 
 def main() -> None:

@@ -14,15 +14,14 @@ Part ``serve``: ``evolm serve --judge MODEL --mode yesno`` as a subprocess; the 
 file (prompt, response, rubric) posted twice to ``/get_reward`` (the rubric as each row's label): seconds per
 request, ``extra_logs.judge_cached`` and ``/health``'s ``judge_cache``.
 
-    .venv/bin/python bench/judge_cache.py                 # both parts, SmolLM2-135M yesno
-    .venv/bin/python bench/judge_cache.py --parts serve --rows 32
+    .venv/bin/python -m bench.judge_cache                 # both parts, SmolLM2-135M yesno
+    .venv/bin/python -m bench.judge_cache --parts serve --rows 32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -30,9 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table, timed_interleaved  # noqa: E402
+from bench.common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table, timed_interleaved
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,15 +7,14 @@ and start-up out. Pairwise accuracy (1 when the better answer scores higher, 1/2
 from the 2N-row run. With ``--compare-rev REV`` the same runs use the package as it was at git revision REV (side by
 side, one machine), so a change of defaults shows as a before/after.
 
-    .venv/bin/python bench/judge_cli.py                                   # prob, yesno, generative; 23 pairs
-    .venv/bin/python bench/judge_cli.py --modes prob,generative --compare-rev 9783296
+    .venv/bin/python -m bench.judge_cli                                   # prob, yesno, generative; 23 pairs
+    .venv/bin/python -m bench.judge_cli --modes prob,generative --compare-rev 9783296
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -23,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import LLMBAR_NATURAL, env_at, print_header, table  # noqa: E402
+from bench.common import LLMBAR_NATURAL, env_at, print_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = {"criteria": [

@@ -8,11 +8,11 @@ scripts/fetch_data.py llmbar`). For each mode and dtype: pairwise accuracy (1 wh
 and, per mode, bfloat16 against float32 on the same pairs: an exact sign test on the pairs whose credit differs and
 a paired bootstrap interval of the difference in accuracy.
 
-    .venv/bin/python bench/judge_dtype.py                             # Natural (100 pairs), prob and yesno
-    .venv/bin/python bench/judge_dtype.py --sets Natural Adversarial_Neighbor --modes yesno
-    .venv/bin/python bench/judge_dtype.py --model qwen2.5-coder-1.5b-instruct --modes yesno --limit 8
+    .venv/bin/python -m bench.judge_dtype                             # Natural (100 pairs), prob and yesno
+    .venv/bin/python -m bench.judge_dtype --sets Natural Adversarial_Neighbor --modes yesno
+    .venv/bin/python -m bench.judge_dtype --model qwen2.5-coder-1.5b-instruct --modes yesno --limit 8
 
-Besides, per mode and dtype: the probe of ``bench/learning.py writers-probe`` (P(Yes) of a right minus a wrong
+Besides, per mode and dtype: the probe of ``studies/learning/study.py writers-probe`` (P(Yes) of a right minus a wrong
 short answer under a criterion naming the expected value), and the CPU seconds (this process) per judged answer.
 """
 
@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from studies.learning.study import PROBES
 
-from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
-from learning import PROBES, bootstrap_mean, sign_test  # noqa: E402  (the learning study's statistics, its probe)
+from bench.common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table
+from evolm.stats import bootstrap_mean, sign_test
 
 
 def main() -> None:

@@ -11,22 +11,18 @@ The probability modes are timed as the median of ``--repeats`` runs after one wa
 generative mode (sampling, temperature 0.6, top-p 0.95 as the reference) runs once after a
 short warm-up generation, as it takes minutes.
 
-    .venv/bin/python bench/judge_throughput.py                       # 12 pairs, 128 new tokens
-    .venv/bin/python bench/judge_throughput.py --pairs 100 --max-new-tokens 256
+    .venv/bin/python -m bench.judge_throughput                       # 12 pairs, 128 new tokens
+    .venv/bin/python -m bench.judge_throughput --pairs 100 --max-new-tokens 256
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import (  # noqa: E402
+from bench.common import (
     GENERIC_RUBRIC,
     LLMBAR_NATURAL,
     load_old_module,

@@ -6,24 +6,20 @@ rounds: the backend module as it was at ``--before`` (a fresh event loop and fre
 beside the work tree's (clients and connections kept on the backend's own event loop thread). CPU is this process's
 (all its threads; the server's is not counted).
 
-    .venv/bin/python bench/openai_calls.py --before 3f42466
-    .venv/bin/python bench/openai_calls.py --before 3f42466 --calls 100 --rounds 5
+    .venv/bin/python -m bench.openai_calls --before 3f42466
+    .venv/bin/python -m bench.openai_calls --before 3f42466 --calls 100 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-
 from async_reward import server_process  # noqa: E402
-from common import load_old_module, print_header, table  # noqa: E402
+
+from bench.common import load_old_module, print_header, table
 
 
 def _per_call(fn: Callable[[], object], calls: int) -> tuple[float, float]:
@@ -41,7 +37,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians reported)")
     args = ap.parse_args()
 
-    from openai_server import MODEL_ID
+    from tests.openai_server import MODEL_ID
 
     from evolm.backends.base import SamplingParams
     from evolm.backends.openai import OpenAIBackend

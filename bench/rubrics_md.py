@@ -1,6 +1,6 @@
 """Side-by-side markdown of several writers' rubrics for the same prompts (`evolm rubric` outputs).
 
-    python bench/rubrics_md.py base=five_base.jsonl warm=five_warm.jsonl "warm+EvoLM=five_warm-evolm.jsonl"
+    python -m bench.rubrics_md base=five_base.jsonl warm=five_warm.jsonl "warm+EvoLM=five_warm-evolm.jsonl"
 
 Each argument is NAME=FILE, a JSONL that `evolm rubric --output` wrote for the same prompts in the same order;
 prints one section per prompt with each writer's criteria (weight, criterion, scoring levels).

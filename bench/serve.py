@@ -16,8 +16,8 @@ its wall time went to HTTP, waiting and batching.
 The answers are the shortest LLMBar Natural pairs (both outputs of each question); every answer
 carries the generic 3-criterion rubric as its label, so ``yesno`` makes three reads per answer.
 
-    .venv/bin/python bench/serve.py                       # 128 answers, 16 clients, prob and yesno
-    .venv/bin/python bench/serve.py --answers 64 --modes prob
+    .venv/bin/python -m bench.serve                       # 128 answers, 16 clients, prob and yesno
+    .venv/bin/python -m bench.serve --answers 64 --modes prob
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import threading
@@ -33,10 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-
-from common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table  # noqa: E402
+from bench.common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -60,7 +56,10 @@ def main() -> None:
     args = ap.parse_args()
 
     import httpx
-    from reward_server import running  # tests/reward_server.py: uvicorn in a thread on a free port
+    from tests import openai_server
+
+    sys.modules.setdefault("openai_server", openai_server)  # the name tests/reward_server.py imports it by under pytest
+    from tests.reward_server import running  # uvicorn in a thread on a free port
 
     from evolm.cli._common import write_chunk
 

@@ -15,21 +15,19 @@ on the same model, items and threads, and checks that the scores agree (max abs 
 
 The answers are a real GRPO group: G samples of SmolLM2 at temperature 1.0 to LLMBar questions.
 
-    .venv/bin/python bench/shared_prefix.py                      # 3 questions x 8 answers
-    .venv/bin/python bench/shared_prefix.py --compare-rev 7c43463
+    .venv/bin/python -m bench.shared_prefix                      # 3 questions x 8 answers
+    .venv/bin/python -m bench.shared_prefix --compare-rev 7c43463
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tqdm.auto import tqdm  # noqa: E402
 
-from common import (  # noqa: E402
+from bench.common import (
     GENERIC_RUBRIC,
     LLMBAR_NATURAL,
     load_old_module,
@@ -37,7 +35,6 @@ from common import (  # noqa: E402
     table,
     timed_interleaved,
 )
-from tqdm.auto import tqdm  # noqa: E402
 
 
 def main() -> None:

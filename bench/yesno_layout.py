@@ -1,7 +1,7 @@
 """The ``yesno`` judge's cost per judged answer, and what it reads, across three layouts of its work.
 
-    python bench/yesno_layout.py                      # cost, probe and held-out accuracy, qwen2.5-coder-1.5b-instruct
-    python bench/yesno_layout.py --judge DIR --skip-accuracy
+    python -m bench.yesno_layout                      # cost, probe and held-out accuracy, qwen2.5-coder-1.5b-instruct
+    python -m bench.yesno_layout --judge DIR --skip-accuracy
 
 ``yesno`` asks one question per criterion. Three variants, side by side in one process on the same weights (the
 old code loaded from git):
@@ -21,12 +21,12 @@ Measured:
 
 1. cost: seconds (wall and CPU of this process) per judged answer at 3 criteria, on held-out LLMBar pairs whose
    hand-written rubric has 3 criteria, timed round-robin;
-2. the probe (``bench/learning.py writers-probe``): P(Yes) of a right minus a wrong answer under a criterion
+2. the probe (``studies/learning/study.py writers-probe``): P(Yes) of a right minus a wrong answer under a criterion
    that names the value, per variant;
 3. held-out pair accuracy with the hand-written rubrics (the writers study's ceiling arm), 100 pairs, with paired
    sign tests against the first variant.
 
-The result is kept in ``docs/results/yesno_layout.json``; docs/PERFORMANCE.md quotes the table.
+The result is kept in ``bench/results/yesno_layout.json``; docs/PERFORMANCE.md quotes the table.
 """
 
 from __future__ import annotations
@@ -34,27 +34,24 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_old_module, print_header, table  # noqa: E402
-from learning import (  # noqa: E402
+from studies.learning.study import (
     PROBES,
     ROOT,
-    bootstrap_mean,
     fmt_ci,
     handwritten_rubrics,
-    sign_test,
     wilson,
     writers_pairs,
 )
 
+from bench.common import load_old_module, print_header, table
+from evolm.stats import bootstrap_mean, sign_test
+
 BEFORE = "ff0e7d6"  # the last commit with the criterion before the answer
 ONE_GROUP_AT_A_TIME = "588ad90"  # the last commit whose HFBackend ran each group's prefix as its own pass
-RESULT = ROOT / "docs" / "results" / "yesno_layout.json"
+RESULT = ROOT / "bench" / "results" / "yesno_layout.json"
 
 
 def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from evolm.scores import aggregate_scores
-from evolm.training.rewards import (
+from evolm.rewards import (
     RUBRIC_REWARDS,
     fill_missing_with_group_mean,
     fleiss_kappa,
@@ -15,6 +14,7 @@ from evolm.training.rewards import (
     policy_reward,
     rubric_reward,
 )
+from evolm.scores import aggregate_scores
 
 NAN = float("nan")
 
@@ -230,7 +230,7 @@ def test_rewards_are_finite_for_unit_scores() -> None:
 
 
 def test_multi_judge_majority_and_average_votes() -> None:
-    from evolm.training.rewards import multi_judge_reward
+    from evolm.rewards import multi_judge_reward
 
     pos, neg = [0.8, 0.4, 0.7], [0.5, 0.6, 0.4]  # votes 1, 0, 1
     assert multi_judge_reward(pos, neg, "majority_vote") == 1.0
@@ -242,7 +242,7 @@ def test_multi_judge_majority_and_average_votes() -> None:
 
 
 def test_multi_judge_margin_kappa_format() -> None:
-    from evolm.training.rewards import multi_judge_reward
+    from evolm.rewards import multi_judge_reward
 
     pos, neg = [0.8, 0.9, 0.7], [0.3, 0.4, 0.2]  # unanimous: kappa 1
     assert multi_judge_reward(pos, neg, "margin_kappa_format", validity=1.0) == pytest.approx(0.5 * 0.5 + 0.3 + 0.2)
@@ -268,7 +268,7 @@ AUTHORS_MULTI_JUDGE = [
 
 @pytest.mark.parametrize(("pos", "neg", "how", "valid", "expected"), AUTHORS_MULTI_JUDGE)
 def test_multi_judge_margin_format_blend_matches_the_authors(pos, neg, how, valid, expected) -> None:  # noqa: ANN001
-    from evolm.training.rewards import multi_judge_reward
+    from evolm.rewards import multi_judge_reward
 
     assert multi_judge_reward(pos, neg, how, valid, "margin_format") == pytest.approx(expected)
     assert multi_judge_reward(pos, neg, how, valid, "binary") == pytest.approx((expected - 0.3 * valid) / 0.7)

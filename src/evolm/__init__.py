@@ -4,12 +4,12 @@ against the rubrics; both roles are trained with GRPO and co-evolve.
 The names below are the public API; everything else is private to its module.
 """
 
-from evolm import _moved
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.loading import load_backend, load_model
 from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
 from evolm.integrations.trl import make_trl_reward
 from evolm.judge.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
+from evolm.rewards import fill_missing_with_group_mean, fleiss_kappa, majority_prefers, policy_reward, rubric_reward
 from evolm.rubrics import (
     Criterion,
     Rubric,
@@ -22,13 +22,6 @@ from evolm.rubrics import (
     write_rubrics,
 )
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
-from evolm.training.rewards import (
-    fill_missing_with_group_mean,
-    fleiss_kappa,
-    majority_prefers,
-    policy_reward,
-    rubric_reward,
-)
 
 __all__ = [
     "Backend", "BackendError", "Conversation", "Criterion", "CriterionScore", "EvolmError", "InputError", "JUDGE_MODES",
@@ -38,4 +31,3 @@ __all__ = [
     "rubric_reward", "score_with_judges", "scores_of", "strip_thinking", "write_rubrics",
 ]
 __version__ = "0.1.0"
-_moved.install()  # evolm.jsonl, evolm.models, ...: the old paths, with a DeprecationWarning

@@ -253,9 +253,10 @@ def test_base_url_forms() -> None:
 
 
 def test_config_takes_a_list_or_one_url(tmp_path) -> None:  # noqa: ANN001
-    from evolm.config import launch_errors, load_config
+    from evolm.config import load_config
     from evolm.errors import InputError
     from evolm.judge.judge import build_judge
+    from evolm.training.checks import launch_errors
 
     urls = ["http://a:8000/v1", "http://b:8000/v1"]
     path = tmp_path / "c.yaml"

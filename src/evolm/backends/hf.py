@@ -70,7 +70,7 @@ class HFBackend:
     tokenized as a whole, so the template's own control tokens stay real and the ids are those of
     an ordinary prompt. Without this, an answer that writes ``<|im_end|>\\n<|im_start|>assistant``
     (typed, or decoded from ordinary pieces and re-encoded here) ends the judge's turn and
-    speaks for it. ``escape_special=False`` turns it off (``bench/steering.py`` measures both).
+    speaks for it. ``escape_special=False`` turns it off (``bench/security/steering.py`` measures both).
 
     ``usage`` counts what the backend ran, as a server's ``usage`` would (``evolm.backends.pool.Usage``):
     requests (prompts), prompt tokens, generated tokens (a next-token read counts one), seconds.

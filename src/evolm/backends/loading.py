@@ -90,7 +90,7 @@ def resolve_device(device: str = "auto") -> str:
     import torch
 
     if device == "auto":
-        from evolm.training.dist import local_rank
+        from evolm.dist import local_rank
 
         if not torch.cuda.is_available():
             return "cpu"

@@ -28,7 +28,7 @@ def positive_int(text: str) -> int:
 def check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
     """What `rubric` and `judge` check before any model loads: there is work to do, and somewhere to put it."""
     from evolm.errors import InputError
-    from evolm.runs.jsonl import check_writable
+    from evolm.runs.files import check_writable
 
     if not rows:
         raise InputError(f"{source}: no rows (an empty input)")
@@ -345,7 +345,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
                     ) -> list[dict]:
     """Compute the output rows in batches, each written out (fsynced) as it finishes; all output rows.
 
-    Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``jsonl.resumable_jsonl``), so a
+    Rows go to ``OUTPUT.partial``, renamed to OUTPUT at the end (see ``runs.resumable.resumable_jsonl``), so a
     crash loses at most the batch in progress; with --resume-output the rows already there are
     checked against the input (same ``keys``, row by row) and skipped. Batches (``write_chunk`` rows)
     start at multiples of their size, so a resumed run calls the model exactly as an uninterrupted one
@@ -358,7 +358,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
 
     from evolm.backends.base import BAR_REFRESH_S
     from evolm.errors import InputError
-    from evolm.runs.jsonl import resumable_jsonl
+    from evolm.runs.resumable import resumable_jsonl
 
     batch = write_chunk(args)
     with resumable_jsonl(args.output, resume=args.resume_output) as out:
@@ -404,7 +404,8 @@ def write_result(output: str | None, result: dict, table: str) -> None:
     """Write an evaluation's JSON result to ``output`` (if any) and print its table, on stderr if the JSON is on
     stdout."""
     if output:
-        from evolm.runs.jsonl import atomic_writer, dumps
+        from evolm.runs.files import atomic_writer
+        from evolm.runs.jsonl import dumps
 
         with atomic_writer(output) as f:
             f.write(dumps(result, indent=2, ensure_ascii=False) + "\n")

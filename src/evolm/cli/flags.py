@@ -1,8 +1,8 @@
 """Flags made from settings, as transformers' ``HfArgumentParser`` makes them: a flag that sets a config field takes
 its type, default, choices and help from that field (``metadata={"help": ..., "choices": ...}``). A command states
 only the flag's name, a stricter parser of the field's type (``positive_int``) and, where the command departs from
-training's default, its own default with the reason (``Flag.why``). tests/test_cli.py walks every such flag of every
-command and compares it with its field.
+training's default, its own default with the reason (``Flag.why``). tests/cli/test_rubric_and_judge_commands.py
+walks every such flag of every command and compares it with its field.
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.judge.judge import JudgeItem, OverlongPrompt
     from evolm.rubrics import Rubric, rubric_repairs
-    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
+    from evolm.runs.files import check_outputs_differ
+    from evolm.runs.jsonl import read_jsonl
 
     if args.show_prompt:
         _show_judge_prompt(args.config)

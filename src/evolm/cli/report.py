@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from evolm.errors import InputError
-    from evolm.runs.jsonl import check_outputs_differ
+    from evolm.runs.files import check_outputs_differ
 
     if len(args.run_dirs) > 1:
         from evolm.report.compare import parse_labels, write_comparison

@@ -45,7 +45,8 @@ def main(args: argparse.Namespace) -> None:
     from evolm.backends.context import over_context
     from evolm.errors import InputError
     from evolm.rubrics import rubric_messages, write_rubrics
-    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
+    from evolm.runs.files import check_outputs_differ
+    from evolm.runs.jsonl import read_jsonl
 
     check_outputs_differ([args.output], [args.input])
     rows = text_rows(read_jsonl(args.input, required=["prompt"]), args.input, ("prompt",))

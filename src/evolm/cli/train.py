@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> None:
     if args.dry_run:
         _dry_run(cfg, args)
         return
-    from evolm.training.dist import is_main, single_cpu_launch_warning
+    from evolm.dist import is_main, single_cpu_launch_warning
 
     rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
     from transformers.utils import logging as hf_logging
@@ -153,9 +153,9 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     from rich.console import Console
     from rich.table import Table
 
-    from evolm.config import launch_errors
+    from evolm.dist import world_size
     from evolm.errors import InputError
-    from evolm.training.dist import world_size
+    from evolm.training.checks import launch_errors
     from evolm.training.extra_rewards import extra_rewards
     from evolm.training.grpo_config import batch_error, grpo_errors
 

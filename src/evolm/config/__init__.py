@@ -2,9 +2,8 @@
 ``grpo`` numbers), ``loading`` (YAML, ``extends:``, dotted overrides) and ``checks`` (what the settings ask of files
 and servers, for the dry run)."""
 
-from evolm.config.checks import launch_errors, path_errors
 from evolm.config.grpo_values import grpo_value_errors
-from evolm.config.loading import RETIRED, describe, load_config, save_config, to_dict
+from evolm.config.loading import RETIRED, describe, load_config, to_dict
 from evolm.config.schema import (
     BACKENDS,
     DTYPES,
@@ -50,6 +49,6 @@ __all__ = [
     "TRL_MAX_COMPLETION_LENGTH", "WRITER_REGIMES",
     "ContrastConfig", "DataConfig", "EvalConfig", "JudgeConfig", "LoRAConfig", "ModelConfig", "RewardsConfig",
     "RubricConfig", "RunConfig", "ScheduleConfig", "describe", "endpoint_urls", "extra_reward_problems",
-    "grpo_value_errors", "launch_errors", "load_config", "path_errors", "save_config", "to_dict",
+    "grpo_value_errors", "load_config", "to_dict",
     "url_error", "validate",
 ]

@@ -160,14 +160,6 @@ def _is_text_field(parts: list[str]) -> bool:
     return False
 
 
-def save_config(cfg: RunConfig, path: str | Path) -> None:
-    """Write ``cfg`` as YAML, atomically (a resume rewrites a run's config.yaml when its overrides change it)."""
-    from evolm.runs.jsonl import atomic_writer
-
-    with atomic_writer(path) as f:
-        f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-
-
 def describe() -> str:
     """Every setting with its default and help, for ``evolm train --help``."""
     lines = []

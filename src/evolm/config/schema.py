@@ -18,10 +18,12 @@ from typing import Any
 
 from evolm.config.grpo_values import grpo_value_errors
 from evolm.errors import InputError
+from evolm.rewards import MULTI_JUDGE, RUBRIC_REWARDS  # the choices are the maths the ground floor computes
 
 # ============================================================================= the names a setting may take
 # Settings know no concept module: the choices a setting is validated against are listed here, and the modules that
-# act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse (tests/test_imports.py).
+# act on them (judge, rewards, contrast, models, ...) import them from here, never the reverse
+# (tests/test_import_graph.py).
 
 REGIMES = ("coevolve", "sequential", "frozen_rubric", "judge_only", "rubric_only")  # schedule.regime
 WRITER_REGIMES = ("coevolve", "sequential", "rubric_only")  # the regimes with rubric steps (the writer is trained)
@@ -38,9 +40,7 @@ JUDGE_SEEDS = ("same", "per_row")  # judge.seeds: every sampled judge request ge
 BACKENDS = ("hf", "openai", "vllm")  # where a model runs: in-process transformers, an OpenAI-compatible server, vLLM
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the weight types a user can name (CLI, config)
 RUBRIC_PROMPTS = ("v3", "older")  # rubric.prompt: v3 (the paper's: 2-5 criteria) or older (5-10 criteria)
-RUBRIC_REWARDS = ("binary", "margin_format", "separation")  # rubric.reward
 INVALID_RUBRICS = ("judge_raw", "zero")  # rubric.invalid: what a rubric that does not parse gets
-MULTI_JUDGE = ("majority_vote", "average_vote", "margin_kappa_format", "mean")  # judge.aggregate
 MONITOR_ACTIONS = ("report", "mask", "stop")  # rewards.monitor: what the reward-hacking monitor may do
 PAIR_BUILDERS = ("temporal", "rubric_conditioned", "inferred_question")  # contrast.combined_weights keys
 PAIR_MODES = (*PAIR_BUILDERS, "combined", "labelled")  # contrast.pairs: one builder, or a weighted mix of them

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
 from evolm.eval.rubric_source import RubricCoverage, prompt_rubrics
-from evolm.report.intervals import wilson
 from evolm.runs.jsonl import read_records
 from evolm.scores import is_missing
+from evolm.stats import wilson
 
 if TYPE_CHECKING:
     from evolm.judge.judge import Judge

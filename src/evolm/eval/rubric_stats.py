@@ -297,7 +297,7 @@ def flat_share(rows: Sequence[dict[str, Any]], role: str) -> float | None:
     >>> flat_share([{"criteria_pos": c(0.9, 0.5), "criteria_neg": c(0.2, 0.52)}], "rubric")
     0.5
     """
-    from evolm.training.rewards import FLAT_SPREAD
+    from evolm.rewards import FLAT_SPREAD
 
     units: dict[Any, list[list[Any]]] = {}
     for i, row in enumerate(rows):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from evolm.training.rewards import policy_reward
+from evolm.rewards import policy_reward
+from evolm.training.rewards import completion_text
 
 
 def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: bool | None = None
@@ -61,10 +62,3 @@ def _question_of(prompt: Any) -> str:
         users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
         return str(users[-1]) if users else ""
     return str(prompt)
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a TRL completion (a string, or a conversational list of messages)."""
-    if isinstance(completion, list):
-        return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
-    return str(completion)

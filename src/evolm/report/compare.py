@@ -38,11 +38,12 @@ from markupsafe import Markup
 
 from evolm.errors import InputError, RunError
 from evolm.report import plots
-from evolm.report.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate, sample_interval
+from evolm.report.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate
 from evolm.report.report import HIGHLIGHTS, _duration, _flatten, heldout_points, plot_html, render_page
 from evolm.report.rundata import EVAL_ROLE, SEQUENTIAL_STAGES, Phase, _nansum, _split_phases, read_metric_rows
-from evolm.runs.jsonl import atomic_writer, check_outputs_differ
+from evolm.runs.files import atomic_writer, check_outputs_differ
 from evolm.runs.records import METRICS_FILE
+from evolm.stats import sample_interval
 
 DEFAULT_OUTPUT = "comparison.html"  # in the current directory: never inside one of the runs being compared
 CONFIG_FILE = "config.yaml"

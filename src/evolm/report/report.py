@@ -35,9 +35,10 @@ from evolm.report import plots
 from evolm.report.intervals import HELDOUT, fmt_estimate, heldout_estimate
 from evolm.report.rundata import EVAL_ROLE, RunData, _nansum, load_run
 from evolm.rubrics import Rubric
-from evolm.runs.jsonl import atomic_writer
+from evolm.runs.files import atomic_writer
 from evolm.runs.records import METRIC_FIELDS, StepRecord, read_metrics
-from evolm.training.monitor import LENGTH_FACTOR, hacking_flags, sign_p_worse
+from evolm.stats import sign_p
+from evolm.training.monitor import LENGTH_FACTOR, hacking_flags
 
 METRIC_KEYS = METRIC_FIELDS
 # RunConfig settings shown in the header (dotted paths; tests check each exists in RunConfig, so a renamed
@@ -232,7 +233,7 @@ def _pairs(d: RunData) -> dict[str, Any]:
         out["trend"].insert(0, f"pair accuracy over the run: {acc:.3f}, n = {pair_n(judged, pairs)} in {steps}")
         if all(r.get(k) is not None for r in counted for k in ("pairs_for", "pairs_against")):  # a vote per pair
             for_, against = (int(sum(r[k] for r in counted)) for k in ("pairs_for", "pairs_against"))
-            p = min(1.0, 2 * sign_p_worse(max(for_, against), min(for_, against)))
+            p = sign_p(for_, against)
             out["trend"].insert(1, f"counted per pair (its rubrics' majority): the better answer preferred in {for_}, "
                                    f"the other in {against}, two-sided sign test p = {p:.3f}")
     out["precondition"] = precondition_lines(d.metrics)

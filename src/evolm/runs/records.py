@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolm.errors import RunError
 from evolm.runs.jsonl import split_lines
 
 METRICS_FILE = "metrics.jsonl"
@@ -37,6 +38,25 @@ FROZEN_RUBRICS_FILE = "frozen_rubrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "evolm_state.json"  # written last into a checkpoint: its presence marks the checkpoint complete
 BUFFER_FILE = "evolm_buffer.jsonl"
+
+
+def read_buffer_file(path: str | Path) -> list[tuple[int, str, str]]:
+    """The (step, question, answer) entries of a checkpoint's replay buffer file, oldest first; ``RunError`` naming
+    the line for anything unreadable (a resume then passes over that checkpoint)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except (OSError, ValueError) as e:
+        raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__})") from None
+    entries = []
+    for lineno, line in enumerate(split_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            entries.append((int(d["step"]), str(d["question"]), str(d["answer"])))
+        except (ValueError, KeyError, TypeError) as e:
+            raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__} near line {lineno})") from None
+    return entries
 
 
 def _float(v: Any) -> float | None:

@@ -19,9 +19,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolm.config import RunConfig, load_config, save_config, to_dict
+import yaml
+
+from evolm.config import RunConfig, load_config, to_dict
+from evolm.dist import is_main
 from evolm.errors import RunError
-from evolm.runs.jsonl import atomic_writer, dumps, write_jsonl
+from evolm.runs.files import atomic_writer
+from evolm.runs.jsonl import dumps, write_jsonl
 from evolm.runs.records import (
     BUFFER_FILE,
     CHECKPOINTS_DIR,
@@ -32,12 +36,17 @@ from evolm.runs.records import (
     CheckpointState,
     append_records,
     iter_lenient,
+    read_buffer_file,
 )
-from evolm.training.contrast import ReplayBuffer
-from evolm.training.dist import is_main
 
 CONFIG_HISTORY_FILE = "config_history.jsonl"  # the settings a resume changed, one line per such resume
 LOCK_FILE = ".evolm.lock"  # held (flock) by the process training in the directory; holds its PID
+
+
+def save_config(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML, atomically (a resume rewrites a run's config.yaml when its overrides change it)."""
+    with atomic_writer(path) as f:
+        f.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
 @contextmanager
@@ -134,7 +143,7 @@ def open_run(cfg: RunConfig, resume: bool) -> RunStart:
     for ckpt in reversed(ckpts):
         try:
             checkpoint_state(ckpt)
-            ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size)
+            read_buffer_file(ckpt / BUFFER_FILE)
             _check_files(ckpt)
         except RunError as e:
             skipped.append(str(e))
@@ -151,7 +160,7 @@ def record_config(run_dir: Path, cfg: RunConfig, step: int | None) -> dict[str, 
     One line per resume that changed something: the step it resumed after, the time, and each changed
     setting (dotted key) with its value before and after. A later resume without overrides keeps the
     changed settings. Returns the changes (``{}``: none, nothing written). Only the main process writes
-    (``evolm.training.dist.is_main``): the other processes of a launch return ``{}``.
+    (``evolm.dist.is_main``): the other processes of a launch return ``{}``.
     """
     if not is_main():
         return {}
@@ -207,16 +216,10 @@ def checkpoint_state(ckpt: Path) -> CheckpointState:
     return state
 
 
-def write_checkpoint_extras(ckpt: Path, buffer: ReplayBuffer, state: CheckpointState) -> None:
-    """Save the replay buffer into a checkpoint TRL has just written, then the completeness marker."""
-    buffer.save(ckpt / BUFFER_FILE)
+def write_checkpoint_state(ckpt: Path, state: CheckpointState) -> None:
+    """Write evolm's state into a checkpoint, last (after TRL's files and the buffer): the completeness marker."""
     with atomic_writer(ckpt / STATE_FILE) as f:
         f.write(dumps(state.to_json()))
-
-
-def load_buffer(cfg: RunConfig, ckpt: Path | None) -> ReplayBuffer:
-    return ReplayBuffer.load(ckpt / BUFFER_FILE, cfg.contrast.buffer_size) if ckpt else \
-        ReplayBuffer(cfg.contrast.buffer_size)
 
 
 def _check_files(ckpt: Path) -> None:

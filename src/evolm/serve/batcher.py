@@ -20,10 +20,10 @@ from evolm.backends.base import Backend, SamplingParams
 from evolm.eval.rubric_source import RubricTable, write_prompt_rubrics
 from evolm.judge.cache import CachedJudge
 from evolm.judge.judge import JudgeItem
+from evolm.rewards import fill_missing_with_group_mean
 from evolm.rubrics import Rubric
 from evolm.serve.protocols import Answer, RequestRejected
 from evolm.serve.settings import ServeSettings
-from evolm.training.rewards import fill_missing_with_group_mean
 
 SOURCES = ("rubric_from_label", "rubric_written", "rubric_from_file", "no_rubric")
 """Where an answer's rubric came from; each is an ``extra_logs`` key (0/1 per answer), with ``missing_score``."""

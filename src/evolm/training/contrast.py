@@ -19,7 +19,6 @@ check that the writer learns rubrics under which the judge agrees with human or 
 
 from __future__ import annotations
 
-import json
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,9 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evolm.backends.base import Conversation, SamplingParams
-from evolm.errors import InputError, RunError
+from evolm.errors import InputError
 from evolm.rubrics import strip_thinking
-from evolm.runs.jsonl import atomic_writer, dumps_line, split_lines
+from evolm.runs.files import atomic_writer
+from evolm.runs.jsonl import dumps_line
+from evolm.runs.records import read_buffer_file
 
 Generate = Callable[[Sequence[Conversation], SamplingParams], list[str]]
 
@@ -77,19 +78,8 @@ class ReplayBuffer:
     @classmethod
     def load(cls, path: str | Path, max_size: int) -> ReplayBuffer:
         buf = cls(max_size)
-        try:
-            text = Path(path).read_bytes().decode("utf-8")
-        except (OSError, ValueError) as e:
-            raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__})") from None
-        for lineno, line in enumerate(split_lines(text), start=1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                buf.add(int(d["step"]), str(d["question"]), str(d["answer"]))
-            except (ValueError, KeyError, TypeError) as e:
-                raise RunError(f"{path}: unreadable replay buffer ({e.__class__.__name__} near line "
-                               f"{lineno})") from None
+        for step, question, answer in read_buffer_file(path):
+            buf.add(step, question, answer)
         return buf
 
     def candidates(self, current_step: int, min_age: int, max_age: int) -> tuple[list[BufferEntry], str]:

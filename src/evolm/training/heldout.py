@@ -1,8 +1,9 @@
 """Held-out evaluation during training (``eval.*``): the writer's and the policy's progress on data no step trains on.
 
 When: before the first optimizer step (step 0, the initial weights), every ``eval.every`` optimizer steps, and
-after the last step, always with the weights of that moment. ``training.trl_adapter`` calls ``Loop.step_rows`` at the
-start of each step with the trainer's ``generate`` and ``Loop.end_step`` on every process after each update; the
+after the last step, always with the weights of that moment. ``training.trl_adapter`` calls
+``TrainingSteps.step_rows`` at the start of each step with the trainer's ``generate`` and ``TrainingSteps.end_step``
+on every process after each update; the
 loop hands both to ``HeldOut``, which evaluates at step 0 in the first and when due in the second, generating
 with the ``generate`` it was last given. A resumed run does not repeat the step-0 evaluation (it was logged
 before the checkpoint it resumes from).
@@ -90,8 +91,8 @@ class HeldOut:
     questions: list[str] = field(default_factory=list)
     fixed: dict[str, str] | None = None  # question -> rubric text of the fixed set (None until step 0 writes it)
     on_record: Callable[[StepRecord], None] | None = None  # each eval record, on the main process (the CLI prints)
-    is_main: bool = True  # set by ``Loop.begin``
-    generate: Generate | None = None  # the trainer's, from the latest ``Loop.step_rows``
+    is_main: bool = True  # set by ``TrainingSteps.begin``
+    generate: Generate | None = None  # the trainer's, from the latest ``TrainingSteps.step_rows``
     done: set[int] = field(default_factory=set)  # steps evaluated by this process
 
     @classmethod
@@ -221,12 +222,6 @@ def judge_heldout(cfg: RunConfig, judges: Sequence[Judge], pairs: Sequence[Prefe
     rows += [{"kind": "question", "question": q, "answer": answers[q], "score": s}
              for q, s in zip(scored_qs, scores[n:], strict=True)]
     return rows
-
-
-def heldout_record(cfg: RunConfig, step: int, judges: Sequence[Judge], pairs: Sequence[PreferencePair],
-                   written: dict[str, WrittenRubric], answers: dict[str, str], fixed: dict[str, str]) -> StepRecord:
-    """The metrics.jsonl line of one evaluation (``judge_heldout``'s rows summarised)."""
-    return summarize_heldout(step, judge_heldout(cfg, judges, pairs, written, answers, fixed), written)
 
 
 def summarize_heldout(step: int, rows: Sequence[dict[str, Any]], written: dict[str, WrittenRubric]) -> StepRecord:

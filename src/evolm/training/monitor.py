@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolm.errors import RunError
+from evolm.stats import sign_p_worse
 
 COPY_WORDS = 8  # consecutive rubric words an answer must repeat to count as copying the rubric
 COPY_MIN_CRITERION_WORDS = 5  # a whole criterion this long (or longer) repeated counts too
@@ -253,17 +254,6 @@ class Flag:
 def _mean(xs: Sequence[float]) -> float | None:
     ok = [x for x in xs if x is not None and not math.isnan(x)]
     return sum(ok) / len(ok) if ok else None
-
-
-def sign_p_worse(against: int, for_: int) -> float:
-    """One-sided exact sign test: the chance that ``against`` or more of ``against + for_`` pairs favour the worse
-    answer when the judge has no preference.
-
-    >>> round(sign_p_worse(12, 3), 4), sign_p_worse(0, 0)
-    (0.0176, 1.0)
-    """
-    n = against + for_
-    return sum(math.comb(n, i) for i in range(against, n + 1)) / 2**n
 
 
 def pairs_inverted(steps: Sequence[Mapping[str, Any]]) -> Flag | None:

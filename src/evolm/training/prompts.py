@@ -32,8 +32,3 @@ def load_prompts(spec: str, limit: int = 0) -> list[str]:
     """Training questions from a JSONL file with a ``prompt`` field (or a built-in set), deduplicated."""
     return load_prompt_set(spec, limit)[0]
 
-
-def load_references(spec: str) -> dict[str, str]:
-    """question -> reference answer, from the prompts file's optional ``reference`` field."""
-    return load_prompt_set(spec)[1]
-

@@ -30,25 +30,26 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evolm.config import RunConfig, path_errors
+from evolm.config import RunConfig
 from evolm.errors import InputError
 from evolm.eval.constraints import prompt_constraints
 from evolm.judge.cache import cached_judge
 from evolm.judge.judge import build_judge
-from evolm.runs.records import StepRecord
+from evolm.runs.records import BUFFER_FILE, StepRecord
 from evolm.runs.rundir import (
     RunStart,
     checkpoint_state,
     complete_checkpoints,
-    load_buffer,
     open_run,
     record_config,
     run_lock,
 )
+from evolm.training.checks import path_errors
+from evolm.training.contrast import ReplayBuffer
 from evolm.training.heldout import HeldOut
 from evolm.training.plan import Plan, sequential_stages
 from evolm.training.prompt_length import fit_prompt_set
-from evolm.training.step import Loop, answer_params, rubric_params
+from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
 # ============================================================================= the run
 
@@ -88,12 +89,15 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
     models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step
 
-    def make_loop(trainer: Any) -> Loop:  # the judges first: the initial model's judge reads TRL's frozen copy
+    n = cfg.contrast.buffer_size
+    buffer = ReplayBuffer.load(checkpoint / BUFFER_FILE, n) if checkpoint else ReplayBuffer(n)
+
+    def make_loop(trainer: Any) -> TrainingSteps:  # the judges first: the initial model's judge reads TRL's frozen copy
         judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
                                            loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
                                cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
                   for m in [cfg.judge.model, *cfg.judge.extra_models]]
-        return Loop(cfg, plan, judges, load_buffer(cfg, checkpoint), run_dir, on_step, start.step, heldout)
+        return TrainingSteps(cfg, plan, judges, buffer, run_dir, on_step, start.step, heldout)
 
     # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
     #   1. loop.step_rows       the step's rows, materialised with the current weights

@@ -1,7 +1,18 @@
-"""One optimizer step of either role, in the order it happens: 1. the step's rows (pure functions over ``generate``),
-2. TRL generates, 3. the judges score each row, 4. the step's rewards (missing ones filled) and the replay buffer,
-5. TRL updates, 6. the records (metrics, samples, held-out evaluation, checkpoints). TRL owns the loop over steps;
-``trl_adapter`` calls ``Loop``'s methods from its hooks in this order (docs/ARCHITECTURE.md, "One training step").
+"""One optimizer step of either role, read top to bottom: its rows (pure functions over ``generate``), then
+``TrainingSteps``, the work TRL's hooks call. TRL owns the loop over steps; it calls these methods in this order
+(``tests/training/test_step.py`` records the order on a real run and holds this list to it):
+
+    begin         on_train_begin: TRL built the run and loaded the checkpoint; a resumed run's logs are cut back
+    step_rows     training_step, first micro-batch: 1. the rubrics for the step's questions (a policy step) or the
+                  writer's pairs (a rubric step), and the rows TRL generates from; 2. TRL generates
+    score         the reward function, this process's rows: 3. the judges score each completion
+    finish        the reward function, every process's rows: 4. rewards (missing ones filled with the group mean),
+                  the replay buffer, samples; 5. TRL updates
+    is_phase_end  on_step_end: a phase end forces a save
+    end_step      on_log (or on_save): 6. the step record (metrics.jsonl), held-out evaluation when due
+    save          on_save: the replay buffer, then the completeness marker, into the checkpoint TRL wrote
+
+What one hook leaves for a later one lives in ``StepState`` (``TrainingSteps.state``), never on the trainer.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from evolm.eval.constraints import constraint_fields, newer_passes
 from evolm.judge.judge import Judge
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.runs.records import (
+    BUFFER_FILE,
     GPU_LOGGED,
     METRICS_FILE,
     TRL_LOGGED,
@@ -32,7 +44,7 @@ from evolm.runs.records import (
     read_metrics,
     samples_path,
 )
-from evolm.runs.rundir import append_frozen_rubrics, cut_logs_back, read_frozen_rubrics, write_checkpoint_extras
+from evolm.runs.rundir import append_frozen_rubrics, cut_logs_back, read_frozen_rubrics, write_checkpoint_state
 from evolm.training.contrast import (
     Generate,
     Pair,
@@ -48,7 +60,7 @@ from evolm.training.monitor import LengthDrift, monitor_step
 from evolm.training.plan import Plan, StepInfo
 from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_rows, step_rewards
 
-# ============================================================================= 1. a step's rows (pure, over `generate`)
+# ======================================================================== 1. a step's rows: rubrics, or the pairs
 
 
 @dataclass(frozen=True)
@@ -178,8 +190,17 @@ def _shared(engine: Generate, fixed: Generate) -> Generate:
 
 
 @dataclass
-class Loop:
-    """The per-step work around TRL (``trl_adapter.StepHooks``): rows, rewards, buffer, records."""
+class StepState:
+    """What crosses TRL's hooks within a run (the only state that does): set by one hook, read by a later one."""
+
+    materialising: bool = False  # inside step_rows: colocated vLLM stays awake until TRL's generation (trl_generation)
+    awaiting_update: dict[int, StepRecord] = field(default_factory=dict)  # step -> its record: finish -> end_step
+    last_time: float = field(default_factory=time.time)  # when the last step record was written (its ``seconds``)
+
+
+@dataclass
+class TrainingSteps:
+    """The work of each training step around TRL, one method per hook (``trl_adapter.StepHooks``), in TRL's order."""
 
     cfg: RunConfig
     plan: Plan
@@ -190,11 +211,10 @@ class Loop:
     resume_step: int = 0  # the checkpoint's step when resuming: logs are cut back to it once TRL loaded it
     heldout: HeldOut = field(default_factory=HeldOut)  # eval.*: held-out evaluation with the current weights
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
-    pending: dict[int, StepRecord] = field(default_factory=dict)  # step -> record awaiting TRL's update
-    last_time: float = field(default_factory=time.time)
     drift: LengthDrift = field(default_factory=LengthDrift)  # the monitor's length baseline (first policy steps)
     _fixed: dict[str, Backend] = field(default_factory=dict)
     is_main: bool = True  # the process that writes files (set by ``begin`` from TRL's state)
+    state: StepState = field(default_factory=StepState)
 
     def __post_init__(self) -> None:
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
@@ -209,10 +229,12 @@ class Loop:
         if self.resume_step and is_main:
             cut_logs_back(self.run_dir, self.resume_step)
 
-    # ---------------------------------------------------------------- 1. materialise (before TRL generates)
+    # ---------------------------------------------------------------- 1. the step's rows (before TRL generates)
 
     def step_rows(self, step: int, generate: Generate) -> list[Row]:
-        self.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
+        """All rows of optimizer step ``step`` (0-based), identical on every process: a policy step's questions with
+        their rubrics, written now (coevolve) or by a fixed writer; a rubric step's questions with their pairs."""
+        self.state.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer
             answer = _shared(generate, self.fixed_model("answerer").generate) \
@@ -248,9 +270,10 @@ class Loop:
             self._fixed[role] = load_backend(name, **settings)
         return self._fixed[role]
 
-    # ---------------------------------------------------------------- 3. rewards (after TRL generates)
+    # ---------------------------------------------------------------- 3. judging and 4. rewards (after TRL generates)
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
+        """This process's completions judged, row by row: each row's raw reward, and what judging took."""
         return judge_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
                           self.cfg.rubric.invalid)
 
@@ -275,9 +298,9 @@ class Loop:
         if is_main:
             self.write_samples(info, rows, completions, scored)
         logged = {k: v for k, v in vars(result).items() if k not in ("rewards", "judge_error")}  # numbers, by name
-        self.pending[info.step + 1] = StepRecord(step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
-                                                 completion_length=sum(lengths) / len(lengths) if lengths else None,
-                                                 **logged, **signals)
+        self.state.awaiting_update[info.step + 1] = StepRecord(
+            step=info.step + 1, role=info.role, cycle=info.cycle, phase=info.phase,
+            completion_length=sum(lengths) / len(lengths) if lengths else None, **logged, **signals)
         return result.rewards, {**result.metrics(), **{k: v for k, v in signals.items() if v is not None}}
 
     def write_samples(self, info: StepInfo, rows: list[dict], completions: list[str], scored: list[RowReward]) -> None:
@@ -298,27 +321,28 @@ class Loop:
             recs.append(rec)
         append_records(samples_path(self.run_dir, info.phase, info.role), recs)  # one write and fsync per step
 
-    # ---------------------------------------------------------------- 4. after TRL's update: records, checkpoints
+    # ---------------------------------------------------------------- 5. after TRL's update: records, checkpoints
+
+    def is_phase_end(self, step: int) -> bool:
+        """Whether step ``step`` (1-based) ends a phase: TRL then saves a checkpoint."""
+        return self.plan.is_phase_end(step)
 
     def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None:
-        rec = self.pending.pop(step, None)
+        rec = self.state.awaiting_update.pop(step, None)
         if rec is not None and is_main:
             now = time.time()
             rec.kl, rec.loss, rec.vllm_weight_syncs, rec.vllm_generate_calls = (trl_logs.get(k) for k in TRL_LOGGED)
             rec.gpu_gib_generating, rec.gpu_gib_training, rec.gpu_reserved_gib = (trl_logs.get(k) for k in GPU_LOGGED)
-            rec.seconds, rec.time, self.last_time = round(now - self.last_time, 3), now, now
+            rec.seconds, rec.time, self.state.last_time = round(now - self.state.last_time, 3), now, now
             append_record(self.run_dir / METRICS_FILE, rec)
             if self.on_step is not None:
                 self.on_step(rec)
-        self.last_time += self.heldout.after_step(step, self.judges)  # on every process: generation is collective
-
-    def is_phase_end(self, step: int) -> bool:
-        return self.plan.is_phase_end(step)
+        self.state.last_time += self.heldout.after_step(step, self.judges)  # on every process: generation is collective
 
     def save(self, checkpoint: Path, step: int) -> None:
         from evolm.backends.loading import name_adapter_base
 
         name_adapter_base(checkpoint, self.cfg.model.name)  # a LoRA adapter of a built-in model loads anywhere
         info = self.plan.info(step - 1)
-        write_checkpoint_extras(checkpoint, self.buffer, CheckpointState(step, info.phase, info.cycle, info.role,
-                                                                         len(self.buffer)))
+        self.buffer.save(checkpoint / BUFFER_FILE)  # then the state, last: the checkpoint is complete
+        write_checkpoint_state(checkpoint, CheckpointState(step, info.phase, info.cycle, info.role, len(self.buffer)))

@@ -79,8 +79,8 @@ at every optimizer step:
 Upgrading TRL: read the diff of ``GRPOTrainer.training_step``, ``_prepare_inputs``,
 ``_generate_single_turn``, ``_calculate_rewards`` (the reward kwargs) and ``VLLMGeneration.generate`` /
 ``sync_weights`` (and its ``_llm_weights_sleeping``); run
-``pytest tests/test_trl_adapter.py tests/test_coevolve.py tests/test_constrained.py``; add the version to
-``TESTED_TRL`` and widen the pin in pyproject.toml.
+``pytest tests/training/test_trl_adapter.py tests/training/test_run.py tests/backends/test_constrained.py``; add the
+version to ``TESTED_TRL`` and widen the pin in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -97,10 +97,10 @@ from trl import GRPOTrainer
 
 from evolm.config import RunConfig, to_dict
 from evolm.errors import InputError, RunError
-from evolm.integrations.trl import completion_text
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
 from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
-from evolm.training.rewards import score_extra
+from evolm.training.rewards import completion_text, score_extra
+from evolm.training.step import StepState
 from evolm.training.trl_generation import (
     TrainerGenerate,
     VLLMCounts,
@@ -121,30 +121,25 @@ _HOOKED = {
 
 
 class StepHooks(Protocol):
-    """What the co-evolution loop gives the adapter (see ``evolm.training.step.Loop``)."""
+    """What a run gives the adapter: ``evolm.training.step.TrainingSteps``, whose docstring lists which TRL hook calls
+    which method, in the order TRL calls them (the one place that order is written)."""
 
-    def step_rows(self, step: int, generate: Any) -> Sequence[Mapping[str, Any]]:
-        """All rows of optimizer step ``step`` (0-based), one per slot, identical on every process (``step.Row``:
-        the same keys at every step, ``None`` for a value the row's role has not)."""
+    state: StepState
 
-    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[Any], Any]:
-        """This process's raw ``RowReward``s, and what judging them took (``JudgeCost``)."""
+    def begin(self, is_main: bool) -> None: ...
 
-    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[Any],
-               lengths: list[int], is_main: bool, costs: Sequence[Any] = ()) -> tuple[list[float], dict[str, float]]:
-        """All processes' rows of the step (and each process's judge cost): rewards as GRPO uses them, and per-step
-        metrics."""
+    def step_rows(self, step: int, generate: Any) -> Sequence[Mapping[str, Any]]: ...
 
-    def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None:
-        """After the update of step ``step`` (1-based): write the step record."""
+    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[Any], Any]: ...
 
-    def save(self, checkpoint: Path, step: int) -> None:
-        """After TRL saved ``checkpoint``: write evolm's part of it (main process)."""
+    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[Any], lengths: list[int],
+               is_main: bool, costs: Sequence[Any] = ()) -> tuple[list[float], dict[str, float]]: ...
 
     def is_phase_end(self, step: int) -> bool: ...
 
-    def begin(self, is_main: bool) -> None:
-        """TRL has built the run and loaded the checkpoint (``on_train_begin``)."""
+    def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None: ...
+
+    def save(self, checkpoint: Path, step: int) -> None: ...
 
 
 # ============================================================================= the contract check
@@ -179,7 +174,7 @@ def check_trl() -> str:
 
 def check_launch(cfg: RunConfig) -> None:
     """Everything about the launch that can be refused before a model loads (one-line errors)."""
-    from evolm.training.dist import world_size
+    from evolm.dist import world_size
 
     check_trl()
     err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
@@ -256,7 +251,7 @@ def training_args(cfg: RunConfig) -> Any:
     """
     from trl import GRPOConfig
 
-    from evolm.training.dist import world_size
+    from evolm.dist import world_size
 
     world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
     grpo = dict(cfg.grpo)
@@ -428,11 +423,12 @@ def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[
         if int(r["plan_index"]) // slots != step:
             raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
                            f"order (trl {check_trl()}); the adapter's contract is broken")
-    trainer.evolm_materialising = True  # colocated vLLM stays awake until TRL's generation (contract item 4)
+    hooks = trainer.evolm_hooks
+    hooks.state.materialising = True  # colocated vLLM stays awake until TRL's generation (contract item 4)
     try:
-        full = [dict(row) for row in trainer.evolm_hooks.step_rows(step, TrainerGenerate(trainer))]  # TRL's columns
+        full = [dict(row) for row in hooks.step_rows(step, TrainerGenerate(trainer))]  # TRL's columns
     finally:
-        trainer.evolm_materialising = False
+        hooks.state.materialising = False
     _check_same_rows(trainer.accelerator, step, full)
     return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
 

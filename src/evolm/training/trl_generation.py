@@ -1,6 +1,6 @@
 """The adapter's text generation on TRL's engine (``trl_adapter`` contract items 4 and 5): ``TrainerGenerate`` (the
 trainer's current weights, on its vLLM engine or the unwrapped model), constrained rubric steps, and the vLLM work
-of a step counted. Like ``trl_adapter``, it may name TRL internals (tests/test_trl_adapter.py)."""
+of a step counted. Like ``trl_adapter``, it may name TRL internals (tests/training/test_trl_adapter.py)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ class TrainerGenerate:
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
         try:
-            with _awake_for_step(vg, getattr(t, "evolm_materialising", False)), \
+            with _awake_for_step(vg, t.evolm_hooks.state.materialising), \
                     _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
                                      params.json_schema is not None and tokenizer_thinks(tok)):
                 _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)

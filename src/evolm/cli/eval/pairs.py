@@ -30,7 +30,8 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.eval import pairs as pairs_eval
-    from evolm.runs.jsonl import check_outputs_differ, check_writable, write_jsonl
+    from evolm.runs.files import check_outputs_differ, check_writable
+    from evolm.runs.jsonl import write_jsonl
 
     check_outputs_differ([args.output, args.save_scores], args.files)
     check_writable([args.output, args.save_scores])

@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> None:
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     files = resolve_data_files(tasks, data_dir, {n: getattr(args, f"{n}_data", None) for n in POLICY_TASKS})
     output = args.output or str(default_output_path(args.model) or "-")
-    from evolm.runs.jsonl import check_outputs_differ
+    from evolm.runs.files import check_outputs_differ
 
     check_outputs_differ([output, args.samples], files.values())
     result = run_policy_eval(

@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.eval import rb2
     from evolm.eval.rubric_source import read_rubric_table
-    from evolm.runs.jsonl import check_outputs_differ, check_writable
+    from evolm.runs.files import check_outputs_differ, check_writable
 
     check_outputs_differ([args.output, args.save_scores], [args.data, args.rubrics, args.from_scores])
     check_writable([args.output, args.save_scores])

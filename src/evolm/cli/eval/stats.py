@@ -28,7 +28,8 @@ def main(args: argparse.Namespace) -> None:
 
     from evolm.errors import InputError
     from evolm.eval.rubric_stats import format_table, rubric_stats, run_rubric_stats
-    from evolm.runs.jsonl import check_outputs_differ, read_jsonl
+    from evolm.runs.files import check_outputs_differ
+    from evolm.runs.jsonl import read_jsonl
 
     path = Path(args.path)
     check_outputs_differ([args.output], [path / "samples" if path.is_dir() else path])

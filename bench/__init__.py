@@ -1,0 +1,1 @@
+"""Benchmarks: each prints the machine, the sizes and the ratios it measured side by side (``python -m bench.NAME``)."""
