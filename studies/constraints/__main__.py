@@ -19,6 +19,7 @@ import argparse
 import collections
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -147,6 +148,36 @@ def natural_pairs(rows: list[dict], per_family: int) -> list[dict]:
     return pairs
 
 
+EDITS = {  # per family, the smallest change that breaks the constraint and keeps the rest of the answer
+    "detectable_content:postscript": lambda a: re.split(r"\s*P\.S\.", a, maxsplit=1)[0],
+    "detectable_format:title": lambda a: re.sub(r"<<([^\n]*?)>>", r"\1", a),
+    "detectable_format:number_bullet_lists": lambda a: re.sub(r"(?m)^(\s*)[*-]\s+", r"\1", a),
+    "detectable_format:number_highlighted_sections": lambda a: re.sub(r"\*([^\n*]+)\*", r"\1", a),
+    "detectable_content:number_placeholders": lambda a: re.sub(r"\[([^\]]*)\]", r"\1", a),
+    "startend:end_checker": lambda a: a.rstrip()[: a.rstrip().rfind(" ")] if " " in a.strip() else "",
+    "detectable_format:json_format": lambda a: a.strip().strip("`").replace("{", "").replace("}", ""),
+}
+
+
+def edited_pairs(rows: list[dict], per_family: int) -> list[dict]:
+    """Per compliant answer, the same answer edited only to break its constraint (kept where the checker agrees
+    that the edit breaks it): the judge's view of the constraint alone, the content held fixed."""
+    from evolm.eval.constraints import check
+
+    pairs, count = [], collections.Counter()
+    for r in rows:
+        f = r["family"]
+        if not all(r["passed"]) or f not in EDITS or count[f] >= per_family:
+            continue
+        broken = EDITS[f](r["answer"]).strip()
+        if broken and broken != r["answer"].strip() and not any(check(broken, r["question"], r["constraints"])):
+            count[f] += 1
+            pairs.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
+                          "family": f, "chosen": r["answer"], "rejected": broken, "kind": "edited",
+                          "chosen_model": r["model"], "rejected_model": r["model"] + " (edited)"})
+    return pairs
+
+
 def stated_rubric(constraints: list[dict]) -> Any:
     """The ceiling: each constraint, as its instruction text, one criterion of equal weight."""
     from evolm.eval.constraints import describe
@@ -173,7 +204,8 @@ def visibility(args: argparse.Namespace) -> None:
     from evolm.judge.judge import JudgeItem
 
     rows = [r for f in args.survey for r in read_jsonl(f)]
-    pairs = natural_pairs(rows, args.pairs)
+    pairs = [{**p, "kind": "natural"} for p in natural_pairs(rows, args.pairs)]
+    pairs += edited_pairs(rows, max(0, args.pairs))
     if args.families:
         pairs = [p for p in pairs if p["family"] in args.families.split(",")]
     judge = load_judge(args.judge)
@@ -204,6 +236,7 @@ def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
     per: dict[str, list[dict]] = collections.defaultdict(list)
     for r in rows:
         per[r["family"]].append(r)
+        per[f"{r['family']} ({r.get('kind', 'natural')})"].append(r)
     per["all"] = rows
     out = {}
     for f, rs in per.items():
@@ -219,9 +252,10 @@ def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
 
 def print_visibility(table: dict[str, dict[str, Any]], judge: str) -> None:
     print(f"\nthe judge's pair accuracy per family ({judge}, {JUDGE_MODE}, {JUDGE_DTYPE}): constraint stated vs none")
-    print(f"{'family':32} {'pairs':>5} {'none':>6} {'stated':>7} {'lift':>6} {'better/worse':>13} {'sign p':>7}")
-    for f, t in sorted(table.items(), key=lambda kv: (kv[0] == "all", -kv[1]["lift"])):
-        print(f"{short(f) if f != 'all' else 'all':32} {t['pairs']:>5} {t['none']:>6.3f} {t['stated']:>7.3f} "
+    print(f"{'family (pairs)':44} {'pairs':>5} {'none':>6} {'stated':>7} {'lift':>6} {'better/worse':>13} "
+          f"{'sign p':>7}")
+    for f, t in sorted(table.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+        print(f"{short(f) if f != 'all' else 'all':44} {t['pairs']:>5} {t['none']:>6.3f} {t['stated']:>7.3f} "
               f"{t['lift']:>+6.3f} {t['better']:>6} / {t['worse']:<4} {t['sign_p']:>7.3f}")
 
 
