@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scipy.stats import binomtest
-
 from evolm.errors import EvolmError
 from evolm.runs.jsonl import read_jsonl, write_jsonl
+from evolm.stats import sign_p
+from evolm.stats import wilson as wilson_share
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -38,11 +38,8 @@ JUDGE_MODE, JUDGE_DTYPE = "yesno", "float32"  # float32: a score does not depend
 
 
 def wilson(k: float, n: int) -> tuple[float, float]:
-    """Wilson 95% interval of k successes in n (scipy.stats); a half credit is rounded down."""
-    if n == 0:
-        return (float("nan"), float("nan"))
-    ci = binomtest(int(k), n).proportion_ci(method="wilson")
-    return (ci.low, ci.high)
+    """Wilson 95% interval of k successes in n (a tie's half credit counts 1/2)."""
+    return wilson_share(k / n, n) or (float("nan"), float("nan")) if n else (float("nan"), float("nan"))
 
 
 def machine() -> str:
@@ -244,7 +241,7 @@ def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
         none, stated = sum(r["credit_none"] for r in rs), sum(r["credit_stated"] for r in rs)
         up = sum(r["credit_stated"] > r["credit_none"] for r in rs)
         down = sum(r["credit_stated"] < r["credit_none"] for r in rs)
-        p = binomtest(up, up + down).pvalue if up + down else 1.0
+        p = sign_p(up, down)
         out[f] = {"pairs": n, "none": none / n, "stated": stated / n, "lift": (stated - none) / n,
                   "stated_ci": wilson(stated, n), "better": up, "worse": down, "sign_p": p}
     return out
@@ -354,7 +351,7 @@ def table(args: argparse.Namespace) -> None:
                 base = {r["prompt"]: r["credit"] for r in arms["none"]}
                 up = sum(r["credit"] > base.get(r["prompt"], r["credit"]) for r in rs)
                 down = sum(r["credit"] < base.get(r["prompt"], r["credit"]) for r in rs)
-                vs = f"{up} / {down}, p = {binomtest(up, up + down).pvalue:.3f}" if up + down else "0 / 0"
+                vs = f"{up} / {down}, p = {sign_p(up, down):.3f}" if up + down else "0 / 0"
             named = [r["names_constraint"] for r in rs if r.get("names_constraint") is not None]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
             lines.append(f"| {name} | {split} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs} | {share} |")

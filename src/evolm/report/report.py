@@ -260,7 +260,7 @@ def precondition_lines(metrics: list[dict[str, Any]]) -> list[str]:
             early = (more, fewer, int(r["step"]))
         lines.append(f"step {r['step']}: newer better {m} / worse {f} / same {s}")
     decided = more + fewer
-    p = min(1.0, 2 * sign_p_worse(max(more, fewer), min(more, fewer))) if decided else 1.0
+    p = sign_p(more, fewer)
     total = (f"over the run: the newer answer follows more constraints in {more} pairs, fewer in {fewer}, as many in "
              f"{same} ({more / decided:.0%} of those that differ; two-sided sign test p = {p:.3f})" if decided else
              f"over the run: no temporal pair differed in constraints followed ({same} the same)")
