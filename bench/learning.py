@@ -1,4 +1,4 @@
-"""The learning study: does EvoLM learn on one CPU, and how do its regimes compare? (docs/RESULTS.md)
+"""The learning study: does EvoLM learn on one CPU, and how do its regimes compare? (dev/results.md)
 
     python bench/learning.py A        # the writer on labelled pairs: no rubric vs base vs trained writer
     python bench/learning.py B        # coevolve vs frozen_rubric vs sequential, same prompts and step budget
@@ -8,7 +8,7 @@
     python bench/learning.py backfill ARM...  # recompute per-question held-out policy scores (older arms)
     python bench/learning.py writers ARM [--writer CKPT]  # one arm of the held-out writers study (resumable)
     python bench/learning.py writers ARM --pairs ultrafeedback  # the same on held-out UltraFeedback training pairs
-    python bench/learning.py writers-table  # its table, tests and figure from the saved arms (docs/RESULTS.md)
+    python bench/learning.py writers-table  # its table, tests and figure from the saved arms (dev/results.md)
     python bench/learning.py writers-probe  # does the judge tell a right from a wrong answer when told the value?
     python bench/learning.py writers-study  # the rest of the 1.5B study: both training runs, their arms (resumable)
     python bench/learning.py writers-study --one-at-a-time  # the same, one run after the other on all the cores
@@ -50,9 +50,9 @@ from common import DATA  # noqa: E402  (./data, what `python scripts/fetch_data.
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "runs" / "study"
-RESULTS = ROOT / "docs" / "RESULTS.md"  # the writers study's table goes between its markers; the rest is prose
+RESULTS = ROOT / "dev" / "results.md"  # the notebook: the writers study's table goes between its markers
 FIGURES = ROOT / "docs" / "results"
-EARLIER = FIGURES / "earlier.md"  # studies A, B, C and the demo comparison (docs/RESULTS.md summarises them)
+EARLIER = FIGURES / "earlier.md"  # studies A, B, C and the demo comparison (dev/results.md summarises them)
 EVOLM = [str(Path(sys.executable).parent / "evolm")]
 MODEL = "smollm2-135m-instruct"
 SEED = 0
@@ -448,8 +448,8 @@ def backfill_policy(name: str) -> None:
 JUDGE = "qwen2.5-coder-1.5b-instruct"
 # The writers study's judge weights (held-out arms, probe and the 1.5B training configs): float32, the weights every
 # CPU computes natively (bfloat16 cost 3.1x less than float32 on an AMX Xeon but 5.4x more on the 2-core AVX2 EPYC the
-# training runs ran on: docs/PERFORMANCE.md). `--judge-dtype bfloat16` judges an arm with other weights; such arms are
-# kept apart, in WRITERS/bfloat16 (the study's first arms were judged so, docs/RESULTS.md).
+# training runs ran on: dev/performance.md). `--judge-dtype bfloat16` judges an arm with other weights; such arms are
+# kept apart, in WRITERS/bfloat16 (the study's first arms were judged so, dev/results.md).
 JUDGE_DTYPE = "float32"
 WRITERS = FIGURES / "writers"
 HELDOUT_FILE = WRITERS / "heldout_pairs.jsonl"  # the 100 held-out LLMBar pairs (MIT), kept beside the arms
@@ -504,7 +504,7 @@ def writers_pairs() -> Path:
 
 
 # The labelled writer's rubrics made the judge agree with UltraFeedback's labels on its own not-yet-trained-on pairs,
-# and did not move LLMBar (docs/RESULTS.md): learning that stays in its distribution, or none? A second held-out set
+# and did not move LLMBar (dev/results.md): learning that stays in its distribution, or none? A second held-out set
 # asks, in the training distribution: UltraFeedback training pairs no run trained on. Both 1.5B runs dealt out the same
 # 200 of the 514 training questions under data.max_prompt_tokens (the same seed and order: the EvoLM run's policy
 # questions, whose answers its rubric steps contrast, and the labelled run's pairs); the other 314 were never a rubric-
@@ -630,7 +630,7 @@ def _append(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def handwritten_rubrics() -> dict[str, str]:
     """prompt -> rubric JSON text, from ``bench/data/handwritten_rubrics.jsonl`` (how they were written: its header
-    row and docs/RESULTS.md)."""
+    row and dev/results.md)."""
     rows = [r for r in _jsonl(HANDWRITTEN) if "prompt" in r]
     return {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in rows}
 
@@ -1159,7 +1159,7 @@ def _train_pairs_lines(name: str) -> list[str]:
 
 def writers_table(write_doc: bool = True) -> dict[str, Any]:
     """The writers study's tables from ``runs/study/writers/*.json`` (the arms finished so far), as markdown lines,
-    printed; with ``write_doc`` also into docs/RESULTS.md (between the study's markers) with its figure."""
+    printed; with ``write_doc`` also into dev/results.md (between the study's markers) with its figure."""
     res, order = _judged_arms(WRITER_ARMS)
     lines = ["| arm | n | pair accuracy [95% Wilson CI] | LLMBar Natural | Adversarial Neighbor | rubric validity |",
              "|---|---|---|---|---|---|"]
@@ -1237,7 +1237,7 @@ def writers_table(write_doc: bool = True) -> dict[str, Any]:
     print("\n".join(lines))
     full = {a: r for a, r in res.items() if not r.get("partial")}
     out = {"lines": lines, "tests": tests, "results": res}
-    if write_doc:  # docs/RESULTS.md and its figures: the study's judge's arms only
+    if write_doc:  # dev/results.md and its figures: the study's judge's arms only
         if full:
             _figure_writers(full, FIGURES / "writers.png")
         _figure_training(FIGURES / "training.png")
@@ -1791,7 +1791,7 @@ WRITERS_BEGIN, WRITERS_END = "<!-- writers-table: begin -->", "<!-- writers-tabl
 
 
 def _put_writers_section(lines: Sequence[str]) -> None:
-    """Replace the text between the writers-table markers in docs/RESULTS.md (the rest of the page is prose)."""
+    """Replace the text between the writers-table markers in dev/results.md (the rest of the page is prose)."""
     text = RESULTS.read_text(encoding="utf-8")
     if WRITERS_BEGIN not in text or WRITERS_END not in text:
         print(f"{RESULTS}: no writers-table markers; the table is printed above only")
@@ -2034,7 +2034,7 @@ def write_results() -> None:
         lines += _section_bc("## C. Ablations (B-coevolve is the reference: margin_format, constrained)", c, "C.png")
     if "demo-compare" in results:
         lines += _section_demo(results["demo-compare"])
-    notes = ROOT / "docs" / "results_notes.md"
+    notes = ROOT / "dev" / "results_notes.md"
     if notes.exists():
         lines += [notes.read_text(encoding="utf-8")]
     EARLIER.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -2102,7 +2102,7 @@ def main() -> None:
     elif args.study == "writers-probe":
         writers_probe(args.judge or JUDGE, args.judge_mode)
     elif args.study == "writers-table":
-        writers_table(write_doc=study_judge)  # docs/RESULTS.md holds the study's judge's table
+        writers_table(write_doc=study_judge)  # dev/results.md holds the study's judge's table
     elif args.study == "results":
         write_results()
     elif args.study == "demo-compare":

@@ -66,7 +66,7 @@ def test_table_leaves_out_an_arm_judged_by_other_judge_weights(learning):
 
 
 def test_arms_judged_with_other_judge_weights_are_kept_and_tabled_apart(learning, monkeypatch):
-    """--judge-dtype bfloat16: the table reads the arms in WRITERS/bfloat16 and leaves docs/RESULTS.md alone."""
+    """--judge-dtype bfloat16: the table reads the arms in WRITERS/bfloat16 and leaves dev/results.md alone."""
     _arm(learning, "none", [0.0] * 10)
     study = learning.WRITERS
     monkeypatch.setattr(learning, "WRITERS", study / "bfloat16")
@@ -632,7 +632,7 @@ def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_t
 
 
 def test_results_md_holds_the_table_writers_table_makes_from_the_kept_files():
-    """docs/RESULTS.md's writers section is what `python bench/learning.py writers-table` makes from the files kept in
+    """dev/results.md's writers section is what `python bench/learning.py writers-table` makes from the files kept in
     the repository (arms, training records), so a fresh clone regenerates it; the training-source overlap line depends
     on the data sets on the machine and is left out."""
     spec = importlib.util.spec_from_file_location("bench_learning_kept", ROOT / "bench" / "learning.py")
@@ -641,7 +641,7 @@ def test_results_md_holds_the_table_writers_table_makes_from_the_kept_files():
     mod.TRAINING_RUNS = tuple((label, config, f"no-such-folder/{Path(run).name}")  # the kept records only
                               for label, config, run in mod.TRAINING_RUNS)
     made = mod.writers_table(write_doc=False)["lines"]
-    text = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    text = (ROOT / "dev" / "results.md").read_text(encoding="utf-8")
     kept = text.split(mod.WRITERS_BEGIN)[1].split(mod.WRITERS_END)[0].strip("\n").split("\n")
 
     def drop(lines: list[str]) -> list[str]:
