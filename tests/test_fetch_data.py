@@ -84,3 +84,13 @@ def test_tulu3_without_the_mixture_says_what_is_missing(tmp_path: Path) -> None:
     done = _fetch("--dest", str(tmp_path / "data"), "--from", str(tmp_path), "tulu3")
     assert done.returncode != 0 and "no *.jsonl or *.parquet files in" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_paper_config_without_its_prompt_file_names_the_command_that_writes_it(tmp_path: Path) -> None:
+    """A fresh clone: the paper config's dry run stops in one line that says how to make data/tulu3_prompts.jsonl."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "evolm.cli", "train", "--config",
+                           str(root / "configs" / "paper-qwen3-8b.yaml"), "--dry-run"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "data/tulu3_prompts.jsonl: no such file; `python scripts/fetch_data.py tulu3` writes" in done.stderr
