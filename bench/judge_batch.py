@@ -3,7 +3,7 @@
 A score should not depend on which other answers share its batch (padding, matrix shapes). This scores the
 first N LLMBar Natural pairs (both answers, the generic rubric of ``bench/common.py``) with ``--batch-size 1``
 and ``--batch-size 16``, in float32 and bfloat16, and reports the largest and mean |difference| per mode: the
-evidence behind ``judge.dtype: auto`` = float32 (docs/PERFORMANCE.md).
+evidence behind ``judge.dtype: auto`` = float32 (dev/performance.md).
 
     .venv/bin/python -m bench.judge_batch                      # 8 pairs (16 answers), prob and yesno
     .venv/bin/python -m bench.judge_batch --pairs 20 --modes prob

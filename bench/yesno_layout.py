@@ -26,7 +26,7 @@ Measured:
 3. held-out pair accuracy with the hand-written rubrics (the writers study's ceiling arm), 100 pairs, with paired
    sign tests against the first variant.
 
-The result is kept in ``bench/results/yesno_layout.json``; docs/PERFORMANCE.md quotes the table.
+The result is kept in ``bench/results/yesno_layout.json``; dev/performance.md quotes the table.
 """
 
 from __future__ import annotations

@@ -1,20 +1,29 @@
-"""Put the public data sets the docs name into ./data (ignored by git): LLMBar, GSM8K, IFEval, an UltraFeedback sample.
+"""Put the public data sets the docs name into ./data (ignored by git): LLMBar, GSM8K, IFEval, an UltraFeedback sample,
+and the paper's training prompts (Tulu 3).
 
     python scripts/fetch_data.py                    # every set, from GitHub at the commits below
     python scripts/fetch_data.py llmbar gsm8k       # some of them
     python scripts/fetch_data.py --from DIR         # no network here: copy DIR/<set>/<file>, a copy made elsewhere
+    python scripts/fetch_data.py tulu3              # data/tulu3_prompts.jsonl, the paper config's data.prompts
+
+``tulu3`` is not among the sets fetched by default: it reads the Tulu 3 SFT mixture (``allenai/tulu-3-sft-mixture`` on
+the Hugging Face Hub, 939,343 conversations, 1.4 GB of parquet) with ``datasets`` (``pip install datasets``), or with
+``--from DIR`` the mixture's rows as JSONL or parquet files in DIR/tulu3/. It keeps each conversation's first user
+turn, stripped, drops empty ones and exact duplicates (the first occurrence kept, in the mixture's order), and writes
+one ``{"prompt", "source", "id"}`` line per prompt.
 
 Each file comes from a public GitHub repository at a pinned commit (raw.githubusercontent.com) and is checked
 against the SHA-256 of the copy evolm's documented results used; a file that differs is kept, with a warning (the
 numbers in docs/ were measured on the pinned one). Each set's folder gets a SOURCE.md saying where it came from and
-its licence. Standard library only: it runs before scripts/setup.sh too. Nothing is downloaded at test time; the
-tests that need these files skip without them.
+its licence. Standard library only (tulu3 from the Hub or parquet excepted): it runs before scripts/setup.sh too.
+Nothing is downloaded at test time; the tests that need these files skip without them.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import sys
 import urllib.error
@@ -79,6 +88,88 @@ SETS = {
 }
 
 
+TULU3 = "allenai/tulu-3-sft-mixture"
+TULU3_LICENCE = ("ODC-BY-1.0 for the collection; its subsets keep their own licences (some are non-commercial) and "
+                 "it includes outputs of third-party models under their own terms: see the dataset card")
+
+
+def first_user_turn(messages: object) -> str:
+    """The text of a conversation's first user message, stripped ('' when it has none).
+
+    >>> first_user_turn([{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi? "}])
+    'Hi?'
+    """
+    for m in messages if isinstance(messages, list) else []:
+        if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str):
+            return m["content"].strip()
+    return ""
+
+
+def tulu3_prompts(rows: object) -> tuple[list[dict], dict[str, int]]:
+    """The deduplicated prompts of mixture ``rows`` ({"id", "messages", "source"}), and counts of what was dropped."""
+    seen: set[str] = set()
+    kept: list[dict] = []
+    counts = {"rows": 0, "no user turn": 0, "duplicates": 0}
+    for row in rows:  # type: ignore[attr-defined]
+        counts["rows"] += 1
+        prompt = first_user_turn(row.get("messages"))
+        if not prompt:
+            counts["no user turn"] += 1
+        elif prompt in seen:
+            counts["duplicates"] += 1
+        else:
+            seen.add(prompt)
+            kept.append({"prompt": prompt, "source": row.get("source"), "id": row.get("id")})
+    return kept, counts
+
+
+def _tulu3_rows(source: Path | None) -> object:
+    """The mixture's rows: from DIR/tulu3/*.jsonl or *.parquet with --from, else from the Hub through ``datasets``."""
+    if source is not None:
+        folder = source / "tulu3"
+        jsonl, parquet = sorted(folder.glob("*.jsonl")), sorted(folder.glob("*.parquet"))
+        if jsonl:
+            return (json.loads(line) for f in jsonl for line in f.open(encoding="utf-8") if line.strip())
+        if not parquet:
+            raise SystemExit(f"fetch_data: no *.jsonl or *.parquet files in {folder} (--from needs DIR/tulu3/)")
+        files = [str(f) for f in parquet]
+    try:
+        import datasets
+    except ImportError:
+        raise SystemExit("fetch_data: tulu3 needs the datasets library: pip install datasets") from None
+    try:
+        if source is not None:
+            return datasets.load_dataset("parquet", data_files=files, split="train")
+        return datasets.load_dataset(TULU3, split="train")
+    except Exception as e:  # noqa: BLE001 - the hub's and datasets' errors are many; one line names them
+        raise SystemExit(f"fetch_data: cannot load {TULU3} ({type(e).__name__}: {e}); on a machine that can, run "
+                         "this script and copy data/tulu3_prompts.jsonl over, or give the mixture with --from DIR") \
+            from None
+
+
+def fetch_tulu3(dest: Path, source: Path | None) -> list[str]:
+    """Write ``dest/tulu3_prompts.jsonl`` (the paper config's data.prompts) and ``dest/tulu3/SOURCE.md``."""
+    prompts, counts = tulu3_prompts(_tulu3_rows(source))
+    if not prompts:
+        raise SystemExit("fetch_data: the Tulu 3 rows hold no user turn: nothing to write")
+    target = dest / "tulu3_prompts.jsonl"
+    part = target.with_name(target.name + ".part")
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(part, "w", encoding="utf-8", newline="\n") as out:
+        out.writelines(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts)
+    part.replace(target)
+    summary = (f"{counts['rows']:,} conversations: {len(prompts):,} prompts kept, {counts['duplicates']:,} duplicates "
+               f"and {counts['no user turn']:,} without a user turn dropped")
+    (dest / "tulu3").mkdir(exist_ok=True)
+    (dest / "tulu3" / "SOURCE.md").write_text(
+        f"# tulu3\n\nThe paper's training prompts: the first user turn of each conversation of the Tulu 3 SFT mixture, "
+        f"stripped, exact duplicates dropped (first kept).\n\n- Dataset: `{TULU3}` on the Hugging Face Hub"
+        f"{' (read from a local copy)' if source is not None else ''}.\n- Licence: {TULU3_LICENCE}.\n"
+        f"- {summary}.\n- Written to `{target.name}`.\n", encoding="utf-8")
+    print(f"fetch_data: {target}: {summary}")
+    return []
+
+
 def source_text(name: str, ds: DataSet) -> str:
     lines = [f"# {name}", "", ds.about, "", f"- Licence: {ds.licence}.",
              f"- From GitHub `{ds.repo}` at commit `{ds.commit}`:"]
@@ -119,15 +210,17 @@ def fetch(name: str, dest: Path, source: Path | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("sets", nargs="*", metavar="SET", help=f"which sets (default: all): {', '.join(SETS)}")
+    p.add_argument("sets", nargs="*", metavar="SET", help=f"which sets (default: all but tulu3): {', '.join(SETS)}, "
+                   "tulu3 (the paper's training prompts, from the Hugging Face Hub)")
     p.add_argument("--dest", type=Path, default=Path(__file__).resolve().parent.parent / "data",
                    help="where the set folders go (default: data/ in the repository, ignored by git)")
     p.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR",
                    help="copy from DIR/<set>/<file> instead of downloading")
     args = p.parse_args(argv)
-    if unknown := [s for s in args.sets if s not in SETS]:
-        p.error(f"unknown set {unknown[0]!r} (choose from {', '.join(SETS)})")
-    warnings = [w for name in (args.sets or SETS) for w in fetch(name, args.dest, args.source)]
+    if unknown := [s for s in args.sets if s not in SETS and s != "tulu3"]:
+        p.error(f"unknown set {unknown[0]!r} (choose from {', '.join(SETS)}, tulu3)")
+    warnings = [w for name in (args.sets or SETS) for w in (
+        fetch_tulu3(args.dest, args.source) if name == "tulu3" else fetch(name, args.dest, args.source))]
     for w in warnings:
         print(f"fetch_data: warning: {w}", file=sys.stderr)
     return 0

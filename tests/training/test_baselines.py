@@ -18,7 +18,7 @@ BASELINES = sorted((Path(__file__).resolve().parents[2] / "configs" / "baselines
 
 @pytest.mark.parametrize("config", BASELINES, ids=lambda p: p.stem)
 def test_baseline_config_passes_the_dry_run(config: Path) -> None:
-    # the paper's prompts file is the user's to provide (README); the dry run refuses a missing one
+    # the paper's prompts file comes from `python scripts/fetch_data.py tulu3` (docs/GPU.md); the dry run refuses a missing one
     assert main(["train", "--config", str(config), "--dry-run", "--num-processes", "4", "data.prompts=builtin:demo"]) == 0
 
 

@@ -1,6 +1,6 @@
 """Backend for in-process vLLM (GPU only; ``pip install 'evolm[vllm]'``).
 
-Used for phase-boundary generation at scale (docs/METHOD.md §6): the a+ answers and the rubrics should come
+Used for generation within a step at scale (docs/METHOD.md §6): the a+ answers and the rubrics should come
 from the engine the trainer already holds (TRL's colocated ``vllm.LLM``), not from a second copy
 of the weights, so the constructor takes either a model to load or an existing ``LLM`` object.
 ``vllm`` is imported inside the constructor: importing this module never needs it, and without it

@@ -69,6 +69,8 @@ def add_flags(p: argparse._ActionsContainer, cls: type, flags: Iterable[Flag]) -
         kw: dict[str, Any] = {"dest": spec.destination(f), "default": default, "help": help_text.replace("%", "%%")}
         if _base_type(cls, spec.name) is bool:
             kw["action"] = "store_false" if default is True else "store_true"
+            if default is True:  # the flag turns the setting off: say so after what the setting does
+                kw["help"] += ". This flag turns it off (on by default)"
         else:
             if (parse := spec.type or _base_type(cls, spec.name)) is not str:  # argparse keeps text as it is
                 kw["type"] = parse

@@ -23,7 +23,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 # settings that existed and were removed: a saved run's config.yaml holding their old default still loads
 RETIRED = {"rubric.with_answers": (False, "the one-pass generation path was removed (slower on CPU, unmeasured on "
-                                          "GPU: docs/PERFORMANCE.md)")}
+                                          "GPU: dev/performance.md)")}
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:

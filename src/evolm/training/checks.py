@@ -8,6 +8,8 @@ from pathlib import Path
 from evolm.config.schema import RunConfig, endpoint_urls
 from evolm.errors import InputError
 
+TULU3_PROMPTS = "tulu3_prompts.jsonl"  # the paper config's data.prompts, written by scripts/fetch_data.py tulu3
+
 
 def path_errors(cfg: RunConfig) -> list[str]:
     """The run's prompts and output directory, checked by reading only (no model, nothing written)."""
@@ -25,7 +27,9 @@ def path_errors(cfg: RunConfig) -> list[str]:
     try:
         load_prompt_set(cfg.data.prompts, cfg.data.limit)
     except InputError as e:
-        errors.append(f"data.prompts: {e}")
+        hint = ("; `python scripts/fetch_data.py tulu3` writes the paper's (docs/GPU.md, 'The prompts')"
+                if Path(cfg.data.prompts).name == TULU3_PROMPTS and not Path(cfg.data.prompts).exists() else "")
+        errors.append(f"data.prompts: {e}{hint}")
     return errors
 
 

@@ -37,7 +37,9 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
                    help="score Ties 'tied:' rows that have no 'ref:' row (in the tied accuracy only, as the official "
                    "code does); by default such a file is refused: a whole Ties subset has both rows of every prompt")
     p.add_argument("--protocol", choices=("fast", "paper"), default="fast",
-                   help="fast (default): the flags as given (defaults: prob judge, 512 judge and 1024 rubric tokens, "
+                   help=f"fast (default): the flags as given (defaults: {p.get_default('mode')} judge, "
+                   f"{p.get_default('judge_max_new_tokens')} judge and {p.get_default('max_new_tokens')} rubric "
+                   "tokens, "
                    "no thinking, the parsed rubric re-rendered): quick everyday numbers. paper: the authors' "
                    "protocol in one flag, replacing those flags: " + "; ".join(f"{k} {v}" for k, v in RB2_PAPER_LISTING)
                    + ". Slow: every reply may think for 16k tokens")
