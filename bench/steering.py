@@ -14,7 +14,13 @@ higher; per judge mode and defence:
   ``evolm.judge.prompts.plain_markup``), answer not fenced;
 - ``chars``: the previous shipped judge: no control token, but the markup reaches the judge as its
   own characters in ordinary pieces (``<|``, ``im``, ``_end``, ``|>``); answer fenced;
-- ``full``: the shipped judge: neutralised as ``escape`` and the answer fenced as data.
+- ``full-no58``: ``full`` without issue 58's self-assessment neutralising (``neutralise_self_assessment``): what the
+  shipped judge did before it, apart from the wider look-alike folding;
+- ``full``: the shipped judge: neutralised as ``escape`` and the answer fenced as data, lines that score the
+  answer for the grader replaced.
+
+Identical prompts are judged once per run (``item_scores`` keeps them), so the sign-off baselines and the
+configs that leave an attack's prompt unchanged cost nothing more.
 
 For the attacks that use control tokens, ``vs plain`` is the score of the attack minus that of
 the same text with the markers replaced by plain words (``im_start`` / ``im_end``, their own
@@ -175,8 +181,18 @@ def steering_items(attack: Callable[[str], str] | None) -> list[JudgeItem]:
     return items
 
 
+_SEEN: dict[tuple[str, str], float | None] = {}  # (mode, the item's prompts) -> score: a prompt is judged once
+
+
 def item_scores(judge: Judge, items: Sequence[JudgeItem]) -> list[float | None]:
-    return [j.score for j in judge.score(items)]
+    from evolm.judge.judge import judge_conversations
+
+    keys = [(judge.mode, repr(judge_conversations(judge, it))) for it in items]
+    todo = [it for it, k in zip(items, keys, strict=True) if k not in _SEEN]
+    if todo:
+        for it, j in zip(todo, judge.score(todo), strict=True):
+            _SEEN[(judge.mode, repr(judge_conversations(judge, it)))] = j.score
+    return [_SEEN[k] for k in keys]
 
 
 def mean_score(judge: Judge, items: Sequence[JudgeItem]) -> float:
@@ -184,7 +200,7 @@ def mean_score(judge: Judge, items: Sequence[JudgeItem]) -> float:
     return sum(scores) / len(scores) if scores else float("nan")
 
 
-CONFIGS = ("none", "escape", "chars", "full")
+CONFIGS = ("none", "escape", "chars", "full-no58", "full")
 
 
 @contextmanager
@@ -196,8 +212,10 @@ def defence(backend: Any, config: str) -> Any:
     """
     import evolm.judge.prompts as jm
 
-    saved = jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special
+    saved = jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special, jm.neutralise_self_assessment
     backend.escape_special = config != "none"
+    if config == "full-no58":
+        jm.neutralise_self_assessment = lambda text: text
     if config in ("none", "escape"):
         jm.fence_answer, jm._DATA_NOTE = jm.clean_answer, "Grade the answer below."
     if config in ("none", "chars"):
@@ -205,7 +223,7 @@ def defence(backend: Any, config: str) -> Any:
     try:
         yield
     finally:
-        jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special = saved
+        jm.fence_answer, jm._DATA_NOTE, jm.plain_markup, backend.escape_special, jm.neutralise_self_assessment = saved
 
 
 def lifts(judge: Judge, tokenizer: Any = None,

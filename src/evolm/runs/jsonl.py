@@ -138,7 +138,10 @@ def _file_text(path: str | Path) -> str:
     """The UTF-8 text of a file, decompressed first when its name ends in ``.gz``."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{path}: no such file")
+        what = ("is a directory, not a file" if p.is_dir() else
+                "is not a regular file (a FIFO, a device such as /dev/null, a socket): give a file" if p.exists() else
+                "no such file")
+        raise InputError(f"{path}: {what}")
     try:
         raw = p.read_bytes()
         return (gzip.decompress(raw) if p.name.endswith(".gz") else raw).decode("utf-8")
@@ -181,6 +184,8 @@ def check_text(obj: Any, where: str) -> None:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{where}: a lone surrogate escape (\\ud800-\\udfff without its pair) is not text") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
 
 
 # Names of the temporary files ``atomic_writer`` writes beside a target: ``.<name>.<pid>@<host>.<random>.part``.
@@ -282,9 +287,11 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
             raise InputError(f"{path}: cannot write ({e.strerror})") from None
         try:
             yield f
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):  # a failed write left bytes in the buffer: keep the first error
                 f.close()
+            if isinstance(e, OSError):  # a full disk, a device that takes nothing (/dev/full): name the path
+                raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
             raise
         try:
             f.close()
@@ -298,17 +305,20 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}@{_HOST}.", suffix=".part", dir=target.parent)
     except OSError as e:
         raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
+    f = os.fdopen(fd, "w", encoding="utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        try:
             yield f
-            try:
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as e:  # a full disk, a quota
-                raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        except OSError as e:  # a full disk, a quota, while writing or flushing: one line naming the path
+            raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
         os.chmod(tmp, _new_file_mode(target))  # mkstemp creates 0600; keep the target's, or what open() would give
         os.replace(tmp, target)
     except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()  # flushing what a failed write left in the buffer fails again: the first error is the one
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

@@ -50,7 +50,7 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
     takes the lock. The lock file is removed on release (after a check that it is still the file
     that was locked), and a directory created only to hold it is removed too.
     """
-    if int(os.environ.get("RANK", "0") or 0) != 0:
+    if not is_main():
         yield
         return
     import fcntl
@@ -123,6 +123,13 @@ def open_run(cfg: RunConfig, resume: bool) -> RunStart:
         if (run_dir / METRICS_FILE).exists() or (run_dir / CHECKPOINTS_DIR).exists():
             raise RunError(f"{run_dir} already holds a run: resume it with `evolm train --resume {run_dir}` "
                            "or choose another output_dir")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise RunError(f"output_dir {run_dir} is a file, not a directory")
+        others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE) if run_dir.is_dir() else []
+        if others:  # a run writes config.yaml first: one already there is someone's, not this run's
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise RunError(f"output_dir {run_dir} holds files that are not a run's ({shown}); a new run needs a new "
+                           "or empty directory")
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
         return RunStart(run_dir)
