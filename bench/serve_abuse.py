@@ -135,11 +135,16 @@ def case_5000(url: str, probes: int) -> list:
 
 
 def _beside(url: str, big: dict, what: str, case: str) -> list:
-    """``big`` and a 1-answer request sent together; the 1-answer request alone first, for its usual time."""
+    """``big`` and a 1-answer request sent together; the 1-answer request alone before and after, for its usual time
+    (on a shared CPU it varies by itself)."""
     small = {"prompt": "What is 3 + 3?", "response": "It is 6."}
-    t0 = time.perf_counter()
-    httpx.post(url + "/reward", json=small, timeout=600)
-    alone = time.perf_counter() - t0
+
+    def alone() -> float:
+        t0 = time.perf_counter()
+        httpx.post(url + "/reward", json=small, timeout=600)
+        return time.perf_counter() - t0
+
+    before = alone()
     out: dict = {}
 
     def send(name: str, path: str, body: dict) -> None:
@@ -154,10 +159,11 @@ def _beside(url: str, big: dict, what: str, case: str) -> list:
     for t in threads:
         t.join()
     (big_code, big_s), (small_code, small_s) = out["big"], out["small"]
-    met = big_code == 413 and big_s < 2 and small_code == 200 and small_s < alone + 2
+    after = alone()
+    met = big_code == 413 and big_s < 2 and small_code == 200 and small_s < 1.25 * max(before, after) + 2
     return [[case, what, f"HTTP {big_code} in {big_s:.2f} s; beside it HTTP {small_code} in {small_s:.2f} s",
-             f"the 1-answer request alone: {alone:.2f} s", "413 in < 2 s; the other within its time alone + 2 s",
-             "MET" if met else "NOT MET"]]
+             f"the 1-answer request alone, before / after: {before:.2f} / {after:.2f} s",
+             "413 in < 2 s; the other within 1.25 x its time alone + 2 s", "MET" if met else "NOT MET"]]
 
 
 def case_criteria(url: str) -> list:
