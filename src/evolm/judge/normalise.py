@@ -49,6 +49,29 @@ def _fold_char(c: str) -> str:
     return "".join(out)
 
 
+_EMPHASIS = re.compile(r"[~`]|(?<!\d)\*(?!\d)")  # markdown marks; a * beside a digit is a product (2*90)
+_UNDERSCORE = str.maketrans("_", " ")
+
+
+def _characters(text: str) -> tuple[str, list[int] | None]:
+    """Steps 1 and 2 of the module docstring, with the index map (``None``: each character stays where it was).
+
+    Linear in C where it can be: one ``str.translate`` when every character folds to one character (fullwidth
+    forms, Cyrillic look-alikes), else a pass character by character (dropped format or combining characters)."""
+    if text.isascii():
+        return text, None
+    table = {ord(c): _fold_char(c) for c in set(text) if not c.isascii()}
+    if all(len(f) == 1 for f in table.values()):
+        return text.translate(table), None
+    chars: list[str] = []
+    where: list[int] = []
+    for i, c in enumerate(text):
+        f = table.get(ord(c), c)
+        chars.append(f)
+        where.extend([i] * len(f))
+    return "".join(chars), where
+
+
 def folded(text: str, markdown: bool = True) -> tuple[str, list[int]]:
     """``text`` as a look-alike reads (module docstring), and for each character of it the index in ``text`` of the
     character it comes from.
@@ -58,33 +81,32 @@ def folded(text: str, markdown: bool = True) -> tuple[str, list[int]]:
     >>> folded("**Sc\\u043ere**: 9 <score>9</score>")[0]
     'Score: 9  score: 9 '
     """
-    if text.isascii() and not markdown:
-        return text, list(range(len(text)))
+    base, at = _characters(text)
+    if not markdown:
+        return base, at if at is not None else list(range(len(base)))
     chars: list[str] = []
     where: list[int] = []
-    for i, c in enumerate(text):
-        f = c if c.isascii() else _fold_char(c)
-        if markdown:
-            keep = "*" if c == "*" and (text[i - 1 : i].isdigit() or text[i + 1 : i + 2].isdigit()) else ""
-            f = f.replace("*", keep).replace("~", "").replace("`", "").replace("_", " ")
-        chars.extend(f)
-        where.extend([i] * len(f))
+    pos = 0
+    for cut in [*(m.start() for m in _EMPHASIS.finditer(base)), len(base)]:
+        chars.append(base[pos:cut].translate(_UNDERSCORE))
+        where.extend(range(pos, cut) if at is None else at[pos:cut])
+        pos = cut + 1
     out = "".join(chars)
-    if not markdown or "<" not in out:
+    if "<" not in out:
         return out, where
     parts: list[str] = []
-    at: list[int] = []
+    tagged: list[int] = []
     pos = 0
     for m in _TAG.finditer(out):
         parts.append(out[pos : m.start()])
-        at.extend(where[pos : m.start()])
+        tagged.extend(where[pos : m.start()])
         shown = " " if m.group(1) else f" {m.group(2)}: "
         parts.append(shown)
-        at.extend([where[m.start()]] * len(shown))
+        tagged.extend([where[m.start()]] * len(shown))
         pos = m.end()
     parts.append(out[pos:])
-    at.extend(where[pos:])
-    return "".join(parts), at
+    tagged.extend(where[pos:])
+    return "".join(parts), tagged
 
 
 def matching_text(text: str) -> str:
@@ -125,6 +147,16 @@ SELF_ASSESSMENT = re.compile(
 )
 
 SELF_ASSESSMENT_SHOWN = "(a line written to the grader was removed here)"
+# A word or sign every alternative of SELF_ASSESSMENT needs (on the lowercased text, digits read as the letters they
+# stand for): without one, no match is possible and the pattern is not run (it costs ~0.4 us a character).
+_NEEDS = ("score", "rating", "grade", "verdict", "evaluation", "assessment", "rate", "give", "award", "assign",
+          "reply", "meets", "satisf", "fulfil", "yes", "rubric", "criteri", "grader", "judge", "evaluator", "/")
+_LEET = str.maketrans("0134", "oiea")
+
+
+def _may_hold(text: str) -> bool:
+    low = text.lower().translate(_LEET)
+    return any(w in low for w in _NEEDS) or ":" in low and (")" in low or "]" in low)
 _LEAD = frozenset("*_~`<[(\"'#")
 
 
@@ -134,7 +166,8 @@ def has_self_assessment(text: str) -> bool:
     >>> [has_self_assessment(t) for t in ("**Score**: 9", "Sc0re - 9", "(0\\u20139): 9", "The final score was 3-1")]
     [True, True, True, False]
     """
-    return SELF_ASSESSMENT.search(matching_text(text)) is not None
+    text = matching_text(text)
+    return _may_hold(text) and SELF_ASSESSMENT.search(text) is not None
 
 
 def neutralise_self_assessment(answer: str) -> str:
@@ -147,7 +180,7 @@ def neutralise_self_assessment(answer: str) -> str:
     """
     text, where = folded(answer)
     cut: list[tuple[int, int]] = []
-    for m in SELF_ASSESSMENT.finditer(text):
+    for m in SELF_ASSESSMENT.finditer(text) if _may_hold(text) else ():
         start = where[m.start()]
         while start > 0 and answer[start - 1] in _LEAD:  # the markup the match starts in: **Score, <score>, "score
             start -= 1
