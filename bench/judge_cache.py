@@ -98,7 +98,8 @@ def serve_part(args: argparse.Namespace) -> None:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         port = _free_port()
         cmd = [sys.executable, "-m", "evolm.cli", "serve", "--judge", args.model, "--mode", args.mode,
-               "--dtype", "float32", "--port", str(port), "--deadline-s", "3600"]  # a slow machine: no 504
+               "--dtype", "float32", "--port", str(port), "--deadline-s", "3600",  # a slow machine: no 504
+               "--judge-cache", "10000"]  # serve keeps no cache unless asked (one client here)
         server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         url = f"http://127.0.0.1:{port}"
         try:

@@ -12,11 +12,17 @@ for it, then, each case with a fixed number of requests and a time bound:
                   the end-marker regex was quadratic on it, 37 s on the event loop) while ``/health`` is
                   polled every 0.1 s until it is answered: the slowest ``/health`` must answer in under 1 s
 - ``memory``:     the server's resident memory before and after (a 100 MB answer took it 1.3 -> 9.4 GB)
+- ``criteria``:   (issue 58) a 1-answer request whose label has 20,000 criteria (a 1 MB body) sent beside another
+                  client's 1-answer request: the first 413 in under 2 s, the other in about its time alone
+- ``list``:       (issue 58; run with ``--mode listwise``) a request of 200 short answers to one question beside
+                  another client's 1-answer request: the same bounds
 
 Loopback only; nothing is sent anywhere else. Prints the machine and one table.
 
     .venv/bin/python -m bench.security.serve_abuse                                    # smollm2-135m-instruct, prob
     .venv/bin/python -m bench.security.serve_abuse --serve-args "--max-batch 16"
+    .venv/bin/python -m bench.security.serve_abuse --mode yesno --cases criteria          # issue 58
+    .venv/bin/python -m bench.security.serve_abuse --mode listwise --cases list
 """
 
 from __future__ import annotations
@@ -126,6 +132,50 @@ def case_5000(url: str, probes: int) -> list:
     ]
 
 
+def _beside(url: str, big: dict, what: str, case: str) -> list:
+    """``big`` and a 1-answer request sent together; the 1-answer request alone before and after, for its usual time
+    (on a shared CPU it varies by itself)."""
+    small = {"prompt": "What is 3 + 3?", "response": "It is 6."}
+
+    def alone() -> float:
+        t0 = time.perf_counter()
+        httpx.post(url + "/reward", json=small, timeout=600)
+        return time.perf_counter() - t0
+
+    before = alone()
+    out: dict = {}
+
+    def send(name: str, path: str, body: dict) -> None:
+        t = time.perf_counter()
+        r = httpx.post(url + path, json=body, timeout=600)
+        out[name] = (r.status_code, time.perf_counter() - t)
+
+    threads = [threading.Thread(target=send, args=("big", "/get_reward", big)),
+               threading.Thread(target=send, args=("small", "/reward", small))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (big_code, big_s), (small_code, small_s) = out["big"], out["small"]
+    after = alone()
+    met = big_code == 413 and big_s < 2 and small_code == 200 and small_s < 1.25 * max(before, after) + 2
+    return [[case, what, f"HTTP {big_code} in {big_s:.2f} s; beside it HTTP {small_code} in {small_s:.2f} s",
+             f"the 1-answer request alone, before / after: {before:.2f} / {after:.2f} s",
+             "413 in < 2 s; the other within 1.25 x its time alone + 2 s", "MET" if met else "NOT MET"]]
+
+
+def case_criteria(url: str) -> list:
+    label = json.dumps({"criteria": [{"criterion": f"The answer is correct ({k}).", "weight": 1.0}
+                                     for k in range(20_000)]})
+    big = {**_body("What is 2 + 2?", ["It is 4."]), "labels": [label]}
+    return _beside(url, big, f"1 answer, a label of 20,000 criteria ({len(json.dumps(big)):,} bytes)", "criteria")
+
+
+def case_list(url: str) -> list:
+    return _beside(url, _body("Name a colour.", [f"Colour {k}." for k in range(200)]),
+                   "200 short answers to one question (listwise)", "list")
+
+
 def case_413(url: str) -> list:
     rows = []
     big_body = json.dumps(_body("Q?", ["x" * (17 * 2**20)])).encode()
@@ -207,7 +257,8 @@ def main() -> None:
         # the 200k case last: on a slow CPU its one judge call (an 8192-token prompt for SmolLM2) runs for minutes,
         # past the request's deadline, and a request behind it waits for that call (a forward pass is not interrupted)
         cases = {"5000": lambda: case_5000(url, args.probes), "413": lambda: case_413(url),
-                 "slow": lambda: case_slow(url, args.slow_connections, header_timeout), "200k": lambda: case_200k(url)}
+                 "slow": lambda: case_slow(url, args.slow_connections, header_timeout), "200k": lambda: case_200k(url),
+                 "criteria": lambda: case_criteria(url), "list": lambda: case_list(url)}
         for name in args.cases.split(","):
             case = cases[name]
             try:

@@ -46,7 +46,13 @@ def single_cpu_launch_warning() -> str | None:
 
 
 def _env_int(name: str, default: int) -> int:
+    """The launcher variable ``name`` as an integer (``default`` when unset or empty); ``InputError`` in one line when
+    it is set to something else: a process that guessed its rank could write over rank 0's files."""
+    from evolm.errors import InputError
+
+    value = os.environ.get(name, "").strip()
     try:
-        return int(os.environ.get(name, "") or default)
+        return int(value) if value else default
     except ValueError:
-        return default
+        raise InputError(f"{name}={value[:40]!r} is not an integer (a launcher such as torchrun sets it; unset it "
+                         "to run one process)") from None

@@ -186,6 +186,23 @@ CLI_CASES = [
          {"p.jsonl": ""}),
     Case("rb2-empty-input", ["eval", "rb2", "{tmp}/rb2.jsonl", "--judge", NO_MODEL, "--no-rubric"], "no rows",
          {"rb2.jsonl": ""}),
+    # issue 58, item 7 (numbered 58 here): tracebacks, and a wrong message
+    Case("seed-rubric-nested-100k", 58, ["sft-rubrics", "--model", NO_MODEL, "--output", "{tmp}/w", "--seed-set",
+                                         "{tmp}/seed.jsonl"], "seed.jsonl:1: 'rubric' is JSON nested too deeply",
+         {"seed.jsonl": json.dumps({"prompt": "Q", "rubric": "[" * 100_000 + "]" * 100_000}) + "\n"}),
+    Case("recursive-yaml-alias", 58, TRAIN, "c.yaml: a YAML alias that holds itself",
+         {"c.yaml": "loop: &a [*a]\n" + CONFIG}),
+    Case("recursive-yaml-alias-dry-run", 58, [*TRAIN, "--dry-run"], "c.yaml: a YAML alias that holds itself",
+         {"c.yaml": CONFIG + "judge:\n  chat_template_kwargs: &a\n    x: *a\n"}),
+    Case("recursive-yaml-alias-override", 58, [*TRAIN, "--dry-run", "judge.chat_template_kwargs=&a {x: *a}"],
+         "override 'judge.chat_template_kwargs': a YAML alias that holds itself", {"c.yaml": CONFIG}),
+    Case("yaml-nested-100k", 58, [*TRAIN, "--dry-run"], "c.yaml: YAML nested too deeply",
+         {"c.yaml": CONFIG + "x: " + "[" * 100_000 + "]" * 100_000 + "\n"}),
+    Case("judge-input-dev-null", 58, [*JUDGE[:4], "/dev/null", *JUDGE[5:]], "/dev/null: is not a regular file"),
+    Case("judge-input-fifo", 58, [*JUDGE[:4], "{tmp}/fifo", *JUDGE[5:]], "fifo: is not a regular file",
+         setup=lambda tmp: os.mkfifo(tmp / "fifo")),
+    Case("judge-input-directory", 58, [*JUDGE[:4], "{tmp}/adir", *JUDGE[5:]], "adir: is a directory, not a file",
+         setup=lambda tmp: (tmp / "adir").mkdir()),
 ]
 
 
@@ -321,10 +338,12 @@ RAW_REPLIES = [
     ("<html><body>502 Bad Gateway</body></html>", "text/html", "answered HTTP 200 with a body that is not JSON"),
     ('{"choices": [', "application/json", "body that is not JSON"),
     ('{"choices": "nope"}', "application/json", "no 'choices' list"),
+    ('{"choices": ' + "[" * 200_000 + "]" * 200_000 + "}", "application/json", "JSON nested too deeply"),  # issue 58
 ]
 
 
-@pytest.mark.parametrize(("body", "content_type", "message"), RAW_REPLIES, ids=["html", "invalid-json", "choices-nope"])
+@pytest.mark.parametrize(("body", "content_type", "message"), RAW_REPLIES,
+                         ids=["html", "invalid-json", "choices-nope", "nested-200k"])
 def test_a_reply_that_is_no_chat_completion_is_one_line_through_the_cli(
     server, tmp_path: Path, capsys: pytest.CaptureFixture[str], body: str, content_type: str, message: str  # noqa: ANN001
 ) -> None:
@@ -931,3 +950,36 @@ def test_grpo_settings_the_machine_cannot_run_are_one_line(tmp_path: Path) -> No
     with pytest.raises(RunError, match=r"^trl.GRPOConfig refused the run's grpo settings: .*bf16") as e:
         training_args(cfg)
     assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- issue 58, item 7
+
+
+def test_rank_that_is_not_an_integer_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "c.yaml").write_text(CONFIG.replace("{tmp}", str(tmp_path)))
+    monkeypatch.setenv("RANK", "abc")
+    assert _main(["train", "--config", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("evolm train: error: RANK='abc' is not an integer (a launcher such as torchrun sets it; "
+                           "unset it to run one process)"), err
+
+
+def test_a_report_on_a_full_disk_is_one_line_naming_the_path(tmp_path: Path) -> None:
+    """The report's file is larger than the disk allows (RLIMIT_FSIZE: writes fail as on a full disk): one line
+    naming the path, exit 2, no temporary file left."""
+    import resource
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "role": "policy", "reward_mean": 0.5}\n')
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    out = tmp_path / "out.html"
+    done = subprocess.run([sys.executable, "-m", "evolm.cli", "report", str(run), "--output", str(out)], env=ENV,
+                          preexec_fn=small_disk, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.strip() == f"evolm report: error: {out}: cannot write (File too large)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

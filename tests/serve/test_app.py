@@ -490,11 +490,29 @@ def test_serve_help_states_every_limit_and_its_default(capsys) -> None:
     for flag, default in (("--max-body-mb", "16"), ("--max-answers", "8192"), ("--max-answer-chars", "500000"),
                           ("--header-timeout-s", "10"), ("--body-timeout-s", "60"), ("--max-connections", "1024"),
                           ("--max-queue", "256"), ("--deadline-s", "300"), ("--max-batch", "64"),
-                          ("--max-batch-s", "2")):
+                          ("--max-batch-s", "2"), ("--max-label-criteria", "64"), ("--max-list", "32")):
         assert flag in text and f"(default: {default})" in text, flag
     assert (defaults.max_body_mb, defaults.max_answers, defaults.max_answer_chars) == (16, 8192, 500_000)
     assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.max_connections) == (10, 60, 1024)
     assert "keep-alive connections close after 5 s" in text and f"{defaults.max_header_kb} KiB" in text
+    assert "Here 0, not 10000: one cache for every client tells a client whether another sent" in text
+
+
+def test_the_judge_cache_is_off_in_serve_so_one_client_cannot_see_anothers_answers() -> None:
+    """With serve's default (no cache), an answer another client sent earlier is judged afresh: judge_cached is 0.0
+    for it, as for an answer nobody sent."""
+    from evolm.cli.serve import make_parser
+    from evolm.judge.cache import cached_judge
+
+    sub = __import__("argparse").ArgumentParser().add_subparsers()
+    make_parser(sub)
+    args = sub.choices["serve"].parse_args(["--judge", "j"])
+    judge = FakeJudge()
+    with running(create_app(cached_judge(judge, args.judge_cache))) as url:
+        httpx.post(url + "/get_reward", json=_body("Q?", ["secret answer"]), timeout=30)
+        probe = httpx.post(url + "/get_reward", json=_body("Q?", ["secret answer", "never sent"]), timeout=30).json()
+    assert args.judge_cache == 0 and probe["extra_logs"]["judge_cached"] == [0.0, 0.0]
+    assert len(judge.calls) == 2
 
 
 def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
@@ -502,11 +520,11 @@ def test_a_batch_is_cut_to_what_the_judge_scores_in_max_batch_s() -> None:
 
     batcher = Batcher(score=lambda answers: [], settings=ServeSettings(max_batch=64, max_batch_s=2.0))
     assert batcher.room() == 8  # nothing measured yet: a small first call, to time the judge
-    batcher.answer_s = 0.5
+    batcher.unit_s = 0.5
     assert batcher.room() == 4
-    batcher.answer_s = 10.0
+    batcher.unit_s = 10.0
     assert batcher.room() == 1
-    batcher.answer_s = 0.001
+    batcher.unit_s = 0.001
     assert batcher.room() == 64
 
 
@@ -592,3 +610,102 @@ def test_serve_threads_sets_the_judges_cpu_threads_before_it_loads(monkeypatch) 
     finally:
         torch.set_num_threads(before)
     assert seen == [1]
+
+
+def _label(n_criteria: int, text: str = "The answer is correct.") -> str:
+    return json.dumps({"criteria": [{"criterion": f"{text} ({k})", "weight": 1.0} for k in range(n_criteria)]})
+
+
+@dataclass
+class CriteriaJudge(FakeJudge):
+    """A judge whose call takes ``seconds_per_criterion`` per criterion of its items' rubrics (a yesno judge's forward
+    passes), so a test sees what the batcher counts."""
+
+    seconds_per_criterion: float = 0.002
+
+    def score(self, items: list[JudgeItem]) -> list[Judgment]:
+        time.sleep(self.seconds_per_criterion * sum(max(1, len(it.rubric.criteria)) if it.rubric else 1
+                                                    for it in items))
+        return super().score(items)
+
+
+def test_a_label_over_the_criteria_cap_is_413_at_once_and_others_are_served() -> None:
+    """A 1-answer request whose label has 20,000 criteria (a 1 MB body) is refused before judging, in well under
+    2 s, and a 1-answer request sent beside it is answered as fast as alone."""
+    judge = CriteriaJudge()
+    with running(create_app(judge, settings=ServeSettings(max_wait_ms=5))) as url:
+        t0 = time.perf_counter()
+        assert httpx.post(url + "/get_reward", json=_body("Q?", ["small"]), timeout=60).status_code == 200
+        alone_s = time.perf_counter() - t0
+        big = _body("Big?", ["x"], [_label(20_000)])
+        assert len(json.dumps(big)) > 900_000
+        t0 = time.perf_counter()
+        replies = asyncio.run(_post_all(url, [big, _body("Q?", ["small"])]))
+        both_s = time.perf_counter() - t0
+    assert replies[0].status_code == 413 and "--max-label-criteria" in replies[0].json()["error"]
+    assert replies[1].status_code == 200 and replies[1].json()["rewards"] == [0.05]
+    assert both_s < 2 and both_s < alone_s + 1.5
+    assert all(len(it.rubric.criteria) < 100 for call in judge.calls for it in call if it.rubric)  # never judged
+
+
+def test_batches_count_criteria_so_requests_under_the_cap_share_fairly() -> None:
+    """Many answers each with a 64-criterion label (under the cap), then a 1-answer request: the small one waits about
+    one call's worth of criteria, not for every answer that happened to fit in a batch of 64 answers."""
+    judge = CriteriaJudge(seconds_per_criterion=0.002)
+    settings = ServeSettings(max_batch=64, max_batch_s=0.3, max_wait_ms=1)
+    heavy = _body("Heavy?", [f"a{k}" for k in range(64)], [_label(64)] * 64)  # 64 answers x 64 criteria: ~8 s
+    with running(create_app(judge, settings=settings)) as url, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, url + "/get_reward", json=heavy, timeout=120)
+        deadline = time.monotonic() + 30
+        while len(judge.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        t0 = time.perf_counter()
+        small = httpx.post(url + "/reward", json={"prompt": "Small?", "response": "x" * 10}, timeout=60)
+        small_s = time.perf_counter() - t0
+        assert first.result().status_code == 200
+    assert small.status_code == 200 and small_s < 1.5  # one or two calls of ~0.3 s, not an ~8 s call of 64 answers
+    work = [sum(len(it.rubric.criteria) if it.rubric else 1 for it in call) for call in judge.calls]
+    assert max(work) <= 64 + 64  # a batch's room is criteria: at most one answer over it
+
+
+def test_a_listwise_list_over_the_cap_is_413_at_once_and_others_are_served() -> None:
+    judge = Judge(CountingListBackend(), mode="listwise")  # type: ignore[arg-type]
+    with running(create_app(judge, settings=ServeSettings(max_list=32, max_wait_ms=5))) as url:
+        t0 = time.perf_counter()
+        replies = asyncio.run(_post_all(url, [_body("Q?", [f"a{k}" for k in range(200)]), _body("R?", ["one"])]))
+        took = time.perf_counter() - t0
+        fits = httpx.post(url + "/get_reward", json=_body("Q?", [f"a{k}" for k in range(32)]), timeout=60)
+    assert replies[0].status_code == 413 and "--max-list" in replies[0].json()["error"]
+    assert replies[1].status_code == 200 and replies[1].json()["rewards"] == [1 / 9]
+    assert took < 2 and fits.status_code == 200 and fits.json()["rewards"] == [1.0] * 32
+
+
+def test_a_missing_score_is_never_filled_from_another_clients_answers() -> None:
+    """Client A's answer gets no score; client B's answers to the same question, in the same batch, do. A's reward is
+    0.0 (its own request has no other score to fill from), never B's mean; a missing score within a request is filled
+    from that request's answers to the same question."""
+    judge = FakeJudge(missing_on="MISSING")
+    a, b = _body("Q?", ["MISSING"]), _body("Q?", ["x" * 40, "x" * 60])
+    both = _body("Q?", ["MISSING", "x" * 40, "x" * 60])
+    app = create_app(judge, settings=ServeSettings(max_wait_ms=300))
+    with running(app) as url:
+        for _ in range(3):
+            ra, rb = asyncio.run(_post_all(url, [a, b]))
+            assert ra.json()["rewards"] == [0.0] and ra.json()["extra_logs"]["missing_score"] == [1.0]
+            assert rb.json()["rewards"] == [0.4, 0.6]
+        own = httpx.post(url + "/get_reward", json=both, timeout=30).json()
+    assert any(len(call) == 3 for call in judge.calls)  # A and B were in one judge call
+    assert own["rewards"] == pytest.approx([0.5, 0.4, 0.6])
+
+
+@pytest.mark.parametrize("mode", ["prob", "yesno", "listwise"])  # rar_explicit: yesno's passes, 0/1 verdicts
+def test_an_overlong_label_gets_no_other_clients_mean_in_any_mode(tiny_backend, mode: str) -> None:
+    """The attack as filed: A's label is too long for the judge's context (unscored), B's fits; A's reward is
+    never B's mean, in every mode that scores with the tiny judge."""
+    judge = Judge(tiny_backend, mode=mode, max_context=2000)
+    a = _body("Q?", ["An answer."], [_label(2, "word " * 2000)])
+    b = _body("Q?", ["An answer.", "Another answer here."], [RUBRIC_TEXT] * 2)
+    with running(create_app(judge, settings=ServeSettings(max_wait_ms=300))) as url:
+        ra, rb = (r.json() for r in asyncio.run(_post_all(url, [a, b])))
+    assert ra["extra_logs"]["missing_score"] == [1.0] and rb["extra_logs"]["missing_score"] == [0.0, 0.0]
+    assert ra["rewards"] == [0.0] and sum(rb["rewards"]) / 2 != 0.0

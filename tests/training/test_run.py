@@ -675,6 +675,20 @@ def test_fresh_run_refuses_a_used_directory(tmp_path: Path) -> None:
         run(cfg)  # before any model is loaded
 
 
+def test_fresh_run_refuses_a_directory_holding_files_not_its_own(tmp_path: Path) -> None:
+    """A config.yaml (or anything) already in output_dir, with no metrics or checkpoints yet: refused, not
+    overwritten."""
+    (tmp_path / "config.yaml").write_text("mine: true\n")
+    (tmp_path / "notes.txt").write_text("keep\n")
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    with pytest.raises(RunError, match=r"holds files that are not a run's \(config.yaml, notes.txt\)"):
+        open_run(cfg, resume=False)
+    assert (tmp_path / "config.yaml").read_text() == "mine: true\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert open_run(load_config(None, [f"output_dir={empty}"]), resume=False).run_dir == empty
+
+
 def test_resume_config_keeps_schedule_and_seed(tmp_path: Path) -> None:
     with pytest.raises(RunError, match="not a run directory"):
         resume_config(tmp_path)

@@ -9,6 +9,7 @@ import pytest
 
 from evolm.backends.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
 from evolm.cli import main
+from evolm.errors import InputError
 from evolm.rubrics import format_validity, parse_rubric
 from evolm.training.sft import gsm8k_seed, load_seed, sft_examples
 
@@ -114,12 +115,56 @@ def test_cli_refuses_an_unusable_output_before_loading_any_model(tiny_model_dir:
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "todo.md").write_text("keep me too\n")
-    for output, said in ((existing, "not a directory"), (notes, "not a model directory")):
+    project = tmp_path / "project"  # a config.json does not make a directory a model: its other files would go
+    (project / "data").mkdir(parents=True)
+    (project / "config.json").write_text("{}")
+    (project / "notes.txt").write_text("keep me\n")
+    (project / "data" / "important.csv").write_text("a,b\n")
+    for output, said in ((existing, "not a directory"), (notes, "no model save writes (todo.md)"),
+                         (project, "no model save writes (data, notes.txt)")):
         t0 = time.perf_counter()
         assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(output)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and said in err[0] and str(output) in err[0] and time.perf_counter() - t0 < 10
     assert existing.read_text() == "keep me\n" and (notes / "todo.md").read_text() == "keep me too\n"
+    assert (project / "notes.txt").read_text() == "keep me\n" and (project / "data" / "important.csv").exists()
+
+
+def test_a_model_directory_is_one_with_only_what_a_save_writes(tmp_path: Path) -> None:
+    from evolm.training.sft import check_output_dir
+
+    model = tmp_path / "model"
+    (model / "partial").mkdir(parents=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "vocab.json",
+                 "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                 "sft_rubrics.json", "partial/adapter_model.safetensors", "partial/adapter_config.json"):
+        (model / name).write_text("{}")
+    assert check_output_dir(model) == model
+    (model / "partial" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="partial"):
+        check_output_dir(model)
+
+
+def test_a_save_that_fails_is_one_line_naming_the_path_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A full disk while saving: one line naming the output, the previous model intact, no .saving- directory."""
+    import errno
+
+    from evolm.errors import RunError
+    from evolm.training.sft import _save
+
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "config.json").write_text('{"old": true}')
+
+    class FullDisk:
+        def save_pretrained(self, directory: Path) -> None:
+            Path(directory, "config.json").write_text('{"new": true}')
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(RunError) as e:
+        _save(FullDisk(), None, out, {"step": 1})
+    assert str(e.value) == f"could not save the model to {out}: No space left on device (it was left as it was)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w"] and (out / "config.json").read_text() == '{"old": true}'
 
 
 def _save_then_die(out: str) -> None:

@@ -442,6 +442,8 @@ class OpenAIBackend:
             raise BackendError(self._redact(
                 f"openai backend: {url} answered HTTP 200 with a body that is not JSON: {_snippet(content)}"
             )) from None
+        except RecursionError:  # a hostile or broken server: that row fails, as any unreadable reply does
+            raise BackendError(self._redact(f"openai backend: {url} answered with JSON nested too deeply")) from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if isinstance(data, dict) and choices is None and data.get("error") is not None:
             error = data["error"]

@@ -37,6 +37,7 @@ BATCH_FLAGS = (Flag("max_batch", type=positive_int), Flag("max_batch_s", type=po
                Flag("max_wait_ms", type=positive), Flag("max_queue", type=positive_int),
                Flag("deadline_s", type=positive), Flag("rubric_cache", type=positive_int))
 LIMIT_FLAGS = (Flag("max_body_mb", type=positive), Flag("max_answers", type=positive_int),
+               Flag("max_label_criteria", type=positive_int), Flag("max_list", type=positive_int),
                Flag("max_answer_chars", type=positive_int), Flag("header_timeout_s", type=positive),
                Flag("body_timeout_s", type=positive), Flag("max_connections", type=positive_int))
 THREAD_FLAGS = (Flag("threads", type=positive_int, metavar="N", default=None,
@@ -73,8 +74,10 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     add_flags(limits, ServeSettings, LIMIT_FLAGS)
     add_flags(p, ServeSettings, THREAD_FLAGS)
     add_judge_mode_arg(p)
-    add_judge_flags(p, JUDGE_CONSTRAINED, replace(JUDGE_CACHE, note="extra_logs.judge_cached says so per answer; "
-                                                  "/health gives the hit rate"))
+    add_judge_flags(p, JUDGE_CONSTRAINED, replace(
+        JUDGE_CACHE, default=0, why="one cache for every client tells a client whether another sent the same answer "
+        "(extra_logs.judge_cached, and the reply's time): turn it on only when every client is trusted, e.g. one "
+        "training run", note="extra_logs.judge_cached says so per answer; /health gives the hit rate"))
     add_context_args(p, "judge")
     add_backend_args(p)
     add_runtime_args(p)

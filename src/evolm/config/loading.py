@@ -83,6 +83,40 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     raise InputError(f"'{name}' must be {getattr(base, '__name__', base)}, got {value!r}")
 
 
+MAX_DEPTH = 64  # mappings and lists in a config nest at most this deep (the deepest setting is a few levels)
+
+
+def check_tree(value: Any, where: str) -> None:
+    """Refuse, in one line, a value read from YAML that holds itself (a recursive alias: ``a: &x [*x]``) or nests
+    deeper than ``MAX_DEPTH``; walked without recursion, each shared node once (aliases may share a node many times).
+
+    >>> import yaml
+    >>> check_tree(yaml.safe_load("a: &x [1, *x]"), "c.yaml")
+    Traceback (most recent call last):
+    ...
+    evolm.errors.InputError: c.yaml: a YAML alias that holds itself (a recursive '&anchor' / '*alias')
+    """
+    done: set[int] = set()
+    stack: list[tuple[Any, int, bool]] = [(value, 0, False)]
+    open_: set[int] = set()  # the containers on the path being walked
+    while stack:
+        node, depth, leaving = stack.pop()
+        if leaving:
+            open_.discard(id(node))
+            done.add(id(node))
+            continue
+        if not isinstance(node, (dict, list)) or id(node) in done:
+            continue
+        if id(node) in open_:
+            raise InputError(f"{where}: a YAML alias that holds itself (a recursive '&anchor' / '*alias')")
+        if depth >= MAX_DEPTH:
+            raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        open_.add(id(node))
+        stack.append((node, depth, True))
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        stack.extend((child, depth + 1, False) for child in children)
+
+
 def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML config as a mapping; ``extends: FILE`` (relative to this file) names a config it changes.
 
@@ -96,6 +130,9 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise InputError(f"{p}: not UTF-8 text") from None
     except yaml.YAMLError as e:
         raise InputError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{p}: YAML nested too deeply") from None
+    check_tree(data, str(p))
     if not isinstance(data, dict):
         raise InputError(f"{p}: the config must be a mapping")
     base = data.pop("extends", None)
@@ -127,8 +164,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         parts = key.split(".")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             value = raw
+        check_tree(value, f"override '{key}'")
         if _is_text_field(parts) and value is not None and not isinstance(value, str):
             value = raw  # model.name=2024, model.system_prompt=yes: the text as typed, not YAML's int or bool
         node = data

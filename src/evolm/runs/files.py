@@ -118,9 +118,11 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
             raise InputError(f"{path}: cannot write ({e.strerror})") from None
         try:
             yield f
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):  # a failed write left bytes in the buffer: keep the first error
                 f.close()
+            if isinstance(e, OSError):  # a full disk, a device that takes nothing (/dev/full): name the path
+                raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
             raise
         try:
             f.close()
@@ -134,17 +136,20 @@ def atomic_writer(path: str | Path) -> Iterator[TextIO]:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}@{_HOST}.", suffix=".part", dir=target.parent)
     except OSError as e:
         raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
+    f = os.fdopen(fd, "w", encoding="utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        try:
             yield f
-            try:
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as e:  # a full disk, a quota
-                raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        except OSError as e:  # a full disk, a quota, while writing or flushing: one line naming the path
+            raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
         os.chmod(tmp, new_file_mode(target))  # mkstemp creates 0600; keep the target's, or what open() would give
         os.replace(tmp, target)
     except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()  # flushing what a failed write left in the buffer fails again: the first error is the one
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise

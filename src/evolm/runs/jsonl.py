@@ -114,7 +114,10 @@ def _file_text(path: str | Path) -> str:
     """The UTF-8 text of a file, decompressed first when its name ends in ``.gz``."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{path}: no such file")
+        what = ("is a directory, not a file" if p.is_dir() else
+                "is not a regular file (a FIFO, a device such as /dev/null, a socket): give a file" if p.exists() else
+                "no such file")
+        raise InputError(f"{path}: {what}")
     try:
         raw = p.read_bytes()
         return (gzip.decompress(raw) if p.name.endswith(".gz") else raw).decode("utf-8")
@@ -157,6 +160,8 @@ def check_text(obj: Any, where: str) -> None:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{where}: a lone surrogate escape (\\ud800-\\udfff without its pair) is not text") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -59,7 +59,7 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
     takes the lock. The lock file is removed on release (after a check that it is still the file
     that was locked), and a directory created only to hold it is removed too.
     """
-    if int(os.environ.get("RANK", "0") or 0) != 0:
+    if not is_main():
         yield
         return
     import fcntl
@@ -132,6 +132,14 @@ def open_run(cfg: RunConfig, resume: bool) -> RunStart:
         if (run_dir / METRICS_FILE).exists() or (run_dir / CHECKPOINTS_DIR).exists():
             raise RunError(f"{run_dir} already holds a run: resume it with `evolm train --resume {run_dir}` "
                            "or choose another output_dir")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise RunError(f"output_dir {run_dir} is a file, not a directory")
+        others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE and not
+                        (p.name == "config.yaml" and _resolved_config(p, cfg))) if run_dir.is_dir() else []
+        if others:  # a config.yaml that is not a whole resolved config is someone's, not a run's that failed to start
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise RunError(f"output_dir {run_dir} holds files that are not a run's ({shown}); a new run needs a new "
+                           "or empty directory")
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, run_dir / "config.yaml")
         return RunStart(run_dir)
@@ -152,6 +160,21 @@ def open_run(cfg: RunConfig, resume: bool) -> RunStart:
         record_config(run_dir, cfg, start.step)
         return start
     raise RunError(f"{run_dir}: no checkpoint validates; the newest: {skipped[0]}")
+
+
+def _resolved_config(path: Path, cfg: RunConfig) -> bool:
+    """Whether ``path`` is a config.yaml as a run writes it (every setting, resolved): left by a run that stopped
+    before its first step, so a new run may replace it. A config someone wrote names only some settings."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    keys = {k for k in _flat(data) if not k.startswith("grpo.")}  # the grpo mapping holds only what was set
+    return keys == {k for k in _flat(to_dict(cfg)) if not k.startswith("grpo.")}
 
 
 def record_config(run_dir: Path, cfg: RunConfig, step: int | None) -> dict[str, dict]:

@@ -22,7 +22,8 @@ parses as one; else from the rubric writer (once per distinct question, kept in 
 by its sha256) or a rubric file; else the judge scores alone. ``extra_logs`` says which, per answer.
 
 Requests are not scored one by one: an asyncio batcher collects what arrives within a few
-milliseconds (up to ``max_batch`` answers) and scores it in one ``Judge.score`` call in a worker
+milliseconds (up to ``max_batch`` units of work: an answer counts its label rubric's criteria, a listwise answer
+the size of its list; ``batcher.costed``) and scores it in one ``Judge.score`` call in a worker
 thread, answers to one question next to each other, so they share the judge's prompt prefix as in
 training. A request larger than a batch is scored over several, each shared fairly with the
 requests waiting (``fair_shares``), and a batch is cut to about ``max_batch_s`` seconds of judging,
@@ -31,13 +32,15 @@ request's answers to one question are one list, judged with no other client's an
 split between batches (``whole_shares``: a large request is a batch of its own). A full queue answers 503 with
 ``Retry-After``; a request past its deadline 504, and one whose client has gone is dropped: their
 answers not yet scored never are. A malformed request is a 4xx, one over a size limit (body,
-answers, characters per text) 413; every error body is ``{"error": ...}`` and the server keeps
-serving. Bodies are decoded and their text handled off the event loop, in linear time (``/health``
-answers while a 200k-character request is read or a batch is judged); a connection that does not
-send its headers or body in time is closed (``guarded_h11``). All model calls run in that one
-thread: the judge and a rubric writer may share one model. The judge's results are kept (``--judge-cache``,
-``evolm.judge.cache``): an answer scored before, under the same question, rubric and judge, is not judged again,
-and ``extra_logs.judge_cached`` says so per answer; ``/health`` gives the cache's hit rate.
+answers, characters per text, criteria per label, a listwise list's answers) 413, before any judging;
+every error body is ``{"error": ...}`` and the server keeps serving. Bodies are decoded and their text handled off
+the event loop, in linear time (``/health`` answers while a 200k-character request is read or a batch is judged);
+a connection that does not send its headers or body in time is closed (``guarded_h11``). All model calls run in that one
+thread: the judge and a rubric writer may share one model. A missing score is filled from the same request's
+answers (``batcher.fill_within_request``), never from another client's. The judge's results can be kept
+(``--judge-cache N``, off by default here: a cache shared by clients tells one whether another sent an answer,
+through ``extra_logs.judge_cached`` and the time a reply takes; ``evolm.judge.cache``): an answer scored before,
+under the same question, rubric and judge, is not judged again; ``/health`` gives the cache's hit rate.
 (No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations at run time.)
 """
 
@@ -50,7 +53,7 @@ from typing import Any
 
 from evolm.errors import BackendError
 from evolm.judge.cache import CachedJudge
-from evolm.serve.batcher import SOURCES, Batcher, RubricSource, Scored, score_answers
+from evolm.serve.batcher import SOURCES, Batcher, RubricSource, Scored, costed, score_answers
 from evolm.serve.protocols import Answer, RequestRejected, openrlhf_answers, slime_answer
 from evolm.serve.settings import ServeSettings
 
@@ -111,8 +114,8 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
 
     rubrics = rubrics if rubrics is not None else RubricSource()
     settings = settings or ServeSettings()
-    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings,
-                      whole=getattr(judge, "mode", None) == "listwise")
+    listwise = getattr(judge, "mode", None) == "listwise"
+    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings, whole=listwise)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan contract
@@ -131,8 +134,9 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
 
     app.add_exception_handler(RequestRejected, rejected)
 
-    async def answers_of(request: Request, parse: Callable[[Any, ServeSettings], Any]) -> Any:
-        """The body read within ``max_body_mb`` (else 413), then parsed off the event loop by ``parse``."""
+    async def answers_of(request: Request, parse: Callable[[Any, ServeSettings], list[Answer]]) -> list[Answer]:
+        """The body read within ``max_body_mb`` (else 413), then parsed off the event loop by ``parse`` and costed
+        (``costed``: 413 over the criteria or list caps, before any judging)."""
         limit = int(settings.max_body_mb * 2**20)
         too_big = RequestRejected(413, f"the body is over the {settings.max_body_mb:g} MiB limit (--max-body-mb)")
         length = request.headers.get("content-length", "")
@@ -148,7 +152,8 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
         except ClientDisconnect:
             raise RequestRejected(499, "the client closed the connection") from None
         # JSON decoding and text handling are linear but take a while on megabytes: not on the event loop
-        return await asyncio.to_thread(lambda: parse(_json_body(b"".join(chunks)), settings))
+        return await asyncio.to_thread(
+            lambda: costed(parse(_json_body(b"".join(chunks)), settings), settings, listwise))
 
     async def _scored(request: Request, answers: list[Answer], arrived: float) -> list[Scored]:
         gone = asyncio.ensure_future(_client_gone(request))
@@ -172,7 +177,7 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
     async def reward(request: Request) -> JSONResponse:
         """slime's remote_rm: the reward in [0, 1] as a bare JSON number."""
         arrived = time.monotonic()
-        (scored,) = await _scored(request, [await answers_of(request, slime_answer)], arrived)
+        (scored,) = await _scored(request, await answers_of(request, lambda b, s: [slime_answer(b, s)]), arrived)
         return JSONResponse(scored.score)
 
     @app.get("/health")

@@ -1,6 +1,12 @@
 """Scoring what arrives: rubrics from the label, a writer (once per question, an LRU) or a file; one ``Judge.score``
 call per batch in one worker thread; requests larger than a batch shared fairly (``fair_shares``) with those
 waiting, a batch cut to about ``max_batch_s`` seconds of judging, deadlines and a bounded queue.
+
+Batches count work, not answers (``costed``): an answer costs its label rubric's criteria (one forward pass
+each in ``yesno``, a rubric as long in the prompt of the other modes) and, with a ``listwise`` judge, the size
+of the list it is judged in (a list's cost grows about with the square of its size). A request over
+``max_label_criteria`` or ``max_list`` is refused (413) before it is judged. A missing score is filled within the
+request that sent it (``fill_within_request``), once all its answers are back, never from another client's.
 """
 
 from __future__ import annotations
@@ -34,6 +40,43 @@ def label_rubric(label: Any) -> Rubric | None:
     if label is None or (isinstance(label, str) and not label.strip()):
         return None
     return Rubric.from_obj(label)
+
+
+def _rubric_key(rubric: Rubric | None) -> str:
+    return json.dumps(rubric.to_dict(), sort_keys=True) if rubric is not None else ""
+
+
+def costed(answers: Sequence[Answer], settings: ServeSettings, listwise: bool) -> list[Answer]:
+    """``answers`` (one request's) with their cost in the batcher's work units; ``RequestRejected`` 413 for an answer
+    whose label rubric has over ``settings.max_label_criteria`` criteria, or a ``listwise`` list over
+    ``settings.max_list``.
+
+    An answer costs its label rubric's criteria (at least 1: a rubric written or read from a file is one of the
+    writer's, bounded by its reply); with a ``listwise`` judge, the number of answers in its list (the request's
+    answers to one question under one rubric), so a list of n costs n * n. Run off the event loop: it parses labels.
+
+    >>> [a.cost for a in costed([Answer("Q", "a", {"criteria": [{"criterion": "c", "weight": 1}] * 3})],
+    ...                         ServeSettings(), listwise=False)]
+    [3]
+    >>> [a.cost for a in costed([Answer("Q", "a"), Answer("Q", "b"), Answer("R", "c")], ServeSettings(), True)]
+    [2, 2, 1]
+    """
+    rubrics = [label_rubric(a.label) for a in answers]
+    for n, rubric in enumerate(rubrics):
+        if rubric is not None and len(rubric.criteria) > settings.max_label_criteria:
+            raise RequestRejected(413, f"label {n} has {len(rubric.criteria)} criteria; at most "
+                                  f"{settings.max_label_criteria} (--max-label-criteria)")
+    if not listwise:
+        return [replace(a, cost=max(1, len(r.criteria) if r is not None else 1)) for a, r in zip(answers, rubrics,
+                                                                                                 strict=True)]
+    keys = [(a.question, _rubric_key(r)) for a, r in zip(answers, rubrics, strict=True)]
+    sizes: dict[tuple[str, str], int] = {}
+    for k in keys:
+        sizes[k] = sizes.get(k, 0) + 1
+    if (largest := max(sizes.values(), default=0)) > settings.max_list:
+        raise RequestRejected(413, f"a listwise list of {largest} answers to one question; at most "
+                              f"{settings.max_list} (--max-list)")
+    return [replace(a, cost=sizes[k]) for a, k in zip(answers, keys, strict=True)]
 
 
 @dataclass
@@ -87,25 +130,39 @@ class RubricSource:
 
 @dataclass(frozen=True)
 class Scored:
-    score: float
+    score: float | None  # the judge's; ``None`` (missing) until ``fill_within_request`` fills it
     logs: dict[str, float]
+    group: tuple[str, str] = ("", "")  # (question, rubric): what a missing score is filled from, within its request
+
+
+def fill_within_request(scored: Sequence[Scored]) -> list[Scored]:
+    """One request's scores with each missing one filled by the mean of the same request's scores to the same question
+    and rubric (0.0 when it has none: all equal, zero advantage), as training fills a group
+    (``fill_missing_with_group_mean``). Only that request's scores are read: a client never gets a reward computed
+    from another client's answers.
+
+    >>> [s.score for s in fill_within_request([Scored(1.0, {}), Scored(None, {}), Scored(0.5, {})])]
+    [1.0, 0.75, 0.5]
+    """
+    filled = fill_missing_with_group_mean([s.score for s in scored], [s.group for s in scored])
+    return [replace(s, score=v) for s, v in zip(scored, filled, strict=True)]
 
 
 def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) -> list[Scored]:
     """Score ``answers`` in one ``judge.score`` call, answers to one question (and rubric) adjacent.
 
-    A missing score (an unreadable reply, a prompt over the judge's context) becomes the mean of the
-    scored answers to the same question in this batch, else 0.0 (``rewards.fill_missing_with_group_mean``:
-    zero advantage, as in training), and ``missing_score`` says so: an engine needs a number.
+    A missing score (an unreadable reply, a prompt over the judge's context) stays ``None`` here, with
+    ``missing_score`` saying so: the batcher fills it from the same request's answers once all of them are back
+    (``fill_within_request``), never from the other requests of the batch.
     """
     chosen = rubrics.resolve(answers)
-    key = [json.dumps(r.to_dict(), sort_keys=True) if r is not None else "" for r, _ in chosen]
+    key = [_rubric_key(r) for r, _ in chosen]
     order = sorted(range(len(answers)), key=lambda i: (answers[i].question, key[i]))
     # listwise: a group is one request's answers to one question under one rubric (the other modes ignore it)
     items = [JudgeItem(answers[i].question, answers[i].response, chosen[i][0],
                        group=None if answers[i].request is None else (answers[i].request, answers[i].question, key[i]))
              for i in order]
-    if isinstance(judge, CachedJudge):  # evolm serve's judge: results kept (--judge-cache), said per answer
+    if isinstance(judge, CachedJudge):  # results kept (--judge-cache, off by default in serve), said per answer
         call = judge.score_with_hits(items)
         raw, hits = call.results, call.cached
     else:
@@ -114,10 +171,9 @@ def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) 
     cached = [False] * len(answers)
     for i, judgment, hit in zip(order, raw, hits, strict=True):
         scores[i], cached[i] = judgment.score, hit
-    filled = fill_missing_with_group_mean(scores, [a.question for a in answers])
-    return [Scored(value, {**{s: float(s == source) for s in SOURCES}, "missing_score": float(score is None),
-                           "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)})
-            for value, score, (_, source), a, hit in zip(filled, scores, chosen, answers, cached, strict=True)]
+    return [Scored(score, {**{s: float(s == source) for s in SOURCES}, "missing_score": float(score is None),
+                           "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)}, (a.question, k))
+            for score, (_, source), a, hit, k in zip(scores, chosen, answers, cached, key, strict=True)]
 
 
 @dataclass(eq=False)
@@ -134,6 +190,21 @@ class _Job:
     def waiting(self) -> bool:
         """Answers left to send, for a request still wanted (not answered, past its deadline or abandoned)."""
         return self.sent < len(self.answers) and not self.future.done()
+
+    @property
+    def work_left(self) -> int:
+        """The cost (``Answer.cost``) of the answers not yet sent."""
+        return sum(a.cost for a in self.answers[self.sent :])
+
+    def take(self, work: int, first: bool) -> int:
+        """How many of the next answers fit in ``work`` units (all of them when ``work`` is all that is left); at
+        least one when ``first`` (the batch's first part: it always moves on), else none when the next does not fit."""
+        n, used = 0, 0
+        for a in self.answers[self.sent :]:
+            if used + a.cost > work and (n or not first):
+                break
+            n, used = n + 1, used + a.cost
+        return n
 
 
 def fair_shares(left: Sequence[int], room: int) -> list[int]:
@@ -178,18 +249,20 @@ def whole_shares(left: Sequence[int], room: int) -> list[int]:
     return shares
 
 
-COLD_BATCH = 8  # answers in a batch before the judge's time per answer is known (``Batcher.room``)
+COLD_BATCH = 8  # work in a batch before the judge's time per unit of work is known (``Batcher.room``)
 
 
 @dataclass
 class Batcher:
     """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
 
-    Each batch holds up to ``max_batch`` answers (fewer when the judge would take past
-    ``max_batch_s`` on them, ``room``) shared fairly among the requests waiting (``fair_shares``): a
-    large request is scored over several batches and cannot hold the judge from the small ones
-    behind it for more than about two batches. A request past its deadline, or whose client has gone, is
-    dropped: its answers not yet sent are never scored and its place in the queue is free at once.
+    Each batch holds up to ``max_batch`` units of work (``costed``: an answer counts its rubric's criteria, a
+    listwise answer its list's size; fewer when the judge would take past ``max_batch_s`` on them, ``room``)
+    shared fairly among the requests waiting (``fair_shares`` over their work): a large request, in answers or in
+    criteria, is scored over several batches and cannot hold the judge from the small ones behind it for more than
+    about two batches. A request past its deadline, or whose client has gone, is dropped: its answers not yet sent
+    are never scored and its place in the queue is free at once. A request's missing scores are filled from its own
+    answers once all are back (``fill_within_request``).
     """
 
     score: Callable[[list[Answer]], list[Scored]]
@@ -202,8 +275,8 @@ class Batcher:
     dropped: int = 0  # requests given up (deadline, client gone) before all their answers were scored
     busy_s: float = 0.0  # seconds spent in judge calls, all batches
     last_batch_s: float = 0.0
-    last_batch_answers: int = 0
-    answer_s: float = 0.0  # seconds per answer of recent judge calls (a moving average; 0 before the first)
+    last_batch_work: int = 0
+    unit_s: float = 0.0  # seconds per unit of work of recent judge calls (a moving average; 0 before the first)
     jobs: list[_Job] = field(default_factory=list)  # admitted requests, in arrival order
     _requests: int = 0  # requests admitted so far (each one's number)
     _wake: asyncio.Event | None = None
@@ -237,8 +310,8 @@ class Batcher:
         waiting = self.queued()
         if waiting >= self.settings.max_queue:
             # about the time the queue takes to drain, at the last batch's seconds per answer
-            left = sum(len(j.answers) - j.sent for j in self.jobs if j.waiting)
-            per = self.last_batch_s / max(1, self.last_batch_answers)
+            left = sum(j.work_left for j in self.jobs if j.waiting)
+            per = self.last_batch_s / max(1, self.last_batch_work)
             wait = min(600, max(1, math.ceil(left * per)))
             raise RequestRejected(503, f"{waiting} requests queued (--max-queue); retry later",
                                   {"Retry-After": str(wait)})
@@ -270,26 +343,28 @@ class Batcher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if sum(len(j.answers) - j.sent for j in self.jobs) < self.settings.max_batch:
+            if sum(j.work_left for j in self.jobs) < self.settings.max_batch:
                 await asyncio.sleep(self.settings.max_wait_ms / 1000)  # room left: let others join
                 self.jobs = [j for j in self.jobs if j.waiting]
             # least served first: when the batch has less room than there are requests, a newcomer goes before a
             # large request that has had batches already (and large ones take turns)
             jobs = sorted(self.jobs, key=lambda j: j.sent)
-            shares = (whole_shares if self.whole else fair_shares)([len(j.answers) - j.sent for j in jobs], self.room())
-            parts = [(j, j.sent, j.sent + n) for j, n in zip(jobs, shares, strict=True) if n]
-            for j, _, end in parts:
-                j.sent = end
+            shares = (whole_shares if self.whole else fair_shares)([j.work_left for j in jobs], self.room())
+            parts: list[tuple[_Job, int, int]] = []
+            for j, work in zip(jobs, shares, strict=True):
+                if work and (n := j.take(work, first=not parts)):
+                    parts.append((j, j.sent, j.sent + n))
+                    j.sent += n
             if parts:
                 await self._score(loop, parts)
 
     def room(self) -> int:
-        """Answers in the next batch: ``max_batch``, or fewer if the judge would take past ``max_batch_s`` on them;
+        """Work in the next batch: ``max_batch`` units, or fewer if the judge would take past ``max_batch_s`` on them;
         ``COLD_BATCH`` at most before any call has been timed (a cold server's first call of 64 answers took 17 s on
         a loaded CPU, and a request arriving then waited for all of it)."""
-        if self.answer_s <= 0:
+        if self.unit_s <= 0:
             return min(self.settings.max_batch, COLD_BATCH)
-        return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.answer_s)))
+        return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.unit_s)))
 
     async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
         """One judge call for all ``parts`` (a request's answers start:end); if it fails, each request's part
@@ -305,9 +380,9 @@ class Batcher:
         except Exception as e:  # noqa: BLE001 - the requests get the error, the server goes on
             outs = [e] if len(parts) == 1 else [
                 None if j.future.done() else await self._alone(loop, j.answers[start:end]) for j, start, end in parts]
-        self.last_batch_s, self.last_batch_answers = time.perf_counter() - t0, len(answers)
-        per = self.last_batch_s / len(answers)
-        self.answer_s = per if self.answer_s <= 0 else 0.5 * self.answer_s + 0.5 * per
+        self.last_batch_s, self.last_batch_work = time.perf_counter() - t0, sum(a.cost for a in answers)
+        per = self.last_batch_s / self.last_batch_work
+        self.unit_s = per if self.unit_s <= 0 else 0.5 * self.unit_s + 0.5 * per
         self.busy_s += self.last_batch_s
         self.batches += 1
         self.answers += len(answers)
@@ -318,8 +393,8 @@ class Batcher:
                 j.future.set_exception(RequestRejected(500, f"scoring failed: {type(out).__name__}: {out}"))
                 continue
             j.results += out
-            if len(j.results) == len(j.answers):
-                j.future.set_result(j.results)
+            if len(j.results) == len(j.answers):  # all its parts are back: fill its missing scores from its own
+                j.future.set_result(fill_within_request(j.results))
 
     async def _alone(self, loop: asyncio.AbstractEventLoop, answers: list[Answer]) -> list[Scored] | Exception:
         try:

@@ -29,6 +29,8 @@ class Answer:
     label: Any = None
     prompt_mismatch: bool = False  # the query did not start with its prompt (see ``response_from_query``)
     request: int | None = None  # the request it came in (set by the batcher): a listwise judge lists one request's
+    # answers together
+    cost: int = 1  # the judge's work for it, in the batcher's units (``evolm.serve.batcher.costed``)
 
 
 _USER_TURN = (("<|im_start|>user\n", "<|im_end|>"),  # ChatML (Qwen, SmolLM2)

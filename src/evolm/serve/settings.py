@@ -15,11 +15,13 @@ class ServeSettings:
     """How requests are batched, bounded and timed out (``evolm serve --help`` gives the flags)."""
 
     # Parameters that control batching
-    max_batch: int = _s(64, "answers scored in one judge call; a larger request is scored over several calls, each "
+    max_batch: int = _s(64, "work in one judge call, in answers each counted by its rubric's criteria (a listwise "
+                        "answer: by the size of its list); a larger request is scored over several calls, each "
                         "shared fairly with the requests waiting, so it cannot hold up small ones")
-    max_batch_s: float = _s(2.0, "seconds a judge call should take, about: a batch holds at most what the judge "
-                            "scored in that time on recent batches (at least one answer), so a request behind a "
-                            "large one waits about two calls")
+    max_batch_s: float = _s(2.0, "seconds a judge call should take, about: a batch holds at most the work the "
+                            "judge did in that time on recent batches (at least one answer), so a request behind a "
+                            "large one waits about two calls, and the answers of a request past its deadline are "
+                            "judged for at most one call more")
     max_wait_ms: float = _s(5.0, "how long a batch waits for more requests once one arrives; a few ms cost little "
                             "next to a forward pass")
     max_queue: int = _s(256, "requests waiting beyond the batch being scored; one more gets 503 with Retry-After")
@@ -31,6 +33,11 @@ class ServeSettings:
     max_body_mb: float = _s(16.0, "request body size in MiB; a larger body is answered 413 (from its Content-Length, "
                             "or as it is read)")
     max_answers: int = _s(8192, "answers in one request; more is answered 413")
+    max_label_criteria: int = _s(64, "criteria in one label's rubric; more is answered 413 before judging (a "
+                                 "criterion is a forward pass in yesno, and rubric text in every prompt of the "
+                                 "other modes)")
+    max_list: int = _s(32, "answers a listwise judge lists together (one request's answers to one question and "
+                       "rubric); more is answered 413 before judging (a list's cost grows with its size squared)")
     max_answer_chars: int = _s(500_000, "characters in one query, prompt or response (about a 128k-token context); "
                                "more is answered 413")
     header_timeout_s: float = _s(10.0, "seconds a connection has to send a request's headers, from its start or its "

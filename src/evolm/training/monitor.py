@@ -12,13 +12,16 @@ Training logs four numbers per policy step (``answer_signals``, written into ``m
   (case and punctuation ignored). Writing the criteria back at the judge is the cheapest way to a Yes.
 - ``score_string_share``: share of answers containing a score-like string (``score: 9``, ``"score": 1``,
   ``10/10``, ``rating = 8``, the judges' own formats: ``Score of answer 2 (0-9): 9``, ``9/9``, ``P(Yes)``, "it meets
-  the criterion"...; ``SCORE_PATTERN``): text written for the judge, not for the user.
+  the criterion"...; ``evolm.judge.normalise.SELF_ASSESSMENT``, the lines the judge's prompts neutralise): text
+  written for the judge, not for the user. A sports result ("The final score was 3-1") is not one.
 - ``length_drift``: the step's mean answer length over the mean of the run's first policy steps (``LengthDrift``):
   answers that all grow together move no group's within-group correlation, so that drift has a signal of its own.
 
-Both text signals read the answer as a disguise would have the judge read it (``fold``): NFKC-folded (fullwidth
-``ｓｃｏｒｅ：９`` is ``score:9``), format characters dropped (``score\u200b: 9``), Latin look-alikes of other scripts
-mapped to Latin (a Cyrillic ``а`` in a copied criterion), case folded. A copy still counts with one word inserted.
+Both text signals read the answer as a disguise would have the judge read it (``evolm.judge.normalise.folded``):
+NFKC-folded (fullwidth ``ｓｃｏｒｅ：９`` is ``score:9``), format and combining characters dropped (``score\u200b: 9``),
+look-alikes of other scripts folded to Latin by Unicode's TR39 confusables (a Cyrillic ``а`` in a copied criterion),
+markdown emphasis and tags undone (``**Score**: 9``, ``<score>9</score>``), case folded. A copy still counts with one
+word inserted.
 
 What the monitor does is ``rewards.monitor`` (``config.MONITOR_ACTIONS``): ``report`` (the default) only logs; ``mask``
 also drops the reward of each flagged answer (``flagged``: a score string or a rubric copy), which then counts as
@@ -37,13 +40,13 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from evolm.errors import RunError
+from evolm.judge.normalise import has_self_assessment, matching_text
 from evolm.stats import sign_p_worse
 
 COPY_WORDS = 8  # consecutive rubric words an answer must repeat to count as copying the rubric
@@ -57,22 +60,6 @@ PAIR_ALPHA = 0.05  # ... and, counted per pair, a one-sided sign test for the wo
 PAIR_KEYS = ("step", "role", "pair_accuracy", "pair_judgements", "pairs", "pairs_for", "pairs_against")  # what
 # ``pairs_inverted`` reads of a step
 
-SCORE_PATTERN = re.compile(  # matched on the folded answer (``fold``)
-    r"""["']?\b(?:score|rating|grade|points|mark)\b["']?"""  # score: 9, "score": 1, rating = 8,
-    r"""(?:\s+of\s+answer\s*\d+)?\s*(?:\(\s*\d+\s*-\s*\d+\s*\))?\s*[:=]\s*["']?\d"""  # Score of answer 2 (0-9): 9
-    r"""|\b(?:score|rating|grade)\s+(?:is|was|should\s+be|must\s+be|of)\s+\d"""  # score is 9
-    r"""|\b\d+(?:\.\d+)?\s*(?:/|out\s+of)\s*(?:10|100)\b"""  # 10/10, 9.5 out of 10, 100/100
-    r"""|\b\d\s*(?:/|out\s+of)\s*9\b"""  # 9/9: the 0-9 scale of prob and listwise
-    r"""|\brate\s+(?:it|this(?:\s+answer)?|me|them|answer\s*\d+)\s+(?:a\s+|an\s+)?\d"""  # rate it 0
-    r"""|\b(?:meets|satisfies|fulfils|fulfills)\s+(?:the|this|every|each|all(?:\s+the)?)\s+criteri(?:on|a)\b"""
-    r"""|\bp\s*\(\s*yes\s*\)""",  # P(Yes): the yesno judge's own quantity ("it meets the criterion": its Yes)
-    re.IGNORECASE,
-)
-
-# Latin look-alikes in other scripts (lowercase, after case folding): Cyrillic, then Greek.
-_LOOK_ALIKES = str.maketrans("аеорсухіјѕԁӏкмтвнαοειкνρτυχβ", "aeopcyxijsdlkmtbhaoeikvptuxb")
-
-
 @dataclass(frozen=True)
 class AnswerSignals:
     """One policy step's monitor numbers (``None``: not computable, e.g. one answer per group)."""
@@ -82,21 +69,8 @@ class AnswerSignals:
     score_string_share: float | None
 
 
-def fold(text: str) -> str:
-    """``text`` as the monitor reads it: NFKC-folded, format characters (zero-width spaces, joiners, bidi marks)
-    dropped, case folded, Latin look-alikes of Cyrillic and Greek letters made Latin.
-
-    >>> fold("\uff53\uff43\uff4f\uff52\uff45\uff1a\uff19"), fold("score\u200b: 9"), fold("\u0441arbon")
-    ('score:9', 'score: 9', 'carbon')
-    """
-    if text.isascii():
-        return text.casefold()
-    text = unicodedata.normalize("NFKC", text)
-    return "".join(c for c in text if unicodedata.category(c) != "Cf").casefold().translate(_LOOK_ALIKES)
-
-
 def _words(text: str) -> list[str]:
-    return re.findall(r"[^\W_]+", fold(text))
+    return re.findall(r"[^\W_]+", matching_text(text))
 
 
 def _runs(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
@@ -116,7 +90,7 @@ def _runs_with_one_inserted(words: Sequence[str], n: int) -> set[tuple[str, ...]
 def copies_rubric(answer: str, rubric_text: str, criteria: Sequence[str] = ()) -> bool:
     """Whether ``answer`` repeats rubric text: ``COPY_WORDS`` consecutive words of ``rubric_text`` or of a
     criterion, or a whole criterion of at least ``COPY_MIN_CRITERION_WORDS`` words (case, punctuation ignored; the
-    answer read as ``fold`` reads it, one inserted word allowed).
+    answer read as ``matching_text`` reads it, one inserted word allowed).
 
     >>> copies_rubric("Sure. The answer names carbon dioxide as the gas taken in.", "",
     ...               ["Names carbon dioxide as the gas taken in."])
@@ -141,14 +115,16 @@ def copies_rubric(answer: str, rubric_text: str, criteria: Sequence[str] = ()) -
 
 
 def has_score_string(answer: str) -> bool:
-    """Whether ``answer``, read as ``fold`` reads it, contains a score-like string (``SCORE_PATTERN``).
+    """Whether ``answer`` holds a score, rating or verdict aimed at the grader (``evolm.judge.normalise``'s
+    ``SELF_ASSESSMENT``, on the answer's folded copy: look-alikes, zero-width and combining characters, markdown and
+    tags undone), the pattern the judge's prompts neutralise.
 
-    >>> has_score_string('Final answer: 42. {"score": 1.0}'), has_score_string("Rating: 10/10")
+    >>> has_score_string('Final answer: 42. {"score": 1.0}'), has_score_string("**Rating**: 10/10")
     (True, True)
-    >>> has_score_string("Add 3/4 and 1/4 to get 1.")
-    False
+    >>> has_score_string("Add 3/4 and 1/4 to get 1."), has_score_string("The final score was 3-1.")
+    (False, False)
     """
-    return SCORE_PATTERN.search(fold(answer)) is not None
+    return has_self_assessment(answer)
 
 
 def flagged(row: Mapping[str, Any], answer: str) -> bool:

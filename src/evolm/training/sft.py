@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolm.errors import InputError
+from evolm.errors import InputError, RunError
 from evolm.rubrics import RUBRIC_PROMPTS, Rubric, format_validity, rubric_messages
 from evolm.runs.jsonl import read_jsonl
 
@@ -71,6 +71,8 @@ def _check_rubric(value: Any, where: str) -> dict[str, Any]:
             obj = json.loads(value)
         except ValueError:
             raise InputError(f"{where}: 'rubric' is text that is not one JSON object (text around the JSON?)") from None
+        except RecursionError:
+            raise InputError(f"{where}: 'rubric' is JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise InputError(f"{where}: 'rubric' must be an object {{\"criteria\": [...]}}, not a {type(obj).__name__}")
     if Rubric.from_obj(obj) is None:
@@ -197,7 +199,25 @@ def sft_examples(rows: list[dict[str, Any]], rubric_prompt: str = "v3",
 
 # ----------------------------------------------------------------------------- the output directory
 
-_MODEL_FILES = ("config.json", "sft_rubrics.json")  # a directory holding one of these is a model evolm may replace
+# The files a model save writes (transformers' save_pretrained of a model, its tokenizer, a PEFT adapter; our
+# sft_rubrics.json): a directory that holds nothing else is a model evolm may replace whole.
+_SAVE_FILES = re.compile(
+    r"(?:config|generation_config|tokenizer|tokenizer_config|special_tokens_map|added_tokens|adapter_config"
+    r"|preprocessor_config|sft_rubrics|(?:model|adapter_model|pytorch_model)\.(?:safetensors|bin)\.index)\.json"
+    r"|(?:model|adapter_model)(?:-\d+-of-\d+)?\.safetensors|(?:pytorch_model|adapter_model)(?:-\d+-of-\d+)?\.bin"
+    r"|vocab\.(?:json|txt)|merges\.txt|tokenizer\.model|spiece\.model|chat_template\.(?:jinja|json)|README\.md")
+
+
+def _not_saved(directory: Path) -> list[str]:
+    """What ``directory`` holds that no model save writes (a run's ``partial/`` model counts as saved files)."""
+    out = []
+    for p in sorted(directory.iterdir()):
+        if p.is_file() and _SAVE_FILES.fullmatch(p.name):
+            continue
+        if p.name == "partial" and p.is_dir() and not p.is_symlink() and not _not_saved(p):
+            continue
+        out.append(p.name)
+    return out
 
 
 def check_output_dir(output: str | Path) -> Path:
@@ -205,16 +225,16 @@ def check_output_dir(output: str | Path) -> Path:
 
     The writer is saved into a new sibling directory that then replaces ``output`` whole (``save_atomically``), so
     ``output`` must be a path that is not a file, whose parent can hold a new directory, and, if it exists, an empty
-    directory or a model directory (one with ``config.json`` or ``sft_rubrics.json``, or a run's ``partial/`` holding
-    one): any other directory would lose its files.
+    directory or one that holds only what a model save writes (``_SAVE_FILES``: ``config.json``, weights, tokenizer
+    files, ``sft_rubrics.json``...): a directory with anything else (notes, data) is refused, not replaced.
     """
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise InputError(f"--output {output}: exists and is not a directory (the writer is a model directory)")
-    if out.is_dir() and any(out.iterdir()) and not any((out / f).is_file() or (out / "partial" / f).is_file()
-                                                        for f in _MODEL_FILES):
-        raise InputError(f"--output {output}: a directory that is not a model directory; the save replaces it whole, "
-                         "so give a new or empty directory, or a model directory")
+    if out.is_dir() and (others := _not_saved(out)):
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise InputError(f"--output {output}: holds files no model save writes ({shown}); the save replaces the "
+                         "directory whole, so give a new or empty directory, or a model directory")
     parent = out.resolve().parent
     while not parent.exists():
         parent = parent.parent
@@ -236,12 +256,19 @@ def save_atomically(out: Path, write: Any) -> None:
     for stale in out.parent.glob(f".{out.name}.saving-*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = out.parent / f".{out.name}.saving-{os.getpid()}"
-    tmp.mkdir()
-    write(tmp)
-    for f in tmp.rglob("*"):  # on disk before the rename makes them the model
-        if f.is_file():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+    try:
+        tmp.mkdir()
+        write(tmp)
+        for f in tmp.rglob("*"):  # on disk before the rename makes them the model
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except Exception as e:  # a full disk, a quota (safetensors raises its own error): the partial save goes, the
+        # previous model stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = (e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0] if str(e) else
+                  type(e).__name__)
+        raise RunError(f"could not save the model to {out}: {reason} (it was left as it was)") from None
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     if out.exists():
         os.rename(out, old)

@@ -11,7 +11,7 @@ from pathlib import Path
 from evolm.config import load_config, to_dict
 from evolm.config.schema import JudgeConfig, RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "config_doc.py"
 
 
