@@ -18,6 +18,7 @@ from evolm.judge.probe import check_endpoints, probe_judges
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "configs" / "paper-qwen3-8b.yaml"
+pytestmark = pytest.mark.judge_probe  # real local servers (conftest skips the probe elsewhere)
 PROMPTS = REPO / "examples" / "data" / "prompts.jsonl"
 THINKING_REPLY = ('<think>The rubric asks {"criterion": "States that water boils at 100 degrees Celsius", "weight": '
                   '0.7}, and the answer does.</think>{"reasoning": "meets both criteria", "score": 0.9}')

@@ -271,12 +271,12 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     n = args.num_processes if args.num_processes is not None else world_size()  # the real launch's world
     if n < 1:
         raise InputError(f"--num-processes must be >= 1, not {n}")
-    from evolm.judge.probe import check_endpoints
-
-    check_endpoints(cfg)  # each served judge's URL, key and model name (its scoring probe runs when training starts)
     errors = [e for e in [batch_error(cfg, n)] if e] + launch_errors(cfg) + grpo_errors(cfg.grpo)
     if errors:
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+    from evolm.judge.probe import check_endpoints
+
+    check_endpoints(cfg)  # each served judge's URL, key and model name (its scoring probe runs when training starts)
     if refused := _rubric_budget(cfg):
         raise InputError(refused)
     extra_rewards(cfg.rewards.extra)  # imported now: a bad name is a one-line error before anything runs

@@ -10,8 +10,9 @@ ones tested; a thinking judge gets the time ``judge.timeout`` allows.
 
 What it refuses, and what it only says:
 
-- a reply the parser cannot read is quoted (``ProbeReport.unreadable``); the run stops only when every probe reply
-  is unreadable, since training tolerates some missing scores (``judge.max_failure_share``);
+- a reply the parser cannot read, or a request that fails after its retries, is quoted (``ProbeReport.unreadable``);
+  the run stops only when every probe is unreadable, since training tolerates some missing scores
+  (``judge.max_failure_share``);
 - with ``judge.parse: reference`` (the authors' reading of the whole reply, thinking included) a reply whose content
   carries ``<think>`` means a server without a reasoning parser: a ``{`` the judge quotes while thinking (a rubric
   criterion) makes the score unreadable, so such a judge is refused, naming ``--reasoning-parser``, unless
@@ -55,6 +56,7 @@ class ProbeReport:
     replies: list[str] = field(default_factory=list)  # the generative modes' raw replies (probability modes: none)
     scores: list[float | None] = field(default_factory=list)
     seconds: float = 0.0
+    failed: list[str | None] = field(default_factory=list)  # per probe: the request's error after its retries
 
     @property
     def unreadable(self) -> list[int]:
@@ -78,8 +80,13 @@ def served_judges(cfg: RunConfig) -> list[tuple[str, str]]:
 def check_endpoints(cfg: RunConfig) -> None:
     """Every served judge's endpoint answers ``GET /models``, accepts the key and serves the judge's model; else one
     ``InputError`` line naming the setting (``judge.base_url``, ``judge.api_key_env``, ``judge.model``)."""
+    from urllib.parse import urlparse
+
     served: dict[str, list[str]] = {}
     for model, url in served_judges(cfg):
+        u = urlparse(url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            continue  # refused by config.launch_errors, naming the URL
         if url not in served:
             served[url] = _served_models(url, cfg.judge)
         if model not in served[url]:
@@ -146,20 +153,21 @@ def probe_judge(cfg: RunConfig, model: str, url: str) -> ProbeReport:
     from evolm.judge.judge import JudgeItem, build_judge
     from evolm.rubrics import parse_rubric
 
-    judge = build_judge(dataclasses.replace(cfg.judge, base_url=url), model, seed=cfg.seed, failures="raise")
+    judge = build_judge(dataclasses.replace(cfg.judge, base_url=url), model, seed=cfg.seed, failures="missing")
     judge.backend = recording = _Recording(judge.backend)
     rubric = parse_rubric(PROBE_RUBRIC)
     items = [JudgeItem(PROBE_QUESTION, a, rubric, rubric_text=PROBE_RUBRIC) for a in PROBE_ANSWERS[:PROBES]]
     started = time.monotonic()
     try:
         judged = judge.score(items)
-    except BackendError as e:
+    except BackendError as e:  # a failure outside the requests (a request's own failure is a missing score)
         raise InputError(f"judge probe ({model} at {url}): {e}") from None
     finally:
         close = getattr(recording._backend, "close", None)
         if close is not None:
             close()
-    return ProbeReport(model, url, recording.replies, [j.score for j in judged], time.monotonic() - started)
+    return ProbeReport(model, url, recording.replies, [j.score for j in judged], time.monotonic() - started,
+                       [j.failed for j in judged])
 
 
 def probe_judges(cfg: RunConfig, warn: Any = None) -> list[ProbeReport]:
@@ -184,14 +192,18 @@ def probe_judges(cfg: RunConfig, warn: Any = None) -> list[ProbeReport]:
                              "(vllm serve ... --reasoning-parser qwen3, docs/GPU.md) or set "
                              "judge.parse_after_thinking=true (a departure, docs/FIDELITY.md)")
         for i in report.unreadable:
+            error = report.failed[i] if i < len(report.failed) else None
             text = report.replies[i] if i < len(report.replies) else "(no reply text: a probability mode)"
             if warn is not None:
-                warn(f"evolm: WARNING: judge probe {i + 1} of {len(report.scores)} ({model} at {url}): no score that "
-                     f"judge.parse={j.parse} can read in the reply: {_quote(text)}")
+                warn(f"evolm: WARNING: judge probe {i + 1} of {len(report.scores)} ({model} at {url}): "
+                     + (f"the request failed after its retries: {error}" if error else
+                        f"no score that judge.parse={j.parse} can read in the reply: {_quote(text)}"))
         if report.scores and len(report.unreadable) == len(report.scores):
+            first = next((e for e in report.failed if e), None)
             raise InputError(f"judge {model} at {url}: none of the {len(report.scores)} probe replies has a score "
-                             f"judge.parse={j.parse} (mode {j.mode}) can read (quoted above); check the served model, "
-                             "judge.max_new_tokens (a reply cut while thinking has none) and judge.parse")
+                             + (f"(every request failed; the first: {first})" if first and all(report.failed) else
+                                f"judge.parse={j.parse} (mode {j.mode}) can read (quoted above); check the served "
+                                "model, judge.max_new_tokens (a reply cut while thinking has none) and judge.parse"))
     return reports
 
 
