@@ -3,8 +3,6 @@ the paper's path (vLLM, DeepSpeed) fails before anything runs, unless --lora-onl
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from evolm import gpu_check
@@ -17,8 +15,7 @@ def test_a_gpu_host_without_vllm_fails_naming_vllm(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch's CUDA faked as working: past its check
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(gpu_check, "listed_gpus", lambda: 2)
-    monkeypatch.setattr(gpu_check, "HAS_VLLM", importlib.util.find_spec("vllm") is not None)
-    assert not gpu_check.HAS_VLLM, "this test needs a machine without vLLM"
+    monkeypatch.setattr(gpu_check, "HAS_VLLM", False)  # no vLLM (none is installed here either)
     launched: list[object] = []
     monkeypatch.setattr(gpu_check, "_run_check", lambda: launched.append(1) or 0)
     assert gpu_check.main([]) == 1

@@ -87,3 +87,13 @@ def test_unreadable_replies_are_quoted_and_stop_the_run_only_when_all_are() -> N
         reports = probe_judges(cfg, warn=warned.append)
         assert sorted(s for s in reports[0].scores if s is not None) == [0.2, 0.5]
         assert len(warned) == 1 and "no score here" in warned[0]
+        # a request failing after its retries is a missing score too, said with its error; the others are read
+        server.state.contents = ['{"score": 0.5}', '{"score": 0.2}', '{"score": 0.2}']
+        server.state.fail_every, server.state.fail_status = 2, 400  # the 2nd request: HTTP 400, never retried
+        warned.clear()
+        reports = probe_judges(cfg, warn=warned.append)
+        assert sum(s is None for s in reports[0].scores) == 1
+        assert len(warned) == 1 and "the request failed after its retries" in warned[0] and "HTTP 400" in warned[0]
+        server.state.fail_every = 1  # every request fails: the run stops, quoting the first error
+        with pytest.raises(InputError, match="every request failed; the first: .*HTTP 400"):
+            probe_judges(cfg, warn=warned.append)

@@ -139,8 +139,9 @@ class _Recording:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
-    def generate(self, conversations: Any, params: Any, **kwargs: Any) -> list[str]:
-        out = self._backend.generate(conversations, params, **kwargs)
+    def generate(self, conversations: Any, params: Any, *, progress: bool = False,
+                 failures: dict[int, str] | None = None) -> list[str]:  # the openai backend's: a failure per request
+        out = self._backend.generate(conversations, params, progress=progress, failures=failures)
         self.replies.extend(out)
         return out
 
