@@ -45,8 +45,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                    help="a smoke run first: this config's models, judge, backends and processes on a shrunk schedule "
                    "(a policy step, a rubric step with temporal pairs, a checkpoint, a resume that takes one more "
                    "step) in OUTPUT_DIR-smoke, then a one-screen verdict (each role, seconds per step, peak GPU "
-                   "memory, vLLM's room, judge failures, the whole run's time extrapolated); about 30 minutes for the "
-                   "paper config on 8 GPUs (docs/GPU.md)")
+                   "memory, vLLM's room, judge failures, the whole run's time extrapolated); meant to take about 30 "
+                   "minutes for the paper config on its node, not yet measured on one (docs/GPU.md)")
     p.add_argument("--smoke-leg", type=int, default=None, choices=(1, 2), help=argparse.SUPPRESS)  # --smoke's child
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
@@ -73,6 +73,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     mem.add_argument("--judge-tokens-per-second", type=float, default=50.0, metavar="R",
                      help="decode speed assumed for one judge request on a busy server, to time the judge's longest "
                      "reply against judge.timeout (default 50)")
+    from evolm.training.gpu_plan import RATES
+
     gp = p.add_argument_group(
         "GPU plan (--dry-run)",
         "the layout of training processes and judge servers on the node: tokens per step per role, vLLM's room, a\n"
@@ -84,16 +86,16 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     gp.add_argument("--judge-share", type=float, default=None, metavar="F",
                     help="share of each training GPU a judge server beside the trainer holds (vllm serve "
                     "--gpu-memory-utilization; default: the layouts try 0.1 to 0.3, the launch's own 0.15)")
-    gp.add_argument("--mean-tokens", type=positive_int, default=4096, metavar="N",
+    gp.add_argument("--mean-tokens", type=positive_int, default=RATES.mean_tokens, metavar="N",
                     help="assumed mean length of a reply (answer, rubric, the judge's), at most its budget "
-                    "(default 4096)")
+                    f"(default {RATES.mean_tokens})")
     gp.add_argument("--decode-tokens-per-second", type=float, default=None, metavar="R",
-                    help="assumed decode speed per sequence of the policy in vLLM (default 60)")
+                    help=f"assumed decode speed per sequence of the policy in vLLM (default {RATES.decode:g})")
     gp.add_argument("--prefill-tokens-per-second", type=float, default=None, metavar="R",
-                    help="assumed prompt tokens per second per GPU (default 8000)")
+                    help=f"assumed prompt tokens per second per GPU (default {RATES.prefill:g})")
     gp.add_argument("--train-tokens-per-second", type=float, default=None, metavar="R",
                     help="assumed training tokens per second per GPU for an 8B model, scaled by parameters (default "
-                    "3000)")
+                    f"{RATES.train:g})")
     p.set_defaults(run=main)
 
 
