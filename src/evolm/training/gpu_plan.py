@@ -38,7 +38,7 @@ class Rates:
     decode: float = 60.0  # per sequence, the policy in colocated vLLM (8B, bf16, an H100, a batch of a few)
     prefill: float = 8000.0  # prompt tokens per GPU
     train: float = 3000.0  # training tokens per GPU (8B, ZeRO-3, checkpointing, the reference forward included)
-    judge: float = 50.0  # per judge request on a busy server (--judge-tokens-per-second)
+    judge: float = memory.JUDGE_TOKENS_PER_SECOND  # per judge request on a busy server (--judge-tokens-per-second)
     mean_tokens: int = 4096  # a reply's mean length (answers, rubrics, the judge's), at most its budget
 
     def text(self) -> str:
