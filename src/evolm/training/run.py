@@ -102,7 +102,9 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, make_loop)
-    trl_adapter.train(trainer, checkpoint, stop_after)
+    if stop_after is not None:
+        trl_adapter.stop_after(trainer, stop_after)
+    trl_adapter.train(trainer, checkpoint)
     return run_dir
 
 

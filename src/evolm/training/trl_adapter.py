@@ -343,14 +343,17 @@ def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
     return ref if same and adapter_base(path) is None else None
 
 
-def train(trainer: Any, checkpoint: Path | None, stop_after: int | None = None) -> None:
+def stop_after(trainer: Any, step: int) -> None:
+    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there and none before it (``evolm train
+    --smoke``, ``training.smoke``)."""
+    trainer.add_callback(_StopAfter(step))
+
+
+def train(trainer: Any, checkpoint: Path | None) -> None:
     """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
-    stages are two W&B runs). ``stop_after``: stop after that optimizer step, with a checkpoint there and none
-    before it (``evolm train --smoke``, ``training.smoke``)."""
+    stages are two W&B runs)."""
     import sys
 
-    if stop_after is not None:
-        trainer.add_callback(_StopAfter(stop_after))
     before = getattr(sys.modules.get("wandb"), "run", None)
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
