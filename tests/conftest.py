@@ -69,6 +69,15 @@ def build_tiny_model_dir(path: Path, seed: int = 0, hidden: int = 32, layers: in
     return save_tiny_model(path, build_tiny_tokenizer(), seed, hidden, layers)
 
 
+@pytest.fixture(autouse=True)
+def _no_judge_server_here(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No judge server runs here: the configs whose judge is served (the paper's at 127.0.0.1:8001, a test's echo
+    server) skip the judge probe (``evolm.judge.probe``), except in tests marked ``judge_probe``, which probe real
+    local servers."""
+    if request.node.get_closest_marker("judge_probe") is None:
+        monkeypatch.setattr("evolm.judge.probe.served_judges", lambda cfg: [])
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding a tiny random model + tokenizer (session-wide, read-only by convention)."""

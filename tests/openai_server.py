@@ -10,6 +10,7 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
   order (most likely first; the first entry is the chosen token);
 - ``state.fail_first = N`` answers the first N requests with ``state.fail_status``;
   ``state.fail_every = K`` answers every K-th request (the K-th, 2K-th...) with it (K = 1: every request);
+- ``state.contents`` (a list) gives the next replies' message contents, in turn, instead of the echo;
 - ``state.delay_s`` delays every request; ``state.jitter_s`` adds a delay derived from the message
   (deterministic, so tests can make later rows finish first);
 - every request body, Authorization header and client port (one per connection) is recorded, and
@@ -90,6 +91,7 @@ class ServerState:
     raw_content_type: str = "text/html"
     gzip_bomb_mb: int = 0
     flood_status: int = 0
+    contents: list[str] = field(default_factory=list)  # replies' message contents, served in turn (then echo)
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     peers: list[int | None] = field(default_factory=list)  # each request's client port: one per connection
@@ -186,7 +188,7 @@ def create_app(state: ServerState) -> FastAPI:
             if body.get("logprobs"):
                 logprobs = _logprobs(prompt, int(body.get("top_logprobs") or 1))
                 words = [str(logprobs["content"][0]["token"])]
-            text = " ".join(words)
+            text = state.contents.pop(0) if state.contents else " ".join(words)
             return Response(
                 json.dumps({
                     "id": f"chatcmpl-{len(state.requests)}",

@@ -285,3 +285,23 @@ def test_models_loaded_in_the_training_processes_are_counted_whole_under_zero3()
     setup = setup_for(cfg, QWEN3_8B, 4, read_sharding(CONFIGS / "accelerate-zero3.yaml"), 80.0)
     judge = {t.name: t.gib for t in estimate(QWEN3_8B, setup).terms}["judge (in process)"]
     assert judge == pytest.approx(KNOWN_MODELS["Qwen/Qwen3-1.7B"].parameters() * 4 / GIB)
+
+
+def test_advice_never_names_a_setting_already_set_nor_expandable_segments_with_sleep_mode() -> None:
+    # colocated vLLM in sleep mode holding most of a 40 GB GPU: vLLM's share is the largest term while generating
+    setup = Setup(4, Sharding(True, 3), 40.0, 1, 1024, 16384, vllm_share=0.9, vllm_sleep=True)
+    e = estimate(QWEN3_8B, setup)
+    line = refusal(e, setup, 40.0)
+    assert line is not None and "vLLM (colocated)" in line and "grpo.vllm_gpu_memory_utilization" in line
+    assert "vllm_enable_sleep_mode" not in line  # already on
+    # vLLM's sleep-mode allocator refuses PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True at start
+    assert not any("expandable_segments" in t.knob for t in e.terms)
+    # without sleep mode both are advice
+    awake = Setup(4, Sharding(True, 3), 40.0, 1, 1024, 16384, vllm_share=0.9, vllm_sleep=False)
+    knobs = " ".join(t.knob for t in estimate(QWEN3_8B, awake).terms)
+    assert "grpo.vllm_enable_sleep_mode=true" in knobs and "expandable_segments:True" in knobs
+    # a KV cache without room for one sequence names the length setting the launch has not set, or lowers the one set
+    tight = Setup(4, Sharding(True, 3), 80.0, 1, 1024, 16384, vllm_share=0.22, vllm_sleep=True,
+                  vllm_max_model_length=40960)
+    line = refusal(estimate(QWEN3_8B, tight), tight, 80.0)
+    assert line is not None and "a lower grpo.vllm_max_model_length" in line and "above 1" in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -40,6 +41,13 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="resolve the config, check every constraint that needs no model (batch arithmetic for "
                    "--num-processes, age window vs buffer, endpoints) and print the plan; loads nothing")
+    p.add_argument("--smoke", action="store_true",
+                   help="a smoke run first: this config's models, judge, backends and processes on a shrunk schedule "
+                   "(a policy step, a rubric step with temporal pairs, a checkpoint, a resume that takes one more "
+                   "step) in OUTPUT_DIR-smoke, then a one-screen verdict (each role, seconds per step, peak GPU "
+                   "memory, vLLM's room, judge failures, the whole run's time extrapolated); meant to take about 30 "
+                   "minutes for the paper config on its node, not yet measured on one (docs/GPU.md)")
+    p.add_argument("--smoke-leg", type=int, default=None, choices=(1, 2), help=argparse.SUPPRESS)  # --smoke's child
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
     mem = p.add_argument_group(
@@ -65,29 +73,81 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     mem.add_argument("--judge-tokens-per-second", type=float, default=50.0, metavar="R",
                      help="decode speed assumed for one judge request on a busy server, to time the judge's longest "
                      "reply against judge.timeout (default 50)")
+    from evolm.training.gpu_plan import RATES
+
+    gp = p.add_argument_group(
+        "GPU plan (--dry-run)",
+        "the layout of training processes and judge servers on the node: tokens per step per role, vLLM's room, a\n"
+        "  step's time from assumed rates (an assumption, not a measurement: `--smoke` measures), the disk of the\n"
+        "  checkpoints kept, and the layouts that fit with the commands of the fastest (training/gpu_plan.py)")
+    gp.add_argument("--gpus", type=positive_int, default=8, metavar="N",
+                    help="GPUs of the node (default 8); those beyond --num-processes serve the judge, else the judge "
+                    "shares every training GPU (--judge-share)")
+    gp.add_argument("--judge-share", type=float, default=None, metavar="F",
+                    help="share of each training GPU a judge server beside the trainer holds (vllm serve "
+                    "--gpu-memory-utilization; default: the layouts try 0.1 to 0.3, the launch's own 0.15)")
+    gp.add_argument("--mean-tokens", type=positive_int, default=RATES.mean_tokens, metavar="N",
+                    help="assumed mean length of a reply (answer, rubric, the judge's), at most its budget "
+                    f"(default {RATES.mean_tokens})")
+    gp.add_argument("--decode-tokens-per-second", type=float, default=None, metavar="R",
+                    help=f"assumed decode speed per sequence of the policy in vLLM (default {RATES.decode:g})")
+    gp.add_argument("--prefill-tokens-per-second", type=float, default=None, metavar="R",
+                    help=f"assumed prompt tokens per second per GPU (default {RATES.prefill:g})")
+    gp.add_argument("--train-tokens-per-second", type=float, default=None, metavar="R",
+                    help="assumed training tokens per second per GPU for an 8B model, scaled by parameters (default "
+                    f"{RATES.train:g})")
     p.set_defaults(run=main)
 
 
 def main(args: argparse.Namespace) -> None:
+    from evolm.config import load_config
+    from evolm.errors import InputError
+    from evolm.runs.rundir import resume_config
+
+    if args.smoke and (args.resume or args.dry_run):
+        raise InputError("--smoke starts from --config (not --resume) and trains: leave out --dry-run")
+    cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
+    if args.dry_run:
+        _dry_run(cfg, args)
+        return
+    if args.smoke_leg is None:  # a smoke run's legs were probed by the process that started them
+        _probe(cfg)
+    if args.smoke:
+        _smoke(cfg, args)
+        return
+    from evolm.dist import is_main
+    from evolm.report.report import summarise
+    from evolm.training.smoke import LEGS
+
+    leg = LEGS[args.smoke_leg - 1] if args.smoke_leg else None
+    run_dir = _train(cfg, bool(args.resume), leg.stop_after if leg else None)
+    if is_main() and leg is None:
+        _print_summary(run_dir, summarise(run_dir))
+
+
+def _probe(cfg) -> None:  # noqa: ANN001 - evolm.config.RunConfig
+    """Each served judge answers real scoring requests, read by the configured parser, before any model loads."""
+    from evolm.judge.probe import probe_judges
+
+    for report in probe_judges(cfg, warn=say):
+        read = len(report.scores) - len(report.unreadable)
+        say(f"evolm: judge probe: {report.model} at {report.url}: {read} of {len(report.scores)} replies scored "
+            f"({', '.join('-' if x is None else f'{x:.2f}' for x in report.scores)}) in {report.seconds:.1f} s")
+
+
+def _train(cfg, resume: bool, stop_after: int | None = None):  # noqa: ANN001, ANN202 - RunConfig -> Path
+    """``training.run.run`` under the progress bar (rank 0 prints); the run directory."""
     import signal
     import time
 
     from tqdm.auto import tqdm
 
     from evolm.backends.base import BAR_REFRESH_S
-    from evolm.config import load_config
-    from evolm.report.report import summarise
+    from evolm.dist import is_main, single_cpu_launch_warning
     from evolm.runs.records import METRICS_FILE, iter_lenient
-    from evolm.runs.rundir import resume_config
     from evolm.training.heldout import describe
     from evolm.training.monitor import PAIR_KEYS, pairs_inverted
     from evolm.training.run import run
-
-    cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
-    if args.dry_run:
-        _dry_run(cfg, args)
-        return
-    from evolm.dist import is_main, single_cpu_launch_warning
 
     rank0 = is_main()  # under torchrun every process runs this: only rank 0 prints
     from transformers.utils import logging as hf_logging
@@ -96,7 +156,8 @@ def main(args: argparse.Namespace) -> None:
     hf_logging.disable_progress_bar()
     if rank0 and (warning := single_cpu_launch_warning()):
         print(warning, file=sys.stderr)
-    bar = tqdm(total=cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1, disable=not rank0)
+    bar = tqdm(total=stop_after or cfg.total_steps, desc="evolm", unit="step", dynamic_ncols=True, delay=1,
+               disable=not rank0)
     post: dict[str, object] = {}  # the bar's postfix: the last step's role, cycle and reward, the tokens of this one
     tokens = {"step": 0, "drawn": 0.0}
     pairs: dict[str, Any] = {"steps": [], "warned": False}  # the rubric steps' pair credit: the monitor's warning
@@ -112,7 +173,8 @@ def main(args: argparse.Namespace) -> None:
         pairs["steps"] = [{k: r.get(k) for k in PAIR_KEYS} for r in iter_lenient(start.run_dir / METRICS_FILE)
                           if r.get("role") == "rubric" and int(r.get("step", 0)) <= start.step]  # a resumed run's
         bar.n = bar.last_print_n = bar.initial = start.step  # a resumed bar counts on (its rate: this process's steps)
-        print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where})",
+        until = f", stopping after step {stop_after}" if stop_after else ""
+        print(f"evolm: {cfg.schedule.regime} run in {start.run_dir}: {cfg.total_steps} steps ({where}{until})",
               file=sys.stderr, flush=True)
 
     def on_step(rec) -> None:  # noqa: ANN001 - evolm.runs.records.StepRecord
@@ -140,13 +202,62 @@ def main(args: argparse.Namespace) -> None:
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     try:
-        run_dir = run(cfg, resume=bool(args.resume), on_step=on_step, on_start=on_start,
-                      on_tokens=on_tokens if rank0 else None)
+        return run(cfg, resume=resume, on_step=on_step, on_start=on_start, on_tokens=on_tokens if rank0 else None,
+                   stop_after=stop_after)
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
-    if rank0:
-        _print_summary(run_dir, summarise(run_dir))
+
+
+def _smoke(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.config.RunConfig
+    """``--smoke``: the two legs (in this process on the CPU, each in a child process on a GPU), then the verdict."""
+    import logging
+    import time
+    from pathlib import Path
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm.config import load_config
+    from evolm.dist import is_main, world_size
+    from evolm.errors import RunError
+    from evolm.runs.rundir import resume_config
+    from evolm.training import smoke
+
+    n = world_size()
+    overrides = [*args.overrides, *smoke.smoke_overrides(cfg, n)]
+    scfg = load_config(args.config, overrides)
+    run_dir = Path(scfg.output_dir)
+    smoke.prepare(run_dir, n)
+    room = smoke.VLLMRoom()
+    in_process = bool(scfg.grpo.get("use_cpu")) or not torch.cuda.is_available()
+    started = time.monotonic()
+    for leg in smoke.LEGS:
+        say(f"evolm: smoke run, leg {leg.number} of {len(smoke.LEGS)}: "
+            + (f"resume from checkpoint {smoke.LEGS[0].stop_after}, " if leg.resume else "")
+            + f"stop after step {leg.stop_after}" + ("" if in_process else " (a process of its own)"))
+        if in_process:
+            catch = room.handler()
+            logging.getLogger("vllm").addHandler(catch)
+            try:
+                _train(resume_config(run_dir) if leg.resume else scfg, leg.resume, leg.stop_after)
+            finally:
+                logging.getLogger("vllm").removeHandler(catch)
+        elif rc := smoke.run_leg_process(smoke.leg_command(leg, args.config, overrides, run_dir), room.read):
+            raise RunError(f"smoke run: leg {leg.number} exited with status {rc} (its output is above); the smoke "
+                           f"directory is {run_dir}")
+    if not is_main():
+        return
+    v = smoke.verdict(cfg, scfg, n, time.monotonic() - started, room.found)
+    table = Table(title=f"evolm smoke run of {args.config}: {'PASS' if not v.failed else 'FAIL'}", show_header=False)
+    table.add_column("what")
+    table.add_column("result")
+    for what, result in v.rows:
+        table.add_row(what, result)
+    Console(stderr=False).print(table)
+    if v.failed:
+        raise RunError(f"smoke run failed: {', '.join(v.failed)} (see {run_dir})")
 
 
 def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.config.RunConfig
@@ -165,6 +276,9 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     errors = [e for e in [batch_error(cfg, n)] if e] + launch_errors(cfg) + grpo_errors(cfg.grpo)
     if errors:
         raise InputError(errors[0] + (f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""))
+    from evolm.judge.probe import check_endpoints
+
+    check_endpoints(cfg)  # each served judge's URL, key and model name (its scoring probe runs when training starts)
     if refused := _rubric_budget(cfg):
         raise InputError(refused)
     extra_rewards(cfg.rewards.extra)  # imported now: a bad name is a one-line error before anything runs
@@ -193,6 +307,7 @@ def _dry_run(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.con
     refused = _memory_plan(cfg, n, args)
     if refused:
         raise InputError(refused)
+    _gpu_plan(cfg, n, args)
     say("dry run: the config is valid for this launch; nothing was loaded")
 
 
@@ -414,6 +529,77 @@ def _memory_plan(cfg, n: int, args: argparse.Namespace) -> str | None:  # noqa: 
                   f"grpo.ddp_timeout {budget.ddp_timeout:g} s")
     Console().print(table)
     return memory.refusal(est, setup, gpu) if args.gpu_memory is not None else None
+
+
+def _gpu_plan(cfg, n: int, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.config.RunConfig
+    """Print the GPU plan of the launch's layout and the layouts of ``--gpus`` that fit (``training.gpu_plan``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from evolm.training import gpu_plan, memory
+
+    facts = memory.model_facts(cfg.model.name)
+    if cfg.grpo.get("use_cpu") or facts is None:
+        return  # said by the memory estimate
+    gpu = args.gpu_memory if args.gpu_memory is not None else 80.0
+    sharding = memory.sharding_for(cfg, args.accelerate_config, args.zero_stage)
+    rates = gpu_plan.with_rates(gpu_plan.Rates(judge=args.judge_tokens_per_second, mean_tokens=args.mean_tokens),
+                                decode=args.decode_tokens_per_second, prefill=args.prefill_tokens_per_second,
+                                train=args.train_tokens_per_second)
+    served = cfg.judge.backend == "openai"
+    share = 0.15 if args.judge_share is None else args.judge_share
+    chosen = gpu_plan.Layout(n, max(0, args.gpus - n), share if served and args.gpus <= n else 0.0) \
+        if served else gpu_plan.Layout(n, 0)
+    plan = gpu_plan.plan_layout(cfg, chosen, facts, sharding, gpu, args.prompt_tokens, rates)
+    table = Table(title=f"GPU plan: {chosen.text()} ({gpu:g} GiB GPUs)")
+    table.add_column("plan")
+    table.add_column("value")
+    length = args.prompt_tokens + cfg.policy_tokens
+    rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt // n
+    if plan.room is not None:
+        table.add_row("vLLM KV-cache room", f"{plan.room:.1f} sequences of the configured length ({length:,} tokens: "
+                      f"prompt {args.prompt_tokens:,} + completion {cfg.policy_tokens:,}) per training GPU; a process "
+                      f"generates {rows} rows per step: {math.ceil(rows / max(1, math.floor(plan.room)))} waves")
+    for t in gpu_plan.step_tokens(cfg, args.prompt_tokens):
+        table.add_row(f"tokens per {t.role} step", t.text().split(": ", 1)[1] + " (budgets, all processes)")
+    if served:
+        table.add_row("judge in flight", f"{plan.judge_room} requests at once over its servers (their KV room at "
+                      f"the mean length assumed below, at most {gpu_plan.JUDGE_MAX_SEQS} per server)")
+    for role, sec in plan.step_seconds.items():
+        table.add_row(f"a {role} step, estimated", f"{sec / 60:,.0f} min")
+    table.add_row("the run, estimated", f"{plan.run_seconds / 3600:,.1f} h for {cfg.total_steps} steps; "
+                  + rates.text() + " (assumptions: `evolm train --smoke` measures a step)")
+    limit = cfg.grpo.get("save_total_limit")
+    one = gpu_plan.checkpoint_bytes(cfg, facts, sharding)
+    kept = f"{limit} x {one / 1e9:,.0f} GB = {limit * one / 1e9:,.0f} GB" if isinstance(limit, int) else \
+        f"{one / 1e9:,.0f} GB each, every one kept (grpo.save_total_limit unset): {one / 1e9:,.0f} GB x the number"
+    table.add_row("checkpoint disk", f"{kept} (weights + Adam's state; grpo.save_total_limit) in {cfg.output_dir}")
+    if not plan.fits:
+        table.add_row("fits", f"NO: {plan.why}")
+    Console().print(table)
+    plans = [gpu_plan.plan_layout(cfg, lay, facts, sharding, gpu, args.prompt_tokens, rates)
+             for lay in gpu_plan.candidate_layouts(cfg, args.gpus, args.judge_share)]
+    table = Table(title=f"layouts of {args.gpus} GPUs (the same assumed rates)")
+    for col in ("layout", "GiB per GPU", "vLLM room", "judge in flight", *plan.step_seconds, "run"):
+        table.add_column(col if col in ("layout", "GiB per GPU", "vLLM room", "judge in flight", "run")
+                         else f"{col} step")
+    for p in plans:
+        table.add_row(p.layout.text(), f"{p.peak_gib:.1f}" + (" (over)" if p.peak_gib > gpu else ""),
+                      "-" if p.room is None else f"{p.room:.1f}", str(p.judge_room),
+                      *[f"{p.step_seconds[r] / 60:,.0f} min" for r in plan.step_seconds],
+                      f"{p.run_seconds / 3600:,.1f} h" if p.fits else p.why)
+    Console().print(table)
+    fastest, shared = gpu_plan.best_layout(plans, judge_alone=True), gpu_plan.best_layout(plans)
+    if fastest is not None and fastest is not shared:
+        say(f"fastest layout that fits: {fastest.layout.text()}, {fastest.run_seconds / 3600:,.1f} h estimated")
+    if shared is None:
+        why = "; ".join(sorted({p.why for p in plans if not p.layout.judge_gpus and p.why}))
+        say(f"no layout of {args.gpus} GPUs without a GPU serving the judge alone fits: {why}")
+        return
+    say(f"layout with no GPU serving the judge alone: {shared.layout.text()}, {shared.run_seconds / 3600:,.1f} h "
+        "estimated; its commands:")
+    for line in gpu_plan.commands(cfg, args.config or "CONFIG", shared.layout, args.accelerate_config):
+        say(f"  {line}")
 
 
 def _print_summary(run_dir, phases) -> None:  # noqa: ANN001

@@ -182,6 +182,11 @@ class JudgeConfig:
                     "thinking, else 'score: x'; clipped to [0, 1]), reference (the authors' reading in training, not "
                     "clipped; the paper config, docs/FIDELITY.md) or rb2 (their evaluation judge's: the first "
                     "\"score\": x after the thinking; `evolm eval rb2 --protocol paper`)", choices=JUDGE_PARSERS)
+    parse_after_thinking: bool = _f(False, "read a generative reply after its closed think block instead of whole: "
+                                    "with parse=reference a '{' the judge quotes while thinking (a rubric criterion) "
+                                    "otherwise makes the score unreadable when the server has no reasoning parser "
+                                    "(a departure, off in the paper config, which serves the judge with vLLM's "
+                                    "--reasoning-parser instead; docs/FIDELITY.md)")
     reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking "
                                    "stripped) or reference (the authors' 10 x sigmoid(logit), thinking kept; "
                                    "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)",

@@ -113,7 +113,7 @@ from evolm.judge.prompts import (
     rubric_criteria,
     yesno_messages,
 )
-from evolm.rubrics import Rubric, render_rubric
+from evolm.rubrics import Rubric, render_rubric, strip_thinking
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
 
 
@@ -214,6 +214,8 @@ class Judge:
     """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``), ``reference``
     (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1]) or ``rb2``
     (``parse_judge_score_rb2``: their evaluation judge's regex)."""
+    parse_after_thinking: bool = False
+    """Generative modes: the parser reads the reply after its closed think block (``strip_thinking``), not whole."""
     seeds: str = "same"
     """Sampled modes: ``same`` sends every request ``seed`` (the reference), ``per_row`` ``seed`` + the row's index."""
     failures: str = "raise"
@@ -377,6 +379,11 @@ def _generate(judge: Judge, items: list[JudgeItem], progress: bool, json_schema:
     return _ask(judge, "generate", convs, replace(judge.sampling_params(), json_schema=json_schema), progress=progress)
 
 
+def _after_thinking(judge: Judge, replies: list[str]) -> list[str]:
+    """The replies the parser reads: whole, or after their closed think block (``Judge.parse_after_thinking``)."""
+    return [strip_thinking(t) for t in replies] if judge.parse_after_thinking else replies
+
+
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
     """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``.
 
@@ -386,7 +393,7 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
     read = {"reference": parse_judge_score_reference, "rb2": parse_judge_score_rb2}.get(judge.parse, parse_judge_score)
     out = []
     replies, failed = _generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None)
-    for t, it in zip(replies, items, strict=True):
+    for t, it in zip(_after_thinking(judge, replies), items, strict=True):
         # with the defences on, a score the answer wrote for the judge (echoed back) is no verdict: missing
         score = None if judge.defences and copied_score(t, it.answer) else read(t)
         reasoning = parse_judge_reasoning(t, reference=reference)
@@ -406,6 +413,7 @@ def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[J
     reference = judge.parse != "evolm"  # rb2 has no rating reading of its own: the authors' training one
     read = parse_rating_reference if reference else parse_scale_score
     replies, failed = _generate(judge, items, progress)
+    replies = _after_thinking(judge, replies)
     return _failed([Judgment(read(t), reasoning=parse_judge_reasoning(t, reference=reference)) for t in replies],
                    failed)
 
@@ -613,4 +621,5 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     return Judge(backend, mode=cfg.mode, temperature=cfg.temperature, top_p=cfg.top_p,
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained,
-                 prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse, seeds=cfg.seeds, failures=failures)
+                 prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse, seeds=cfg.seeds, failures=failures,
+                 parse_after_thinking=cfg.parse_after_thinking)

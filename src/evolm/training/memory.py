@@ -407,8 +407,8 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
     if s.vllm_mode == "colocate":
         share = s.vllm_share * s.gpu_gib * GIB
         add("vLLM (colocated)", share, f"{s.vllm_share} x {s.gpu_gib:g} GiB", "generation",
-            knob="grpo.vllm_enable_sleep_mode=true, a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server",
-            allocated=False)
+            knob=("" if s.vllm_sleep else "grpo.vllm_enable_sleep_mode=true, ")  # never a setting already set
+            + "a lower grpo.vllm_gpu_memory_utilization, or grpo.vllm_mode=server", allocated=False)
         if s.vllm_sleep:
             add("vLLM asleep", VLLM_ASLEEP_GIB * GIB, "sleep mode (assumed left)", "outside generation",
                 allocated=False)
@@ -444,12 +444,15 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
             + (", or a smaller zero_optimization.sub_group_size (a DeepSpeed JSON)" if z == 3 else
                ", or more training processes"))
 
-    # ---- the caching allocator's reserve above each phase's allocated peak
+    # ---- the caching allocator's reserve above each phase's allocated peak. Its knob, expandable segments, is
+    # refused at start by vLLM's sleep-mode allocator (CuMemAllocator asserts it off): never advised with it
+    sleeping_vllm = s.vllm_mode == "colocate" and s.vllm_sleep
     for phase in ("generation", "training", *(("step",) if any(t.phase == "step" for t in terms) else ())):
         held = sum(t.gib for t in terms if counts_in(t, phase) and t.allocated)
         add(f"allocator reserve ({phase})", ALLOCATOR_RESERVE * held * GIB,
             f"{ALLOCATOR_RESERVE:.0%} of the phase's {held:.1f} GiB in torch's allocator (measured on an H200)", phase,
-            knob="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation)", allocated=False)
+            knob="" if sleeping_vllm else "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less fragmentation)",
+            allocated=False)
 
     def phase_gib(phase: str) -> float:
         return sum(t.gib for t in terms if counts_in(t, phase))
@@ -524,13 +527,18 @@ def refusal(e: Estimate, s: Setup, gpu_gib: float) -> str | None:
     """One line when the estimate does not fit ``gpu_gib`` GiB, naming the phase, its largest term and its knob."""
     if e.peak_gib > gpu_gib:
         phase = e.peak_phase
-        big = e.largest(phase)
+        big = max((t for t in e.terms if counts_in(t, phase) and t.knob), key=lambda t: t.gib, default=None)
+        top = e.largest(phase)
+        turn = f"; turn {big.knob}" + (f" ({big.name}, {big.gib:.1f} GiB)" if big is not top else "") if big else \
+            ": no setting of the estimate lowers it; more training processes or a larger GPU"
         return (f"estimated {e.peak_gib:.1f} GiB per training GPU ({phase}) exceeds --gpu-memory {gpu_gib:g}: the "
-                f"largest term is {big.name} ({big.gib:.1f} GiB); turn {big.knob or 'the settings above'}")
+                f"largest term is {top.name} ({top.gib:.1f} GiB){turn}")
     if s.vllm_mode == "colocate" and e.vllm_sequences is not None and e.vllm_sequences < 1:
+        length = ("a lower grpo.vllm_max_model_length" if s.vllm_max_model_length else
+                  "grpo.vllm_max_model_length (the prompt and completion budget)")
         return (f"colocated vLLM's share ({s.vllm_share} x {gpu_gib:g} GiB) leaves no room for one full-length "
-                "sequence's KV cache after the weights: raise grpo.vllm_gpu_memory_utilization, or set "
-                "grpo.vllm_max_model_length or grpo.vllm_tensor_parallel_size")
+                f"sequence's KV cache after the weights: raise grpo.vllm_gpu_memory_utilization, or set {length} "
+                f"or a grpo.vllm_tensor_parallel_size above {s.vllm_tensor_parallel}")
     return None
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evolm.config import RunConfig
-from evolm.errors import InputError
+from evolm.errors import InputError, RunError
 from evolm.eval.constraints import prompt_constraints
 from evolm.judge.cache import cached_judge
 from evolm.judge.judge import build_judge
@@ -55,16 +55,19 @@ from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
 
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-        on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None) -> Path:
-    """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout."""
+        on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None,
+        stop_after: int | None = None) -> Path:
+    """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout.
+    ``stop_after``: stop after that step with a checkpoint there (``training.smoke``)."""
     if errors := path_errors(cfg):  # the prompts and the output directory, before the directory is made
         raise InputError(errors[0])
     with run_lock(cfg.output_dir):
-        return _run(cfg, resume, on_step, on_start, on_tokens)
+        return _run(cfg, resume, on_step, on_start, on_tokens, stop_after)
 
 
 def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
-         on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None) -> Path:
+         on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None,
+         stop_after: int | None = None) -> Path:
     """Train (or resume) the run described by ``cfg``; returns the run directory. ``on_start`` gets where the run
     starts once the directory and settings are validated (before any model loads), ``on_step`` each step's record on
     the main process, ``on_tokens(n)`` the tokens the model generates as it goes (the CLI prints with them)."""
@@ -105,6 +108,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, make_loop)
+    if stop_after is not None:
+        trl_adapter.stop_after(trainer, stop_after)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
 
@@ -124,6 +129,21 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
     if not done or checkpoint_state(done[-1]).step < writer_cfg.total_steps:
         run(writer_cfg, resume=bool(done), on_step=on_step, on_start=on_start, on_tokens=on_tokens)
         done = complete_checkpoints(writer_dir)
+        if _on_gpu(cfg):  # stage 1's trainer (DeepSpeed, colocated vLLM) cannot be torn down in this process
+            raise RunError(f"sequential: stage 1 (the writer) is done in {writer_dir}; stage 2 trains the policy "
+                           "from the base weights and must start in a fresh process, since this one still holds "
+                           "stage 1's trainer" + (" and its colocated vLLM engine" if cfg.grpo.get("use_vllm") else "")
+                           + f" on the GPU: run `evolm train --resume {top}` (the same launch command) to start it")
+        import gc
+
+        gc.collect()  # stage 1's trainer, model and optimizer, before stage 2 loads its own
     _, policy_cfg = sequential_stages(cfg, writer_checkpoint=str(done[-1]))
     run(policy_cfg, bool(complete_checkpoints(Path(policy_cfg.output_dir))), on_step, on_start, on_tokens)
     return top
+
+
+def _on_gpu(cfg: RunConfig) -> bool:
+    """Whether the run trains on a CUDA device (not ``grpo.use_cpu``, and torch sees one)."""
+    import torch
+
+    return not cfg.grpo.get("use_cpu") and torch.cuda.is_available()

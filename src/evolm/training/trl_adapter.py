@@ -338,6 +338,12 @@ def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
     return ref if same and adapter_base(path) is None else None
 
 
+def stop_after(trainer: Any, step: int) -> None:
+    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there and none before it (``evolm train
+    --smoke``, ``training.smoke``)."""
+    trainer.add_callback(_StopAfter(step))
+
+
 def train(trainer: Any, checkpoint: Path | None) -> None:
     """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
     stages are two W&B runs)."""
@@ -559,6 +565,19 @@ def _cuda_if_used(args: Any) -> Any | None:
     import torch
 
     return torch.cuda if torch.cuda.is_available() and getattr(args.device, "type", "") == "cuda" else None
+
+
+class _StopAfter(TrainerCallback):
+    """Stop training after optimizer step ``step``, saving a checkpoint there only (added after ``_Recorder``, whose
+    phase-end save requests it overrides; every process stops at the same step)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+        control.should_save = state.global_step == self.step
+        if state.global_step >= self.step:
+            control.should_training_stop = True
 
 
 class _Recorder(TrainerCallback):
