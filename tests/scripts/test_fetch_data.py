@@ -46,7 +46,7 @@ def test_policy_evaluation_reads_the_fetched_data_by_default(tmp_path: Path) -> 
     assert default_data_dir(tmp_path / "repo") == (tmp_path / "repo" / "data").resolve()
 
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures"  # tulu3/mixture.jsonl: six rows in the mixture's schema
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures"  # tulu3/mixture.jsonl: six rows in the mixture's schema
 
 
 def test_tulu3_writes_the_paper_configs_prompt_file_first_user_turns_deduplicated(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_tulu3_file_is_what_the_paper_config_trains_on(tmp_path: Path) -> None:
     from evolm.training.prompts import load_prompts
 
     assert _fetch("--dest", str(tmp_path / "data"), "--from", str(FIXTURE), "tulu3").returncode == 0
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "paper-qwen3-8b.yaml")
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "paper-qwen3-8b.yaml")
     assert cfg.data.prompts == "data/tulu3_prompts.jsonl"
     assert load_prompts(str(tmp_path / cfg.data.prompts)) == [
         "Explain what a hash table is.", "Convert 2 hours into minutes.", "Write a haiku about rain."]
@@ -88,7 +88,7 @@ def test_tulu3_without_the_mixture_says_what_is_missing(tmp_path: Path) -> None:
 
 def test_the_paper_config_without_its_prompt_file_names_the_command_that_writes_it(tmp_path: Path) -> None:
     """A fresh clone: the paper config's dry run stops in one line that says how to make data/tulu3_prompts.jsonl."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-m", "evolm.cli", "train", "--config",
                            str(root / "configs" / "paper-qwen3-8b.yaml"), "--dry-run"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
