@@ -51,7 +51,12 @@ def machine() -> str:
 
 
 def stamp() -> dict[str, str]:
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine()}
+    """When, where, and with which evolm: the judge's defences are code, so a result names the commit it ran."""
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+            "evolm_commit": commit.strip() or "unknown"}
 
 
 def short(family: str) -> str:
