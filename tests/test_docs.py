@@ -149,11 +149,15 @@ def test_gpu_md_states_the_dry_runs_memory_estimate_for_its_launch(tmp_path: Pat
     stated = re.search(r"its estimated peak is ([\d.]+) GiB per\s+training GPU", text).group(1)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "Convert 2 hours into minutes."}\n', encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "evolm.cli", "train", "--config", str(ROOT / "configs" / "paper-qwen3-8b.yaml"),
-         "--dry-run", "--num-processes", "4", "--accelerate-config", str(ROOT / "configs" / "accelerate-zero3.yaml"),
-         "--gpu-memory", "79.6", f"data.prompts={prompts}"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"}, cwd=tmp_path)
+    from openai_server import MODEL_ID, serve
+
+    with serve() as server:  # the dry run checks the judge endpoint first: a local server stands in for vllm serve
+        done = subprocess.run(
+            [sys.executable, "-m", "evolm.cli", "train", "--config", str(ROOT / "configs" / "paper-qwen3-8b.yaml"),
+             "--dry-run", "--num-processes", "4", "--accelerate-config", str(ROOT / "configs" / "accelerate-zero3.yaml"),
+             "--gpu-memory", "79.6", f"data.prompts={prompts}", f"judge.base_url={server.base_url}",
+             f"judge.model={MODEL_ID}"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     peaks = [float(x) for x in re.findall(r"peak (?:while|in the) [a-z ]+?\s*│\s*([\d.]+)", done.stdout)]
     assert peaks and max(peaks) == float(stated), (stated, peaks)
