@@ -873,9 +873,9 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
     monkeypatch.setattr(trl_adapter, "training_args", stop)  # the plan is made by then; nothing loads
     plan_init = Plan.__init__
 
-    def recorded(self: Plan, cfg: Any, questions: Any, *rest: Any) -> None:
+    def recorded(self: Plan, cfg: Any, questions: Any, *rest: Any, **kw: Any) -> None:
         seen["questions"] = list(questions)
-        plan_init(self, cfg, questions, *rest)
+        plan_init(self, cfg, questions, *rest, **kw)
         seen["pairs"] = None if self.labelled is None else sorted({p.question for p in self.labelled.pairs})
 
     monkeypatch.setattr(Plan, "__init__", recorded)

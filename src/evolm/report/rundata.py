@@ -15,9 +15,8 @@ import yaml
 from evolm.errors import RunError
 from evolm.eval.rubric_stats import PhaseRubricStats, RunSamples, phase_rubric_stats, read_samples
 from evolm.runs.records import METRIC_FIELDS as METRIC_KEYS
-from evolm.runs.records import METRICS_FILE, StepRecord, read_lenient
+from evolm.runs.records import METRICS_FILE, SEQUENTIAL_STAGES, StepRecord, read_lenient
 
-SEQUENTIAL_STAGES = ("stage1-writer", "stage2-policy")  # run directories under a sequential run's output_dir
 EVAL_ROLE = "eval"  # metrics.jsonl lines of held-out evaluations: not training steps
 # values outside these bounds are read as missing (a corrupt or hand-edited line must not bend a curve or a CI)
 _SHARES = {"pair_accuracy", "rubric_validity", "missing_rewards", "tied_groups", "heldout_pair_accuracy",

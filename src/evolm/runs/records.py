@@ -38,6 +38,8 @@ FROZEN_RUBRICS_FILE = "frozen_rubrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "evolm_state.json"  # written last into a checkpoint: its presence marks the checkpoint complete
 BUFFER_FILE = "evolm_buffer.jsonl"
+SMOKE_MARKER = "evolm_smoke.json"  # `evolm train --smoke`: in its OUTPUT_DIR-smoke, which a later smoke run may reuse
+SEQUENTIAL_STAGES = ("stage1-writer", "stage2-policy")  # run directories under a sequential run's output_dir
 
 
 def read_buffer_file(path: str | Path) -> list[tuple[int, str, str]]:

@@ -32,6 +32,8 @@ from evolm.runs.records import (
     FROZEN_RUBRICS_FILE,
     METRICS_FILE,
     SAMPLES_DIR,
+    SEQUENTIAL_STAGES,
+    SMOKE_MARKER,
     STATE_FILE,
     CheckpointState,
     append_records,
@@ -134,7 +136,8 @@ def open_run(cfg: RunConfig, resume: bool) -> RunStart:
                            "or choose another output_dir")
         if run_dir.exists() and not run_dir.is_dir():
             raise RunError(f"output_dir {run_dir} is a file, not a directory")
-        others = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE and not
+        own = {LOCK_FILE, SMOKE_MARKER, *SEQUENTIAL_STAGES}  # the lock, a smoke run's marker, a sequential run's stages
+        others = sorted(p.name for p in run_dir.iterdir() if p.name not in own and not
                         (p.name == "config.yaml" and _resolved_config(p, cfg))) if run_dir.is_dir() else []
         if others:  # a config.yaml that is not a whole resolved config is someone's, not a run's that failed to start
             shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")

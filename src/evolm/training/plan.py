@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolm.config import RunConfig
+from evolm.runs.records import SEQUENTIAL_STAGES
 from evolm.training.contrast import LabelledPairs, Pair
 
 
@@ -89,9 +90,9 @@ def sequential_stages(cfg: RunConfig, writer_checkpoint: str | None = None) -> t
     """
     out = Path(cfg.output_dir)
     writer = copy.deepcopy(cfg)
-    writer.output_dir, writer.schedule.regime = str(out / "stage1-writer"), "rubric_only"
+    writer.output_dir, writer.schedule.regime = str(out / SEQUENTIAL_STAGES[0]), "rubric_only"
     writer.contrast.answerer = cfg.contrast.answerer or cfg.model.name
     policy = copy.deepcopy(cfg)
-    policy.output_dir, policy.schedule.regime = str(out / "stage2-policy"), "frozen_rubric"
+    policy.output_dir, policy.schedule.regime = str(out / SEQUENTIAL_STAGES[1]), "frozen_rubric"
     policy.rubric.writer, policy.rubric.writer_backend, policy.rubric.writer_base_url = writer_checkpoint, "hf", None
     return writer, policy

@@ -30,11 +30,11 @@ from pathlib import Path
 
 from evolm.config import RunConfig
 from evolm.errors import InputError
-from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, StepRecord, read_metrics
+from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SMOKE_MARKER, StepRecord, read_metrics
 from evolm.runs.rundir import checkpoint_state, complete_checkpoints
 
 SUFFIX = "-smoke"
-MARKER = "evolm_smoke.json"  # in the smoke directory: a later smoke run may replace it (it is no real run)
+MARKER = SMOKE_MARKER  # in the smoke directory: a later smoke run may replace it (it is no real run)
 VLLM_ROOM = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 
 
