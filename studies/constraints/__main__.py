@@ -161,6 +161,12 @@ EDITS = {  # per family, the smallest change that breaks the constraint and keep
 }
 
 
+COMPLY = {  # per family the policy never meets, the smallest change that makes a non-compliant answer comply
+    "startend:quotation": lambda a: f'"{a.strip()}"',
+    "change_case:english_capital": lambda a: a.upper(),
+}
+
+
 def edited_pairs(rows: list[dict], per_family: int) -> list[dict]:
     """Per compliant answer, the same answer edited only to break its constraint (kept where the checker agrees
     that the edit breaks it): the judge's view of the constraint alone, the content held fixed."""
@@ -169,6 +175,14 @@ def edited_pairs(rows: list[dict], per_family: int) -> list[dict]:
     pairs, count = [], collections.Counter()
     for r in rows:
         f = r["family"]
+        if f in COMPLY and not any(r["passed"]) and count[f] < per_family:  # the compliant answer is the edited one
+            fixed = COMPLY[f](r["answer"])
+            if all(check(fixed, r["question"], r["constraints"])):
+                count[f] += 1
+                pairs.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
+                              "family": f, "chosen": fixed, "rejected": r["answer"], "kind": "edited",
+                              "chosen_model": r["model"] + " (edited)", "rejected_model": r["model"]})
+            continue
         if not all(r["passed"]) or f not in EDITS or count[f] >= per_family:
             continue
         broken = EDITS[f](r["answer"]).strip()
@@ -225,7 +239,7 @@ def visibility(args: argparse.Namespace) -> None:
         none_pos, stated_pos, none_neg, stated_neg = scores[4 * i:4 * i + 4]
         out.append({**p, "none": [none_pos, none_neg], "stated": [stated_pos, stated_neg],
                     "credit_none": credit(none_pos, none_neg), "credit_stated": credit(stated_pos, stated_neg)})
-    name = args.judge.replace("/", "_")
+    name = args.judge.replace("/", "_") + (f"-{args.tag}" if args.tag else "")
     write_jsonl(RESULTS / f"visibility-{name}.jsonl", out)
     table = visibility_table(out)
     (RESULTS / f"visibility-{name}.json").write_text(json.dumps(
@@ -429,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--judge", default=JUDGE, help="(default: %(default)s)")
     v.add_argument("--families", default="", help="only these families, comma-separated (default: all)")
     v.add_argument("--pairs", type=int, default=20, help="natural pairs per family, at most (default: 20)")
+    v.add_argument("--tag", default="", help="added to the result files' names (a second set of families)")
     v.set_defaults(fn=visibility)
     heldout = Path("data/constraints/heldout.jsonl")
     a = sub.add_parser("answers", help="sample and check answers to the held-out prompts")
