@@ -27,11 +27,11 @@ from evolm.eval.constraints import FAMILIES, with_constraints
 from evolm.runs.jsonl import read_jsonl, write_jsonl
 
 # Trained: families the base 135M policy passes sometimes (GRPO has variance) and whose stated constraint lifts the
-# 1.5B judge (studies/constraints/results: survey-*.json, visibility-*.json). Held out: families no run trains on and
-# the 135M policy never passes, judged on other models' natural pairs (quotation and capitals lifted the judge in an
-# earlier measurement; their visibility here is the study's next step).
+# 1.5B judge (studies/constraints/results: survey-*.json, visibility-*.json). Held out, provisionally: placeholders
+# (+0.08 when stated) and the end phrase (not measured yet). Quotation and capitals are not: told the constraint, the
+# judge still prefers the non-compliant answer (visibility-*-heldout-families.json).
 TRAIN_FAMILIES = ("detectable_content:postscript", "detectable_format:title")
-HELDOUT_FAMILIES = ("startend:quotation", "change_case:english_capital")
+HELDOUT_FAMILIES = ("detectable_content:number_placeholders", "startend:end_checker")
 
 
 def base_questions(data: Path, split: str, max_chars: int) -> list[str]:
