@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import platform
 import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.common import machine
 
 from evolm.errors import EvolmError
 from evolm.runs.jsonl import read_jsonl, write_jsonl
@@ -42,15 +43,7 @@ def wilson(k: float, n: int) -> tuple[float, float]:
     return wilson_share(k / n, n) or (float("nan"), float("nan")) if n else (float("nan"), float("nan"))
 
 
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    import os
-
-    return f"{cpu}, {os.cpu_count()} cores"
-
-
-def stamp() -> dict[str, str]:
+def stamp() -> dict[str, Any]:
     """When, where, and with which evolm: the judge's defences are code, so a result names the commit it ran."""
     import subprocess
 
