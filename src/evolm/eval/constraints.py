@@ -20,6 +20,7 @@ implementation: ``check`` hands it the constraint ids and kwargs as IFEval's ``i
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +69,7 @@ def prompt_constraints(spec: str) -> dict[str, str]:
             for i, r in enumerate(rows, start=1) if r.get("constraints")}
 
 
+@functools.cache  # found once: NLTK's data path and the import stay set for the process
 def registry() -> Mapping[str, Any]:
     """lm-eval's IFEval instruction registry (id -> checker class), imported without a download (NLTK's punkt_tab
     from an installed package: ``evolm.eval.offline``)."""
@@ -102,6 +104,13 @@ def passed(answer: str, prompt: str, constraints: Sequence[Constraint]) -> int:
     return sum(check(answer, prompt, constraints))
 
 
+@functools.lru_cache(maxsize=4096)
+def passed_row(answer: str, question: str, constraints: str) -> int:
+    """``passed`` for a row's ``constraints`` column (JSON), remembered: a step checks the same answer for its reward,
+    its samples and its precondition count, and a rubric step's pair once per sampled rubric."""
+    return passed(answer, question, parse_constraints(constraints))
+
+
 def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | None] = (), prompts: Any = None,
                       question: Sequence[str] | None = None, **_: Any) -> list[float | None]:
     """A TRL-style reward (``rewards.extra``): the share of its row's constraints an answer follows, ``None`` for a
@@ -110,9 +119,10 @@ def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | No
     out: list[float | None] = []
     for i, completion in enumerate(completions):
         text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-        cs = parse_constraints(constraints[i]) if i < len(constraints) and constraints[i] else []
+        cs = constraints[i] if i < len(constraints) and constraints[i] else None
+        cs = cs if cs is None or isinstance(cs, str) else constraints_json(parse_constraints(cs))  # a list as given
         q = question[i] if question is not None and i < len(question) else ""
-        out.append(passed(text, q, cs) / len(cs) if cs else None)
+        out.append(passed_row(text, q, cs) / len(parse_constraints(cs)) if cs else None)
     return out
 
 
@@ -165,8 +175,8 @@ def newer_passes(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     diffs = []
     for r in rows:
         if r.get("constraints") and str(r.get("pair_source") or "").startswith("temporal"):
-            cs, q = parse_constraints(r["constraints"]), str(r["question"])
-            diffs.append(passed(str(r["a_pos"]), q, cs) - passed(str(r["a_neg"]), q, cs))
+            cs, q = r["constraints"], str(r["question"])
+            diffs.append(passed_row(str(r["a_pos"]), q, cs) - passed_row(str(r["a_neg"]), q, cs))
     if not diffs:
         return {}
     return {"newer_passes_more": sum(d > 0 for d in diffs), "newer_passes_fewer": sum(d < 0 for d in diffs),
@@ -178,8 +188,9 @@ def constraint_fields(row: Mapping[str, Any], completion: str) -> dict[str, Any]
     completion; a rubric row's pair, ``passed_pos`` / ``passed_neg``). Empty for a question without constraints."""
     if not row.get("constraints"):
         return {}
-    cs, q = parse_constraints(row["constraints"]), str(row["question"])
+    js, q = row["constraints"], str(row["question"])
+    fields: dict[str, Any] = {"constraints": parse_constraints(js)}
     if row.get("role") == "policy":
-        return {"constraints": cs, "constraints_passed": passed(completion, q, cs)}
-    return {"constraints": cs, "passed_pos": passed(str(row["a_pos"]), q, cs) if row.get("a_pos") is not None else None,
-            "passed_neg": passed(str(row["a_neg"]), q, cs) if row.get("a_neg") is not None else None}
+        return {**fields, "constraints_passed": passed_row(completion, q, js)}
+    return {**fields, **{f"passed_{k}": passed_row(str(row[f"a_{k}"]), q, js) if row.get(f"a_{k}") is not None else None
+                         for k in ("pos", "neg")}}
