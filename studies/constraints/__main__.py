@@ -27,6 +27,7 @@ from typing import Any
 from bench.common import machine
 
 from evolm.errors import EvolmError
+from evolm.eval.constraints import precondition
 from evolm.runs.jsonl import read_jsonl, write_jsonl
 from evolm.stats import sign_p
 from evolm.stats import wilson as wilson_share
@@ -372,21 +373,6 @@ def table(args: argparse.Namespace) -> None:
     print(text)
 
 
-def precondition(run_dir: Path, first: int) -> tuple[int, int, int, int, int]:
-    """(more, fewer, same) over the run's rubric steps so far, and (more, fewer) over its first ``first`` pairs that
-    differ (counted step by step: a step is taken whole)."""
-    more = fewer = same = 0
-    early: tuple[int, int] | None = None
-    for r in read_jsonl(run_dir / "metrics.jsonl"):
-        if r.get("role") != "rubric" or r.get("newer_passes_more") is None:
-            continue
-        more, fewer = more + r["newer_passes_more"], fewer + r["newer_passes_fewer"]
-        same += r["newer_passes_same"]
-        if early is None and more + fewer >= first:
-            early = (more, fewer)
-    return (more, fewer, same, *(early or (more, fewer)))
-
-
 def watch(args: argparse.Namespace) -> int:
     """Exit 3 (and with --stop, send the training process SIGTERM: it stops as Ctrl-C does, at a step's end) when
     the newer answer followed more constraints in under ``--floor`` of the first ``--first`` pairs that differ."""
@@ -394,7 +380,9 @@ def watch(args: argparse.Namespace) -> int:
     import signal
 
     while True:
-        more, fewer, same, e_more, e_fewer = precondition(args.run, args.first)
+        pre = precondition(read_jsonl(args.run / "metrics.jsonl"), args.first)
+        more, fewer, same = (pre.more, pre.fewer, pre.same) if pre else (0, 0, 0)
+        e_more, e_fewer = pre.early[:2] if pre and pre.early else (more, fewer)
         decided = e_more + e_fewer
         line = (f"{time.strftime('%H:%M:%S')} newer better / worse / same over the run: {more} / {fewer} / {same}; "
                 f"first {decided} that differ: {e_more} / {e_fewer}")

@@ -24,6 +24,7 @@ import functools
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,37 @@ def constraint_fields(row: Mapping[str, Any], completion: str) -> dict[str, Any]
         return {**fields, "constraints_passed": passed_row(completion, q, js)}
     return {**fields, **{f"passed_{k}": passed_row(str(row[f"a_{k}"]), q, js) if row.get(f"a_{k}") is not None else None
                          for k in ("pos", "neg")}}
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A run's ``newer_passes_*`` records added up: per rubric step (step, more, fewer, same), the run's totals, and
+    the totals at the first step by which ``first`` pairs differed (``None`` until then; a step is taken whole)."""
+
+    steps: list[tuple[int, int, int, int]]
+    more: int
+    fewer: int
+    same: int
+    early: tuple[int, int, int] | None  # (more, fewer, step)
+
+
+def precondition(metrics: Sequence[Mapping[str, Any]], first: int = 40) -> Precondition | None:
+    """The run's precondition from its step records (metrics.jsonl rows); ``None`` when no rubric step counted one.
+
+    >>> rows = [{"role": "rubric", "step": 2, "newer_passes_more": 3, "newer_passes_fewer": 1, "newer_passes_same": 0},
+    ...         {"role": "policy", "step": 3}, {"role": "rubric", "step": 4, "newer_passes_more": 1,
+    ...         "newer_passes_fewer": 2, "newer_passes_same": 1}]
+    >>> precondition(rows, first=5)
+    Precondition(steps=[(2, 3, 1, 0), (4, 1, 2, 1)], more=4, fewer=3, same=1, early=(4, 3, 4))
+    """
+    steps = [(int(r["step"]), *(int(r.get(f"newer_passes_{k}") or 0) for k in ("more", "fewer", "same")))
+             for r in metrics if r.get("role") == "rubric" and r.get("newer_passes_more") is not None]
+    if not steps:
+        return None
+    more = fewer = same = 0
+    early = None
+    for step, m, f, s in steps:
+        more, fewer, same = more + m, fewer + f, same + s
+        if early is None and more + fewer >= first:
+            early = (more, fewer, step)
+    return Precondition(steps, more, fewer, same, early)

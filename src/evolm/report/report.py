@@ -24,6 +24,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from evolm.eval.constraints import precondition
 from evolm.eval.rubric_stats import (
     DOMINANT_WEIGHT,
     RunSamples,
@@ -249,16 +250,10 @@ def precondition_lines(metrics: list[dict[str, Any]]) -> list[str]:
     """Temporal contrast's precondition on prompts a program checks: per rubric step, the temporal pairs whose newer
     answer follows more of the question's constraints than the older one, fewer, and as many
     (``newer_passes_*``); then the run's totals and those of its first ``PRECONDITION_FIRST`` pairs that differ."""
-    steps = [r for r in metrics if r["role"] == "rubric" and r.get("newer_passes_more") is not None]
-    if not steps:
+    if (pre := precondition(metrics, PRECONDITION_FIRST)) is None:
         return []
-    lines, more, fewer, same, early = [], 0, 0, 0, None
-    for r in steps:
-        m, f, s = (int(r[k] or 0) for k in ("newer_passes_more", "newer_passes_fewer", "newer_passes_same"))
-        more, fewer, same = more + m, fewer + f, same + s
-        if early is None and more + fewer >= PRECONDITION_FIRST:
-            early = (more, fewer, int(r["step"]))
-        lines.append(f"step {r['step']}: newer better {m} / worse {f} / same {s}")
+    lines = [f"step {step}: newer better {m} / worse {f} / same {s}" for step, m, f, s in pre.steps]
+    more, fewer, same, early = pre.more, pre.fewer, pre.same, pre.early
     decided = more + fewer
     p = sign_p(more, fewer)
     total = (f"over the run: the newer answer follows more constraints in {more} pairs, fewer in {fewer}, as many in "
