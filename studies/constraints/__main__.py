@@ -380,6 +380,9 @@ def watch(args: argparse.Namespace) -> int:
     import signal
 
     while True:
+        if args.follow and not (args.run / "metrics.jsonl").is_file():  # the run has not finished its first step
+            time.sleep(args.poll)
+            continue
         pre = precondition(read_jsonl(args.run / "metrics.jsonl"), args.first)
         more, fewer, same = (pre.more, pre.fewer, pre.same) if pre else (0, 0, 0)
         e_more, e_fewer = pre.early[:2] if pre and pre.early else (more, fewer)
