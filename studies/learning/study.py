@@ -1303,107 +1303,6 @@ def _aside(run_dir: Path, then: str, why: str = "no complete checkpoint (stopped
     print(f"{run_dir}: {why}: moved to {aside}; {then}", file=sys.stderr, flush=True)
 
 
-# What resumes a study run on another machine, kept in the repository (runs/ is lost with its machine: three runs
-# were): results/training/carry/RUN/ holds the run folder's config, logs and samples, its newest complete
-# checkpoint whole (adapter, optimizer, scheduler, RNG, replay buffer: `evolm train --resume` goes on as if never
-# stopped), and each kept checkpoint whose arm has not finished (its weights: the arm's writer).
-CARRY = "carry"
-TRAINER_ONLY = ("optimizer.pt", "scheduler.pt", "rng_state.pth")  # what a kept checkpoint's arm does not need
-
-
-def carry_dir(run: str) -> Path:
-    """Where run folder ``run``'s state is carried in the repository."""
-    return FIGURES / "training" / CARRY / Path(run).name
-
-
-def carry_run(run: str) -> Path | None:
-    """Copy what resumes run folder ``run`` into ``results/training/carry/`` when its newest complete checkpoint
-    (or the set of kept checkpoints still needed) changed; the carried folder, or None while the run has no complete
-    checkpoint. The copy is made beside the old one and swapped in: a copy cut short is never the one carried. A
-    carry further on than the run folder (another machine's) is left alone: ``restore_run`` takes it."""
-    from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SAMPLES_DIR
-    from evolm.runs.rundir import CONFIG_HISTORY_FILE, complete_checkpoints
-    from evolm.training.heldout import EVAL_RUBRICS_FILE, HELDOUT_DIR
-
-    run_dir = ROOT / run
-    ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
-    dst = carry_dir(run)
-    if not ckpts or _step(ckpts[-1]) < _carried_step(dst):
-        return dst if ckpts else None
-    kept = [k for r, step, arm in KEPT_CHECKPOINTS
-            if r == run and not (WRITERS / f"{arm}.json").exists()
-            and (k := run_dir / KEPT_DIR / f"checkpoint-{step}").is_dir()]
-    want = sorted([f"{CHECKPOINTS_DIR}/{ckpts[-1].name}", *(f"{KEPT_DIR}/{k.name}" for k in kept)])
-    if _carried(dst) == want:
-        return dst
-    part = dst.with_name(dst.name + ".part")
-    shutil.rmtree(part, ignore_errors=True)
-    part.mkdir(parents=True)
-    for name in ("config.yaml", CONFIG_HISTORY_FILE, METRICS_FILE, EVAL_RUBRICS_FILE):  # the fixed held-out rubrics:
-        if (run_dir / name).is_file():  # a run with eval.questions does not resume without them
-            shutil.copy2(run_dir / name, part / name)
-    for name in (SAMPLES_DIR, HELDOUT_DIR):
-        if (run_dir / name).is_dir():
-            shutil.copytree(run_dir / name, part / name)
-    shutil.copytree(ckpts[-1], part / CHECKPOINTS_DIR / ckpts[-1].name)
-    for k in kept:
-        shutil.copytree(k, part / KEPT_DIR / k.name, ignore=shutil.ignore_patterns(*TRAINER_ONLY))
-    old = dst.with_name(dst.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if dst.exists():
-        dst.rename(old)
-    part.rename(dst)
-    shutil.rmtree(old, ignore_errors=True)
-    return dst
-
-
-def _carried(dst: Path) -> list[str]:
-    from evolm.runs.records import CHECKPOINTS_DIR
-
-    return sorted(f"{d}/{c.name}" for d in (CHECKPOINTS_DIR, KEPT_DIR) for c in (dst / d).glob("checkpoint-*")
-                  if c.is_dir())
-
-
-def _step(ckpt: Path) -> int:
-    return int(ckpt.name.split("-")[-1])
-
-
-def _carried_step(dst: Path) -> int:
-    """The step of the carried run's checkpoint (0: none)."""
-    from evolm.runs.rundir import complete_checkpoints
-
-    carried = complete_checkpoints(dst)
-    return _step(carried[-1]) if carried else 0
-
-
-def restore_run(run: str) -> bool:
-    """Where run ``run``'s folder is missing, or behind its carried state (``carry_run``: another machine ran on),
-    copy that state into ``runs/`` (the folder there is moved aside), each LoRA checkpoint's base (an absolute path)
-    pointed at this clone's warm start; whether it did. The copy is completed beside the folder, then renamed."""
-    from evolm.runs.rundir import complete_checkpoints
-
-    run_dir, src = ROOT / run, carry_dir(run)
-    ckpts = complete_checkpoints(run_dir) if run_dir.is_dir() else []
-    if not _carried(src) or (ckpts and _step(ckpts[-1]) >= _carried_step(src)):
-        return False
-    part = run_dir.with_name(run_dir.name + ".restoring")
-    shutil.rmtree(part, ignore_errors=True)
-    shutil.copytree(src, part)
-    for cfg in part.glob("*/checkpoint-*/adapter_config.json"):
-        adapter = json.loads(cfg.read_text(encoding="utf-8"))
-        base = str(adapter.get("base_model_name_or_path") or "")
-        if base.replace(os.sep, "/").endswith(WARM_START):
-            adapter["base_model_name_or_path"] = str(ROOT / WARM_START)
-            cfg.write_text(json.dumps(adapter, indent=2), encoding="utf-8")
-    if run_dir.exists():
-        _aside(run_dir, f"resuming from {os.path.relpath(src, ROOT)}",
-               "no complete checkpoint" if not ckpts else f"behind the carried run (step {_step(ckpts[-1])})")
-    part.rename(run_dir)
-    print(f"{run}: restored from {os.path.relpath(src, ROOT)} ({', '.join(_carried(src))})", file=sys.stderr,
-          flush=True)
-    return True
-
-
 def _arm_call(arm: str, writer: Path | None, log: Path, env: dict[str, str] | None = None,
               pairs_name: str = "llmbar") -> None:
     """A held-out arm (``writer``: a trained writer's checkpoint, the warm start, or None for no rubric), decoded as
@@ -1480,16 +1379,14 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             started[step] = _in_thread(errors, _arm_call, keep[step], kept, log.with_name(f"{keep[step]}.log"),
                                        {"OMP_NUM_THREADS": "1"})
 
-    restore_run(run)
     if not _finished(run_dir, config):
         stop = threading.Event()
 
-        def watch() -> None:  # until training ends: the step records, each checkpoint to keep once complete, and
-            while not stop.wait(poll_s):  # what resumes the run on another machine
+        def watch() -> None:  # until training ends: the step records and each checkpoint to keep once complete
+            while not stop.wait(poll_s):
                 said(f"keeping the step records (again in {poll_s:g} s)", keep_records, run)
                 for step in keep:
                     said(f"keeping checkpoint {step} (again in {poll_s:g} s)", start_kept, step)
-                said(f"carrying the run (again in {poll_s:g} s)", carry_run, run)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -1499,7 +1396,6 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
             stop.set()
             watcher.join()
             said("keeping the step records", keep_records, run)
-            said("carrying the run", carry_run, run)  # its last checkpoint, also when training failed
     for step in keep:
         start_kept(step)
         if step not in started:
@@ -1509,7 +1405,6 @@ def _study_chain(arm: str, config: str, run: str, poll_s: float = 30.0) -> None:
     for t in started.values():
         t.join()
     _raise_any(errors)
-    shutil.rmtree(carry_dir(run), ignore_errors=True)  # every arm of the run is judged
 
 
 def writers_study(one_at_a_time: bool = False) -> None:

@@ -475,64 +475,8 @@ def _run_with_checkpoints(run, steps, base="/elsewhere/runs/learning/judge-1b5/s
             (ckpt / name).write_text(data, encoding="utf-8")
 
 
-def _tree(d):
-    return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob("*")) if f.is_file()}
-
-
-def test_a_study_run_is_carried_in_the_repository_and_restored_on_a_new_machine(learning, tmp_path, monkeypatch):
-    """runs/ is lost with its machine: the newest complete checkpoint whole, the logs and samples, and a kept
-    checkpoint whose arm is not finished (its weights) are carried in studies/learning/results/training/carry/; on a machine
-    without the run they are copied back, the adapter's base pointed at this clone's warm start."""
-    monkeypatch.setattr(learning, "ROOT", tmp_path)
-    monkeypatch.setattr(learning, "KEPT_CHECKPOINTS", (("runs/labelled", 2, "warm-grpo-half"),))
-    run = tmp_path / "runs" / "labelled"
-    assert learning.carry_run("runs/labelled") is None  # no run yet
-    _run_with_checkpoints(run, [2, 3])
-    shutil.copytree(run / "checkpoints" / "checkpoint-2", run / "kept" / "checkpoint-2")
-    (run / "heldout").mkdir()  # eval.questions: the fixed rubrics (the run does not resume without them) and items
-    (run / "eval_rubrics.jsonl").write_text('{"question": "q", "text": "r"}\n', encoding="utf-8")
-    (run / "heldout" / "step-000000.jsonl").write_text('{"kind": "question", "score": 0.5}\n', encoding="utf-8")
-    carried = learning.carry_run("runs/labelled")
-    assert carried == learning.FIGURES / "training" / "carry" / "labelled"
-    assert sorted(_tree(carried)) == ["checkpoints/checkpoint-3/adapter_config.json",
-                                      "checkpoints/checkpoint-3/adapter_model.safetensors",
-                                      "checkpoints/checkpoint-3/evolm_state.json",
-                                      "checkpoints/checkpoint-3/optimizer.pt",
-                                      "checkpoints/checkpoint-3/trainer_state.json", "config.yaml",
-                                      "eval_rubrics.jsonl", "heldout/step-000000.jsonl",
-                                      "kept/checkpoint-2/adapter_config.json",
-                                      "kept/checkpoint-2/adapter_model.safetensors",
-                                      "kept/checkpoint-2/evolm_state.json", "kept/checkpoint-2/trainer_state.json",
-                                      "metrics.jsonl", "samples/phase-1-rubric.jsonl"]
-    before = _tree(run)
-    shutil.rmtree(run.parent)  # a new machine
-    assert learning.restore_run("runs/labelled") and not learning.restore_run("runs/labelled")
-    after = _tree(run)
-    base = json.loads(after.pop("checkpoints/checkpoint-3/adapter_config.json"))["base_model_name_or_path"]
-    assert base == str(tmp_path / learning.WARM_START)
-    assert json.loads(after.pop("kept/checkpoint-2/adapter_config.json"))["base_model_name_or_path"] == base
-    assert after == {k: v for k, v in before.items() if k in after}
-    assert set(before) - set(after) == {"checkpoints/checkpoint-2/" + f for f in (
-        "adapter_config.json", "adapter_model.safetensors", "evolm_state.json", "optimizer.pt",
-        "trainer_state.json")} | {"kept/checkpoint-2/optimizer.pt", "checkpoints/checkpoint-3/adapter_config.json",
-                                  "kept/checkpoint-2/adapter_config.json"}
-    (learning.WRITERS / "warm-grpo-half.json").write_text("{}", encoding="utf-8")  # its arm finished
-    _run_with_checkpoints(tmp_path / "next", [4])
-    shutil.move(tmp_path / "next" / "checkpoints" / "checkpoint-4", run / "checkpoints" / "checkpoint-4")
-    learning.carry_run("runs/labelled")
-    assert learning._carried(carried) == ["checkpoints/checkpoint-4"]
-    assert not carried.with_name("labelled.part").exists() and not carried.with_name("labelled.old").exists()
-    # a machine whose runs/ stopped at step 3 while another ran to 4: the carry is not overwritten, and is restored
-    shutil.rmtree(run / "checkpoints" / "checkpoint-4")
-    assert learning.carry_run("runs/labelled") == carried and learning._carried(carried) == ["checkpoints/checkpoint-4"]
-    assert learning.restore_run("runs/labelled")
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-4"]
-    assert (run.parent / "labelled.no-checkpoint-1" / "checkpoints" / "checkpoint-3").is_dir()
-    assert not run.with_name("labelled.restoring").exists()
-
-
 def test_writers_study_leaves_a_run_whose_arms_are_all_judged(learning, tmp_path, monkeypatch):
-    """A fresh clone has no runs/ and, once every arm of a run is judged, no carry: the run is not trained again."""
+    """A fresh clone has no runs/: once every arm of a run is judged, the run is not trained again."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     monkeypatch.setattr(learning, "_call", lambda cmd, log, env=None: pytest.fail(f"called {cmd}"))
     for arm in ("warm-grpo", "warm-grpo-half"):
@@ -541,12 +485,11 @@ def test_writers_study_leaves_a_run_whose_arms_are_all_judged(learning, tmp_path
                           learning.LABELLED_RUN[1])
 
 
-def test_writers_study_on_a_new_machine_resumes_a_carried_run(learning, tmp_path, monkeypatch):
+def test_writers_study_resumes_its_run_from_the_last_checkpoint(learning, tmp_path, monkeypatch):
+    """Nothing of a run is carried in the repository: a run folder on this machine resumes, a lost one restarts."""
     monkeypatch.setattr(learning, "ROOT", tmp_path)
     run = tmp_path / "runs" / "labelled"
     _run_with_checkpoints(run, [7])
-    learning.carry_run("runs/labelled")
-    shutil.rmtree(tmp_path / "runs")
     calls = []
 
     def fake_call(cmd, log, env=None):
@@ -560,7 +503,7 @@ def test_writers_study_on_a_new_machine_resumes_a_carried_run(learning, tmp_path
         {"decoding": {"max_new_tokens": 320, "max_criteria": 3}}), encoding="utf-8")
     learning._study_chain("warm-grpo", str(ROOT / "configs/learning/judge-1b5/labelled.yaml"), "runs/labelled")
     assert calls[0][-3:] == ["train", "--resume", "runs/labelled"]
-    assert not (learning.FIGURES / "training" / "carry" / "labelled").exists()  # its arms judged: nothing to carry
+    assert not (learning.FIGURES / "training" / "carry").exists()  # no checkpoint is copied into the repository
 
 
 def test_an_arm_of_another_runs_checkpoint_at_the_same_path_starts_afresh(learning, tmp_path, monkeypatch, capsys):
