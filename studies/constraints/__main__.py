@@ -127,7 +127,8 @@ def print_survey(table: dict[str, dict[str, Any]], model: str) -> None:
 
 
 def natural_pairs(rows: list[dict], per_family: int) -> list[dict]:
-    """Per prompt with a compliant and a non-compliant answer, the first of each: one pair per prompt."""
+    """Per prompt with a compliant and a non-compliant answer, one pair: both from one model where some model gave
+    both (the first such model), so that the pair differs in the constraint more than in the model's quality."""
     by_prompt: dict[str, list[dict]] = collections.defaultdict(list)
     for r in rows:
         by_prompt[r["prompt"]].append(r)
@@ -136,11 +137,15 @@ def natural_pairs(rows: list[dict], per_family: int) -> list[dict]:
         good = [r for r in rs if all(r["passed"])]
         bad = [r for r in rs if not any(r["passed"])]
         f = rs[0]["family"]
-        if good and bad and count[f] < per_family:
-            count[f] += 1
-            pairs.append({"prompt": prompt, "question": rs[0]["question"], "constraints": rs[0]["constraints"],
-                          "family": f, "chosen": good[0]["answer"], "rejected": bad[0]["answer"],
-                          "chosen_model": good[0]["model"], "rejected_model": bad[0]["model"]})
+        if not (good and bad) or count[f] >= per_family:
+            continue
+        same = [(g, b) for m in dict.fromkeys(r["model"] for r in rs)
+                for g in good[:] if g["model"] == m for b in bad if b["model"] == m]
+        g, b = same[0] if same else (good[0], bad[0])
+        count[f] += 1
+        pairs.append({"prompt": prompt, "question": rs[0]["question"], "constraints": rs[0]["constraints"],
+                      "family": f, "chosen": g["answer"], "rejected": b["answer"],
+                      "chosen_model": g["model"], "rejected_model": b["model"]})
     return pairs
 
 
@@ -155,9 +160,11 @@ EDITS = {  # per family, the smallest change that breaks the constraint and keep
 }
 
 
-COMPLY = {  # per family the policy never meets, the smallest change that makes a non-compliant answer comply
-    "startend:quotation": lambda a: f'"{a.strip()}"',
-    "change_case:english_capital": lambda a: a.upper(),
+COMPLY = {  # per family the policy seldom meets, the smallest change that makes a non-compliant answer comply
+    "startend:quotation": lambda a, kw: f'"{a.strip()}"',
+    "change_case:english_capital": lambda a, kw: a.upper(),
+    "startend:end_checker": lambda a, kw: f"{a.rstrip()} {kw['end_phrase']}",
+    "detectable_format:json_format": lambda a, kw: json.dumps({"answer": a.strip()}, ensure_ascii=False),
 }
 
 
@@ -170,7 +177,7 @@ def edited_pairs(rows: list[dict], per_family: int) -> list[dict]:
     for r in rows:
         f = r["family"]
         if f in COMPLY and not any(r["passed"]) and count[f] < per_family:  # the compliant answer is the edited one
-            fixed = COMPLY[f](r["answer"])
+            fixed = COMPLY[f](r["answer"], r["constraints"][0].get("kwargs") or {})
             if all(check(fixed, r["question"], r["constraints"])):
                 count[f] += 1
                 pairs.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
@@ -343,31 +350,46 @@ def names_constraint(rubric_text: str, constraints: list[dict]) -> bool:
     return all(any(k in low for k in KEYWORDS.get(c["id"], (short(c["id"]).replace("_", " "),))) for c in constraints)
 
 
+def paired(rows: list[dict], other: list[dict] | None) -> str:
+    """Paired sign test of an arm against another on the same pairs: better / worse, p (ties dropped)."""
+    if other is None:
+        return "-"
+    base = {r["prompt"]: r["credit"] for r in other}
+    up = sum(r["credit"] > base.get(r["prompt"], r["credit"]) for r in rows)
+    down = sum(r["credit"] < base.get(r["prompt"], r["credit"]) for r in rows)
+    return f"{up} / {down}, p = {sign_p(up, down):.3f}" if up + down else "0 / 0"
+
+
+ORDER = ("none", "stated", "base")  # the table's first rows: no rubric, the ceiling, the base writer; then the rest
+
+
 def table(args: argparse.Namespace) -> None:
-    arms = {}
-    for f in sorted((RESULTS / "arms").glob("*.jsonl")):
-        rows = read_jsonl(f)
-        arms[f.stem] = rows[1:]
+    """The held-out table: per arm, the trained families, the held-out families, each family, and all pairs."""
+    arms = {f.stem: read_jsonl(f)[1:] for f in sorted((RESULTS / "arms").glob("*.jsonl"))}
     if not arms:
         raise SystemExit("no arm files yet: run `python -m studies.constraints arm ...` first")
-    lines = ["| writer | split | n | pair accuracy [95% CI] | vs none (better/worse, p) | names the constraint |",
-             "|---|---|---|---|---|---|"]
-    for name, rows in arms.items():
-        for split in ("trained family", "held-out family", "all"):
-            rs = [r for r in rows if split == "all" or r["split"] == split]
+    names = [n for n in ORDER if n in arms] + [n for n in arms if n not in ORDER]
+    lines = ["| writer | pairs | n | pair accuracy [95% CI] | vs no rubric (better / worse, p) "
+             "| vs base writer | names the constraint |", "|---|---|---|---|---|---|---|"]
+    for name in names:
+        rows = arms[name]
+        split_of = {r["family"]: r["split"] for r in rows}
+        families = sorted(split_of, key=lambda f: (split_of[f] != "trained family", f))
+        groups = [(split, [r for r in rows if r["split"] == split]) for split in ("trained family", "held-out family")]
+        groups += [(f"  {short(f)}", [r for r in rows if r["family"] == f]) for f in families]
+        for label, rs in [*groups, ("all", rows)]:
             if not rs:
                 continue
             n, k = len(rs), sum(r["credit"] for r in rs)
             lo, hi = wilson(k, n)
-            vs = "-"
-            if "none" in arms and name != "none":
-                base = {r["prompt"]: r["credit"] for r in arms["none"]}
-                up = sum(r["credit"] > base.get(r["prompt"], r["credit"]) for r in rs)
-                down = sum(r["credit"] < base.get(r["prompt"], r["credit"]) for r in rs)
-                vs = f"{up} / {down}, p = {sign_p(up, down):.3f}" if up + down else "0 / 0"
+            keep = {r["prompt"] for r in rs}
+            vs_none = paired(rs, [r for r in arms["none"] if r["prompt"] in keep]) if "none" in arms and \
+                name != "none" else "-"
+            vs_base = paired(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
             named = [r["names_constraint"] for r in rs if r.get("names_constraint") is not None]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
-            lines.append(f"| {name} | {split} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs} | {share} |")
+            lines.append(f"| {name} | {label} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs_none} | {vs_base} "
+                         f"| {share} |")
     text = "\n".join(lines) + "\n"
     (RESULTS / "heldout-table.md").write_text(text)
     print(text)

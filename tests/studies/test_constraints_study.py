@@ -1,0 +1,89 @@
+"""The constraints study (studies/constraints/): its pairs are what the checker says, its table's statistics are
+paired, and its watch stops a run whose newer answers are not better."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import studies.constraints.__main__ as study
+
+from evolm.eval.constraints import check
+
+ROOT = Path(__file__).resolve().parents[2]
+END = [{"id": "startend:end_checker", "kwargs": {"end_phrase": "That is all."}}]
+JSON = [{"id": "detectable_format:json_format", "kwargs": {}}]
+PS = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
+
+
+def _answer(prompt: str, family: str, constraints: list[dict], answer: str, model: str = "m") -> dict:
+    return {"prompt": prompt, "question": prompt, "constraints": constraints, "family": family, "model": model,
+            "answer": answer, "passed": check(answer, prompt, constraints)}
+
+
+@pytest.mark.parametrize("constraints", [END, JSON], ids=["end phrase", "json"])
+def test_a_comply_edit_makes_the_answer_pass_and_is_the_chosen_answer(constraints: list[dict]) -> None:
+    rows = [_answer("q", constraints[0]["id"], constraints, "Paris is the capital, I think.")]
+    assert not any(rows[0]["passed"])
+    (pair,) = study.edited_pairs(rows, 5)
+    assert all(check(pair["chosen"], "q", constraints)) and pair["rejected"] == rows[0]["answer"]
+    assert pair["kind"] == "edited" and pair["chosen_model"] == "m (edited)"
+
+
+def test_a_natural_pair_comes_from_one_model_when_one_gave_both() -> None:
+    family = "detectable_content:postscript"
+    rows = [_answer("q", family, PS, "Good answer.\nP.S. more", "big"),
+            _answer("q", family, PS, "Plain answer.", "small"),
+            _answer("q", family, PS, "Another.\nP.S. yes", "small")]
+    (pair,) = study.natural_pairs(rows, 5)
+    assert (pair["chosen_model"], pair["rejected_model"]) == ("small", "small")
+    assert pair["chosen"] == "Another.\nP.S. yes"
+
+
+def _arm_file(results: Path, name: str, credits: list[float], named: list[bool] | None = None) -> None:
+    rows = [{"prompt": f"q{i}", "family": "detectable_content:postscript" if i % 2 else "startend:end_checker",
+             "split": "trained family" if i % 2 else "held-out family", "credit": c,
+             "names_constraint": None if named is None else named[i]} for i, c in enumerate(credits)]
+    (results / "arms").mkdir(parents=True, exist_ok=True)
+    (results / "arms" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"key": {}}, *rows]))
+
+
+def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(study, "RESULTS", tmp_path)
+    _arm_file(tmp_path, "none", [0.0] * 10)
+    _arm_file(tmp_path, "base", [0.0] * 8 + [1.0, 1.0], [False] * 10)
+    _arm_file(tmp_path, "trained", [1.0] * 9 + [0.5], [True] * 10)
+    study.table(None)
+    lines = (tmp_path / "heldout-table.md").read_text().splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]][:1] == ["| none"]  # no rubric first, then the base writer
+    trained_all = next(line for line in lines if line.startswith("| trained | all |"))
+    # 9.5 of 10; against no rubric 10 better (p = 2/1024), against the base writer 8 better, 1 worse
+    assert "| 10 | 0.950 [" in trained_all and "10 / 0, p = 0.002" in trained_all
+    assert "8 / 1, p = 0.039" in trained_all and trained_all.endswith("| 1.00 |")
+    assert any(line.startswith("| trained | held-out family | 5 |") for line in lines)
+    assert any(line.startswith("| trained |   end_checker | 5 |") for line in lines)
+
+
+def test_watch_stops_a_run_whose_newer_answers_are_not_better(tmp_path) -> None:
+    """Under 60% of the first 40 pairs that differ: the run's process gets SIGTERM, the watch exits 3."""
+    run = tmp_path / "run"
+    run.mkdir()
+    steps = [{"step": s, "role": "rubric", "newer_passes_more": 2, "newer_passes_fewer": 2, "newer_passes_same": 1}
+             for s in range(1, 12)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (run / ".evolm.lock").write_text(str(victim.pid))
+        out = subprocess.run([sys.executable, "-m", "studies.constraints", "watch", str(run), "--stop"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 3, out.stderr
+        assert "precondition failed: the newer answer was better in 50% of the first 40" in out.stdout
+        assert victim.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if victim.poll() is None:
+            victim.kill()
