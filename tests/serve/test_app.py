@@ -622,8 +622,10 @@ class CriteriaJudge(FakeJudge):
     passes), so a test sees what the batcher counts."""
 
     seconds_per_criterion: float = 0.002
+    started: int = 0  # calls begun (``calls`` has a call once it has ended)
 
     def score(self, items: list[JudgeItem]) -> list[Judgment]:
+        self.started += 1
         time.sleep(self.seconds_per_criterion * sum(max(1, len(it.rubric.criteria)) if it.rubric else 1
                                                     for it in items))
         return super().score(items)
@@ -709,3 +711,108 @@ def test_an_overlong_label_gets_no_other_clients_mean_in_any_mode(tiny_backend, 
         ra, rb = (r.json() for r in asyncio.run(_post_all(url, [a, b])))
     assert ra["extra_logs"]["missing_score"] == [1.0] and rb["extra_logs"]["missing_score"] == [0.0, 0.0]
     assert ra["rewards"] == [0.0] and sum(rb["rewards"]) / 2 != 0.0
+
+
+@dataclass
+class LongRubricWriter(FakeWriter):
+    """A rubric writer that writes ``criteria`` criteria for a question holding "Heavy", one for any other."""
+
+    criteria: int = 64
+
+    def generate(self, conversations, params, *, progress: bool = False) -> list[str]:  # noqa: ANN001
+        self.prompts += len(conversations)
+        return [_label(self.criteria if "Heavy" in json.dumps(conv) else 1) for conv in conversations]
+
+
+@pytest.mark.parametrize("source", ["rubric_written", "rubric_from_file"])
+def test_written_and_file_rubrics_cost_their_criteria_so_a_small_request_is_not_starved(source: str) -> None:
+    """Light traffic first (the judge's time per unit measured on 1-criterion answers), then 32 answers whose rubric,
+    written by the server's writer or read from --rubrics, has 64 criteria, then another client's 1-answer request: the
+    small one waits a call or two of 64 criteria, not one call of the 32 answers counted as one unit each (~4 s)."""
+    judge = CriteriaJudge(seconds_per_criterion=0.002)
+    rubrics = (RubricSource(writer=LongRubricWriter()) if source == "rubric_written" else RubricSource(
+        table=RubricTable(by_id={}, by_prompt={"Heavy?": Rubric.from_obj(_label(64)), "Small?": Rubric.from_obj(_label(1))})))
+    settings = ServeSettings(max_batch=64, max_batch_s=0.3, max_wait_ms=1)
+    with running(create_app(judge, rubrics, settings)) as url, ThreadPoolExecutor(1) as pool:
+        for k in range(3):
+            assert httpx.post(url + "/reward", json={"prompt": "Small?", "response": f"warm {k}"}, timeout=60).json() == 0.9
+        warm = len(judge.calls)
+        heavy = pool.submit(httpx.post, url + "/get_reward", json=_body("Heavy?", [f"a{k}" for k in range(32)]),
+                            timeout=120)
+        deadline = time.monotonic() + 30
+        while judge.started <= warm and time.monotonic() < deadline:  # the heavy request's first call has begun
+            time.sleep(0.005)
+        t0 = time.perf_counter()
+        small = httpx.post(url + "/get_reward", json=_body("Small?", ["x"]), timeout=60)
+        small_s = time.perf_counter() - t0
+        reply = heavy.result()
+    assert reply.status_code == 200 and reply.json()["extra_logs"][source] == [1.0] * 32
+    assert small.status_code == 200 and small.json()["extra_logs"][source] == [1.0]
+    assert small_s < 1.5  # a call or two of ~0.13 s, not the ~4 s of 32 answers x 64 criteria
+    work = [sum(len(it.rubric.criteria) for it in call) for call in judge.calls[warm:]]
+    assert max(work) <= 64 + 64 and sum(work) == 32 * 64 + 1  # a batch's room is criteria, whatever the source
+
+
+class GatedBackend:
+    """A judge's backend that counts the forward passes it is asked for (one per conversation); its first call waits
+    for ``gate``, as a long forward pass would."""
+
+    def __init__(self, backend, gate: threading.Event) -> None:  # noqa: ANN001
+        self.backend, self.gate, self.passes = backend, gate, []
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the tiny backend's tokenizer, context length...
+        return getattr(self.backend, name)
+
+    def next_token_logprobs(self, conversations, candidates, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        self.passes.append(len(conversations))
+        if len(self.passes) == 1:
+            self.gate.wait(30)
+        return self.backend.next_token_logprobs(conversations, candidates, **kwargs)
+
+
+def test_a_request_past_its_deadline_has_the_rest_of_its_batch_left_unjudged(tiny_backend) -> None:
+    """A (3 answers x 8 criteria) and B (1 answer x 8 criteria, sent 1.5 s later) are judged in one batch, in chunks
+    of 8 forward passes (--max-batch-s 4 at 0.125 s a pass); B's chunk is first and runs long. A's deadline passes
+    meanwhile: A gets its 504 at its deadline, its three chunks are never judged, and B's reward is the judge's
+    own."""
+    gate = threading.Event()
+    backend = GatedBackend(tiny_backend, gate)
+    judge = Judge(backend, mode="yesno")  # type: ignore[arg-type]
+    label = _label(8)
+    app = create_app(judge, settings=ServeSettings(max_batch=64, max_batch_s=4.0, max_wait_ms=2500, deadline_s=4.0))
+    app.state.batcher.unit_s = 0.125  # as measured: a batch holds 32 passes, a judge call 8
+    with running(app) as url, ThreadPoolExecutor(2) as pool:
+        t0 = time.perf_counter()
+        a = pool.submit(httpx.post, url + "/get_reward", json=_body("Zebra?", ["a1", "a2", "a3"], [label] * 3),
+                        timeout=60)
+        time.sleep(1.5)
+        b = pool.submit(httpx.post, url + "/get_reward", json=_body("Apple?", ["It is red."], [label]), timeout=60)
+        ra = a.result()
+        a_s, judging = time.perf_counter() - t0, not gate.is_set() and len(backend.passes) == 1
+        gate.set()
+        rb = b.result()
+        health = httpx.get(url + "/health").json()
+    alone = judge.score([JudgeItem("Apple?", "It is red.", Rubric.from_obj(label))])[0].score
+    assert ra.status_code == 504 and a_s < 4.0 + 1.0 and judging  # at its deadline, while B's chunk still ran
+    assert rb.status_code == 200 and rb.json()["rewards"] == pytest.approx([alone], abs=1e-6)
+    assert backend.passes[:1] == [8] and sum(backend.passes) == 8 + 8  # B's chunk, then B alone here: none of A's
+    assert health["answers"] == 1 and health["dropped"] == 1
+
+
+def test_a_batch_is_judged_in_chunks_that_never_split_a_list_and_leave_out_dropped_requests() -> None:
+    from evolm.serve.batcher import score_answers
+
+    calls: list[list[str]] = []
+
+    class Recording(CountingListBackend):
+        def next_token_logprobs(self, conversations, candidates, **kw):  # noqa: ANN001, ANN003, ANN202
+            calls.append([c[1]["content"] for c in conversations])
+            return super().next_token_logprobs(conversations, candidates, **kw)
+
+    judge = Judge(Recording(), mode="listwise")  # type: ignore[arg-type]
+    answers = [Answer("Q?", f"one {k}", cost=3, request=1) for k in range(3)] + \
+        [Answer("Q?", f"two {k}", cost=2, request=2) for k in range(2)] + [Answer("R?", "three", request=3)]
+    scored = score_answers(judge, answers, listwise=True, chunk=5, wanted=lambda request: request != 2)
+    assert [s.score if s else None for s in scored] == [3 / 9] * 3 + [None, None, 1 / 9]
+    assert len(calls) == 2 and len(calls[0]) == 6  # request 1's list of 3, alone (9 > 5), twice; then request 3's
+    assert not any("two" in text for call in calls for text in call)  # request 2 was dropped: never judged

@@ -22,16 +22,17 @@ parses as one; else from the rubric writer (once per distinct question, kept in 
 by its sha256) or a rubric file; else the judge scores alone. ``extra_logs`` says which, per answer.
 
 Requests are not scored one by one: an asyncio batcher collects what arrives within a few
-milliseconds (up to ``max_batch`` units of work: an answer counts its label rubric's criteria, a listwise answer
-the size of its list; ``batcher.costed``) and scores it in one ``Judge.score`` call in a worker
-thread, answers to one question next to each other, so they share the judge's prompt prefix as in
-training. A request larger than a batch is scored over several, each shared fairly with the
-requests waiting (``fair_shares``), and a batch is cut to about ``max_batch_s`` seconds of judging,
+milliseconds (up to ``max_batch`` units of work: an answer counts its rubric's criteria, from its label, the writer
+or the file, a listwise answer the size of its list; ``batcher.costed``, the writer's rubrics written first) and
+scores it in ``Judge.score`` calls in a worker thread, answers to one question next to each other, so they share the
+judge's prompt prefix as in training. A request larger than a batch is scored over several, each shared fairly with
+the requests waiting (``fair_shares``), and a batch is cut to about ``max_batch_s`` seconds of judging,
 so one client cannot hold the judge from the others. A ``listwise`` judge is the exception: there a
 request's answers to one question are one list, judged with no other client's answers and never
 split between batches (``whole_shares``: a large request is a batch of its own). A full queue answers 503 with
 ``Retry-After``; a request past its deadline 504, and one whose client has gone is dropped: their
-answers not yet scored never are. A malformed request is a 4xx, one over a size limit (body,
+answers not yet scored never are, not even those of the batch being judged (a slow judge's batch goes to it in
+chunks, ``Batcher.chunk``). A malformed request is a 4xx, one over a size limit (body,
 answers, characters per text, criteria per label, a listwise list's answers) 413, before any judging;
 every error body is ``{"error": ...}`` and the server keeps serving. Bodies are decoded and their text handled off
 the event loop, in linear time (``/health`` answers while a 200k-character request is read or a batch is judged);
@@ -53,7 +54,7 @@ from typing import Any
 
 from evolm.errors import BackendError
 from evolm.judge.cache import CachedJudge
-from evolm.serve.batcher import SOURCES, Batcher, RubricSource, Scored, costed, score_answers
+from evolm.serve.batcher import SOURCES, Batcher, RubricSource, Scored, costed, score_answers, written
 from evolm.serve.protocols import Answer, RequestRejected, openrlhf_answers, slime_answer
 from evolm.serve.settings import ServeSettings
 
@@ -115,7 +116,8 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
     rubrics = rubrics if rubrics is not None else RubricSource()
     settings = settings or ServeSettings()
     listwise = getattr(judge, "mode", None) == "listwise"
-    batcher = Batcher(lambda answers: score_answers(judge, rubrics, answers), settings, whole=listwise)
+    batcher = Batcher(lambda answers, chunk, wanted: score_answers(judge, answers, listwise, chunk, wanted), settings,
+                      resolve=lambda answers: written(rubrics, answers, listwise), whole=listwise)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202 - FastAPI's lifespan contract
@@ -153,7 +155,7 @@ def create_app(judge: Any, rubrics: RubricSource | None = None, settings: ServeS
             raise RequestRejected(499, "the client closed the connection") from None
         # JSON decoding and text handling are linear but take a while on megabytes: not on the event loop
         return await asyncio.to_thread(
-            lambda: costed(parse(_json_body(b"".join(chunks)), settings), settings, listwise))
+            lambda: costed(parse(_json_body(b"".join(chunks)), settings), settings, listwise, rubrics))
 
     async def _scored(request: Request, answers: list[Answer], arrived: float) -> list[Scored]:
         gone = asyncio.ensure_future(_client_gone(request))

@@ -1,12 +1,16 @@
-"""Scoring what arrives: rubrics from the label, a writer (once per question, an LRU) or a file; one ``Judge.score``
-call per batch in one worker thread; requests larger than a batch shared fairly (``fair_shares``) with those
-waiting, a batch cut to about ``max_batch_s`` seconds of judging, deadlines and a bounded queue.
+"""Scoring what arrives: rubrics from the label, a writer (once per question, an LRU) or a file; judge calls in one
+worker thread; requests larger than a batch shared fairly (``fair_shares``) with those waiting, a batch cut to about
+``max_batch_s`` seconds of judging and judged in chunks, deadlines and a bounded queue.
 
-Batches count work, not answers (``costed``): an answer costs its label rubric's criteria (one forward pass
-each in ``yesno``, a rubric as long in the prompt of the other modes) and, with a ``listwise`` judge, the size
-of the list it is judged in (a list's cost grows about with the square of its size). A request over
-``max_label_criteria`` or ``max_list`` is refused (413) before it is judged. A missing score is filled within the
-request that sent it (``fill_within_request``), once all its answers are back, never from another client's.
+Batches count work, not answers (``costed``): an answer costs its rubric's criteria, whether the rubric came from
+its label, the writer or the file (one forward pass each in ``yesno``, a rubric as long in the prompt of the other
+modes), and, with a ``listwise`` judge, the size of the list it is judged in (a list's cost grows about with the
+square of its size). A label or file rubric is known when the request arrives; the writer writes its rubrics before
+their answers are shared (``RubricSource.resolve``), so those answers are costed by their criteria too. A request
+over ``max_label_criteria`` or ``max_list`` is refused (413) before it is judged. A batch goes to the judge in chunks
+(``Batcher.chunk``, ``score_answers``); before each, the answers of a request past its deadline, or whose client has
+gone, are left out, so the judge's work for it stops within a chunk. A missing score is filled within the request
+that sent it (``fill_within_request``), once all its answers are back, never from another client's.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from evolm.serve.settings import ServeSettings
 
 SOURCES = ("rubric_from_label", "rubric_written", "rubric_from_file", "no_rubric")
 """Where an answer's rubric came from; each is an ``extra_logs`` key (0/1 per answer), with ``missing_score``."""
+TO_WRITE = "rubric_to_write"
+"""An answer's ``source`` while the writer has yet to write its rubric (``RubricSource.known``, ``resolve``)."""
 
 
 def label_rubric(label: Any) -> Rubric | None:
@@ -46,14 +52,28 @@ def _rubric_key(rubric: Rubric | None) -> str:
     return json.dumps(rubric.to_dict(), sort_keys=True) if rubric is not None else ""
 
 
-def costed(answers: Sequence[Answer], settings: ServeSettings, listwise: bool) -> list[Answer]:
-    """``answers`` (one request's) with their cost in the batcher's work units; ``RequestRejected`` 413 for an answer
-    whose label rubric has over ``settings.max_label_criteria`` criteria, or a ``listwise`` list over
-    ``settings.max_list``.
+def answer_cost(answer: Answer) -> int:
+    """An answer's work outside ``listwise``: its rubric's criteria, at least 1 (1 while its rubric is unknown)."""
+    return max(1, len(answer.rubric.criteria)) if answer.rubric is not None else 1
 
-    An answer costs its label rubric's criteria (at least 1: a rubric written or read from a file is one of the
-    writer's, bounded by its reply); with a ``listwise`` judge, the number of answers in its list (the request's
-    answers to one question under one rubric), so a list of n costs n * n. Run off the event loop: it parses labels.
+
+def list_key(answer: Answer) -> tuple[str, str]:
+    """Which ``listwise`` list of its request an answer is in: its question, and its rubric when its label gave one
+    (a written or file rubric is its question's, the same for all its answers, so it is known before it is written).
+    """
+    return answer.question, _rubric_key(answer.rubric) if answer.source == "rubric_from_label" else ""
+
+
+def costed(answers: Sequence[Answer], settings: ServeSettings, listwise: bool,
+           rubrics: RubricSource | None = None) -> list[Answer]:
+    """``answers`` (one request's) with the rubrics known before any writing (``RubricSource.known``: label, file)
+    and their cost in the batcher's work units; ``RequestRejected`` 413 for an answer whose label rubric has over
+    ``settings.max_label_criteria`` criteria, or a ``listwise`` list over ``settings.max_list``.
+
+    An answer costs its rubric's criteria, from its label or the file (at least 1; an answer the writer has yet to
+    write a rubric for costs 1 until ``written`` costs it by the rubric's criteria); with a ``listwise`` judge, the
+    number of answers in its list (``list_key``: the request's answers to one question under one rubric), so a list
+    of n costs n * n. Run off the event loop: it parses labels.
 
     >>> [a.cost for a in costed([Answer("Q", "a", {"criteria": [{"criterion": "c", "weight": 1}] * 3})],
     ...                         ServeSettings(), listwise=False)]
@@ -61,22 +81,29 @@ def costed(answers: Sequence[Answer], settings: ServeSettings, listwise: bool) -
     >>> [a.cost for a in costed([Answer("Q", "a"), Answer("Q", "b"), Answer("R", "c")], ServeSettings(), True)]
     [2, 2, 1]
     """
-    rubrics = [label_rubric(a.label) for a in answers]
-    for n, rubric in enumerate(rubrics):
-        if rubric is not None and len(rubric.criteria) > settings.max_label_criteria:
-            raise RequestRejected(413, f"label {n} has {len(rubric.criteria)} criteria; at most "
+    source = rubrics if rubrics is not None else RubricSource()
+    answers = [source.known(a) for a in answers]
+    for n, a in enumerate(answers):
+        if a.source == "rubric_from_label" and a.rubric is not None and len(a.rubric.criteria) > \
+                settings.max_label_criteria:
+            raise RequestRejected(413, f"label {n} has {len(a.rubric.criteria)} criteria; at most "
                                   f"{settings.max_label_criteria} (--max-label-criteria)")
     if not listwise:
-        return [replace(a, cost=max(1, len(r.criteria) if r is not None else 1)) for a, r in zip(answers, rubrics,
-                                                                                                 strict=True)]
-    keys = [(a.question, _rubric_key(r)) for a, r in zip(answers, rubrics, strict=True)]
+        return [replace(a, cost=answer_cost(a)) for a in answers]
     sizes: dict[tuple[str, str], int] = {}
-    for k in keys:
-        sizes[k] = sizes.get(k, 0) + 1
+    for a in answers:
+        sizes[list_key(a)] = sizes.get(list_key(a), 0) + 1
     if (largest := max(sizes.values(), default=0)) > settings.max_list:
         raise RequestRejected(413, f"a listwise list of {largest} answers to one question; at most "
                               f"{settings.max_list} (--max-list)")
-    return [replace(a, cost=sizes[k]) for a, k in zip(answers, keys, strict=True)]
+    return [replace(a, cost=sizes[list_key(a)]) for a in answers]
+
+
+def written(rubrics: RubricSource, answers: Sequence[Answer], listwise: bool) -> list[Answer]:
+    """``answers`` (``TO_WRITE``) with the writer's rubrics (``RubricSource.resolve``) and, outside ``listwise``, the
+    cost those rubrics give them (``answer_cost``; a listwise answer's cost, its list's size, is known already)."""
+    out = rubrics.resolve(answers)
+    return out if listwise else [replace(a, cost=answer_cost(a)) for a in out]
 
 
 @dataclass
@@ -98,31 +125,38 @@ class RubricSource:
     def kind(self) -> str:
         return "written" if self.writer is not None else "file" if self.table is not None else "label only"
 
-    def resolve(self, answers: Sequence[Answer]) -> list[tuple[Rubric | None, str]]:
-        """(rubric, source in ``SOURCES``) per answer, writing the rubrics the cache lacks in one batch."""
-        keys = [hashlib.sha256(a.question.encode("utf-8")).hexdigest() for a in answers]
-        from_label = [label_rubric(a.label) for a in answers]
-        fresh: dict[str, Rubric | None] = {}
+    def known(self, answer: Answer) -> Answer:
+        """``answer`` with the rubric it has without the writer: its label's, else (with no writer) the file's, else
+        none; with a writer, a label-less answer is left ``TO_WRITE`` for ``resolve``. Reads the label and the table
+        only, so it runs off the scoring thread (``costed``)."""
+        if (rubric := label_rubric(answer.label)) is not None:
+            return replace(answer, rubric=rubric, source="rubric_from_label")
         if self.writer is not None:
-            todo = {k: a.question for k, a, r in zip(keys, answers, from_label, strict=True)
-                    if r is None and k not in self.cache}
-            if todo:  # write_prompt_rubrics retries unparsed ones cooler, as the evaluations do
-                rubrics, _ = write_prompt_rubrics(self.writer, list(todo.values()), self.params or SamplingParams())
-                fresh = dict(zip(todo, rubrics, strict=True))
-                self.written += len(todo)
-        out: list[tuple[Rubric | None, str]] = []
-        for key, answer, rubric in zip(keys, answers, from_label, strict=True):
-            if rubric is not None:
-                out.append((rubric, "rubric_from_label"))
-            elif self.writer is not None:
+            return replace(answer, rubric=None, source=TO_WRITE)
+        if self.table is not None and (rubric := self.table.by_prompt.get(answer.question)) is not None:
+            return replace(answer, rubric=rubric, source="rubric_from_file")
+        return replace(answer, rubric=None, source="no_rubric")
+
+    def resolve(self, answers: Sequence[Answer]) -> list[Answer]:
+        """Each answer with its rubric and source (``SOURCES``): ``known``'s, and for one it leaves ``TO_WRITE`` the
+        writer's, from the cache or written (the rubrics the cache lacks in one batch). On the scoring thread only."""
+        answers = [a if a.source else self.known(a) for a in answers]
+        keys = [hashlib.sha256(a.question.encode("utf-8")).hexdigest() for a in answers]
+        fresh: dict[str, Rubric | None] = {}
+        todo = {k: a.question for k, a in zip(keys, answers, strict=True)
+                if a.source == TO_WRITE and k not in self.cache}
+        if todo and self.writer is not None:  # write_prompt_rubrics retries unparsed ones cooler, as the evaluations do
+            rubrics, _ = write_prompt_rubrics(self.writer, list(todo.values()), self.params or SamplingParams())
+            fresh = dict(zip(todo, rubrics, strict=True))
+            self.written += len(todo)
+        out: list[Answer] = []
+        for key, answer in zip(keys, answers, strict=True):
+            if answer.source == TO_WRITE:
                 rubric = fresh[key] if key in fresh else self.cache[key]
                 self.cache[key] = rubric
                 self.cache.move_to_end(key)
-                out.append((rubric, "rubric_written") if rubric is not None else (None, "no_rubric"))
-            elif self.table is not None and (rubric := self.table.by_prompt.get(answer.question)) is not None:
-                out.append((rubric, "rubric_from_file"))
-            else:
-                out.append((None, "no_rubric"))
+                answer = replace(answer, rubric=rubric, source="rubric_written" if rubric is not None else "no_rubric")
+            out.append(answer)
         while len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
         return out
@@ -148,32 +182,59 @@ def fill_within_request(scored: Sequence[Scored]) -> list[Scored]:
     return [replace(s, score=v) for s, v in zip(scored, filled, strict=True)]
 
 
-def score_answers(judge: Any, rubrics: RubricSource, answers: Sequence[Answer]) -> list[Scored]:
-    """Score ``answers`` in one ``judge.score`` call, answers to one question (and rubric) adjacent.
+def score_answers(judge: Any, answers: Sequence[Answer], listwise: bool = False, chunk: int = 0,
+                  wanted: Callable[[int | None], bool] = lambda request: True) -> list[Scored | None]:
+    """Score ``answers`` (their rubrics resolved: ``RubricSource.resolve``) in ``judge.score`` calls of about
+    ``chunk`` units of work each (``Answer.cost``; 0: all in one call), answers to one question (and rubric) adjacent.
 
-    A missing score (an unreadable reply, a prompt over the judge's context) stays ``None`` here, with
-    ``missing_score`` saying so: the batcher fills it from the same request's answers once all of them are back
-    (``fill_within_request``), never from the other requests of the batch.
+    An answer, or with a ``listwise`` judge one list (a request's answers to one question under one rubric), is
+    never split between calls; one larger than ``chunk`` is a call of its own. Before each call ``wanted`` is asked
+    about the request (``Answer.request``) of each answer it would hold: a request no longer wanted (past its
+    deadline, its client gone) has its answers left out, ``None`` here, so the judge's work for it stops within a
+    call, and the answers still wanted fill the call instead. A missing score (an unreadable reply, a prompt over
+    the judge's context) stays ``None`` in its ``Scored``, with ``missing_score`` saying so: the batcher fills it
+    from the same request's answers once all of them are back (``fill_within_request``), never from the other
+    requests of the batch.
     """
-    chosen = rubrics.resolve(answers)
-    key = [_rubric_key(r) for r, _ in chosen]
+    key = [_rubric_key(a.rubric) for a in answers]
     order = sorted(range(len(answers)), key=lambda i: (answers[i].question, key[i]))
+    units: dict[Any, list[int]] = {}  # what one call never splits: an answer, or a listwise list
+    for i in order:
+        units.setdefault((answers[i].request, *list_key(answers[i]), key[i]) if listwise else i, []).append(i)
+    out: list[Scored | None] = [None] * len(answers)
+    left, at = list(units.values()), 0
+    while at < len(left):
+        call: list[int] = []
+        work = 0
+        while at < len(left) and (not call or not chunk or work + sum(answers[i].cost for i in left[at]) <= chunk):
+            unit, at = left[at], at + 1
+            if wanted(answers[unit[0]].request):
+                call += unit
+                work += sum(answers[i].cost for i in unit)
+        for i, scored in zip(call, _judge_call(judge, [answers[i] for i in call]), strict=True):
+            out[i] = scored
+    return out
+
+
+def _judge_call(judge: Any, answers: list[Answer]) -> list[Scored]:
+    """One ``judge.score`` call for ``answers``, in order; each listwise group is a request's list (``list_key``)."""
+    if not answers:
+        return []
+    key = [_rubric_key(a.rubric) for a in answers]
     # listwise: a group is one request's answers to one question under one rubric (the other modes ignore it)
-    items = [JudgeItem(answers[i].question, answers[i].response, chosen[i][0],
-                       group=None if answers[i].request is None else (answers[i].request, answers[i].question, key[i]))
-             for i in order]
+    items = [JudgeItem(a.question, a.response, a.rubric,
+                       group=None if a.request is None else (a.request, *list_key(a), k))
+             for a, k in zip(answers, key, strict=True)]
     if isinstance(judge, CachedJudge):  # results kept (--judge-cache, off by default in serve), said per answer
         call = judge.score_with_hits(items)
         raw, hits = call.results, call.cached
     else:
         raw, hits = judge.score(items), [False] * len(items)
-    scores: list[float | None] = [None] * len(answers)
-    cached = [False] * len(answers)
-    for i, judgment, hit in zip(order, raw, hits, strict=True):
-        scores[i], cached[i] = judgment.score, hit
-    return [Scored(score, {**{s: float(s == source) for s in SOURCES}, "missing_score": float(score is None),
-                           "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)}, (a.question, k))
-            for score, (_, source), a, hit, k in zip(scores, chosen, answers, cached, key, strict=True)]
+    return [Scored(judgment.score, {**{s: float(s == a.source) for s in SOURCES},
+                                    "missing_score": float(judgment.score is None),
+                                    "prompt_mismatch": float(a.prompt_mismatch), "judge_cached": float(hit)},
+                   (a.question, k))
+            for judgment, hit, a, k in zip(raw, hits, answers, key, strict=True)]
 
 
 @dataclass(eq=False)
@@ -196,15 +257,45 @@ class _Job:
         """The cost (``Answer.cost``) of the answers not yet sent."""
         return sum(a.cost for a in self.answers[self.sent :])
 
+    def ready(self, whole: bool) -> int:
+        """The cost of the next answers whose rubric is known (up to the first ``TO_WRITE``): what can be judged now;
+        0 for a ``whole`` request with any rubric still to write."""
+        work = 0
+        for a in self.answers[self.sent :]:
+            if a.source == TO_WRITE:
+                return 0 if whole else work
+            work += a.cost
+        return work
+
+    def to_write(self) -> list[int]:
+        """Indices of the answers not yet sent whose rubric the writer has yet to write."""
+        return [k for k in range(self.sent, len(self.answers)) if self.answers[k].source == TO_WRITE]
+
     def take(self, work: int, first: bool) -> int:
         """How many of the next answers fit in ``work`` units (all of them when ``work`` is all that is left); at
-        least one when ``first`` (the batch's first part: it always moves on), else none when the next does not fit."""
+        least one when ``first`` (the batch's first part: it always moves on), else none when the next does not fit;
+        never one whose rubric is still to write."""
         n, used = 0, 0
         for a in self.answers[self.sent :]:
-            if used + a.cost > work and (n or not first):
+            if a.source == TO_WRITE or (used + a.cost > work and (n or not first)):
                 break
             n, used = n + 1, used + a.cost
         return n
+
+
+def _writing(jobs: Sequence[_Job], questions: int) -> list[tuple[_Job, int]]:
+    """The answers (request, index) whose rubrics the writer writes next: those ``TO_WRITE`` of at most ``questions``
+    distinct questions (a batch's room), taken from ``jobs`` in order. A question's answers go together: its rubric is
+    written once (``RubricSource`` caches it)."""
+    todo: list[tuple[_Job, int]] = []
+    chosen: set[str] = set()
+    for j in jobs:
+        for k in j.to_write():
+            question = j.answers[k].question
+            if question in chosen or len(chosen) < questions:
+                chosen.add(question)
+                todo.append((j, k))
+    return todo
 
 
 def fair_shares(left: Sequence[int], room: int) -> list[int]:
@@ -250,23 +341,30 @@ def whole_shares(left: Sequence[int], room: int) -> list[int]:
 
 
 COLD_BATCH = 8  # work in a batch before the judge's time per unit of work is known (``Batcher.room``)
+CHUNKS = 4  # a batch of max_batch_s seconds of work goes to the judge in this many calls (``Batcher.chunk``)
 
 
 @dataclass
 class Batcher:
-    """Collects concurrent requests into batches and scores each batch in one call on one worker thread.
+    """Collects concurrent requests into batches and scores each batch on one worker thread.
 
     Each batch holds up to ``max_batch`` units of work (``costed``: an answer counts its rubric's criteria, a
     listwise answer its list's size; fewer when the judge would take past ``max_batch_s`` on them, ``room``)
     shared fairly among the requests waiting (``fair_shares`` over their work): a large request, in answers or in
     criteria, is scored over several batches and cannot hold the judge from the small ones behind it for more than
-    about two batches. A request past its deadline, or whose client has gone, is dropped: its answers not yet sent
-    are never scored and its place in the queue is free at once. A request's missing scores are filled from its own
-    answers once all are back (``fill_within_request``).
+    about two batches. Answers whose rubric the writer has yet to write are written for first (``resolve``, at most
+    a batch's room of questions at a time, ``_writing``), so they are shared by their rubric's criteria too. A
+    request past its deadline, or whose client has gone, is dropped: its answers not yet sent are never scored, those
+    in the batch being judged are left out of its next judge call (``chunk``), and its place in the queue is free at
+    once. A request's missing scores are filled from its own answers once all are back (``fill_within_request``).
     """
 
-    score: Callable[[list[Answer]], list[Scored]]
+    score: Callable[[list[Answer], int, Callable[[int | None], bool]], list[Scored | None]]
+    """``score(answers, chunk, wanted)``: ``score_answers``'s contract (judge calls of about ``chunk`` units of work,
+    ``None`` for the answers of a request that ``wanted`` says is gone)."""
     settings: ServeSettings = field(default_factory=ServeSettings)
+    resolve: Callable[[list[Answer]], list[Answer]] | None = None
+    """Run on the worker thread over answers ``TO_WRITE``: they come back with their rubric and cost (``written``)."""
     whole: bool = False
     """Never split a request between batches (``whole_shares``): a ``listwise`` judge lists a request's answers
     together."""
@@ -346,10 +444,14 @@ class Batcher:
             if sum(j.work_left for j in self.jobs) < self.settings.max_batch:
                 await asyncio.sleep(self.settings.max_wait_ms / 1000)  # room left: let others join
                 self.jobs = [j for j in self.jobs if j.waiting]
+            room = self.room()
             # least served first: when the batch has less room than there are requests, a newcomer goes before a
             # large request that has had batches already (and large ones take turns)
             jobs = sorted(self.jobs, key=lambda j: j.sent)
-            shares = (whole_shares if self.whole else fair_shares)([j.work_left for j in jobs], self.room())
+            if self.resolve is not None and (todo := _writing(jobs, room)):  # rubrics first: what is shared is
+                await self._write(loop, todo)  # costed by them
+            jobs = [j for j in jobs if j.waiting and j.ready(self.whole)]
+            shares = (whole_shares if self.whole else fair_shares)([j.ready(self.whole) for j in jobs], room)
             parts: list[tuple[_Job, int, int]] = []
             for j, work in zip(jobs, shares, strict=True):
                 if work and (n := j.take(work, first=not parts)):
@@ -357,6 +459,39 @@ class Batcher:
                     j.sent += n
             if parts:
                 await self._score(loop, parts)
+
+    def chunk(self) -> int:
+        """Work in one judge call within a batch: what the judge does in about ``max_batch_s / CHUNKS`` seconds at
+        its measured rate, so the work of a request that passes its deadline (or whose client leaves) during a batch
+        stops within about that; 0 (the batch in one call) before any call has been timed, when a batch holds
+        ``COLD_BATCH`` units at most. A fast judge's whole batch is one call."""
+        if self.unit_s <= 0:
+            return 0
+        return max(1, int(self.settings.max_batch_s / CHUNKS / self.unit_s))
+
+    async def _write(self, loop: asyncio.AbstractEventLoop, todo: list[tuple[_Job, int]]) -> None:
+        """The writer's rubrics for ``todo`` (a request's answer k) in one call; if it fails, each request's alone, so
+        one bad request fails alone (500)."""
+        error = await self._write_some(loop, todo)
+        if error is None:
+            return
+        by_job: dict[_Job, list[tuple[_Job, int]]] = {}
+        for j, k in todo:
+            by_job.setdefault(j, []).append((j, k))
+        for j, own in by_job.items():
+            if len(by_job) > 1 and not j.future.done():
+                error = await self._write_some(loop, own)
+            if error is not None and not j.future.done():
+                j.future.set_exception(RequestRejected(500, f"writing rubrics failed: {type(error).__name__}: {error}"))
+
+    async def _write_some(self, loop: asyncio.AbstractEventLoop, todo: list[tuple[_Job, int]]) -> Exception | None:
+        try:
+            out = await loop.run_in_executor(self._executor, self.resolve, [j.answers[k] for j, k in todo])
+        except Exception as e:  # noqa: BLE001 - the requests get the error, the server goes on
+            return e
+        for (j, k), answer in zip(todo, out, strict=True):
+            j.answers[k] = answer
+        return None
 
     def room(self) -> int:
         """Work in the next batch: ``max_batch`` units, or fewer if the judge would take past ``max_batch_s`` on them;
@@ -367,37 +502,48 @@ class Batcher:
         return max(1, min(self.settings.max_batch, int(self.settings.max_batch_s / self.unit_s)))
 
     async def _score(self, loop: asyncio.AbstractEventLoop, parts: list[tuple[_Job, int, int]]) -> None:
-        """One judge call for all ``parts`` (a request's answers start:end); if it fails, each request's part
-        alone, so one bad request fails alone."""
+        """Judge calls for all ``parts`` (a request's answers start:end) in chunks (``chunk``), leaving out a request
+        dropped meanwhile; if scoring fails, each request's part alone, so one bad request fails alone."""
         t0 = time.perf_counter()
-        outs: list[list[Scored] | Exception | None] = []
+        outs: list[list[Scored | None] | Exception | None] = []
         answers = [a for j, start, end in parts for a in j.answers[start:end]]
+        futures = {j.request: j.future for j, _, _ in parts}
+        chunk = self.chunk()
+
+        def wanted(request: int | None) -> bool:  # on the worker thread: a future's done() is a read
+            return request not in futures or not futures[request].done()
+
         try:
-            scored = await loop.run_in_executor(self._executor, self.score, answers)
+            scored = await loop.run_in_executor(self._executor, self.score, answers, chunk, wanted)
             for _, start, end in parts:
                 outs.append(scored[: end - start])
                 scored = scored[end - start :]
         except Exception as e:  # noqa: BLE001 - the requests get the error, the server goes on
             outs = [e] if len(parts) == 1 else [
-                None if j.future.done() else await self._alone(loop, j.answers[start:end]) for j, start, end in parts]
-        self.last_batch_s, self.last_batch_work = time.perf_counter() - t0, sum(a.cost for a in answers)
-        per = self.last_batch_s / self.last_batch_work
-        self.unit_s = per if self.unit_s <= 0 else 0.5 * self.unit_s + 0.5 * per
+                None if j.future.done() else await self._alone(loop, j.answers[start:end], chunk, wanted)
+                for j, start, end in parts]
+        judged = [a for (j, start, end), out in zip(parts, outs, strict=True) if isinstance(out, list)
+                  for a, s in zip(j.answers[start:end], out, strict=True) if s is not None]
+        self.last_batch_s, self.last_batch_work = time.perf_counter() - t0, sum(a.cost for a in judged)
+        if self.last_batch_work:
+            per = self.last_batch_s / self.last_batch_work
+            self.unit_s = per if self.unit_s <= 0 else 0.5 * self.unit_s + 0.5 * per
         self.busy_s += self.last_batch_s
         self.batches += 1
-        self.answers += len(answers)
+        self.answers += len(judged)
         for (j, _, _), out in zip(parts, outs, strict=True):
             if j.future.done() or out is None:
                 continue
             if isinstance(out, Exception):
                 j.future.set_exception(RequestRejected(500, f"scoring failed: {type(out).__name__}: {out}"))
                 continue
-            j.results += out
+            j.results += [s for s in out if s is not None]  # all of them: a request left out is done
             if len(j.results) == len(j.answers):  # all its parts are back: fill its missing scores from its own
                 j.future.set_result(fill_within_request(j.results))
 
-    async def _alone(self, loop: asyncio.AbstractEventLoop, answers: list[Answer]) -> list[Scored] | Exception:
+    async def _alone(self, loop: asyncio.AbstractEventLoop, answers: list[Answer], chunk: int,
+                     wanted: Callable[[int | None], bool]) -> list[Scored | None] | Exception:
         try:
-            return await loop.run_in_executor(self._executor, self.score, answers)
+            return await loop.run_in_executor(self._executor, self.score, answers, chunk, wanted)
         except Exception as e:  # noqa: BLE001
             return e

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from evolm.rubrics import Rubric
 from evolm.serve.settings import ServeSettings
 
 
@@ -31,6 +32,8 @@ class Answer:
     request: int | None = None  # the request it came in (set by the batcher): a listwise judge lists one request's
     # answers together
     cost: int = 1  # the judge's work for it, in the batcher's units (``evolm.serve.batcher.costed``)
+    rubric: Rubric | None = None  # the rubric it is judged under, once known (``evolm.serve.batcher.RubricSource``)
+    source: str = ""  # where that rubric came from (``batcher.SOURCES``, or ``batcher.TO_WRITE``); "": not looked up
 
 
 _USER_TURN = (("<|im_start|>user\n", "<|im_end|>"),  # ChatML (Qwen, SmolLM2)

@@ -15,13 +15,14 @@ class ServeSettings:
     """How requests are batched, bounded and timed out (``evolm serve --help`` gives the flags)."""
 
     # Parameters that control batching
-    max_batch: int = _s(64, "work in one judge call, in answers each counted by its rubric's criteria (a listwise "
-                        "answer: by the size of its list); a larger request is scored over several calls, each "
-                        "shared fairly with the requests waiting, so it cannot hold up small ones")
-    max_batch_s: float = _s(2.0, "seconds a judge call should take, about: a batch holds at most the work the "
-                            "judge did in that time on recent batches (at least one answer), so a request behind a "
-                            "large one waits about two calls, and the answers of a request past its deadline are "
-                            "judged for at most one call more")
+    max_batch: int = _s(64, "work in one batch, in answers each counted by its rubric's criteria (from its label, the "
+                        "writer or --rubrics; a listwise answer: by the size of its list); a larger request is "
+                        "scored over several batches, each shared fairly with the requests waiting, so it cannot "
+                        "hold up small ones")
+    max_batch_s: float = _s(2.0, "seconds a batch should take, about: a batch holds at most the work the judge did "
+                            "in that time on recent batches (at least one answer), so a request behind a large one "
+                            "waits about two batches; it goes to the judge in calls of about a quarter of that, and "
+                            "a request past its deadline has its answers left out of the calls still to come")
     max_wait_ms: float = _s(5.0, "how long a batch waits for more requests once one arrives; a few ms cost little "
                             "next to a forward pass")
     max_queue: int = _s(256, "requests waiting beyond the batch being scored; one more gets 503 with Retry-After")
