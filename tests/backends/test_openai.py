@@ -158,9 +158,9 @@ def test_the_servers_x_should_retry_header_decides(openai_server: RunningServer,
     assert len(openai_server.state.requests) == requests
 
 
-def test_retry_after_is_read_as_the_openai_sdk_reads_it() -> None:
-    """Milliseconds first, then seconds, then an HTTP date; what is not a wait (garbage, infinite) is none, and a
-    time already past is no wait."""
+def test_retry_after_is_read_in_the_openai_sdks_order() -> None:
+    """Milliseconds first, then seconds, then an HTTP date (as the SDK's ``_parse_retry_after_header``); what is not a
+    wait (garbage, infinite) is none, and a time already past is no wait."""
     from email.utils import formatdate
 
     import httpx
