@@ -18,7 +18,8 @@ to misbehave so that retries, timeouts and concurrency limits are tested against
 - misbehaviour of real servers and proxies: ``state.delay_s = 3600`` accepts and never replies,
   ``state.drip_s`` answers HTTP 200 and then sends one byte every ``drip_s`` seconds (for a minute),
   ``state.raw_body`` answers HTTP 200 with that body verbatim (HTML, invalid JSON...),
-  ``state.retry_after`` sets the ``retry-after`` header of injected failures;
+  ``state.retry_after`` sets the ``retry-after`` header of injected failures, ``state.should_retry`` their
+  ``x-should-retry`` header ("true" or "false", the OpenAI API's own say on retrying);
 - hostile replies: ``state.gzip_bomb_mb = N`` answers a valid chat completion padded with N MiB of
   spaces, gzip-compressed (about 1,000:1), ``state.flood_status = S`` answers HTTP S with a chunked
   body of spaces that never ends (64 KiB per write, until the client leaves or the server stops).
@@ -83,6 +84,7 @@ class ServerState:
     fail_status: int = 503
     retry_after_ms: int | None = None
     retry_after: str | None = None
+    should_retry: str | None = None
     echo_auth_in_errors: bool = False
     delay_s: float = 0.0
     jitter_s: float = 0.0
@@ -165,6 +167,8 @@ def create_app(state: ServerState) -> FastAPI:
                 headers = {} if state.retry_after_ms is None else {"retry-after-ms": str(state.retry_after_ms)}
                 if state.retry_after is not None:
                     headers["retry-after"] = state.retry_after
+                if state.should_retry is not None:
+                    headers["x-should-retry"] = state.should_retry
                 return JSONResponse(
                     {"error": {"message": message, "type": "server_error", "code": state.fail_status}},
                     status_code=state.fail_status,

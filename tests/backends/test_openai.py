@@ -147,6 +147,36 @@ def test_retries_back_off_without_retry_after(openai_server: RunningServer) -> N
     assert time.monotonic() - start >= 0.3
 
 
+@pytest.mark.parametrize(("status", "should_retry", "requests"), [(503, "false", 1), (400, "true", 2)])
+def test_the_servers_x_should_retry_header_decides(openai_server: RunningServer, status: int, should_retry: str,
+                                                   requests: int) -> None:
+    """As in the openai SDK: the server's own ``x-should-retry`` overrides the status code's rule."""
+    openai_server.state.fail_first, openai_server.state.fail_status = 100, status
+    openai_server.state.should_retry, openai_server.state.retry_after_ms = should_retry, 10
+    with pytest.raises(BackendError, match=f"HTTP {status} \\({requests} attempt"):
+        backend(openai_server, max_retries=1).generate([conv("hi")], SamplingParams())
+    assert len(openai_server.state.requests) == requests
+
+
+def test_retry_after_is_read_in_the_openai_sdks_order() -> None:
+    """Milliseconds first, then seconds, then an HTTP date (as the SDK's ``_parse_retry_after_header``); what is not a
+    wait (garbage, infinite) is none, and a time already past is no wait."""
+    from email.utils import formatdate
+
+    import httpx
+
+    from evolm.backends.http import retry_after
+
+    def read(**headers: str) -> float | None:
+        return retry_after(httpx.Headers({k.replace("_", "-"): v for k, v in headers.items()}))
+
+    assert read(retry_after_ms="1500", retry_after="9") == 1.5
+    assert read(retry_after="2.5") == 2.5
+    assert 25 < read(retry_after=formatdate(time.time() + 30, usegmt=True)) <= 30
+    assert read(retry_after="-3") == 0.0 and read(retry_after=formatdate(time.time() - 60, usegmt=True)) == 0.0
+    assert read(retry_after="soon") is None and read(retry_after="inf") is None and read() is None
+
+
 def test_gives_up_after_retries_with_one_line(openai_server: RunningServer) -> None:
     openai_server.state.fail_first = 100
     openai_server.state.retry_after_ms = 10
@@ -588,7 +618,7 @@ def test_idle_connections_are_dropped_before_the_server_drops_them() -> None:
 
     import uvicorn
 
-    from evolm.backends.openai import capped_client
+    from evolm.backends.http import capped_client
 
     server_idle = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
     pool = capped_client(5.0, 1000)._transport.inner._pool

@@ -166,6 +166,20 @@ def test_a_deadline_shorter_than_an_attempt_cuts_it(servers: list[RunningServer]
     assert time.monotonic() - start < 3
 
 
+def test_a_retry_waits_for_a_free_slot_only_until_the_deadline(servers: list[RunningServer]) -> None:
+    """A fails at once, B's one slot is busy for 3 s: the retry, for B (A failed it), ends at the 1.5 s deadline."""
+    a, b = servers[:2]
+    a.state.fail_first, b.state.delay_s = 100, 3.0
+    chosen = pool([a.base_url, b.base_url], max_concurrency=1, max_retries=3, timeout_s=5, deadline_s=1.5)
+    start = time.monotonic()
+    with pytest.raises(BackendError) as info:
+        chosen.generate([conv("q0"), conv("q1")], SamplingParams())  # q0 goes to A, q1 to B
+    assert 1.4 <= time.monotonic() - start < 3
+    message = str(info.value)
+    assert "HTTP 503 (1 attempt," in message and "no endpoint was free for a retry before the deadline" in message
+    assert counts([a, b]) == [1, 1]
+
+
 def test_retries_are_bounded_and_change_endpoint(servers: list[RunningServer]) -> None:
     for s in servers[:2]:
         s.state.fail_first, s.state.fail_status = 100, 503

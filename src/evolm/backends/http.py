@@ -1,6 +1,6 @@
 """The HTTP layer under the OpenAI-compatible backend: a client whose replies are read to a size cap (``ReplyCap``),
-the wait before a retry (``Retry-After`` honoured), one-line server messages, and the event loop thread the
-async clients run on (``_ClientLoop``).
+which failures are retried and the wait before a retry (the ``openai`` SDK's rule, for tenacity; ``Retry-After``
+honoured), one-line server messages, and the event loop thread the async clients run on (``_ClientLoop``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 
 import httpx
 import openai
+import tenacity
 
 from evolm.errors import BackendError
 
 _T = TypeVar("_T")
 
 MAX_BACKOFF_S = 8.0
-"""Longest wait between attempts of our own choosing (exponential from 0.5 s, with jitter)."""
+"""Longest wait between attempts of our own choosing (``backoff``), the ``openai`` SDK's ``MAX_RETRY_DELAY``."""
 
 
 class ReplyTooLarge(httpx.RequestError):
@@ -129,25 +130,34 @@ class _CappedStream(httpx.AsyncByteStream):
         await self.inner.aclose()
 
 
-def _retry_wait(exc: BaseException, attempts: int) -> tuple[float | None, float | None]:
-    """Seconds to wait before retrying after ``exc`` on attempt ``attempts`` (``None`` when it is not retried),
-    and the server's own ``Retry-After`` when that is what set the wait (else ``None``)."""
+def retryable(exc: BaseException) -> bool:
+    """Whether an attempt that failed with ``exc`` is worth another, by the ``openai`` SDK's rule (``_should_retry``):
+    connection errors and timeouts; HTTP 408, 409, 429 and 5xx, unless the server's ``x-should-retry`` says otherwise.
+
+    The SDK also refuses a ``Retry-After`` over two minutes; here the request's deadline decides, and another endpoint
+    of the pool may take the retry at once.
+
+    >>> retryable(TimeoutError()), retryable(ValueError("a bug, not the server"))
+    (True, False)
+    """
     if isinstance(exc, openai.APIStatusError):
-        headers = exc.response.headers
-        should = headers.get("x-should-retry")
-        retry = should == "true" if should in ("true", "false") else (
-            exc.status_code in (408, 409, 429) or exc.status_code >= 500)
-        if not retry:
-            return None, None
-        asked = _retry_after(headers)
-        if asked is not None:
-            return asked, asked
-    elif not isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.HTTPError):
-        return None, None
-    return min(0.5 * 2.0 ** (attempts - 1), MAX_BACKOFF_S) * (1 - 0.25 * random.random()), None
+        should = exc.response.headers.get("x-should-retry")
+        if should in ("true", "false"):
+            return should == "true"
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return isinstance(exc, TimeoutError | openai.APIConnectionError | httpx.HTTPError)
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+_EXPONENTIAL = tenacity.wait_exponential(multiplier=0.5, max=MAX_BACKOFF_S)
+
+
+def backoff(state: tenacity.RetryCallState) -> float:
+    """The ``openai`` SDK's wait after failed attempt n (``_calculate_retry_timeout``): 0.5 s doubling up to 8 s,
+    less up to 25 % of jitter."""
+    return _EXPONENTIAL(state) * (1 - 0.25 * random.random())
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
     """The server's ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), in seconds."""
     try:
         if (ms := headers.get("retry-after-ms")) is not None:

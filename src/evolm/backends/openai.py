@@ -15,11 +15,12 @@ event loop or not) hands its batch to that loop and waits. Opening the clients a
 cost about 65 ms of CPU (docs/PERFORMANCE.md). ``close()`` closes them (so does garbage collection,
 or the end of the process); a later call opens new ones.
 
-Deadlines and retries are ours, not the ``openai`` client's (which runs with ``max_retries=0``):
-its timeout is per socket read, so a server that drips a byte every few seconds keeps a request
-open forever, and its error would not say how many attempts the server saw. Here every attempt is
-bounded in wall-clock time by ``timeout_s`` (connecting, waiting and reading the whole body), and
-a request with its retries (on any endpoints) by ``deadline_s``, counted from its first attempt.
+Retries are tenacity's (``AsyncRetrying``), with the ``openai`` client's own rule of what to retry
+(``evolm.backends.http.retryable``), but not the client's own loop (it runs with ``max_retries=0``): that
+loop sends every retry to its one ``base_url``, and its timeout is per socket read, so a server that drips
+a byte every few seconds keeps a request open forever. Here each attempt asks the pool for an endpoint, is
+bounded in wall-clock time by ``timeout_s`` (connecting, waiting and reading the whole body), and a
+request with its retries (on any endpoints) by ``deadline_s``, counted from its first attempt.
 Retried: connection errors, timeouts, 408, 409, 429 and 5xx (or what the server's
 ``x-should-retry`` header says). A retry goes at once to another healthy endpoint that has not
 failed this request when the pool has one; otherwise to the same one after exponential backoff
@@ -74,23 +75,22 @@ from typing import Any, TypeVar
 
 import httpx
 import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tqdm.auto import tqdm
 
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
 from evolm.backends.constrained import openai_response_format, schema_name
-from evolm.backends.http import (  # noqa: F401 - the names of the old place
-    KEEPALIVE_EXPIRY_S,
+from evolm.backends.http import (
     MAX_BACKOFF_S,
-    ReplyCap,
     ReplyTooLarge,
-    _CappedStream,
     _ClientLoop,
     _first_error,
-    _retry_after,
-    _retry_wait,
     _server_message,
     _snippet,
+    backoff,
     capped_client,
+    retry_after,
+    retryable,
 )
 from evolm.backends.pool import Endpoint, EndpointPool, PoolStats, estimate_tokens
 from evolm.config import endpoint_urls
@@ -366,7 +366,7 @@ class OpenAIBackend:
                 api_key=self._api_key,
                 base_url=e.url,
                 timeout=httpx.Timeout(self.timeout_s),
-                max_retries=0,  # ours: see _complete
+                max_retries=0,  # tenacity's, over the pool's endpoints: see _complete
                 http_client=capped_client(self.timeout_s, int(self.max_reply_mb * 2**20)),
             )
             for e in self._pool.endpoints
@@ -390,48 +390,56 @@ class OpenAIBackend:
         model than the backend's (``fallback_model``)."""
         messages = self._messages(conversation)
         tokens = estimate_tokens(messages, body.get("max_tokens"))
-        tried: list[Endpoint] = []  # endpoints that failed this request, in order
-        attempts, start, deadline = 0, 0.0, None
+        tried: list[Endpoint] = []  # endpoints that failed this request, in order: one per attempt made
+        start, deadline, url = 0.0, None, ""  # the deadline counts from the first attempt, not the wait for a slot
         failure: BaseException | None = None
-        url = ""  # the last attempt's (set before a retry can find no free endpoint)
-        while True:
-            endpoint = await self._pool.acquire(tokens, tried, deadline, retry=attempts > 0)
-            if endpoint is None:  # a retry found no free endpoint before the deadline
-                error = self._error(url, failure, attempts, time.monotonic() - start, None, len(set(tried)))
-                raise BackendError(f"{error}; no endpoint was free for a retry before the deadline") from None
-            if deadline is None:
-                start = time.monotonic()
-                deadline = start + self.deadline_s
-            attempts += 1
-            client = clients[endpoint.index]
-            url = self._url(client)
-            sent, outcome, usage, asked = time.monotonic(), None, None, None  # asked: the server's Retry-After
-            cut = deadline - sent < self.timeout_s - 0.01  # the deadline, not timeout_s, bounds this attempt
-            try:
-                async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
-                    raw = await client.chat.completions.with_raw_response.create(
-                        model=model or self.model, messages=messages, **body,
-                        **self._extra_body(client, template_kwargs, sampling)
-                    )
-                    content = raw.content
-                choice, usage = self._first_choice(url, content)
-                outcome = True
-                return url, choice
-            except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
-                if isinstance(exc.__cause__, ReplyTooLarge) or isinstance(exc, ReplyTooLarge):
-                    raise BackendError(self._redact(f"openai backend: {url}: {exc.__cause__ or exc}")) from None
-                failure, (wait, asked) = exc, _retry_wait(exc, attempts)
-                outcome = False if wait is not None else None  # a 4xx says nothing about the endpoint's health
-            finally:
-                self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage, cool_s=asked)
-            tried.append(endpoint)
-            if wait is not None and self._pool.has_alternative(tried):
-                wait = 0.0  # another endpoint takes the retry at once
-            left = deadline - time.monotonic()
-            if wait is None or attempts > self.max_retries or wait + min(self.timeout_s, 1.0) > left:
-                raise self._error(url, failure, attempts, time.monotonic() - start, wait, len(set(tried)),
-                                  cut) from None
-            await asyncio.sleep(wait)
+        asked: float | None = None  # the last failure's Retry-After
+
+        def wait(state: RetryCallState) -> float:  # another endpoint takes the retry at once when there is one
+            return 0.0 if self._pool.has_alternative(tried) else asked if asked is not None else backoff(state)
+
+        def past_deadline(state: RetryCallState) -> bool:  # the wait and a short attempt no longer fit
+            return state.upcoming_sleep + min(self.timeout_s, 1.0) > deadline - time.monotonic()
+
+        attempts = AsyncRetrying(retry=retry_if_exception(retryable), wait=wait, reraise=True,
+                                 stop=stop_after_attempt(self.max_retries + 1) | past_deadline)
+        try:
+            async for attempt in attempts:
+                with attempt:
+                    endpoint = await self._pool.acquire(tokens, tried, deadline, retry=bool(tried))
+                    if endpoint is None:  # a retry found no free endpoint before the deadline
+                        error = self._error(url, failure, len(tried), time.monotonic() - start, None, len(set(tried)))
+                        raise BackendError(f"{error}; no endpoint was free for a retry before the deadline")
+                    if deadline is None:
+                        start = time.monotonic()
+                        deadline = start + self.deadline_s
+                    client = clients[endpoint.index]
+                    url = self._url(client)
+                    sent, outcome, usage, asked = time.monotonic(), None, None, None
+                    cut = deadline - sent < self.timeout_s - 0.01  # the deadline, not timeout_s, bounds this attempt
+                    try:
+                        async with asyncio.timeout(min(self.timeout_s, deadline - sent)):
+                            raw = await client.chat.completions.with_raw_response.create(
+                                model=model or self.model, messages=messages, **body,
+                                **self._extra_body(client, template_kwargs, sampling)
+                            )
+                            content = raw.content
+                        choice, usage = self._first_choice(url, content)
+                        outcome = True
+                    except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
+                        if isinstance(exc.__cause__, ReplyTooLarge) or isinstance(exc, ReplyTooLarge):
+                            raise BackendError(self._redact(f"openai backend: {url}: {exc.__cause__ or exc}")) from None
+                        failure, outcome = exc, False if retryable(exc) else None  # a 4xx says nothing of its health
+                        if outcome is False and isinstance(exc, openai.APIStatusError):
+                            asked = retry_after(exc.response.headers)
+                        tried.append(endpoint)
+                        raise
+                    finally:
+                        self._pool.release(endpoint, outcome, time.monotonic() - sent, tokens, usage, cool_s=asked)
+        except (TimeoutError, openai.APIError, httpx.HTTPError) as exc:
+            wait_s = attempt.retry_state.upcoming_sleep if retryable(exc) else None  # a retry past the deadline
+            raise self._error(url, exc, len(tried), time.monotonic() - start, wait_s, len(set(tried)), cut) from None
+        return url, choice
 
     def _first_choice(self, url: str, content: bytes) -> tuple[dict[str, Any], tuple[int, int] | None]:
         """The first choice of a chat-completion body and its (prompt, completion) token usage when reported,

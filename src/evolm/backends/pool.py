@@ -80,7 +80,11 @@ class PoolStats:
 
 
 class _Bucket:
-    """A per-minute limit as a token bucket: refilled continuously, holding one second's worth (at least 1)."""
+    """A per-minute limit as a token bucket: refilled continuously, holding one second's worth (at least 1).
+
+    Not aiolimiter's ``AsyncLimiter``: it refuses a cost above its capacity (a request estimated past one second's
+    tokens), gives nothing back (the server's ``usage`` refunds the estimate here), cannot say how long until a cost
+    fits (``_pick`` compares endpoints by that, under a thread lock), and reads the running event loop's clock."""
 
     def __init__(self, per_minute: float, now: float) -> None:
         self.rate = per_minute / 60.0  # per second

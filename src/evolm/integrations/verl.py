@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from evolm.backends.http import _retry_after
+from evolm.backends.http import retry_after
 from evolm.errors import BackendError, InputError
 
 URL_ENV = "EVOLM_REWARD_URL"
@@ -97,7 +97,7 @@ def _outcome(resp: httpx.Response, url: str, n: int) -> list[dict[str, float]] |
         error = resp.text[:200]
     if resp.status_code < 500:
         raise BackendError(f"{url}: HTTP {resp.status_code}: {error}")
-    wait = _retry_after(resp.headers)  # the openai backend's reading: seconds, milliseconds or an HTTP date
+    wait = retry_after(resp.headers)  # the openai backend's reading: seconds, milliseconds or an HTTP date
     return 1.0 if wait is None else min(MAX_WAIT_S, wait)
 
 
