@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 
 _WRONG_TYPE = {"int_type", "int_parsing", "float_type", "float_parsing", "string_type", "bool_type", "bool_parsing",
                "dict_type", "list_type"}
-_NOT_A_MAPPING = {"model_type", "model_attributes_type", "dataclass_type"}
+_NOT_A_MAPPING = {"model_type", "model_attributes_type"}
 _BOUNDS = (("gt", ">", operator.gt), ("ge", ">=", operator.ge), ("lt", "<", operator.lt), ("le", "<=", operator.le))
 
 
