@@ -157,5 +157,5 @@ def test_judge_max_reply_mb_setting_reaches_the_backend_and_is_checked() -> None
     cfg = JudgeConfig(model=MODEL_ID, mode="prob", backend="openai", base_url="http://127.0.0.1:1/v1", max_reply_mb=3)
     assert build_judge(cfg, seed=0, device="cpu").backend.max_reply_mb == 3
     assert load_config(None, []).judge.max_reply_mb == 8.0
-    with pytest.raises(InputError, match="judge.max_reply_mb must be a positive number"):
+    with pytest.raises(InputError, match="judge.max_reply_mb must be > 0, not 0"):
         load_config(None, ["judge.max_reply_mb=0"])

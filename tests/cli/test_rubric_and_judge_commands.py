@@ -482,9 +482,10 @@ def _config_flags() -> list[tuple[str, argparse.Action]]:
 
 
 def test_every_flag_that_sets_a_config_field_is_made_from_that_field() -> None:
-    """Name, type, default, choices and help of a config-field flag come from the dataclass field; a command's own
-    default or narrower choices are named with a reason (``Flag.why``)."""
+    """Name, type, range, default, choices and help of a config-field flag come from the settings field; a command's
+    own default or narrower choices are named with a reason (``Flag.why``)."""
     from evolm.cli.flags import field_default, field_of
+    from evolm.config.messages import choices as field_choices
 
     flags = _config_flags()
     commands = {name for name, _ in flags}
@@ -494,10 +495,10 @@ def test_every_flag_that_sets_a_config_field_is_made_from_that_field() -> None:
         field, where = field_of(cls, name), f"evolm {command} {action.option_strings[0]} ({cls.__name__}.{name})"
         default = field_default(field)
         assert action.dest == spec.destination(field), where
-        assert action.help.startswith(field.metadata["help"].replace("%", "%%")), where
+        assert action.help.startswith(field.description.replace("%", "%%")), where
         if action.default != default:
             assert spec.why and action.default == spec.default, f"{where}: default {action.default!r} unexplained"
-        choices = field.metadata.get("choices")
+        choices = field_choices(field)
         if action.choices is not None and choices is not None and set(action.choices) != set(choices):
             assert spec.why and set(action.choices) < set(choices), f"{where}: choices differ from the field's"
         if isinstance(default, bool):
@@ -508,8 +509,31 @@ def test_every_flag_that_sets_a_config_field_is_made_from_that_field() -> None:
             assert default is None or type(value) is type(default), where  # the field's type
 
 
+def test_every_flag_refuses_what_its_field_refuses() -> None:
+    """A flag made from a numeric field takes the field's range (``Field(ge=...)``): a value just outside a bound is
+    argparse's one-line error saying that range, at parsing, before any model loads (``--judge-cache -1`` was taken
+    and ``--max-criteria`` had its own copy of the range)."""
+    from evolm.config.messages import range_text
+
+    checked = set()
+    for command, action in _config_flags():
+        cls, name, spec = action.config_field
+        field = cls.model_fields[name]
+        if spec.type is not None or not (bounds := range_text(field.metadata)):
+            continue
+        for c in field.metadata:
+            for attr, step in (("ge", -1), ("gt", 0), ("le", 1), ("lt", 0)):  # a value just outside each bound
+                if (bound := getattr(c, attr, None)) is not None:
+                    with pytest.raises(argparse.ArgumentTypeError) as e:
+                        action.type(str(bound + step))
+                    assert str(e.value).endswith(f"{bounds}, not {bound + step}"), (command, name, str(e.value))
+                    checked.add(f"{cls.__name__}.{name}")
+    assert {"JudgeConfig.cache", "RubricConfig.max_criteria", "RunConfig.seed", "RubricConfig.top_p",
+            "ServeSettings.max_wait_ms", "ServeSettings.threads"} <= checked and len(checked) >= 30, checked
+
+
 def test_the_flags_set_the_fields_they_are_made_from() -> None:
-    """Parsed flags read back into the dataclass they came from (what judge_from_args and serve do)."""
+    """Parsed flags read back into the settings they came from (what judge_from_args and serve do)."""
     from evolm.cli import build_parser
     from evolm.cli._common import JUDGE_CONSTRAINED, JUDGE_FLAGS, REQUEST_FLAGS
     from evolm.cli.flags import field_values

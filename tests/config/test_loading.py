@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from evolm.config import (
     JudgeConfig,
     RunConfig,
     ScheduleConfig,
     describe,
+    leaves,
     load_config,
     to_dict,
 )
@@ -154,8 +154,8 @@ def test_reserved_grpo_keys_are_rejected(key: str) -> None:
     ("judge.aggregate=max", "judge.aggregate must be one of majority_vote, average_vote, margin_kappa_format, mean"),
     ("judge.dtype=fp8", "judge.dtype must be one of auto, float32, bfloat16, float16, not 'fp8'"),
     ("model.dtype=half", "model.dtype must be one of auto, float32, bfloat16, float16, not 'half'"),
-    ("schedule.cycles=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
-    ("schedule.steps_per_phase=0", "schedule.cycles and schedule.steps_per_phase must be >= 1"),
+    ("schedule.cycles=0", "schedule.cycles must be >= 1, not 0"),
+    ("schedule.steps_per_phase=0", "schedule.steps_per_phase must be >= 1, not 0"),
     ("schedule.prompts_per_step=0", "schedule.prompts_per_step must be >= 1"),
     ("schedule.samples_per_prompt=1", "schedule.samples_per_prompt must be >= 2"),
     ("contrast.min_age=101", "contrast.min_age must be >= 0 and <= contrast.max_age"),
@@ -181,8 +181,11 @@ def test_combined_needs_a_positive_weight() -> None:
 
 
 def test_validation_runs_on_direct_construction() -> None:
-    with pytest.raises(InputError, match="samples_per_prompt"):
+    """Settings built in Python are checked as a config file is: pydantic's own error there, one line from input."""
+    with pytest.raises(ValidationError, match="samples_per_prompt"):
         RunConfig(schedule=ScheduleConfig(samples_per_prompt=1))
+    with pytest.raises(InputError, match=r"^schedule.samples_per_prompt must be >= 2, not 1$"):
+        RunConfig.checked({"schedule": {"samples_per_prompt": 1}})
 
 
 def test_total_steps_per_regime() -> None:
@@ -210,27 +213,15 @@ def test_defaults_are_not_shared_between_configs() -> None:
 # ----------------------------------------------------------------------------- describe
 
 
-def _leaf_keys(cls: type, prefix: str = "") -> list[str]:
-    keys = []
-    hints = typing.get_type_hints(cls)  # nested sections at any depth (model.lora.r)
-    for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
-            keys += _leaf_keys(hints[f.name], f"{prefix}{f.name}.")
-        else:
-            keys.append(prefix + f.name)
-    return keys
-
-
 def test_describe_lists_every_setting_with_its_help() -> None:
     text = describe()
-    keys = _leaf_keys(RunConfig)
-    assert len(keys) > 40
-    for key in keys:
+    settings = leaves(RunConfig)  # nested sections at any depth (model.lora.r)
+    assert len(settings) > 40 and "model.lora.r" in dict(settings)
+    for key, field in settings:
         assert f"  {key} (default " in text, key
+        assert field.description, key
     assert "schedule.cycles (default 10)\n      number of cycles (paper: 10)" in text
     assert "grpo (default '{...}')" in text
-    for f in dataclasses.fields(RunConfig().schedule):
-        assert f.metadata["help"], f.name
 
 
 # ----------------------------------------------------------------------------- the shipped configs
@@ -312,6 +303,25 @@ def test_out_of_range_settings_are_one_line_errors(override: str, message: str) 
     with pytest.raises(InputError) as e:
         load_config(None, [override])
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("model.lora.dropout=1", "model.lora.dropout must be in [0, 1), not 1"),
+    ("model.lora.alpha=0", "model.lora.alpha must be > 0, not 0"),
+    ("judge.deadline=-1", "judge.deadline must be >= 0, not -1"),
+    ("rubric.writer_timeout=0", "rubric.writer_timeout must be > 0, not 0"),
+    ("rubric.writer_top_p=2", "rubric.writer_top_p must be in (0, 1], not 2"),
+    ("rubric.max_criteria=7", "rubric.max_criteria must be >= 2 and <= 5, not 7"),
+    ("eval.limit=-1", "eval.limit must be >= 0, not -1"),
+    ("contrast.max_age=-1", "contrast.max_age must be >= 0, not -1"),
+    ("schedule.samples_logged_per_step=-1", "schedule.samples_logged_per_step must be >= 0, not -1"),
+])
+def test_a_range_error_names_the_one_setting_its_bounds_and_its_value(override: str, message: str) -> None:
+    """Every range is the field's own (``Field(ge=...)``), so the line names that setting alone, its bounds and the
+    value given, at any depth; a setting that is only read in some runs (rubric.writer_*) is checked in all."""
+    with pytest.raises(InputError) as e:
+        load_config(None, [override])
+    assert str(e.value) == message
 
 
 def test_a_temporal_pairs_fresh_answer_gets_the_policy_answers_budget() -> None:

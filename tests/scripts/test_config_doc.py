@@ -1,12 +1,13 @@
-"""docs/CONFIG.md is generated from the config dataclasses (scripts/config_doc.py), and CI fails when it is stale."""
+"""docs/CONFIG.md is generated from the config models (scripts/config_doc.py), and CI fails when it is stale."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from pydantic import Field, create_model
 
 from evolm.config import load_config, to_dict
 from evolm.config.schema import JudgeConfig, RunConfig
@@ -38,6 +39,10 @@ def test_config_md_lists_every_setting_with_type_default_paper_value_and_help() 
     line = next(line for line in text.splitlines() if line.startswith("| `judge.mode` |"))
     assert line.startswith("| `judge.mode` | str | `yesno` | `generative` | yesno (default: per criterion P(Yes)")
     assert "(one of: generative, prob, yesno," in line
+    ranges = {key: line for line in text.splitlines() for key in ("schedule.samples_per_prompt", "judge.top_p")
+              if line.startswith(f"| `{key}` |")}  # a range, as the field declares it and its error says it
+    assert ranges["schedule.samples_per_prompt"].endswith("(range: >= 2) |")
+    assert ranges["judge.top_p"].endswith("(range: in (0, 1]) |")
     assert "| `grpo.per_device_train_batch_size` | `8` | `1` |" in text  # the default, then the paper config's value
 
 
@@ -45,12 +50,9 @@ def test_a_setting_added_without_regenerating_makes_the_check_fail() -> None:
     """A copy of the schema with one more judge setting renders a different page, which the check refuses."""
     doc = _config_doc()
     paper = to_dict(load_config(ROOT / "configs" / "paper-qwen3-8b.yaml"))
-    judge_plus = dataclasses.make_dataclass(
-        "JudgeConfig", [("warmup", int, dataclasses.field(default=3, metadata={"help": "judge warm-up calls"}))],
-        bases=(JudgeConfig,))
-    judge_plus.__doc__ = JudgeConfig.__doc__
-    run_plus = dataclasses.make_dataclass(
-        "RunConfig", [("judge", judge_plus, dataclasses.field(default_factory=judge_plus))], bases=(RunConfig,))
+    judge_plus = create_model("JudgeConfig", __base__=JudgeConfig, __doc__=JudgeConfig.__doc__,
+                              warmup=(int, Field(3, description="judge warm-up calls")))
+    run_plus = create_model("RunConfig", __base__=RunConfig, judge=(judge_plus, Field(default_factory=judge_plus)))
     paper["judge"]["warmup"] = 3
     stale = (ROOT / "docs" / "CONFIG.md").read_text(encoding="utf-8")
     assert doc.render(RunConfig, paper) == stale

@@ -10,19 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evolm.cli.flags import Flag, add_flags, field_values
+from annotated_types import Ge, Gt, Le
+
+from evolm.cli.flags import Flag, add_flags, field_values, number
 from evolm.config import DTYPES, JUDGE_MODES, OVERLONG
 
 MODEL_NAMES = ("local dir, Hugging Face id, or a built-in name: smollm2-135m-instruct, or qwen2.5-coder-1.5b-instruct "
                "and qwen2.5-coder-0.5b-instruct once their extras are installed (docs/USAGE.md, 'Built-in models')")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse turns the ValueError into a one-line usage error)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {value}")
-    return value
+positive_int = number(int, Ge(1))  # an argparse type: an integer >= 1
 
 
 def check_before_loading(source: str, rows: list[dict], outputs: list[str]) -> None:
@@ -55,41 +52,6 @@ def base_url(text: str) -> str:
     return text
 
 
-def seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def mib(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of MiB, got {text}")
-    return value
-
-
-def none_or_more(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 (none) or a positive number, got {text}")
-    return value
-
-
-def tokens(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (the model's own context) or more, got {text}")
-    return value
-
-
-def count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
 # Where a model runs (JudgeConfig's fields; the rubric writer of a command runs where its judge does)
 BACKEND_FLAGS = (
     Flag("backend"),
@@ -98,13 +60,13 @@ BACKEND_FLAGS = (
 )
 # What a request to a server may take (JudgeConfig's fields, for every model of the command on an openai backend)
 REQUEST_FLAGS = (
-    Flag("timeout", type=seconds),
-    Flag("max_retries", type=count),
-    Flag("deadline", flag="--request-deadline", dest="deadline", type=none_or_more, metavar="SECONDS"),
-    Flag("max_concurrency", type=positive_int),
-    Flag("requests_per_minute", type=none_or_more, metavar="N"),
-    Flag("tokens_per_minute", type=none_or_more, metavar="N"),
-    Flag("max_reply_mb", type=mib, metavar="MIB"),
+    Flag("timeout"),
+    Flag("max_retries"),
+    Flag("deadline", flag="--request-deadline", dest="deadline", metavar="SECONDS"),
+    Flag("max_concurrency"),
+    Flag("requests_per_minute", metavar="N"),
+    Flag("tokens_per_minute", metavar="N"),
+    Flag("max_reply_mb", metavar="MIB"),
 )
 
 
@@ -126,32 +88,11 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
                    help="rows per batch on a local model (prompts generated or answers scored together)")
 
 
-def _temperature(text: str) -> float:
-    """An argparse type: a finite number >= 0 (NaN decoded greedily and inf gave random tokens, silently)."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0: greedy), not {text}")
-    return value
-
-
-def _top_p(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    value = int(text)
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0 and < 2**32, not {text}")
-    return value
-
-
 def add_sampling_args(p: argparse._ActionsContainer) -> None:
     """Sampled generation: --temperature, --top-p, --seed (the paper's values by default)."""
-    p.add_argument("--temperature", type=_temperature, default=0.6, help="sampling temperature (paper: 0.6)")
-    p.add_argument("--top-p", type=_top_p, default=0.95, help="nucleus sampling top-p, in (0, 1] (paper: 0.95)")
+    p.add_argument("--temperature", type=number(float, Ge(0)), default=0.6, help="sampling temperature (paper: 0.6)")
+    p.add_argument("--top-p", type=number(float, Gt(0), Le(1)), default=0.95,
+                   help="nucleus sampling top-p, in (0, 1] (paper: 0.95)")
     add_seed_arg(p)
 
 
@@ -163,17 +104,17 @@ def add_seed_arg(p: argparse._ActionsContainer) -> None:
 
 # How rubrics are written (RubricConfig's fields)
 RUBRIC_FLAGS = (
-    Flag("temperature", type=_temperature),
-    Flag("top_p", type=_top_p),
-    Flag("max_new_tokens", type=positive_int, default=1024,
+    Flag("temperature"),
+    Flag("top_p"),
+    Flag("max_new_tokens", default=1024,
          why="a command's writer does not think unless asked; training's budget is for a thinking Qwen3"),
 )
 RUBRIC_PROMPT_FLAG = Flag("prompt", flag="--rubric-prompt")
 RUBRIC_GRAMMAR_FLAGS = (
     Flag("constrained"),
-    Flag("max_criteria", type=int, choices=range(2, 6), metavar="{2..5}"),
+    Flag("max_criteria", metavar="{2..5}"),
 )
-SEED_FLAG = Flag("seed", type=_seed)
+SEED_FLAG = Flag("seed")
 
 
 def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = True) -> None:
@@ -190,7 +131,7 @@ def add_rubric_writing_args(p: argparse._ActionsContainer, prompt_flag: bool = T
 JUDGE_FLAGS = (
     Flag("mode", choices=sorted(JUDGE_MODES), why="reward_model needs the judge_only training regime",
          note="Here every mode but reward_model (it needs the judge_only training regime)"),
-    Flag("max_new_tokens", flag="--judge-max-new-tokens", type=positive_int, default=512,
+    Flag("max_new_tokens", flag="--judge-max-new-tokens", default=512,
          why="a command's judge does not think unless asked (no chat-template kwargs); training's budget is "
          "for a thinking Qwen3 judge, as the paper's protocol uses"),
     Flag("prompt", flag="--judge-prompt"),
@@ -198,9 +139,9 @@ JUDGE_FLAGS = (
     Flag("parse", flag="--judge-parse"),
 )
 JUDGE_CONSTRAINED = Flag("constrained", flag="--judge-constrained", dest="judge_constrained")  # judge: --constrained
-JUDGE_CACHE = Flag("cache", flag="--judge-cache", type=int, metavar="N")
+JUDGE_CACHE = Flag("cache", flag="--judge-cache", metavar="N")
 JUDGE_CONTEXT_FLAGS = (
-    Flag("max_context", type=tokens, metavar="TOKENS"),
+    Flag("max_context", metavar="TOKENS"),
     Flag("overlong"),
 )
 
@@ -230,7 +171,7 @@ def add_context_args(p: argparse._ActionsContainer, whose: str) -> None:
 
         add_flags(p, JudgeConfig, JUDGE_CONTEXT_FLAGS)
         return
-    p.add_argument("--max-context", type=tokens, default=0, metavar="TOKENS",
+    p.add_argument("--max-context", type=number(int, Ge(0)), default=0, metavar="TOKENS",
                    help=f"the {whose}'s context in tokens (default 0: the model's own, from its config; an openai "
                    "server's is not known, so give it there to guard). A prompt that leaves no room for the reply "
                    "is handled per --overlong")
@@ -268,8 +209,8 @@ def judge_from_args(args: argparse.Namespace, model: str, backend: str, base_url
     values = field_values(args, JudgeConfig, judge_flags)
     if getattr(args, "judge_constrained", False) and args.mode != "generative":
         raise InputError(f"constrained judging needs --mode generative, not {args.mode}")
-    cfg = JudgeConfig(**{**values, "model": model, "backend": backend, "base_url": base_url,
-                         "batch_size": args.batch_size, "dtype": args.dtype, "chat_template_kwargs": {}})
+    cfg = JudgeConfig.checked({**values, "model": model, "backend": backend, "base_url": base_url,
+                               "batch_size": args.batch_size, "dtype": args.dtype, "chat_template_kwargs": {}})
     if getattr(args, "thinking", False):  # eval rb2 --protocol paper: a thinking Qwen3 judge, as in training
         cfg.chat_template_kwargs = {"enable_thinking": True}
     return build_judge(cfg, seed=args.seed, device=args.device, failures=getattr(args, "judge_failures", "raise"))

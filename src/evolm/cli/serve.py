@@ -24,24 +24,16 @@ from evolm.cli._common import (
 from evolm.cli.flags import Flag, add_flags, field_values
 from evolm.serve.settings import ServeSettings
 
-
-def positive(text: str) -> float:
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
 # ServeSettings' fields with a flag (keep_alive_s and max_header_kb have none: uvicorn's and h11's limits as set)
-BATCH_FLAGS = (Flag("max_batch", type=positive_int), Flag("max_batch_s", type=positive),
-               Flag("max_wait_ms", type=positive), Flag("max_queue", type=positive_int),
-               Flag("deadline_s", type=positive), Flag("rubric_cache", type=positive_int))
-LIMIT_FLAGS = (Flag("max_body_mb", type=positive), Flag("max_answers", type=positive_int),
-               Flag("max_label_criteria", type=positive_int), Flag("max_list", type=positive_int),
-               Flag("max_answer_chars", type=positive_int), Flag("header_timeout_s", type=positive),
-               Flag("body_timeout_s", type=positive), Flag("max_connections", type=positive_int))
-THREAD_FLAGS = (Flag("threads", type=positive_int, metavar="N", default=None,
+BATCH_FLAGS = tuple(map(Flag, ("max_batch", "max_batch_s", "max_wait_ms", "max_queue", "deadline_s", "rubric_cache")))
+LIMIT_FLAGS = tuple(map(Flag, ("max_body_mb", "max_answers", "max_label_criteria", "max_list", "max_answer_chars",
+                               "header_timeout_s", "body_timeout_s", "max_connections")))
+THREAD_FLAGS = (Flag("threads", metavar="N", default=None,
                      why="torch's own thread count (the cores)"),)
+
+
+def _default(name: str) -> object:
+    return ServeSettings.model_fields[name].default
 
 
 def make_parser(sub: argparse._SubParsersAction) -> None:
@@ -69,8 +61,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     limits = p.add_argument_group("limits", "what one request or connection may take; past a size limit the "
                                   "reply is 413 with a JSON error. A request past its deadline or whose client "
                                   "disconnects is dropped: its answers not yet scored never are, its queue slot is "
-                                  f"freed. Idle keep-alive connections close after {ServeSettings.keep_alive_s} s; at "
-                                  f"most {ServeSettings.max_header_kb} KiB of unfinished headers are buffered")
+                                  f"freed. Idle keep-alive connections close after {_default('keep_alive_s')} s; at "
+                                  f"most {_default('max_header_kb')} KiB of unfinished headers are buffered")
     add_flags(limits, ServeSettings, LIMIT_FLAGS)
     add_flags(p, ServeSettings, THREAD_FLAGS)
     add_judge_mode_arg(p)
@@ -104,8 +96,8 @@ def main(args: argparse.Namespace) -> None:
         writer = judge.backend if args.rubric_model == args.judge else load_model(args, args.rubric_model, args.backend,
                                                                               args.base_url)
     rubrics = RubricSource(writer=writer, params=rubric_params(args), table=table, cache_size=args.rubric_cache)
-    settings = ServeSettings(**field_values(args, ServeSettings, (*BATCH_FLAGS, *LIMIT_FLAGS)),
-                             threads=args.threads or 0)
+    settings = ServeSettings.checked({**field_values(args, ServeSettings, (*BATCH_FLAGS, *LIMIT_FLAGS)),
+                                      "threads": args.threads or 0})
     say(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
         "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
     run_server(create_app(cached_judge(judge, args.judge_cache), rubrics, settings), args.host, args.port)

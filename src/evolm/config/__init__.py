@@ -1,6 +1,6 @@
-"""Every setting of a run: ``schema`` (the dataclasses; each section checks itself; ``grpo_values`` the ranges of the
-``grpo`` numbers), ``loading`` (YAML, ``extends:``, dotted overrides) and ``checks`` (what the settings ask of files
-and servers, for the dry run)."""
+"""Every setting of a run: ``schema`` (the pydantic models: types, choices, ranges and the checks that span settings;
+``grpo_values`` the ranges of the ``grpo`` numbers; ``messages`` the one line an error becomes) and ``loading`` (YAML,
+``extends:``, dotted overrides)."""
 
 from evolm.config.grpo_values import grpo_value_errors
 from evolm.config.loading import RETIRED, describe, load_config, to_dict
@@ -38,8 +38,8 @@ from evolm.config.schema import (
     ScheduleConfig,
     endpoint_urls,
     extra_reward_problems,
+    leaves,
     url_error,
-    validate,
 )
 
 __all__ = [
@@ -49,6 +49,6 @@ __all__ = [
     "TRL_MAX_COMPLETION_LENGTH", "WRITER_REGIMES",
     "ContrastConfig", "DataConfig", "EvalConfig", "JudgeConfig", "LoRAConfig", "ModelConfig", "RewardsConfig",
     "RubricConfig", "RunConfig", "ScheduleConfig", "describe", "endpoint_urls", "extra_reward_problems",
-    "grpo_value_errors", "load_config", "to_dict",
-    "url_error", "validate",
+    "grpo_value_errors", "leaves", "load_config", "to_dict",
+    "url_error",
 ]

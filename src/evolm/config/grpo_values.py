@@ -1,33 +1,25 @@
-"""The numbers of the ``grpo`` mapping that cannot train: NaN or infinite anywhere, or out of the range of a setting
-evolm knows the meaning of (``RunConfig.problems`` reports them)."""
+"""The numbers of the ``grpo`` mapping that cannot train and that ``trl.GRPOConfig`` takes without a word: NaN or
+infinite anywhere, or out of the range of a setting evolm knows the meaning of (``RunConfig``'s ``grpo`` validator
+reports them). GRPOConfig cannot be built on a CPU with ``bf16: true``, so the dry run cannot lean on it; the checks
+it makes itself (``warmup_steps >= 0``) and the keys and types it takes (``trl_adapter.grpo_errors``) are not
+repeated here."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-# Ranges of the numeric grpo.* settings evolm knows the meaning of (every number there must also be finite).
-_GRPO_RANGES: dict[str, tuple[Any, str]] = {
-    "learning_rate": (lambda v: v > 0, "> 0"),
-    "beta": (lambda v: v >= 0, ">= 0 (0: no KL term)"),
-    "epsilon": (lambda v: v >= 0, ">= 0"),
-    "epsilon_high": (lambda v: v >= 0, ">= 0"),
-    "delta": (lambda v: v > 0, "> 0"),
-    "temperature": (lambda v: v > 0, "> 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "top_k": (lambda v: v >= 0, ">= 0"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "repetition_penalty": (lambda v: v > 0, "> 0"),
-    "max_completion_length": (lambda v: v >= 1, ">= 1"),
-    "max_prompt_length": (lambda v: v >= 1, ">= 1"),
-    "weight_decay": (lambda v: v >= 0, ">= 0"),
-    "max_grad_norm": (lambda v: v >= 0, ">= 0"),
-    "warmup_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "warmup_steps": (lambda v: v >= 0, ">= 0"),
-    "adam_beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "adam_beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "adam_epsilon": (lambda v: v > 0, "> 0"),
-    "vllm_gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
+from annotated_types import Ge, Gt, Le, Lt
+
+from evolm.config.messages import in_range, range_text
+
+# Ranges of the numeric grpo.* settings evolm knows the meaning of, in pydantic's terms (Field(gt=...) is Gt(...)).
+GRPO_RANGES: dict[str, tuple[Any, ...]] = {
+    "learning_rate": (Gt(0),), "beta": (Ge(0),), "epsilon": (Ge(0),), "epsilon_high": (Ge(0),), "delta": (Gt(0),),
+    "temperature": (Gt(0),), "top_p": (Gt(0), Le(1)), "top_k": (Ge(0),), "min_p": (Ge(0), Le(1)),
+    "repetition_penalty": (Gt(0),), "max_completion_length": (Ge(1),), "weight_decay": (Ge(0),),
+    "max_grad_norm": (Ge(0),), "adam_beta1": (Ge(0), Lt(1)), "adam_beta2": (Ge(0), Lt(1)), "adam_epsilon": (Gt(0),),
+    "vllm_gpu_memory_utilization": (Gt(0), Le(1)),
 }
 
 
@@ -46,11 +38,16 @@ def _non_finite(value: Any, depth: int = 0) -> bool:
 
 def grpo_value_errors(grpo: dict[str, Any]) -> list[str]:
     """Numbers in ``grpo`` that cannot train: NaN or infinite anywhere, or out of the range of a known setting
-    (a NaN learning rate, an infinite beta). Types and unknown keys are ``trl_adapter.check_launch``'s."""
+    (a NaN learning rate, an infinite beta).
+
+    >>> grpo_value_errors({"learning_rate": -1e-6, "top_p": 7, "reward_weights": [1.0, float("nan")]})
+    ['grpo.learning_rate must be > 0, not -1e-06', 'grpo.top_p must be in (0, 1], not 7', \
+'grpo.reward_weights must be a finite number, not [1.0, nan]']
+    """
     errors = []
     for key, value in grpo.items():
         if _non_finite(value):
             errors.append(f"grpo.{key} must be a finite number, not {value!r}")
-        elif key in _GRPO_RANGES and _is_number(value) and not _GRPO_RANGES[key][0](value):
-            errors.append(f"grpo.{key} must be {_GRPO_RANGES[key][1]}, not {value!r}")
+        elif key in GRPO_RANGES and _is_number(value) and not in_range(value, GRPO_RANGES[key]):
+            errors.append(f"grpo.{key} must be {range_text(GRPO_RANGES[key])}, not {value!r}")
     return errors

@@ -1,24 +1,24 @@
 """Reading a run's settings: a YAML file (``extends:`` names a config it changes), dotted ``key=value`` overrides,
-and writing them back. Every error is one line naming the setting (docs/ARCHITECTURE.md says why this loader is
-evolm's own)."""
+and writing them back. pydantic checks the settings (``schema``); every error is one line naming the setting
+(docs/ARCHITECTURE.md says why the reading is evolm's own)."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel
 
-from evolm.config.schema import RunConfig
+from evolm.config.messages import kinds
+from evolm.config.schema import RunConfig, leaves
 from evolm.errors import InputError
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+def to_dict(cfg: BaseModel) -> dict[str, Any]:
+    return cfg.model_dump()
 
 
 # settings that existed and were removed: a saved run's config.yaml holding their old default still loads
@@ -26,61 +26,28 @@ RETIRED = {"rubric.with_answers": (False, "the one-pass generation path was remo
                                           "GPU: dev/performance.md)")}
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in [k for k in data if f"{where}{k}" in RETIRED]:
-        default, why = RETIRED[f"{where}{key}"]
-        if data[key] != default:
-            raise InputError(f"'{where}{key}' is no longer a setting: {why}; remove it")
-        data = {k: v for k, v in data.items() if k != key}
-    unknown = set(data) - names
-    if unknown:
-        raise InputError(f"unknown setting '{where}{sorted(unknown)[0]}' (known: {', '.join(sorted(names))})")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise InputError(f"'{where}{f.name}' must be a mapping")
-            kwargs[f.name] = _build(hint, value, f"{where}{f.name}.")
-        else:
-            kwargs[f.name] = _coerce(value, hint, f"{where}{f.name}")
-    return cls(**kwargs)
+class _Loader(yaml.SafeLoader):
+    """YAML as users read it: PyYAML follows YAML 1.1, which reads ``1e-6`` (no dot) as a string; YAML 1.2 and every
+    user read it as a number."""
 
 
-# PyYAML follows YAML 1.1, which reads "1e-6" (no dot) as a string; YAML 1.2 and every user read it as a number.
-_FLOAT_TEXT = re.compile(r"^[-+]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$")
+_EXPONENT = re.compile(r"^[-+]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789."))
 
 
-def _number(value: Any) -> Any:
-    """``value`` as a float if it is a string in exponent notation (``1e-6``), else unchanged."""
-    return float(value.replace("_", "")) if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()) else value
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
 
 
-def _coerce(value: Any, hint: Any, name: str) -> Any:
-    args = typing.get_args(hint)
-    if value is None and type(None) in args:
-        return None
-    base = next((a for a in args if a is not type(None)), hint) if args else hint
-    if base in (int, float):
-        value = _number(value)
-    if base is bool and isinstance(value, bool):
-        return value
-    if base in (int, float) and isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"'{name}' must be a finite number, got {value}")
-        if base is int and isinstance(value, float) and value != int(value):  # (a big int is no float)
-            raise InputError(f"'{name}' must be an integer, got {value}")
-        return base(value)
-    if base is str and isinstance(value, str):
-        return value
-    if base in (dict, list) and isinstance(value, base) or list in args and isinstance(value, list):
-        return value
-    raise InputError(f"'{name}' must be {getattr(base, '__name__', base)}, got {value!r}")
+def _drop_retired(data: dict[str, Any]) -> None:
+    """Remove a ``RETIRED`` setting that holds its old default; one that asks for anything else is an error."""
+    for key, (default, why) in RETIRED.items():
+        *sections, name = key.split(".")
+        node: Any = data
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name in node and node.pop(name) != default:
+            raise InputError(f"'{key}' is no longer a setting: {why}; remove it")
 
 
 MAX_DEPTH = 64  # mappings and lists in a config nest at most this deep (the deepest setting is a few levels)
@@ -125,7 +92,7 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not p.is_file():
         raise InputError(f"{p}: no such config file")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = _yaml(p.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError:
         raise InputError(f"{p}: not UTF-8 text") from None
     except yaml.YAMLError as e:
@@ -163,7 +130,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise InputError(f"override '{item}' must look like section.key=value")
         parts = key.split(".")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = _yaml(raw) if raw != "" else ""
         except (yaml.YAMLError, RecursionError):
             value = raw
         check_tree(value, f"override '{key}'")
@@ -175,43 +142,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             if not isinstance(node, dict):
                 raise InputError(f"override '{item}': '{part}' is not a section")
         node[parts[-1]] = value
-    if "grpo" in data and isinstance(data["grpo"], dict):
-        merged = dict(RunConfig.__dataclass_fields__["grpo"].default_factory())  # type: ignore[misc]
-        merged.update({k: _number(v) for k, v in data["grpo"].items()})
-        data["grpo"] = merged
-    return _build(RunConfig, data, "")
+    if isinstance(data.get("grpo"), dict):  # grpo: changes the default mapping, key by key
+        data["grpo"] = {**RunConfig.model_fields["grpo"].get_default(call_default_factory=True), **data["grpo"]}
+    _drop_retired(data)
+    return RunConfig.checked(data)
 
 
 def _is_text_field(parts: list[str]) -> bool:
-    """True if the dotted key names a ``str`` (or ``str | None``) setting."""
-    cls: Any = RunConfig
-    for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(cls):
-            return False
-        hint = typing.get_type_hints(cls).get(part)
-        if hint is None:
-            return False
-        if i == len(parts) - 1:
-            return hint is str or (str in typing.get_args(hint) and list not in typing.get_args(hint)
-                                   and not dataclasses.is_dataclass(hint))  # str | list: YAML reads the list
-        cls = hint
-    return False
+    """True if the dotted key names a text setting (``str``, a ``Literal`` of names, or ``str | None``)."""
+    field = dict(leaves(RunConfig)).get(".".join(parts))
+    allowed = kinds(field.annotation) if field else []
+    return bool(allowed) and all(k is str or typing.get_origin(k) is Literal for k in allowed)  # str | list: a list
 
 
 def describe() -> str:
     """Every setting with its default and help, for ``evolm train --help``."""
-    lines = []
-
-    def walk(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if dataclasses.is_dataclass(hints[f.name]):
-                walk(hints[f.name], f"{prefix}{f.name}.")
-                continue
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
-            if f.name == "grpo":
-                default = "{...}"
-            lines.append(f"  {prefix}{f.name} (default {default!r})\n      {f.metadata.get('help', '')}")
-
-    walk(RunConfig, "")
-    return "\n".join(lines)
+    return "\n".join(f"  {key} (default {'{...}' if key == 'grpo' else field.get_default(call_default_factory=True)!r})"
+                     f"\n      {field.description or ''}" for key, field in leaves(RunConfig))

@@ -1,22 +1,26 @@
-"""Every setting of a training run, as typed dataclasses, with the paper's values as defaults; each section checks
-itself (``problems``).
+"""Every setting of a training run, as pydantic models with the paper's values as defaults.
 
 A run is described by one YAML file whose sections mirror ``RunConfig``; any field can be
 overridden on the command line with a dotted ``key=value`` (``judge.mode=prob schedule.cycles=3``).
-Unknown keys are errors. GRPO settings that EvoLM does not interpret live in the ``grpo`` mapping
+pydantic checks each setting: its type (strictly: YAML's ``true`` is no number), unknown keys, the names a
+``Literal`` setting may take, the range a ``Field(ge=..., le=...)`` gives; each model's validators check what spans
+settings. The first error becomes one line naming the setting (``messages.error_line``), raised as ``InputError``.
+GRPO settings that EvoLM does not interpret live in the ``grpo`` mapping
 and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the reference for them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from evolm.config.grpo_values import grpo_value_errors
+from evolm.config.messages import error_line, kinds
 from evolm.errors import InputError
 from evolm.rewards import MULTI_JUDGE, RUBRIC_REWARDS  # the choices are the maths the ground floor computes
 
@@ -54,66 +58,99 @@ EVOLM_GRPO_KEYS = ("output_dir", "num_generations", "gradient_accumulation_steps
                    "chat_template_kwargs")
 
 
-def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, **kw: Any) -> Any:  # noqa: A002
-    """A setting: its default, its help (the ``--help`` text of a flag made from it) and the names it may take."""
-    metadata = {"help": help, **({"choices": choices} if choices else {})}
-    if isinstance(default, dict | list):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata, **kw)
-    return field(default=default, metadata=metadata, **kw)
+def _f(default: Any, help: str, **constraints: Any) -> Any:  # noqa: A002
+    """A setting: its default (pydantic copies a mutable one per instance), its help (the ``--help`` text of a flag
+    made from it) and its range (``ge=1``)."""
+    return Field(default, description=help, **constraints)
 
 
-@dataclass
-class LoRAConfig:
+class Settings(BaseModel):
+    """A group of settings, checked by pydantic when built. ``checked`` builds them from user input (a mapping read
+    from YAML, flags): a wrong setting is then an ``InputError`` of one line naming it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @classmethod
+    def checked(cls, data: Any) -> Any:
+        """``data``, a mapping, as these settings, or an ``InputError`` naming the first wrong setting."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise InputError(error_line(e, cls)) from None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """A whole float sets an integer setting (YAML reads ``2e1`` as 20.0; strict mode takes no float for an
+        int), a fraction stays an error."""
+        whole = isinstance(value, float) and value.is_integer()
+        return int(value) if whole and int in kinds(cls.model_fields[info.field_name].annotation) else value
+
+
+def leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, FieldInfo]]:
+    """Every setting of ``model`` as ``(dotted key, field)``, in declaration order, sections flattened."""
+    out: list[tuple[str, FieldInfo]] = []
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out += leaves(field.annotation, f"{prefix}{name}.")
+        else:
+            out.append((f"{prefix}{name}", field))
+    return out
+
+
+def _first(checks: list[tuple[bool, str]]) -> None:
+    """Raise the message of the first failed check (pydantic reports it as the model's error)."""
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+
+
+class LoRAConfig(Settings):
     """A LoRA adapter trained instead of the full weights (PEFT); r=0: off (the paper trains every weight)."""
 
     r: int = _f(0, "LoRA rank (0: off, full fine-tuning as in the paper); both roles train the one adapter, the "
-                "frozen base model is GRPO's KL reference, and checkpoints hold the adapter alone")
-    alpha: int = _f(16, "LoRA scaling numerator: the update is scaled by alpha / r")
-    dropout: float = _f(0.0, "dropout on the adapter's input during training")
+                "frozen base model is GRPO's KL reference, and checkpoints hold the adapter alone", ge=0)
+    alpha: int = _f(16, "LoRA scaling numerator: the update is scaled by alpha / r", gt=0)
+    dropout: float = _f(0.0, "dropout on the adapter's input during training", ge=0, lt=1)
     target_modules: list = _f(["all-linear"], "module names (or suffixes) that get an adapter; ['all-linear']: every "
                               "linear layer but the output head (PEFT)")
 
-    def problems(self) -> list[str]:
-        return _failed([
-            (self.r >= 0 and self.alpha > 0 and 0 <= self.dropout < 1, "model.lora needs r >= 0 (0: off), alpha > 0 "
-             f"and 0 <= dropout < 1, not r={self.r}, alpha={self.alpha}, dropout={self.dropout}"),
-            (bool(self.target_modules) and all(isinstance(m, str) and m for m in self.target_modules),
-             "model.lora.target_modules must be a non-empty list of module names, e.g. [q_proj, v_proj] or "
-             "[all-linear]"),
-        ])
+    @field_validator("target_modules")
+    @classmethod
+    def _module_names(cls, names: list) -> list:
+        _first([(bool(names) and all(isinstance(m, str) and m for m in names), "model.lora.target_modules must be a "
+                 "non-empty list of module names, e.g. [q_proj, v_proj] or [all-linear]")])
+        return names
 
 
-@dataclass
-class ModelConfig:
+class ModelConfig(Settings):
     """The one model that plays both roles (policy and rubric writer)."""
 
     name: str = _f("Qwen/Qwen3-8B", "local dir, Hugging Face id, or a built-in name (smollm2-135m-instruct; the "
                     "Qwen2.5-Coder judges with their extras: docs/USAGE.md) (paper: Qwen3-8B)")
-    dtype: str = _f("auto", "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16", choices=DTYPES)
+    dtype: Literal[DTYPES] = _f("auto", "auto (bf16 on GPU, fp32 on CPU), float32, bfloat16")
     system_prompt: str = _f("You are a helpful assistant.", "system prompt of the policy role (paper's)")
     chat_template_kwargs: dict = _f({}, "passed to the chat template, e.g. {enable_thinking: false} for Qwen3")
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-
-    def problems(self) -> list[str]:
-        return _choice_problems(self, "model") + self.lora.problems()
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
 
 
-@dataclass
-class JudgeConfig:
+class JudgeConfig(Settings):
     """The small frozen judge that scores answers against rubrics."""
 
     # Parameters that control which model judges, and where
     model: str = _f("Qwen/Qwen3-1.7B", "judge model (paper: Qwen3-1.7B; small judges lean on the rubric)")
-    mode: str = _f("yesno", "yesno (default: per criterion P(Yes), weighted by the rubric; one forward pass per "
-                   "criterion, deterministic, never unreadable), generative (the paper's: per-criterion reasoning, "
-                   "JSON score, sampled; configs/paper-qwen3-8b.yaml), prob (expected 0-9 digit, one forward pass), "
-                   "listwise (not the paper's: all samples of a question listed in one prompt, an expected 0-9 digit "
-                   "per answer, averaged over a shuffled order and its reverse); "
-                   "baselines: likert (1-10, no rubric), rar_implicit (1-10 given the rubric), rar_explicit (binary "
-                   "verdict per criterion), reward_model (a scalar sequence-classification reward model, regime "
-                   "judge_only)", choices=SCORER_MODES)
-    backend: str = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server such as "
-                      "`vllm serve` on its own GPUs (recommended at scale); vllm: in-process vLLM", choices=BACKENDS)
+    mode: Literal[SCORER_MODES] = _f("yesno", "yesno (default: per criterion P(Yes), weighted by the rubric; one "
+                                     "forward pass per criterion, deterministic, never unreadable), generative (the "
+                                     "paper's: per-criterion reasoning, JSON score, sampled; "
+                                     "configs/paper-qwen3-8b.yaml), prob (expected 0-9 digit, one forward pass), "
+                                     "listwise (not the paper's: all samples of a question listed in one prompt, an "
+                                     "expected 0-9 digit per answer, averaged over a shuffled order and its reverse); "
+                                     "baselines: likert (1-10, no rubric), rar_implicit (1-10 given the rubric), "
+                                     "rar_explicit (binary verdict per criterion), reward_model (a scalar "
+                                     "sequence-classification reward model, regime judge_only)")
+    backend: Literal[BACKENDS] = _f("hf", "hf: in-process on the trainer's device; openai: an OpenAI-compatible server "
+                                    "such as `vllm serve` on its own GPUs (recommended at scale); vllm: in-process "
+                                    "vLLM")
 
     # Parameters that control a judge server (backend=openai)
     base_url: str | list | None = _f(None, "server URL for backend=openai, e.g. http://judge-host:8000/v1; a list "
@@ -121,76 +158,82 @@ class JudgeConfig:
                                      "goes to the least-loaded one, a failed one is retried on another")
     api_key_env: str = _f("OPENAI_API_KEY", "environment variable with the judge server's API key")
     timeout: float = _f(120.0, "backend=openai: seconds one request attempt may take in all (connect, wait, read "
-                        "the whole reply; not per read)")
+                        "the whole reply; not per read)", gt=0)
     max_retries: int = _f(2, "backend=openai: retries of a failed request (connection errors, timeouts, 408, 409, "
-                          "429, 5xx); one request ends within (max_retries + 1) x timeout + 8 s per retry")
+                          "429, 5xx); one request ends within (max_retries + 1) x timeout + 8 s per retry", ge=0)
     deadline: float = _f(0.0, "backend=openai: seconds one request may take in all, retries, waits and endpoint "
-                         "changes included (0: (max_retries + 1) x timeout + 8 s per retry)")
+                         "changes included (0: (max_retries + 1) x timeout + 8 s per retry)", ge=0)
     max_concurrency: int = _f(32, "backend=openai: requests in flight at once to each judge server (per training "
-                              "process); more keeps a big server busy, fewer protects a small one")
+                              "process); more keeps a big server busy, fewer protects a small one", ge=1)
     requests_per_minute: float = _f(0.0, "backend=openai: requests per minute to each judge server from each "
                                     "training process (0: no limit; spread evenly, bursts of one second's worth), "
-                                    "e.g. a hosted API's rate limit divided by the processes")
+                                    "e.g. a hosted API's rate limit divided by the processes", ge=0)
     tokens_per_minute: float = _f(0.0, "backend=openai: tokens per minute to each judge server from each training "
                                   "process (0: no limit); a request counts its characters / 3 + its reply budget "
-                                  "until the server reports its usage")
-    max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; "
-                             "a larger reply (a gzip bomb, an endless body) fails its request, one line, not retried")
+                                  "until the server reports its usage", ge=0)
+    max_reply_mb: float = _f(8.0, "backend=openai: the most of one reply body read, in MiB after decompression; a "
+                             "larger reply (a gzip bomb, an endless body) fails its request, one line, not "
+                             "retried", gt=0)
     max_failure_share: float = _f(0.5, "training: a judge request that still fails after its retries is a missing "
                                   "score (its reward becomes the group mean: zero advantage, as the reference's NaN), "
                                   "counted per step as judge_failures; a step whose share of failed requests exceeds "
                                   "this stops the run with one line (evolm train --resume continues it). 1: never "
                                   "stop; 0: stop at the first failure. `evolm judge` / `eval` fail at the first "
-                                  "failure unless given --judge-failures missing")
+                                  "failure unless given --judge-failures missing", ge=0, le=1)
 
     # Parameters that control the generative judge's reply
-    temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)")
-    top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)")
+    temperature: float = _f(0.6, "sampling temperature of the generative mode (paper: 0.6)", ge=0)
+    top_p: float = _f(0.95, "top-p of the generative mode (paper: 0.95)", gt=0, le=1)
     max_new_tokens: int = _f(16384, "generation budget of the generative mode (paper: 16384, the judge thinks "
-                             "first); a reply cut inside its thinking has no score")
+                             "first); a reply cut inside its thinking has no score", ge=1)
     constrained: bool = _f(False, "decode the judge's reply under its JSON schema {reasoning, score} "
                            "(xgrammar on transformers, structured outputs on vLLM / OpenAI-compatible servers), so "
                            "every reply has a readable score; off in the paper config")
-    seeds: str = _f("same", "seed of each sampled judge request: same (the reference: the run's seed on every request, "
-                    "so the same question, rubric and answer get the same verdict and duplicate answers in a group "
-                    "tie; on servers and vLLM, which seed each request) or per_row (seed + the row's place in its "
-                    "batch: duplicates are sampled afresh, a departure)", choices=JUDGE_SEEDS)
+    seeds: Literal[JUDGE_SEEDS] = _f("same", "seed of each sampled judge request: same (the reference: the run's seed "
+                                     "on every request, so the same question, rubric and answer get the same verdict "
+                                     "and duplicate answers in a group tie; on servers and vLLM, which seed each "
+                                     "request) or per_row (seed + the row's place in its batch: duplicates are sampled "
+                                     "afresh, a departure)")
 
     # Parameters that control an in-process judge (backend=hf)
-    batch_size: int = _f(16, "answers per forward pass for backend=hf")
-    dtype: str = _f("auto", "judge weights for backend=hf: auto (float32 on every device: a score does not depend on "
-                    "the answers batched beside it; bfloat16 is faster where the hardware computes it, a GPU or a CPU "
-                    "with AVX512-BF16 or AMX, about 6x slower on other CPUs (evolm warns), and moves scores, "
-                    "docs/PERFORMANCE.md), float32, bfloat16, float16. In training a judge of the initial "
-                    "model reads TRL's frozen reference copy instead, in the policy's dtype", choices=DTYPES)
+    batch_size: int = _f(16, "answers per forward pass for backend=hf", ge=1)
+    dtype: Literal[DTYPES] = _f("auto", "judge weights for backend=hf: auto (float32 on every device: a score does not "
+                                "depend on the answers batched beside it; bfloat16 is faster where the hardware "
+                                "computes it, a GPU or a CPU with AVX512-BF16 or AMX, about 6x slower on other CPUs "
+                                "(evolm warns), and moves scores, docs/PERFORMANCE.md), float32, bfloat16, float16. In "
+                                "training a judge of the initial model reads TRL's frozen reference copy instead, in "
+                                "the policy's dtype")
 
     # Parameters that control a prompt longer than the judge's context
     max_context: int = _f(0, "the judge's context in tokens (0: the model's own, from its config; a server's is not "
                           "known, so set it for backend=openai to guard there, prompts then estimated at 3 bytes per "
-                          "token); a prompt leaving no room for the reply is handled per judge.overlong")
-    overlong: str = _f("truncate", "a judge prompt longer than the context: truncate (cut from the middle of the "
-                       "answer, said per row and in the summary) or refuse (an error naming the row)", choices=OVERLONG)
+                          "token); a prompt leaving no room for the reply is handled per judge.overlong", ge=0)
+    overlong: Literal[OVERLONG] = _f("truncate", "a judge prompt longer than the context: truncate (cut from the "
+                                     "middle of the answer, said per row and in the summary) or refuse (an error "
+                                     "naming the row)")
 
     # Parameters that control what the judge reads, and how its reply is read
-    prompt: str = _f("evolm", "wording of the generative judge: evolm (its own instructions and worked examples) or "
-                     "reference (the authors' prompt, texts cut as their code cuts them; the paper config, "
-                     "docs/FIDELITY.md). `evolm judge --show-prompt` prints it", choices=JUDGE_PROMPTS)
+    prompt: Literal[JUDGE_PROMPTS] = _f("evolm", "wording of the generative judge: evolm (its own instructions and "
+                                        "worked examples) or reference (the authors' prompt, texts cut as their code "
+                                        "cuts them; the paper config, docs/FIDELITY.md). `evolm judge --show-prompt` "
+                                        "prints it")
     defences: bool = _f(True, "fence the answer as data, tell the judge to ignore instructions and scores written in "
                         "it and that length and polish earn nothing no criterion asks for; off only in the paper "
                         "config (the authors' prompt; docs/SECURITY.md). Chat markup stays neutralised either way")
-    parse: str = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a score after the "
-                    "thinking, else 'score: x'; clipped to [0, 1]), reference (the authors' reading in training, not "
-                    "clipped; the paper config, docs/FIDELITY.md) or rb2 (their evaluation judge's: the first "
-                    "\"score\": x after the thinking; `evolm eval rb2 --protocol paper`)", choices=JUDGE_PARSERS)
+    parse: Literal[JUDGE_PARSERS] = _f("evolm", "reading of a generative reply: evolm (the first JSON object with a "
+                                       "score after the thinking, else 'score: x'; clipped to [0, 1]), reference (the "
+                                       "authors' reading in training, not clipped; the paper config, docs/FIDELITY.md) "
+                                       "or rb2 (their evaluation judge's: the first \"score\": x after the thinking; "
+                                       "`evolm eval rb2 --protocol paper`)")
     parse_after_thinking: bool = _f(False, "read a generative reply after its closed think block instead of whole: "
                                     "with parse=reference a '{' the judge quotes while thinking (a rubric criterion) "
                                     "otherwise makes the score unreadable when the server has no reasoning parser "
                                     "(a departure, off in the paper config, which serves the judge with vLLM's "
                                     "--reasoning-parser instead; docs/FIDELITY.md)")
-    reward_model_reading: str = _f("evolm", "mode=reward_model: evolm (the raw logit of the answer, thinking "
-                                   "stripped) or reference (the authors' 10 x sigmoid(logit), thinking kept; "
-                                   "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)",
-                                   choices=REWARD_MODEL_READINGS)
+    reward_model_reading: Literal[REWARD_MODEL_READINGS] = _f("evolm", "mode=reward_model: evolm (the raw logit of the "
+                                                              "answer, thinking stripped) or reference (the authors' "
+                                                              "10 x sigmoid(logit), thinking kept; "
+                                                              "configs/baselines/skywork-rm.yaml, docs/FIDELITY.md)")
     chat_template_kwargs: dict = _f({"enable_thinking": True},
                                     "judge chat-template kwargs (paper: Qwen3 thinking on; the probability modes read "
                                     "the score after a closed think block either way)")
@@ -200,93 +243,81 @@ class JudgeConfig:
                     "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
                     "are judged once (evolm.judge.cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
-                    "score there depends on the whole group)")
+                    "score there depends on the whole group)", ge=0)
     cache_mb: float = _f(256.0, "MiB the judge results kept may take, at most (least recently used dropped first): "
                          "a generative result keeps its reasoning (up to about 64 KB), so the entry bound alone could "
-                         "reach gigabytes")
+                         "reach gigabytes", gt=0)
 
     # Parameters that control several judges
     extra_models: list = _f([], "more judges for multi-judge training (their scores are aggregated)")
-    aggregate: str = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes on its pair "
-                        "(reference): majority_vote, average_vote, margin_kappa_format (0.5 margin + 0.3 format + 0.2 "
-                        "Fleiss kappa), or mean (mean scores, then rubric.reward); policy scores are averaged",
-                        choices=MULTI_JUDGE)
+    aggregate: Literal[MULTI_JUDGE] = _f("majority_vote", "with extra_models, a rubric's reward from the judges' votes "
+                                         "on its pair (reference): majority_vote, average_vote, margin_kappa_format "
+                                         "(0.5 margin + 0.3 format + 0.2 Fleiss kappa), or mean (mean scores, then "
+                                         "rubric.reward); policy scores are averaged")
 
-    def problems(self) -> list[str]:
-        j = self
-        return _choice_problems(self, "judge") + _failed([
-            (j.max_context >= 0, f"judge.max_context must be >= 0 (0: the model's own), not {j.max_context}"),
-            *_sampling_checks("judge", j.temperature, j.top_p, j.max_new_tokens),
-            (j.batch_size >= 1, f"judge.batch_size must be >= 1, not {j.batch_size}"),
-            (j.cache >= 0, f"judge.cache must be >= 0 results (0: off), not {j.cache}"),
-            (j.cache_mb > 0 and math.isfinite(j.cache_mb),
-             f"judge.cache_mb must be a positive number, not {j.cache_mb}"),
-            (0 <= j.max_failure_share <= 1, f"judge.max_failure_share must be in [0, 1], not {j.max_failure_share}"),
-            (0 < j.max_reply_mb < math.inf, f"judge.max_reply_mb must be a positive number of MiB, not "
-             f"{j.max_reply_mb}"),
-            (j.max_concurrency >= 1 and min(j.deadline, j.requests_per_minute, j.tokens_per_minute) >= 0,
-             "judge.max_concurrency must be >= 1; judge.deadline, requests_per_minute, tokens_per_minute >= 0 "
-             "(0: none)"),
-            (not isinstance(j.base_url, list) or all(isinstance(u, str) for u in j.base_url) and any(j.base_url),
-             "judge.base_url must be a URL or a non-empty list of URLs"),
-        ])
+    @field_validator("base_url")
+    @classmethod
+    def _urls(cls, url: str | list | None) -> str | list | None:
+        _first([(not isinstance(url, list) or all(isinstance(u, str) for u in url) and any(url),
+                 "judge.base_url must be a URL or a non-empty list of URLs")])
+        return url
 
 
-@dataclass
-class RubricConfig:
+class RubricConfig(Settings):
     """The rubric role: how rubrics are written and rewarded."""
 
     # Parameters that control the rubric reward
-    reward: str = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 margin + 0.3 "
-                     "format), separation", choices=RUBRIC_REWARDS)
-    invalid: str = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge reads its raw "
-                      "text in both roles; the format term does the rest) or zero (reward 0 in the rubric role, "
-                      "judge alone in the policy role)", choices=INVALID_RUBRICS)
+    reward: Literal[RUBRIC_REWARDS] = _f("margin_format", "binary (workshop), margin_format (paper main run: 0.7 "
+                                         "margin + 0.3 format), separation")
+    invalid: Literal[INVALID_RUBRICS] = _f("judge_raw", "a rubric that does not parse: judge_raw (reference: the judge "
+                                           "reads its raw text in both roles; the format term does the rest) or zero "
+                                           "(reward 0 in the rubric role, judge alone in the policy role)")
 
     # Parameters that control how rubrics are written
-    prompt: str = _f("v3", "the rubric prompt in both roles and in held-out evaluation: v3 (the paper's: 2-5 criteria, "
-                     "a dealbreaker allowed for short verifiable answers) or older (the authors' older prompt: 5-10 "
-                     "criteria); both in evolm's words (docs/FIDELITY.md)", choices=RUBRIC_PROMPTS)
+    prompt: Literal[RUBRIC_PROMPTS] = _f("v3", "the rubric prompt in both roles and in held-out evaluation: v3 (the "
+                                         "paper's: 2-5 criteria, a dealbreaker allowed for short verifiable answers) "
+                                         "or older (the authors' older prompt: 5-10 criteria); both in evolm's words "
+                                         "(docs/FIDELITY.md)")
     temperature: float = _f(0.6, "sampling temperature when writing a rubric (paper: 0.6; in training, the rubric a "
-                            "policy question's samples share)")
-    top_p: float = _f(0.95, "top-p when writing a rubric (paper: 0.95)")
+                            "policy question's samples share)", ge=0)
+    top_p: float = _f(0.95, "top-p when writing a rubric (paper: 0.95)", gt=0, le=1)
     max_new_tokens: int = _f(16384, "token budget for writing a rubric, thinking included (in training: the policy "
-                             "phase's rubrics)")
+                             "phase's rubrics)", ge=1)
     constrained: bool = _f(False, "decode every rubric the model writes (policy-step rubrics, rubric-step samples, "
                            "held-out evaluation) under the rubric JSON schema (2-5 criteria with criterion, weight, "
                            "scoring_levels): xgrammar on transformers, structured outputs on vLLM. Off in the paper "
                            "config; GRPO then takes log-probs under the unconstrained model (docs/FIDELITY.md)")
     max_criteria: int = _f(5, "rubric.constrained: the most criteria the rubric grammar lets a rubric have (2-5; the "
-                           "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), "
-                           "so a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole rubrics")
+                           "prompt asks for 2-5). Fewer bound a rubric's length (a criterion is up to ~95 tokens), so "
+                           "a smaller rubric.max_new_tokens / grpo.max_completion_length still holds whole "
+                           "rubrics", ge=2, le=5)
 
     # Parameters that control a fixed writer (frozen_rubric regime)
     writer: str | None = _f(None, "frozen_rubric regime: the fixed writer (model dir/id, or a served model name "
                             "with writer_backend=openai, e.g. gpt-4.1); default: the untrained base model")
-    writer_backend: str = _f("hf", "backend of the fixed writer: hf or openai", choices=BACKENDS)
+    writer_backend: Literal[BACKENDS] = _f("hf", "backend of the fixed writer: hf or openai")
     writer_base_url: str | None = _f(None, "server URL of the fixed writer for writer_backend=openai")
-    writer_timeout: float = _f(120.0, "writer_backend=openai: seconds one request attempt may take in all")
-    writer_max_retries: int = _f(2, "writer_backend=openai: retries of a failed request")
+    writer_timeout: float = _f(120.0, "writer_backend=openai: seconds one request attempt may take in all", gt=0)
+    writer_max_retries: int = _f(2, "writer_backend=openai: retries of a failed request", ge=0)
     writer_temperature: float | None = _f(None, "rubric.writer's temperature (none: rubric.temperature); the "
-                                          "reference's API writer (GPT-4.1): 0")
-    writer_top_p: float | None = _f(None, "rubric.writer's top-p (none: rubric.top_p); the reference's API writer: 1.0")
+                                          "reference's API writer (GPT-4.1): 0", ge=0)
+    writer_top_p: float | None = _f(None, "rubric.writer's top-p (none: rubric.top_p); the reference's API writer: "
+                                    "1.0", gt=0, le=1)
     writer_max_new_tokens: int | None = _f(None, "rubric.writer's token budget (none: rubric.max_new_tokens); the "
-                                           "reference's API writer: 800")
+                                           "reference's API writer: 800", ge=1)
     writer_fallback: str | None = _f(None, "writer_backend=openai: a model at the same endpoint that writes the rubric "
                                      "of a request still failing after its retries (the reference's API writer: "
                                      "gpt-4.1-mini, through litellm's fallbacks); none: the failure stops the run")
 
-    def problems(self) -> list[str]:
-        return _choice_problems(self, "rubric") + _failed([
+    @model_validator(mode="after")
+    def _consistent(self) -> RubricConfig:
+        _first([
             (not (self.constrained and self.prompt == "older"), "rubric.prompt=older asks for 5-10 criteria, which "
              "the rubric grammar (rubric.constrained: 2-5 criteria) cannot write: use rubric.prompt=v3"),
-            (2 <= self.max_criteria <= 5, f"rubric.max_criteria must be 2-5, not {self.max_criteria}"),
-            *_sampling_checks("rubric", self.temperature, self.top_p, self.max_new_tokens),
-            *_sampling_checks("rubric.writer_*", *(self.writer_sampling()[k] for k in ("temperature", "top_p",
-                                                                                      "max_new_tokens"))),
             (self.writer_fallback is None or self.writer_backend == "openai",
              "rubric.writer_fallback needs rubric.writer_backend=openai (a model at the same endpoint)"),
         ])
+        return self
 
     def writer_sampling(self) -> dict[str, Any]:
         """``rubric.writer``'s sampling (``SamplingParams`` fields): ``rubric.writer_*``, else ``rubric.*`` (a frozen
@@ -300,40 +331,39 @@ class RubricConfig:
                 else self.writer_max_new_tokens, "chat_template_kwargs": {}}
 
 
-@dataclass
-class ContrastConfig:
+class ContrastConfig(Settings):
     """Temporal contrast: where the (better, worse) answer pairs for rubric training come from."""
 
     # Parameters that control where the pairs come from
-    pairs: str = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy steps ago), "
-                    "rubric_conditioned, inferred_question, combined, or labelled (data.pairs: human/GPT-4 "
-                    "labelled chosen/rejected pairs, the sanity check of rubric learning)", choices=PAIR_MODES)
+    pairs: Literal[PAIR_MODES] = _f("temporal", "temporal (default: fresh answer vs one from min_age..max_age policy "
+                                    "steps ago), rubric_conditioned, inferred_question, combined, or labelled "
+                                    "(data.pairs: human/GPT-4 labelled chosen/rejected pairs, the sanity check of "
+                                    "rubric learning)")
     combined_weights: dict = _f({"temporal": 0.5, "rubric_conditioned": 0.25, "inferred_question": 0.25},
                                 "mix of builders for pairs=combined")
 
     # Parameters that control the replay buffer and its age window
-    buffer_size: int = _f(2048, "replay buffer entries (oldest dropped first; reference: 2048)")
-    min_age: int = _f(20, "youngest stored answer usable as the worse answer, in policy steps (reference: 20)")
-    max_age: int = _f(100, "oldest stored answer usable, in policy steps (reference: 100)")
+    buffer_size: int = _f(2048, "replay buffer entries (oldest dropped first; reference: 2048)", ge=1)
+    min_age: int = _f(20, "youngest stored answer usable as the worse answer, in policy steps (reference: 20)", ge=0)
+    max_age: int = _f(100, "oldest stored answer usable, in policy steps (reference: 100)", ge=0)
 
     # Parameters that control the fresh (better) answer, and who writes it
-    temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)")
+    temperature: float = _f(1.0, "sampling temperature of the fresh (better) answer (reference: 1.0)", ge=0)
     max_new_tokens: int | None = _f(None, "token budget of a pair's fresh answers (none: grpo.max_completion_length, "
                                     "the policy answers' own, which the replay buffer stores: a temporal pair's "
-                                    "fresh a+ is then never cut shorter than the stored a- it is compared with)")
+                                    "fresh a+ is then never cut shorter than the stored a- it is compared with)", ge=1)
     answerer: str | None = _f(None, "a fixed model that writes the pairs' answers (a frozen policy); default: the "
                               "model being trained. The sequential regime's writer stage uses the base model")
-    answerer_backend: str = _f("hf", "backend of the fixed answerer: hf, openai (e.g. `vllm serve` of the base "
-                               "model) or vllm", choices=BACKENDS)
+    answerer_backend: Literal[BACKENDS] = _f("hf", "backend of the fixed answerer: hf, openai (e.g. `vllm serve` of "
+                                             "the base model) or vllm")
     answerer_base_url: str | None = _f(None, "server URL of the fixed answerer for answerer_backend=openai")
 
-    def problems(self) -> list[str]:
+    @model_validator(mode="after")
+    def _consistent(self) -> ContrastConfig:
         c = self
         weights = c.combined_weights.values()
-        return _choice_problems(self, "contrast") + _failed([
-            (0 <= c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
-            (c.buffer_size >= 1, "contrast.buffer_size must be >= 1"),
-            *_sampling_checks("contrast", c.temperature, None, 1 if c.max_new_tokens is None else c.max_new_tokens),
+        _first([
+            (c.min_age <= c.max_age, "contrast.min_age must be >= 0 and <= contrast.max_age"),
             (set(c.combined_weights) <= set(PAIR_BUILDERS),
              f"contrast.combined_weights keys must be among {', '.join(PAIR_BUILDERS)}, not "
              f"{', '.join(sorted(set(c.combined_weights) - set(PAIR_BUILDERS)))}"),
@@ -341,59 +371,43 @@ class ContrastConfig:
              and (c.pairs != "combined" or any(w > 0 for w in weights)),
              "contrast.combined_weights must be numbers >= 0, at least one > 0 when contrast.pairs=combined"),
         ])
+        return self
 
 
-@dataclass
-class ScheduleConfig:
+class ScheduleConfig(Settings):
     """How the two roles alternate."""
 
-    regime: str = _f("coevolve", "coevolve: K policy then K rubric steps per cycle; sequential: all rubric "
-                     "steps, then all policy steps with the rubric writer frozen; frozen_rubric: policy steps "
-                     "only, rubrics from a fixed writer (the paper's prompted-rubric and RaR baselines); judge_only: "
-                     "policy steps only, no rubric: the judge alone (Direct-Likert with judge.mode=likert) or a "
-                     "scalar reward model (judge.mode=reward_model, the paper's Skywork baseline); rubric_only: "
-                     "rubric steps only, answers from a frozen policy (contrast.answerer, default the base model)",
-                     choices=REGIMES)
-    cycles: int = _f(10, "number of cycles (paper: 10)")
-    steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)")
-    prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)")
-    samples_per_prompt: int = _f(8, "GRPO group size (paper: 8)")
-    save_every: int = _f(25, "checkpoint every N steps, besides every phase end (paper: 25)")
-    samples_logged_per_step: int = _f(0, "rows per step written to samples/*.jsonl (0: all)")
-
-    def problems(self) -> list[str]:
-        s = self
-        return _choice_problems(self, "schedule") + _failed([
-            (s.cycles >= 1 and s.steps_per_phase >= 1, "schedule.cycles and schedule.steps_per_phase must be >= 1"),
-            (s.prompts_per_step >= 1, "schedule.prompts_per_step must be >= 1"),
-            (s.samples_per_prompt >= 2, "schedule.samples_per_prompt must be >= 2 (GRPO compares samples of a group)"),
-            (s.save_every >= 1, "schedule.save_every must be >= 1"),
-        ])
+    regime: Literal[REGIMES] = _f("coevolve", "coevolve: K policy then K rubric steps per cycle; sequential: all "
+                                  "rubric steps, then all policy steps with the rubric writer frozen; frozen_rubric: "
+                                  "policy steps only, rubrics from a fixed writer (the paper's prompted-rubric and RaR "
+                                  "baselines); judge_only: policy steps only, no rubric: the judge alone "
+                                  "(Direct-Likert with judge.mode=likert) or a scalar reward model "
+                                  "(judge.mode=reward_model, the paper's Skywork baseline); rubric_only: rubric steps "
+                                  "only, answers from a frozen policy (contrast.answerer, default the base model)")
+    cycles: int = _f(10, "number of cycles (paper: 10)", ge=1)
+    steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)", ge=1)
+    prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)", ge=1)
+    samples_per_prompt: int = _f(8, "GRPO group size (paper: 8)", ge=2)
+    save_every: int = _f(25, "checkpoint every N steps, besides every phase end (paper: 25)", ge=1)
+    samples_logged_per_step: int = _f(0, "rows per step written to samples/*.jsonl (0: all)", ge=0)
 
 
-@dataclass
-class DataConfig:
+class DataConfig(Settings):
     """Training prompts (only prompts are used, never labels)."""
 
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
-    limit: int = _f(0, "use only the first N prompts (0: all)")
+    limit: int = _f(0, "use only the first N prompts (0: all)", ge=0)
     max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
                                 "writer's conversation, in the model's chat template) is longer than this many tokens, "
                                 "and a labelled pair (data.pairs) or held-out pair or question (eval.*, after "
                                 "eval.limit) whose prompt is; counted and reported at the start "
                                 "of the run and by the dry run (0: keep every prompt). A prompt longer than vLLM's "
-                                "context (grpo.vllm_max_model_length) stops the run on the process that holds it")
+                                "context (grpo.vllm_max_model_length) stops the run on the process that holds it", ge=0)
     pairs: str | None = _f(None, "contrast.pairs=labelled: JSONL of {prompt, chosen, rejected} pairs (also accepts "
                            "the pair files `evolm eval pairs` reads)")
 
-    def problems(self) -> list[str]:
-        return _failed([(self.limit >= 0, f"data.limit must be >= 0 (0: all prompts), not {self.limit}"),
-                        (self.max_prompt_tokens >= 0, "data.max_prompt_tokens must be >= 0 (0: keep every prompt), "
-                         f"not {self.max_prompt_tokens}")])
 
-
-@dataclass
-class EvalConfig:
+class EvalConfig(Settings):
     """Held-out evaluation during training, logged to metrics.jsonl with the current weights."""
 
     pairs: str | None = _f(None, "JSONL of held-out {prompt, chosen, rejected} pairs: the judge's pairwise accuracy "
@@ -402,16 +416,12 @@ class EvalConfig:
                                "the policy's mean judge score under a fixed evaluation rubric set (written once by "
                                "the initial writer, saved as eval_rubrics.jsonl in the run)")
     every: int = _f(0, "evaluate every N optimizer steps, before the first step and at the end (0: only before "
-                    "the first step and at the end when pairs or questions are set)")
+                    "the first step and at the end when pairs or questions are set)", ge=0)
     limit: int = _f(0, "use only the first N held-out pairs and N questions (0: all); of those, the ones over "
-                    "data.max_prompt_tokens are skipped")
-
-    def problems(self) -> list[str]:
-        return _failed([(self.every >= 0 and self.limit >= 0, "eval.every and eval.limit must be >= 0")])
+                    "data.max_prompt_tokens are skipped", ge=0)
 
 
-@dataclass
-class RewardsConfig:
+class RewardsConfig(Settings):
     """Reward functions besides the judge, added to the policy's reward (off in the paper)."""
 
     extra: list = _f([], "TRL-style reward functions added to the policy reward on policy steps (rubric steps are "
@@ -425,36 +435,38 @@ class RewardsConfig:
                                   "criteria that separate its group's answers (a criterion whose P(Yes) spans less "
                                   "than 0.05 across the group is dropped from the weighting). Off in the paper; the "
                                   "share of such criteria is logged per step either way (flat_criteria)")
-    monitor: str = _f("report", "what the reward-hacking monitor (training.monitor) does on policy steps: report (only "
-                      "log its signals; the paper has no monitor), mask (also drop the judge reward of each answer it "
-                      "flags, a score string or a copy of the rubric: that answer gets its group's mean, zero "
-                      "advantage), stop (end the run at a policy step whose flagged share reaches monitor_stop_share "
-                      "or whose length_drift passes 2; the last checkpoint stays)", choices=MONITOR_ACTIONS)
+    monitor: Literal[MONITOR_ACTIONS] = _f("report", "what the reward-hacking monitor (training.monitor) does on "
+                                           "policy steps: report (only log its signals; the paper has no monitor), "
+                                           "mask (also drop the judge reward of each answer it flags, a score string "
+                                           "or a copy of the rubric: that answer gets its group's mean, zero "
+                                           "advantage), stop (end the run at a policy step whose flagged share reaches "
+                                           "monitor_stop_share or whose length_drift passes 2; the last checkpoint "
+                                           "stays)")
     monitor_stop_share: float = _f(0.5, "monitor=stop: the share of a policy step's answers flagged (score string or "
-                                   "rubric copy) that ends the run")
+                                   "rubric copy) that ends the run", gt=0, le=1)
 
-    def problems(self) -> list[str]:
-        return _choice_problems(self, "rewards") + _failed([
-            (0 < self.monitor_stop_share <= 1,
-             f"rewards.monitor_stop_share must be in (0, 1], not {self.monitor_stop_share}")]) \
-            + extra_reward_problems(self.extra)
+    @field_validator("extra")
+    @classmethod
+    def _extra_shape(cls, entries: list) -> list:
+        if problems := extra_reward_problems(entries):
+            raise ValueError(problems[0])
+        return entries
 
 
-@dataclass
-class RunConfig:
+class RunConfig(Settings):
     """A whole EvoLM run."""
 
     output_dir: str = _f("runs/evolm", "run directory: config, checkpoints, buffer, metrics, samples")
     seed: int = _f(0, "seed of everything random: sampled generation (rubrics, answers, a generative judge), "
-                   "shuffles and draws, in [0, 2**32)")
-    model: ModelConfig = field(default_factory=ModelConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
-    rubric: RubricConfig = field(default_factory=RubricConfig)
-    contrast: ContrastConfig = field(default_factory=ContrastConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+                   "shuffles and draws, in [0, 2**32)", ge=0, lt=2**32)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    rubric: RubricConfig = Field(default_factory=RubricConfig)
+    contrast: ContrastConfig = Field(default_factory=ContrastConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     grpo: dict = _f(
         {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "beta": 0.001, "epsilon": 0.2, "loss_type": "grpo",
          "temperature": 1.0, "top_p": 0.95, "max_completion_length": 16384, "per_device_train_batch_size": 8,
@@ -464,36 +476,45 @@ class RunConfig:
         "sets num_generations, batch sizes, max_steps, saving and logging itself",
     )
 
-    def __post_init__(self) -> None:
-        validate(self)
+    @field_validator("output_dir")
+    @classmethod
+    def _run_directory(cls, path: str) -> str:
+        _first([(path.strip() != "", "output_dir must name a directory"),
+                (not _system_dir(path), f"output_dir {path} is the filesystem root or a system directory (/proc, /sys, "
+                 "/dev): choose a directory of its own for the run")])
+        return path
 
-    def problems(self) -> list[str]:
-        """What is wrong across sections, after each section's own ``problems``."""
-        s, c, j = self.schedule, self.contrast, self.judge
-        reserved = sorted(k for k in set(EVOLM_GRPO_KEYS) & set(self.grpo)
+    @field_validator("grpo")
+    @classmethod
+    def _grpo(cls, grpo: dict) -> dict:
+        """What GRPOConfig would take but evolm cannot train with; its keys and types are checked against TRL's
+        GRPOConfig at launch and in the dry run (``trl_adapter.grpo_errors``)."""
+        reserved = sorted(k for k in set(EVOLM_GRPO_KEYS) & set(grpo)
                           if k != "num_iterations")  # num_iterations: 1 may be written down; any other value is refused
-        urls = [("judge.base_url", u) for u in endpoint_urls(j.base_url)] + [
-            ("rubric.writer_base_url", self.rubric.writer_base_url),
-            ("contrast.answerer_base_url", c.answerer_base_url)]
-        return _failed([
-            (j.mode != REWARD_MODEL_MODE or s.regime == "judge_only",
-             "judge.mode=reward_model (a scalar reward model reads no rubric) needs schedule.regime=judge_only"),
-            (0 <= self.seed < 2**32, f"seed must be >= 0 and < 2**32 (numpy's limit), not {self.seed}"),
-            (self.output_dir.strip() != "", "output_dir must name a directory"),
-            (not _system_dir(self.output_dir), f"output_dir {self.output_dir} is the filesystem root or a system "
-             "directory (/proc, /sys, /dev): choose a directory of its own for the run"),
-            (c.pairs != "labelled" or bool(self.data.pairs), "contrast.pairs=labelled needs data.pairs: a JSONL file "
-             "of {prompt, chosen, rejected} pairs"),
-            (j.timeout > 0 and self.rubric.writer_timeout > 0,
-             "judge.timeout and rubric.writer_timeout must be > 0 seconds"),
-            (j.max_retries >= 0 and self.rubric.writer_max_retries >= 0,
-             "judge.max_retries and rubric.writer_max_retries must be >= 0"),
-            (self.grpo.get("num_iterations", 1) == 1,
+        _first([
+            (grpo.get("num_iterations", 1) == 1,
              "grpo.num_iterations must be 1: evolm makes one update per generation batch (as the paper does), and a "
              "reused batch would train one step's rows at the next step of the plan"),
             (not reserved, f"grpo.{(reserved or [''])[0]} is set by evolm (it keeps one TRL generation batch = one "
              "optimizer step of one role; see training.grpo_config.evolm_grpo_settings): set schedule.*, seed, "
              "output_dir or model.chat_template_kwargs instead"),
+        ])
+        if errors := grpo_value_errors(grpo):
+            raise ValueError(errors[0])
+        return grpo
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        """What spans sections; the URLs of the servers."""
+        c, j = self.contrast, self.judge
+        urls = [("judge.base_url", u) for u in endpoint_urls(j.base_url)] + [
+            ("rubric.writer_base_url", self.rubric.writer_base_url),
+            ("contrast.answerer_base_url", c.answerer_base_url)]
+        _first([
+            (j.mode != REWARD_MODEL_MODE or self.schedule.regime == "judge_only",
+             "judge.mode=reward_model (a scalar reward model reads no rubric) needs schedule.regime=judge_only"),
+            (c.pairs != "labelled" or bool(self.data.pairs), "contrast.pairs=labelled needs data.pairs: a JSONL file "
+             "of {prompt, chosen, rejected} pairs"),
             (not self.temporal_pairs() or c.max_new_tokens is None or c.max_new_tokens >= self.policy_tokens,
              f"contrast.max_new_tokens ({c.max_new_tokens}) is below grpo.max_completion_length "
              f"({self.policy_tokens}): a temporal pair's fresh answer (a+) would be cut shorter than the stored "
@@ -502,7 +523,9 @@ class RunConfig:
             (not self.rewards.drop_flat_criteria or j.mode == "yesno",
              "rewards.drop_flat_criteria re-weights a score made of its criteria's values: it needs judge.mode=yesno, "
              f"not {j.mode}"),
-        ]) + grpo_value_errors(self.grpo) + [e for n, u in urls if u and (e := url_error(n, u))]
+            *((False, e) for name, url in urls if url and (e := url_error(name, url))),
+        ])
+        return self
 
     @property
     def policy_tokens(self) -> int:
@@ -567,14 +590,6 @@ def extra_reward_problems(entries: Any) -> list[str]:
     return []
 
 
-def _sampling_checks(section: str, temperature: float, top_p: float | None, max_new_tokens: int
-                     ) -> list[tuple[bool, str]]:
-    return [(math.isfinite(temperature) and temperature >= 0,
-             f"{section}.temperature must be a finite number >= 0 (0: greedy), not {temperature}"),
-            (top_p is None or 0 < top_p <= 1, f"{section}.top_p must be in (0, 1], not {top_p}"),
-            (max_new_tokens >= 1, f"{section}.max_new_tokens must be >= 1, not {max_new_tokens}")]
-
-
 def url_error(name: str, url: Any) -> str | None:
     """Why ``url`` is no http(s)://host[:port]/path URL (``None``: it is one)."""
     from urllib.parse import urlparse
@@ -596,27 +611,3 @@ def _system_dir(path: str) -> bool:
     except (OSError, RuntimeError):
         return False
     return p == Path(p.anchor) or any(p == Path(d) or Path(d) in p.parents for d in ("/proc", "/sys", "/dev"))
-
-
-def _choice(name: str, value: Any, choices: Any) -> str:
-    return f"{name} must be one of {', '.join(choices)}, not '{value}'"
-
-
-def _failed(checks: list[tuple[bool, str]]) -> list[str]:
-    return [msg for ok, msg in checks if not ok]
-
-
-def _choice_problems(section: Any, prefix: str) -> list[str]:
-    """A setting declared with ``choices`` holding another name."""
-    return [_choice(f"{prefix}.{f.name}", getattr(section, f.name), f.metadata["choices"])
-            for f in dataclasses.fields(section) if "choices" in f.metadata
-            and getattr(section, f.name) not in f.metadata["choices"]]
-
-
-def validate(cfg: RunConfig) -> None:
-    """Reject inconsistent settings with a message that says which field and why: each section checks itself,
-    then the run checks what spans sections."""
-    for section in (cfg.schedule, cfg.contrast, cfg.rubric, cfg.judge, cfg.model, cfg.data, cfg.eval, cfg.rewards,
-                    cfg):
-        if problems := section.problems():
-            raise InputError(problems[0])

@@ -21,7 +21,6 @@ What it refuses, and what it only says:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,7 +153,7 @@ def probe_judge(cfg: RunConfig, model: str, url: str) -> ProbeReport:
     from evolm.judge.judge import JudgeItem, build_judge
     from evolm.rubrics import parse_rubric
 
-    judge = build_judge(dataclasses.replace(cfg.judge, base_url=url), model, seed=cfg.seed, failures="missing")
+    judge = build_judge(cfg.judge.model_copy(update={"base_url": url}), model, seed=cfg.seed, failures="missing")
     judge.backend = recording = _Recording(judge.backend)
     rubric = parse_rubric(PROBE_RUBRIC)
     items = [JudgeItem(PROBE_QUESTION, a, rubric, rubric_text=PROBE_RUBRIC) for a in PROBE_ANSWERS[:PROBES]]

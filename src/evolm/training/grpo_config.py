@@ -17,7 +17,7 @@ def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any
     """The ``GRPOConfig`` keywords evolm sets itself, from the schedule, the seed and the output_dir.
 
     These are what make one TRL generation batch exactly one optimizer step of one role, in plan
-    order; ``validate`` refuses them in ``grpo:`` (``config.EVOLM_GRPO_KEYS``, which a test holds to
+    order; ``RunConfig`` refuses them in ``grpo:`` (``config.EVOLM_GRPO_KEYS``, which a test holds to
     this function's keys).
     """
     s = cfg.schedule

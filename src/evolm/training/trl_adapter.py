@@ -262,7 +262,7 @@ def training_args(cfg: RunConfig) -> Any:
     grpo.setdefault("ddp_find_unused_parameters", False)
     _checkpointing_by_new_name(grpo, GRPOConfig)
     try:
-        args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # validate() refused overlaps
+        args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # RunConfig refused overlaps
     except ValueError as e:  # transformers' and TRL's checks of the settings, e.g. bf16 on a machine without it
         raise RunError(f"trl.GRPOConfig refused the run's grpo settings: {e}".splitlines()[0]) from None
     if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
