@@ -204,11 +204,11 @@ def stated_rubric(constraints: list[dict]) -> Any:
     return Rubric(tuple(Criterion(describe(c), w) for c in constraints))
 
 
-def load_judge(model: str = JUDGE) -> Any:
+def load_judge(model: str = JUDGE, mode: str = JUDGE_MODE) -> Any:
     from evolm.backends.loading import load_backend
     from evolm.judge.judge import Judge
 
-    return Judge(load_backend(model, dtype=JUDGE_DTYPE, batch_size=8), mode=JUDGE_MODE)
+    return Judge(load_backend(model, dtype=JUDGE_DTYPE, batch_size=8), mode=mode)
 
 
 def credit(s_pos: float | None, s_neg: float | None) -> float:
@@ -225,7 +225,7 @@ def visibility(args: argparse.Namespace) -> None:
     pairs += edited_pairs(rows, max(0, args.pairs))
     if args.families:
         pairs = [p for p in pairs if p["family"] in args.families.split(",")]
-    judge = load_judge(args.judge)
+    judge = load_judge(args.judge, args.mode)
     items = []
     for p in pairs:
         rubric = stated_rubric(p["constraints"])
@@ -240,13 +240,14 @@ def visibility(args: argparse.Namespace) -> None:
         none_pos, stated_pos, none_neg, stated_neg = scores[4 * i:4 * i + 4]
         out.append({**p, "none": [none_pos, none_neg], "stated": [stated_pos, stated_neg],
                     "credit_none": credit(none_pos, none_neg), "credit_stated": credit(stated_pos, stated_neg)})
-    name = args.judge.replace("/", "_") + (f"-{args.tag}" if args.tag else "")
+    name = args.judge.replace("/", "_") + (f"-{args.mode}" if args.mode != JUDGE_MODE else "") + \
+        (f"-{args.tag}" if args.tag else "")
     write_jsonl(RESULTS / f"visibility-{name}.jsonl", out)
     table = visibility_table(out)
     (RESULTS / f"visibility-{name}.json").write_text(json.dumps(
-        {"judge": args.judge, "mode": JUDGE_MODE, "dtype": JUDGE_DTYPE, "seconds": round(seconds, 1), **stamp(),
+        {"judge": args.judge, "mode": args.mode, "dtype": JUDGE_DTYPE, "seconds": round(seconds, 1), **stamp(),
          "families": table}, indent=1) + "\n")
-    print_visibility(table, args.judge)
+    print_visibility(table, f"{args.judge}, {args.mode}")
 
 
 def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
@@ -268,7 +269,7 @@ def visibility_table(rows: list[dict]) -> dict[str, dict[str, Any]]:
 
 
 def print_visibility(table: dict[str, dict[str, Any]], judge: str) -> None:
-    print(f"\nthe judge's pair accuracy per family ({judge}, {JUDGE_MODE}, {JUDGE_DTYPE}): constraint stated vs none")
+    print(f"\nthe judge's pair accuracy per family ({judge}, {JUDGE_DTYPE}): constraint stated vs none")
     print(f"{'family (pairs)':44} {'pairs':>5} {'none':>6} {'stated':>7} {'lift':>6} {'better/worse':>13} "
           f"{'sign p':>7}")
     for f, t in sorted(table.items(), key=lambda kv: (kv[0] == "all", kv[0])):
@@ -450,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--families", default="", help="only these families, comma-separated (default: all)")
     v.add_argument("--pairs", type=int, default=20, help="natural pairs per family, at most (default: 20)")
     v.add_argument("--tag", default="", help="added to the result files' names (a second set of families)")
+    v.add_argument("--mode", default=JUDGE_MODE, choices=("yesno", "prob", "generative"),
+                   help="the judge's mode (default: %(default)s, the study's)")
     v.set_defaults(fn=visibility)
     heldout = Path("data/constraints/heldout.jsonl")
     a = sub.add_parser("answers", help="sample and check answers to the held-out prompts")
