@@ -8,6 +8,7 @@
   pairs       the held-out pairs: per held-out prompt, a compliant and a non-compliant answer (natural pairs)
   arm         judge the held-out pairs under one writer's rubrics (none, stated, or a model/adapter that writes them)
   table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
+  progress    a training run's course per step: constraints followed, newer answer better, rubrics naming them
   watch       a training run's precondition (is the newer answer better?); with --stop, end the run when it fails
 
 Build the prompt sets first: `python scripts/build_constraint_prompts.py` (after `python scripts/fetch_data.py`).
@@ -396,6 +397,40 @@ def table(args: argparse.Namespace) -> None:
     print(text)
 
 
+def progress(args: argparse.Namespace) -> None:
+    """A run's course per step from its records: the policy's share of constraints followed (its answers), the
+    newer-better counts of each rubric step, and the share of the writer's rubrics that name the constraint."""
+    steps: dict[int, dict[str, Any]] = {}
+    for f in sorted((args.run / "samples").glob("*.jsonl")):
+        for r in read_jsonl(f):
+            if not r.get("constraints"):
+                continue
+            s = steps.setdefault(r["step"], {"role": r["role"], "followed": [], "named": {}})
+            if r["role"] == "policy" and r.get("constraints_passed") is not None:
+                s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
+            if r.get("rubric_text"):
+                s["named"][r["rubric_text"]] = names_constraint(r["rubric_text"], r["constraints"])
+    for m in read_jsonl(args.run / "metrics.jsonl"):
+        if m["step"] in steps and m.get("newer_passes_more") is not None:
+            steps[m["step"]]["newer"] = (m["newer_passes_more"], m["newer_passes_fewer"], m["newer_passes_same"])
+    lines = ["| step | role | constraints followed (policy answers) | newer better / worse / same "
+             "| rubrics naming the constraint |", "|---|---|---|---|---|"]
+    for step, s in sorted(steps.items()):
+        followed = f"{sum(s['followed']) / len(s['followed']):.2f} (n {len(s['followed'])})" if s["followed"] else "-"
+        newer = " / ".join(map(str, s["newer"])) if "newer" in s else "-"
+        named = f"{sum(s['named'].values()) / len(s['named']):.2f} (n {len(s['named'])})" if s["named"] else "-"
+        lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} |")
+    pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)
+    if pre:
+        more, fewer = pre.early[:2] if pre.early else (pre.more, pre.fewer)
+        lines.append(f"\nnewer better / worse / same over the run: {pre.more} / {pre.fewer} / {pre.same} (sign p = "
+                     f"{sign_p(pre.more, pre.fewer):.3f}); the first {more + fewer} that differ: {more} / {fewer}")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
 def watch(args: argparse.Namespace) -> int:
     """Exit 3 (and with --stop, send the training process SIGTERM: it stops as Ctrl-C does, at a step's end) when
     the newer answer followed more constraints in under ``--floor`` of the first ``--first`` pairs that differ."""
@@ -476,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     w.set_defaults(fn=arm)
     t = sub.add_parser("table", help="the held-out table from the kept arm files")
     t.set_defaults(fn=table)
+    pr = sub.add_parser("progress", help="a run's course per step: constraints followed, newer better, named")
+    pr.add_argument("run", type=Path, help="the run directory")
+    pr.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
+    pr.set_defaults(fn=progress)
     wa = sub.add_parser("watch", help="a run's precondition; --stop ends the run when it fails")
     wa.add_argument("run", type=Path, help="the run directory")
     wa.add_argument("--first", type=int, default=40, help="pairs that differ, judged first (default: 40)")

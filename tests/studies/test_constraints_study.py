@@ -87,3 +87,24 @@ def test_watch_stops_a_run_whose_newer_answers_are_not_better(tmp_path) -> None:
     finally:
         if victim.poll() is None:
             victim.kill()
+
+
+def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    two = [*PS, {"id": "detectable_format:title", "kwargs": {}}]
+    policy = [{"step": 1, "role": "policy", "constraints": two, "constraints_passed": k,
+               "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
+              for k in (0, 1, 2, 2)]
+    rubric = [{"step": 2, "role": "rubric", "constraints": PS, "rubric_text": text}
+              for text in ("1. Ends with a P.S.", "1. Is correct.", "1. Is correct.")]
+    (run / "samples" / "phase-000-policy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in policy))
+    (run / "samples" / "phase-000-rubric.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rubric))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 1, "role": "policy"},
+        {"step": 2, "role": "rubric", "newer_passes_more": 3, "newer_passes_fewer": 1, "newer_passes_same": 0}]))
+    assert study.main(["progress", str(run), "--out", str(tmp_path / "p.md")]) == 0
+    text = (tmp_path / "p.md").read_text()
+    assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) |" in text  # 5 of 8 followed; one rubric, naming both
+    assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) |" in text  # distinct rubrics: one of the two names it
+    assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
