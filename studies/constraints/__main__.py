@@ -54,6 +54,20 @@ def stamp() -> dict[str, Any]:
             "evolm_commit": commit.strip() or "unknown"}
 
 
+def judge_code() -> str:
+    """sha256 of the judge's code (src/evolm/judge/*.py, prompts and defences): an arm's key holds it, and the table
+    refuses arms judged by different code, so that a later change to the defences cannot silently change the
+    study's judge (run the study's steps from a checkout of the run's commit instead)."""
+    import hashlib
+
+    import evolm.judge
+
+    h = hashlib.sha256()
+    for f in sorted(Path(evolm.judge.__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def short(family: str) -> str:
     return family.split(":", 1)[1]
 
@@ -329,7 +343,7 @@ def arm(args: argparse.Namespace) -> None:
                     "s_neg": scores[2 * i + 1], "credit": credit(scores[2 * i], scores[2 * i + 1]), "rubric": text,
                     "names_constraint": names_constraint(text, p["constraints"]) if text else None})
     key = {"writer": args.writer, "judge": args.judge, "mode": JUDGE_MODE, "dtype": JUDGE_DTYPE,
-           "defences": "evolm default", **stamp()}
+           "defences": "evolm default", "judge_code": judge_code(), **stamp()}
     write_jsonl(RESULTS / "arms" / f"{args.name}.jsonl", [{"key": key}, *out])
     n, k = len(out), sum(r["credit"] for r in out)
     print(f"{args.name}: pair accuracy {k / n:.3f} (n = {n})")
@@ -367,9 +381,15 @@ ORDER = ("none", "stated", "base")  # the table's first rows: no rubric, the cei
 
 def table(args: argparse.Namespace) -> None:
     """The held-out table: per arm, the trained families, the held-out families, each family, and all pairs."""
-    arms = {f.stem: read_jsonl(f)[1:] for f in sorted((RESULTS / "arms").glob("*.jsonl"))}
-    if not arms:
+    files = {f.stem: read_jsonl(f) for f in sorted((RESULTS / "arms").glob("*.jsonl"))}
+    if not files:
         raise SystemExit("no arm files yet: run `python -m studies.constraints arm ...` first")
+    judges = {name: tuple(rows[0]["key"].get(k) for k in ("judge", "mode", "dtype", "judge_code"))
+              for name, rows in files.items()}
+    if len(set(judges.values())) > 1:
+        raise SystemExit("the arms were judged by different judges (model, mode, dtype, judge code): "
+                         + "; ".join(f"{n}: {j}" for n, j in judges.items()) + " - re-judge them with one")
+    arms = {name: rows[1:] for name, rows in files.items()}
     names = [n for n in ORDER if n in arms] + [n for n in arms if n not in ORDER]
     lines = ["| writer | pairs | n | pair accuracy [95% CI] | vs no rubric (better / worse, p) "
              "| vs base writer | names the constraint |", "|---|---|---|---|---|---|---|"]

@@ -45,12 +45,14 @@ def test_a_natural_pair_comes_from_one_model_when_one_gave_both() -> None:
     assert pair["chosen"] == "Another.\nP.S. yes"
 
 
-def _arm_file(results: Path, name: str, credits: list[float], named: list[bool] | None = None) -> None:
+def _arm_file(results: Path, name: str, credits: list[float], named: list[bool] | None = None,
+              judge_code: str = "abc") -> None:
     rows = [{"prompt": f"q{i}", "family": "detectable_content:postscript" if i % 2 else "startend:end_checker",
              "split": "trained family" if i % 2 else "held-out family", "credit": c,
              "names_constraint": None if named is None else named[i]} for i, c in enumerate(credits)]
     (results / "arms").mkdir(parents=True, exist_ok=True)
-    (results / "arms" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"key": {}}, *rows]))
+    key = {"judge": "j", "mode": "yesno", "dtype": "float32", "judge_code": judge_code}
+    (results / "arms" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"key": key}, *rows]))
 
 
 def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer(tmp_path, monkeypatch) -> None:
@@ -67,6 +69,16 @@ def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer
     assert "8 / 1, p = 0.039" in trained_all and trained_all.endswith("| 1.00 |")
     assert any(line.startswith("| trained | held-out family | 5 |") for line in lines)
     assert any(line.startswith("| trained |   end_checker | 5 |") for line in lines)
+
+
+def test_the_table_refuses_arms_judged_by_different_judge_code(tmp_path, monkeypatch) -> None:
+    """A change to the judge's defences between arms would change the study's judge silently: refused."""
+    monkeypatch.setattr(study, "RESULTS", tmp_path)
+    _arm_file(tmp_path, "none", [0.0] * 4)
+    _arm_file(tmp_path, "base", [1.0] * 4, judge_code="def")
+    with pytest.raises(SystemExit, match="different judges"):
+        study.table(None)
+    assert len(study.judge_code()) == 16
 
 
 def test_watch_stops_a_run_whose_newer_answers_are_not_better(tmp_path) -> None:
