@@ -428,8 +428,9 @@ def progress(args: argparse.Namespace) -> None:
             s = steps.setdefault(r["step"], {"role": r["role"], "followed": [], "named": {}})
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
-            if r.get("rubric_text"):
-                s["named"][r["rubric_text"]] = names_constraint(r["rubric_text"], r["constraints"])
+            text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
+            if text:
+                s["named"][text] = names_constraint(text, r["constraints"])
     for m in read_jsonl(args.run / "metrics.jsonl"):
         if m["step"] in steps and m.get("newer_passes_more") is not None:
             steps[m["step"]]["newer"] = (m["newer_passes_more"], m["newer_passes_fewer"], m["newer_passes_same"])

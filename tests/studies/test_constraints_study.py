@@ -108,7 +108,7 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     policy = [{"step": 1, "role": "policy", "constraints": two, "constraints_passed": k,
                "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
               for k in (0, 1, 2, 2)]
-    rubric = [{"step": 2, "role": "rubric", "constraints": PS, "rubric_text": text}
+    rubric = [{"step": 2, "role": "rubric", "constraints": PS, "completion": text}  # a rubric row: the written rubric
               for text in ("1. Ends with a P.S.", "1. Is correct.", "1. Is correct.")]
     (run / "samples" / "phase-000-policy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in policy))
     (run / "samples" / "phase-000-rubric.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rubric))
