@@ -20,6 +20,7 @@ import argparse
 import collections
 import json
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -419,13 +420,16 @@ def table(args: argparse.Namespace) -> None:
 
 def progress(args: argparse.Namespace) -> None:
     """A run's course per step from its records: the policy's share of constraints followed (its answers), the
-    newer-better counts of each rubric step, and the share of the writer's rubrics that name the constraint."""
+    newer-better counts of each rubric step, the share of the writer's rubrics that name the constraint, and the
+    writer's reward spread (the mean standard deviation across a question's rubrics: GRPO's signal)."""
     steps: dict[int, dict[str, Any]] = {}
     for f in sorted((args.run / "samples").glob("*.jsonl")):
         for r in read_jsonl(f):
             if not r.get("constraints"):
                 continue
-            s = steps.setdefault(r["step"], {"role": r["role"], "followed": [], "named": {}})
+            s = steps.setdefault(r["step"], {"role": r["role"], "followed": [], "named": {}, "rewards": {}})
+            if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
+                s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
             text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
@@ -435,12 +439,15 @@ def progress(args: argparse.Namespace) -> None:
         if m["step"] in steps and m.get("newer_passes_more") is not None:
             steps[m["step"]]["newer"] = (m["newer_passes_more"], m["newer_passes_fewer"], m["newer_passes_same"])
     lines = ["| step | role | constraints followed (policy answers) | newer better / worse / same "
-             "| rubrics naming the constraint |", "|---|---|---|---|---|"]
+             "| rubrics naming the constraint | reward spread across a question's rubrics |",
+             "|---|---|---|---|---|---|"]
     for step, s in sorted(steps.items()):
         followed = f"{sum(s['followed']) / len(s['followed']):.2f} (n {len(s['followed'])})" if s["followed"] else "-"
         newer = " / ".join(map(str, s["newer"])) if "newer" in s else "-"
         named = f"{sum(s['named'].values()) / len(s['named']):.2f} (n {len(s['named'])})" if s["named"] else "-"
-        lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} |")
+        groups = [g for g in s["rewards"].values() if len(g) > 1]
+        spread = f"{sum(statistics.pstdev(g) for g in groups) / len(groups):.3f}" if groups else "-"
+        lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} | {spread} |")
     pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)
     if pre:
         more, fewer = pre.early[:2] if pre.early else (pre.more, pre.fewer)

@@ -108,8 +108,8 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     policy = [{"step": 1, "role": "policy", "constraints": two, "constraints_passed": k,
                "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
               for k in (0, 1, 2, 2)]
-    rubric = [{"step": 2, "role": "rubric", "constraints": PS, "completion": text}  # a rubric row: the written rubric
-              for text in ("1. Ends with a P.S.", "1. Is correct.", "1. Is correct.")]
+    rubric = [{"step": 2, "role": "rubric", "slot": 0, "constraints": PS, "completion": text, "reward": reward}
+              for text, reward in (("1. Ends with a P.S.", 1.0), ("1. Is correct.", 0.0), ("1. Is correct.", 0.5))]
     (run / "samples" / "phase-000-policy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in policy))
     (run / "samples" / "phase-000-rubric.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rubric))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
@@ -117,6 +117,6 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
         {"step": 2, "role": "rubric", "newer_passes_more": 3, "newer_passes_fewer": 1, "newer_passes_same": 0}]))
     assert study.main(["progress", str(run), "--out", str(tmp_path / "p.md")]) == 0
     text = (tmp_path / "p.md").read_text()
-    assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) |" in text  # 5 of 8 followed; one rubric, naming both
-    assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) |" in text  # distinct rubrics: one of the two names it
+    assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - |" in text  # 5 of 8 followed; one rubric, naming both
+    assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 |" in text  # one of two distinct rubrics names it
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
