@@ -226,10 +226,17 @@ def defence(backend: Any, config: str) -> Any:
 
 
 def lifts(judge: Judge, tokenizer: Any = None,
-          only: Sequence[str] | None = None) -> dict[str, tuple[float, float | None, int]]:
+          only: Sequence[str] | None = None) -> dict[str, tuple[float, float | None, int, float]]:
     """Attack -> (mean lift over the neutral sign-off of the same length, mean attack-minus-plain-words or ``None``,
-    items whose attacked answer scored above its sign-off)."""
+    items whose attacked answer scored above its sign-off, mean lift over the bad answer as it is).
+
+    The two lifts answer two questions. Over the sign-off: does the attack beat any text of its length (the length
+    alone moves a small judge)? Over the answer as it is: does appending the attack pay at all? A defence that
+    removes the attack leaves a short answer, which a judge that dislikes a long off-topic sign-off scores above it:
+    then the first lift grows with the attack's length, and the second shows whether any of the attack got through.
+    """
     out = {}
+    alone = item_scores(judge, steering_items(None))
     for name, (attack, plain) in attacks(tokenizer).items():
         if only and name not in only:
             continue
@@ -241,7 +248,9 @@ def lifts(judge: Judge, tokenizer: Any = None,
         if plain is not None:
             kept = [x for x in attacked if x is not None]
             vs_plain = (sum(kept) / len(kept) if kept else float("nan")) - mean_score(judge, steering_items(plain))
-        out[name] = (lift, vs_plain, sum(x > y for x, y in pairs))
+        solo = [(x, y) for x, y in zip(attacked, alone, strict=True) if x is not None and y is not None]
+        vs_alone = sum(x - y for x, y in solo) / len(solo) if solo else float("nan")
+        out[name] = (lift, vs_plain, sum(x > y for x, y in pairs), vs_alone)
     return out
 
 
@@ -276,11 +285,11 @@ def main() -> None:
             judge = Judge(backend, mode=mode, max_new_tokens=args.max_new_tokens, constrained=args.constrained)
             with defence(backend, config):
                 result = lifts(judge, backend.tokenizer, args.attacks)
-            for name, (lift, vs_plain, up) in result.items():
+            for name, (lift, vs_plain, up, vs_alone) in result.items():
                 rows.append([config, mode, name, round(lift, 3), f"{up}/{len(BAD_ANSWERS)}",
-                             None if vs_plain is None else round(vs_plain, 3)])
+                             None if vs_plain is None else round(vs_plain, 3), round(vs_alone, 3)])
                 print(" | ".join(str(x) for x in rows[-1]), file=sys.stderr, flush=True)
-    print(table(["defence", "mode", "attack", "lift vs sign-off", "items up", "vs plain"], rows))
+    print(table(["defence", "mode", "attack", "lift vs sign-off", "items up", "vs plain", "vs the answer alone"], rows))
     print(f"\n{time.perf_counter() - t0:.0f} s in all")
 
 

@@ -162,7 +162,8 @@ def test_steering_suite_runs_on_the_tiny_judge(tiny_backend) -> None:
     for mode in ("prob", "yesno"):
         result = steering.lifts(Judge(tiny_backend, mode=mode), tiny_backend.tokenizer)
         assert set(result) == set(steering.attacks())
-        assert all(-1.0 <= lift <= 1.0 and 0 <= up <= len(steering.BAD_ANSWERS) for lift, _, up in result.values())
+        assert all(-1.0 <= lift <= 1.0 and 0 <= up <= len(steering.BAD_ANSWERS) and -1.0 <= alone <= 1.0
+                   for lift, _, up, alone in result.values())
 
 
 @pytest.mark.slow
