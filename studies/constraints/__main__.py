@@ -56,16 +56,18 @@ def stamp() -> dict[str, Any]:
 
 
 def judge_code() -> str:
-    """sha256 of the judge's code (src/evolm/judge/*.py, prompts and defences): an arm's key holds it, and the table
+    """sha256 of the judge's code (src/evolm/judge/*.py, prompts and defences, with backends/base.py's neutralising of
+    control text and rubrics.py's rendering): an arm's key holds it, and the table
     refuses arms judged by different code, so that a later change to the defences cannot silently change the
     study's judge (run the study's steps from a checkout of the run's commit instead)."""
     import hashlib
 
     import evolm.judge
 
+    src = Path(evolm.judge.__file__).parents[1]
     h = hashlib.sha256()
-    for f in sorted(Path(evolm.judge.__file__).parent.glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in [*sorted((src / "judge").glob("*.py")), src / "backends" / "base.py", src / "rubrics.py"]:
+        h.update(f.relative_to(src).as_posix().encode() + b"\0" + f.read_bytes())  # with the text it neutralises
     return h.hexdigest()[:16]
 
 
@@ -476,7 +478,7 @@ def watch(args: argparse.Namespace) -> int:
         line = (f"{time.strftime('%H:%M:%S')} newer better / worse / same over the run: {more} / {fewer} / {same}; "
                 f"first {decided} that differ: {e_more} / {e_fewer}")
         print(line, flush=True)
-        if decided >= args.first and e_more / decided < args.floor:
+        if decided and decided >= args.first and e_more / decided < args.floor:
             print(f"precondition failed: the newer answer was better in {e_more / decided:.0%} of the first {decided} "
                   f"pairs that differ (floor {args.floor:.0%})", flush=True)
             lock = args.run / ".evolm.lock"
@@ -484,6 +486,9 @@ def watch(args: argparse.Namespace) -> int:
                 os.kill(int(pid), signal.SIGTERM)
             return 3
         if decided >= args.first or not args.follow:
+            return 0
+        if not (args.run / ".evolm.lock").is_file():  # the run ended (or crashed) before its first pairs were in
+            print("the run is not training (no .evolm.lock): the precondition is undecided", flush=True)
             return 0
         time.sleep(args.poll)
 

@@ -448,8 +448,11 @@ class Batcher:
             # least served first: when the batch has less room than there are requests, a newcomer goes before a
             # large request that has had batches already (and large ones take turns)
             jobs = sorted(self.jobs, key=lambda j: j.sent)
-            if self.resolve is not None and (todo := _writing(jobs, room)):  # rubrics first: what is shared is
-                await self._write(loop, todo)  # costed by them
+            # rubrics first (what is shared is costed by them); while other requests have work ready, only a few
+            # questions a round, so that writing for new questions cannot hold them up for a batch's room of rubrics
+            waiting = any(j.waiting and j.ready(self.whole) for j in jobs)
+            if self.resolve is not None and (todo := _writing(jobs, CHUNKS if waiting else room)):
+                await self._write(loop, todo)
             jobs = [j for j in jobs if j.waiting and j.ready(self.whole)]
             shares = (whole_shares if self.whole else fair_shares)([j.ready(self.whole) for j in jobs], room)
             parts: list[tuple[_Job, int, int]] = []
