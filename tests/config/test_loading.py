@@ -184,7 +184,8 @@ def test_validation_runs_on_direct_construction() -> None:
     """Settings built in Python are checked as a config file is: pydantic's own error there, one line from input."""
     with pytest.raises(ValidationError, match="samples_per_prompt"):
         RunConfig(schedule=ScheduleConfig(samples_per_prompt=1))
-    with pytest.raises(InputError, match=r"^schedule.samples_per_prompt must be >= 2, not 1$"):
+    hint = r" \(GRPO compares the samples of a group\)$"  # the field's hint: why the bound
+    with pytest.raises(InputError, match=r"^schedule.samples_per_prompt must be >= 2, not 1" + hint):
         RunConfig.checked({"schedule": {"samples_per_prompt": 1}})
 
 

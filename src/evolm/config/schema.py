@@ -58,10 +58,11 @@ EVOLM_GRPO_KEYS = ("output_dir", "num_generations", "gradient_accumulation_steps
                    "chat_template_kwargs")
 
 
-def _f(default: Any, help: str, **constraints: Any) -> Any:  # noqa: A002
+def _f(default: Any, help: str, hint: str = "", **constraints: Any) -> Any:  # noqa: A002
     """A setting: its default (pydantic copies a mutable one per instance), its help (the ``--help`` text of a flag
-    made from it) and its range (``ge=1``)."""
-    return Field(default, description=help, **constraints)
+    made from it), its range (``ge=1``) and what an error for a value out of range adds (``hint``: why the bound, or
+    what 0 means)."""
+    return Field(default, description=help, json_schema_extra={"hint": hint} if hint else None, **constraints)
 
 
 class Settings(BaseModel):
@@ -243,7 +244,7 @@ class JudgeConfig(Settings):
                     "rubric, judge settings and prompt wording is not sent again, and identical completions of a step "
                     "are judged once (evolm.judge.cache); a sampled generative judge then reuses its first sample. 0: "
                     "off (the paper config: the authors re-judge every completion); mode=listwise never caches (a "
-                    "score there depends on the whole group)", ge=0)
+                    "score there depends on the whole group)", hint="0: off", ge=0)
     cache_mb: float = _f(256.0, "MiB the judge results kept may take, at most (least recently used dropped first): "
                          "a generative result keeps its reasoning (up to about 64 KB), so the entry bound alone could "
                          "reach gigabytes", gt=0)
@@ -387,7 +388,7 @@ class ScheduleConfig(Settings):
     cycles: int = _f(10, "number of cycles (paper: 10)", ge=1)
     steps_per_phase: int = _f(50, "K, optimizer steps per phase (paper: 50)", ge=1)
     prompts_per_step: int = _f(64, "questions per optimizer step, over all processes (paper: 64)", ge=1)
-    samples_per_prompt: int = _f(8, "GRPO group size (paper: 8)", ge=2)
+    samples_per_prompt: int = _f(8, "GRPO group size (paper: 8)", hint="GRPO compares the samples of a group", ge=2)
     save_every: int = _f(25, "checkpoint every N steps, besides every phase end (paper: 25)", ge=1)
     samples_logged_per_step: int = _f(0, "rows per step written to samples/*.jsonl (0: all)", ge=0)
 
@@ -396,7 +397,7 @@ class DataConfig(Settings):
     """Training prompts (only prompts are used, never labels)."""
 
     prompts: str = _f("builtin:demo", "JSONL with a 'prompt' field per line, or builtin:demo (shipped set)")
-    limit: int = _f(0, "use only the first N prompts (0: all)", ge=0)
+    limit: int = _f(0, "use only the first N prompts (0: all)", hint="0: all prompts", ge=0)
     max_prompt_tokens: int = _f(0, "skip a prompt whose training prompt (the longer of the policy's and the rubric "
                                 "writer's conversation, in the model's chat template) is longer than this many tokens, "
                                 "and a labelled pair (data.pairs) or held-out pair or question (eval.*, after "
