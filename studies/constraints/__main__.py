@@ -30,7 +30,7 @@ from bench.common import machine
 
 from evolm.errors import EvolmError
 from evolm.eval.constraints import precondition
-from evolm.runs.jsonl import read_jsonl, write_jsonl
+from evolm.runs.jsonl import append_jsonl, read_jsonl, write_jsonl
 from evolm.stats import sign_p
 from evolm.stats import wilson as wilson_share
 
@@ -92,22 +92,29 @@ def survey(args: argparse.Namespace, out_name: str | None = None) -> None:
             by_family[r["families"][0]].append(r)
     chosen = [r for f in by_family for r in by_family[f] if not args.families or f in args.families.split(",")]
     system = RunConfig().model.system_prompt
-    backend = load_backend(args.model, dtype="float32", batch_size=args.batch_size)
-    params = SamplingParams(args.temperature, 0.95, args.max_new_tokens, args.seed)
-    convs = [policy_messages(r["prompt"], system) for r in chosen for _ in range(args.samples)]
-    t0 = time.time()
-    answers = backend.generate(convs, params, progress=True)
-    seconds = time.time() - t0
-    out = []
-    for i, r in enumerate(chosen):
-        for s in range(args.samples):
-            a = answers[i * args.samples + s]
-            ok = check(a, r["question"], r["constraints"])
-            out.append({"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
-                        "family": r["families"][0], "sample": s, "model": args.model, "answer": a,
-                        "passed": ok})
     name = out_name or f"survey-{args.model.replace('/', '_')}"
+    partial = RESULTS / f"{name}.partial.jsonl"  # the answers so far: an interrupted survey goes on from them
+    done = {(r["prompt"], r["sample"]): r for r in (read_jsonl(partial) if partial.is_file() else [])}
+    todo = [(r, s) for r in chosen for s in range(args.samples) if (r["prompt"], s) not in done]
+    t0 = time.time()
+    if todo:
+        backend = load_backend(args.model, dtype="float32", batch_size=args.batch_size)
+        params = SamplingParams(args.temperature, 0.95, args.max_new_tokens, args.seed)
+        chunk = 4 * args.batch_size
+        for i in range(0, len(todo), chunk):
+            part = todo[i:i + chunk]
+            answers = backend.generate([policy_messages(r["prompt"], system) for r, _ in part], params,
+                                       progress=True)
+            rows = [{"prompt": r["prompt"], "question": r["question"], "constraints": r["constraints"],
+                     "family": r["families"][0], "sample": s, "model": args.model, "answer": a,
+                     "passed": check(a, r["question"], r["constraints"])} for (r, s), a in zip(part, answers)]
+            append_jsonl(partial, rows)
+            done.update(((r["prompt"], r["sample"]), r) for r in rows)
+            print(f"{len(done)} of {len(chosen) * args.samples} answers kept in {partial}", flush=True)
+    seconds = time.time() - t0
+    out = [done[(r["prompt"], s)] for r in chosen for s in range(args.samples)]
     write_jsonl(RESULTS / f"{name}.jsonl", out)
+    partial.unlink(missing_ok=True)
     table = survey_table(out)
     (RESULTS / f"{name}.json").write_text(json.dumps(
         {"model": args.model, "samples": args.samples, "temperature": args.temperature,

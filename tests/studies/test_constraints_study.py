@@ -120,3 +120,36 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - |" in text  # 5 of 8 followed; one rubric, naming both
     assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 |" in text  # one of two distinct rubrics names it
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
+
+
+def test_an_interrupted_survey_goes_on_from_the_answers_it_kept(tmp_path, monkeypatch, tiny_model_dir) -> None:
+    """The answers are kept a chunk at a time: a survey stopped halfway (a machine lost) samples only the rest."""
+    monkeypatch.setattr(study, "RESULTS", tmp_path)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"Say {i}.\n\nAdd a P.S.", "question": f"Say {i}.",
+                                           "constraints": PS, "families": [PS[0]["id"]]}) + "\n" for i in range(6)))
+    calls: list[int] = []
+    from evolm.backends.hf import HFBackend
+
+    real = HFBackend.generate
+
+    def generate(self, convs, params, **kw):
+        calls.append(len(convs))
+        if len(calls) == 2 and not (tmp_path / "stop").exists():
+            (tmp_path / "stop").touch()
+            raise KeyboardInterrupt  # the machine goes away after the first chunk
+        return real(self, convs, params, **kw)
+
+    monkeypatch.setattr(HFBackend, "generate", generate)
+    argv = ["survey", "--prompts", str(prompts), "--model", str(tiny_model_dir), "--per-family", "6", "--samples",
+            "2", "--batch-size", "1", "--max-new-tokens", "4"]
+    with pytest.raises(KeyboardInterrupt):
+        study.main(argv)
+    name = "survey-" + str(tiny_model_dir).replace("/", "_")
+    assert len(study.read_jsonl(tmp_path / f"{name}.partial.jsonl")) == 4  # one chunk of 4 kept
+    calls.clear()
+    assert study.main(argv) == 0
+    assert calls == [4, 4]  # only the 8 answers still missing
+    out = study.read_jsonl(tmp_path / f"{name}.jsonl")
+    assert [(r["question"], r["sample"]) for r in out] == [(f"Say {i}.", s) for i in range(6) for s in range(2)]
+    assert not (tmp_path / f"{name}.partial.jsonl").exists()
