@@ -31,6 +31,7 @@ from bench.common import machine
 from evolm.errors import EvolmError
 from evolm.eval.constraints import precondition
 from evolm.runs.jsonl import append_jsonl, read_jsonl, write_jsonl
+from evolm.runs.rundir import LOCK_FILE
 from evolm.stats import sign_p
 from evolm.stats import wilson as wilson_share
 
@@ -164,9 +165,8 @@ def natural_pairs(rows: list[dict], per_family: int) -> list[dict]:
         f = rs[0]["family"]
         if not (good and bad) or count[f] >= per_family:
             continue
-        same = [(g, b) for m in dict.fromkeys(r["model"] for r in rs)
-                for g in good[:] if g["model"] == m for b in bad if b["model"] == m]
-        g, b = same[0] if same else (good[0], bad[0])
+        g, b = next(((g, b) for m in dict.fromkeys(r["model"] for r in rs)
+                     for g in good if g["model"] == m for b in bad if b["model"] == m), (good[0], bad[0]))
         count[f] += 1
         pairs.append({"prompt": prompt, "question": rs[0]["question"], "constraints": rs[0]["constraints"],
                       "family": f, "chosen": g["answer"], "rejected": b["answer"],
@@ -414,9 +414,7 @@ def table(args: argparse.Namespace) -> None:
                 continue
             n, k = len(rs), sum(r["credit"] for r in rs)
             lo, hi = wilson(k, n)
-            keep = {r["prompt"] for r in rs}
-            vs_none = paired(rs, [r for r in arms["none"] if r["prompt"] in keep]) if "none" in arms and \
-                name != "none" else "-"
+            vs_none = paired(rs, arms["none"]) if "none" in arms and name != "none" else "-"
             vs_base = paired(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
             named = [r["names_constraint"] for r in rs if r.get("names_constraint") is not None]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
@@ -444,9 +442,10 @@ def progress(args: argparse.Namespace) -> None:
             text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
             if text:
                 s["named"][text] = names_constraint(text, r["constraints"])
-    for m in read_jsonl(args.run / "metrics.jsonl"):
-        if m["step"] in steps and m.get("newer_passes_more") is not None:
-            steps[m["step"]]["newer"] = (m["newer_passes_more"], m["newer_passes_fewer"], m["newer_passes_same"])
+    pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)  # the newer_passes_* records, summed
+    for step, more, fewer, same in pre.steps if pre else ():
+        if step in steps:
+            steps[step]["newer"] = (more, fewer, same)
     lines = ["| step | role | constraints followed (policy answers) | newer better / worse / same "
              "| rubrics naming the constraint | reward spread across a question's rubrics |",
              "|---|---|---|---|---|---|"]
@@ -457,7 +456,6 @@ def progress(args: argparse.Namespace) -> None:
         groups = [g for g in s["rewards"].values() if len(g) > 1]
         spread = f"{sum(statistics.pstdev(g) for g in groups) / len(groups):.3f}" if groups else "-"
         lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} | {spread} |")
-    pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)
     if pre:
         more, fewer = pre.early[:2] if pre.early else (pre.more, pre.fewer)
         lines.append(f"\nnewer better / worse / same over the run: {pre.more} / {pre.fewer} / {pre.same} (sign p = "
@@ -488,14 +486,14 @@ def watch(args: argparse.Namespace) -> int:
         if decided and decided >= args.first and e_more / decided < args.floor:
             print(f"precondition failed: the newer answer was better in {e_more / decided:.0%} of the first {decided} "
                   f"pairs that differ (floor {args.floor:.0%})", flush=True)
-            lock = args.run / ".evolm.lock"
+            lock = args.run / LOCK_FILE
             if args.stop and lock.is_file() and (pid := lock.read_text().strip()).isdigit():
                 os.kill(int(pid), signal.SIGTERM)
             return 3
         if decided >= args.first or not args.follow:
             return 0
-        if not (args.run / ".evolm.lock").is_file():  # the run ended (or crashed) before its first pairs were in
-            print("the run is not training (no .evolm.lock): the precondition is undecided", flush=True)
+        if not (args.run / LOCK_FILE).is_file():  # the run ended (or crashed) before its first pairs were in
+            print(f"the run is not training (no {LOCK_FILE}): the precondition is undecided", flush=True)
             return 0
         time.sleep(args.poll)
 
