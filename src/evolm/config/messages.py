@@ -41,7 +41,8 @@ def error_line(error: ValidationError, model: type[BaseModel]) -> str:
     if kind == "literal_error" and field is not None:
         return f"{name} must be one of {', '.join(map(str, choices(field) or ()))}, not '{value}'"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and field is not None:
-        hint = (field.json_schema_extra or {}).get("hint") if isinstance(field.json_schema_extra, dict) else None
+        extra = field.json_schema_extra
+        hint = extra.get("hint") if isinstance(extra, dict) else None
         return f"{name} must be {range_text(field.metadata)}, not {value!r}" + (f" ({hint})" if hint else "")
     if kind in ("value_error", "assertion_error"):  # a model's own check: its message names the settings
         return str(e["ctx"]["error"])
