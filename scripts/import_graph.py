@@ -12,6 +12,7 @@ is the top: both may import anything.
 from __future__ import annotations
 
 import ast
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -86,4 +87,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly, not with a traceback
     sys.exit(main())
