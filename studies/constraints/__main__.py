@@ -428,15 +428,20 @@ def table(args: argparse.Namespace) -> None:
 def progress(args: argparse.Namespace) -> None:
     """A run's course per step from its records: the policy's share of constraints followed (its answers), the
     newer-better counts of each rubric step, the share of the writer's rubrics that name the constraint, and the
-    writer's reward spread (the mean standard deviation across a question's rubrics: GRPO's signal)."""
+    writer's reward spread (the mean standard deviation across a question's rubrics: GRPO's signal), and how often the
+    judge, under the writer's rubrics, scored higher the answer of a pair that followed more constraints (pairs that
+    differ only): what a writer that learns the constraint raises."""
     steps: dict[int, dict[str, Any]] = {}
     for f in sorted((args.run / "samples").glob("*.jsonl")):
         for r in read_jsonl(f):
             if not r.get("constraints"):
                 continue
-            s = steps.setdefault(r["step"], {"role": r["role"], "followed": [], "named": {}, "rewards": {}})
+            s = steps.setdefault(r["step"], {"role": r["role"], "cycle": r.get("cycle"), "followed": [], "named": {},
+                                             "rewards": {}, "right": []})
             if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
+                if r.get("passed_pos") != r.get("passed_neg") and None not in (r.get("s_pos"), r.get("s_neg")):
+                    s["right"].append((r["s_pos"] > r["s_neg"]) == (r["passed_pos"] > r["passed_neg"]))
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
             text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
@@ -447,19 +452,28 @@ def progress(args: argparse.Namespace) -> None:
         if step in steps:
             steps[step]["newer"] = (more, fewer, same)
     lines = ["| step | role | constraints followed (policy answers) | newer better / worse / same "
-             "| rubrics naming the constraint | reward spread across a question's rubrics |",
-             "|---|---|---|---|---|---|"]
+             "| rubrics naming the constraint | reward spread across a question's rubrics "
+             "| judge right on pairs that differ (writer's rubrics) |",
+             "|---|---|---|---|---|---|---|"]
     for step, s in sorted(steps.items()):
         followed = f"{sum(s['followed']) / len(s['followed']):.2f} (n {len(s['followed'])})" if s["followed"] else "-"
         newer = " / ".join(map(str, s["newer"])) if "newer" in s else "-"
         named = f"{sum(s['named'].values()) / len(s['named']):.2f} (n {len(s['named'])})" if s["named"] else "-"
         groups = [g for g in s["rewards"].values() if len(g) > 1]
         spread = f"{sum(statistics.pstdev(g) for g in groups) / len(groups):.3f}" if groups else "-"
-        lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} | {spread} |")
+        right = f"{sum(s['right']) / len(s['right']):.2f} (n {len(s['right'])})" if s["right"] else "-"
+        lines.append(f"| {step} | {s['role']} | {followed} | {newer} | {named} | {spread} | {right} |")
     if pre:
         more, fewer = pre.early[:2] if pre.early else (pre.more, pre.fewer)
         lines.append(f"\nnewer better / worse / same over the run: {pre.more} / {pre.fewer} / {pre.same} (sign p = "
                      f"{sign_p(pre.more, pre.fewer):.3f}); the first {more + fewer} that differ: {more} / {fewer}")
+    by_cycle: dict[int, list[bool]] = {}
+    for s in steps.values():
+        if s["right"]:
+            by_cycle.setdefault(s["cycle"], []).extend(s["right"])
+    if any(by_cycle.values()):
+        lines.append("judge right on pairs that differ under the writer's rubrics, by cycle: " + ", ".join(
+            f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items()) if v))
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)

@@ -108,8 +108,11 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     policy = [{"step": 1, "role": "policy", "constraints": two, "constraints_passed": k,
                "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
               for k in (0, 1, 2, 2)]
-    rubric = [{"step": 2, "role": "rubric", "slot": 0, "constraints": PS, "completion": text, "reward": reward}
-              for text, reward in (("1. Ends with a P.S.", 1.0), ("1. Is correct.", 0.0), ("1. Is correct.", 0.5))]
+    # the newer answer follows the P.S. and the older does not: the judge is right where it scores the newer higher
+    rubric = [{"step": 2, "role": "rubric", "cycle": 0, "slot": 0, "constraints": PS, "completion": text,
+               "reward": reward, "passed_pos": 1, "passed_neg": 0, "s_pos": s_pos, "s_neg": 0.5}
+              for text, reward, s_pos in (("1. Ends with a P.S.", 1.0, 0.9), ("1. Is correct.", 0.0, 0.4),
+                                          ("1. Is correct.", 0.5, 0.6))]
     (run / "samples" / "phase-000-policy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in policy))
     (run / "samples" / "phase-000-rubric.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rubric))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
@@ -118,7 +121,8 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     assert study.main(["progress", str(run), "--out", str(tmp_path / "p.md")]) == 0
     text = (tmp_path / "p.md").read_text()
     assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - |" in text  # 5 of 8 followed; one rubric, naming both
-    assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 |" in text  # one of two distinct rubrics names it
+    assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 | 0.67 (n 3) |" in text  # one of two rubrics names it
+    assert "by cycle: 0: 2/3" in text
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
 
 
