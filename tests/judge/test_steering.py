@@ -98,7 +98,7 @@ def test_chat_markup_reads_exactly_as_its_plain_words(tiny_backend, name: str) -
         assert prob_messages(a) == prob_messages(p)
         assert yesno_messages(a.question, "Says 42.", a.answer) == yesno_messages(p.question, "Says 42.", p.answer)
     result = steering.lifts(Judge(tiny_backend, mode="prob"), tiny_backend.tokenizer, [name])
-    assert result[name][1] == 0.0
+    assert result[name].vs_plain == 0.0
 
 
 def test_pieces_decode_to_the_control_string(tiny_backend) -> None:
@@ -179,8 +179,10 @@ def test_steering_suite_runs_on_the_tiny_judge(tiny_backend) -> None:
     for mode in ("prob", "yesno"):
         result = steering.lifts(Judge(tiny_backend, mode=mode), tiny_backend.tokenizer)
         assert set(result) == set(steering.attacks())
-        assert all(-1.0 <= lift <= 1.0 and 0 <= up <= len(steering.BAD_ANSWERS) and -1.0 <= alone <= 1.0
-                   for lift, _, up, alone in result.values())
+        for r in result.values():
+            assert 0 <= r.up <= len(steering.BAD_ANSWERS)
+            assert all(-1.0 <= x <= 1.0 for x in (r.vs_sign_off, r.vs_alone, r.vs_neutral))
+            assert r.vs_neutral <= min(r.vs_sign_off, r.vs_alone) + 1e-9  # the better baseline, item by item
 
 
 @pytest.mark.slow
@@ -192,7 +194,7 @@ def test_smollm2_control_tokens_add_nothing_over_plain_words(smollm2_backend) ->
         result = steering.lifts(Judge(smollm2_backend, mode=mode), smollm2_backend.tokenizer,
                                 ["fake_turn", "fake_turn_pieces"])
         for name in ("fake_turn", "fake_turn_pieces"):
-            vs_plain = result[name][1]
+            vs_plain = result[name].vs_plain
             assert vs_plain is not None and abs(vs_plain) <= 0.03, (mode, name, vs_plain)
 
 
