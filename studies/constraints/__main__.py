@@ -48,10 +48,14 @@ def wilson(k: float, n: int) -> tuple[float, float]:
 
 
 def stamp() -> dict[str, Any]:
-    """When, where, and with which evolm: the judge's defences are code, so a result names the commit it ran."""
+    """When, where, and with which evolm: the judge's defences are code, so a result names the commit it ran (the
+    checkout that ``evolm`` was imported from, which may be a worktree pinned at a run's commit)."""
     import subprocess
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout
+    import evolm
+
+    where = Path(evolm.__file__).parent
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True).stdout
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
             "evolm_commit": commit.strip() or "unknown"}
 
