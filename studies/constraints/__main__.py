@@ -441,9 +441,11 @@ def progress(args: argparse.Namespace) -> None:
             if not r.get("constraints"):
                 continue
             s = steps.setdefault(r["step"], {"role": r["role"], "cycle": r.get("cycle"), "followed": [], "named": {},
-                                             "rewards": {}, "right": []})
+                                             "rewards": {}, "margins": {}, "right": []})
             if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
+                if None not in (r.get("s_pos"), r.get("s_neg")):
+                    s["margins"].setdefault(r.get("slot"), []).append((float(r["reward"]), r["s_pos"] - r["s_neg"]))
                 if r.get("passed_pos") != r.get("passed_neg") and None not in (r.get("s_pos"), r.get("s_neg")):
                     s["right"].append((r["s_pos"] > r["s_neg"]) == (r["passed_pos"] > r["passed_neg"]))
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
@@ -475,6 +477,11 @@ def progress(args: argparse.Namespace) -> None:
     for s in steps.values():
         if s["right"]:
             by_cycle.setdefault(s["cycle"], []).extend(s["right"])
+    groups = [g for s in steps.values() for g in s["margins"].values() if len(g) > 1]
+    if groups:  # the reward = f(margin, format validity): did validity change a group's winner?
+        top = sum(max(g)[1] == max(m for _, m in g) for g in groups)
+        lines.append(f"question groups whose highest reward went to a rubric with the group's largest margin: {top} "
+                     f"of {len(groups)} (in the rest, format validity decided)")
     if any(by_cycle.values()):
         lines.append("judge right on pairs that differ under the writer's rubrics, by cycle: " + ", ".join(
             f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items()) if v))

@@ -123,6 +123,7 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - |" in text  # 5 of 8 followed; one rubric, naming both
     assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 | 0.67 (n 3) |" in text  # one of two rubrics names it
     assert "by cycle: 0: 2/3" in text
+    assert "largest margin: 1 of 1" in text  # the P.S. rubric: the highest reward and the largest margin
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
 
 
