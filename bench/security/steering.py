@@ -195,9 +195,12 @@ def item_scores(judge: Judge, items: Sequence[JudgeItem]) -> list[float | None]:
     return [_SEEN[k] for k in keys]
 
 
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def mean_score(judge: Judge, items: Sequence[JudgeItem]) -> float:
-    scores = [s for s in item_scores(judge, items) if s is not None]
-    return sum(scores) / len(scores) if scores else float("nan")
+    return _mean([s for s in item_scores(judge, items) if s is not None])
 
 
 CONFIGS = ("none", "escape", "chars", "full-no58", "full")
@@ -256,16 +259,11 @@ def lifts(judge: Judge, tokenizer: Any = None, only: Sequence[str] | None = None
         rows = [(x, y, z) for x, y, z in zip(attacked, base, alone, strict=True) if None not in (x, y, z)]
         vs_plain = None
         if plain is not None:
-            kept = [x for x in attacked if x is not None]
-            vs_plain = (sum(kept) / len(kept) if kept else float("nan")) - mean_score(judge, steering_items(plain))
+            vs_plain = _mean([x for x in attacked if x is not None]) - mean_score(judge, steering_items(plain))
         out[name] = Lift(vs_sign_off=_mean([x - y for x, y, _ in rows]), vs_plain=vs_plain,
                          up=sum(x > y for x, y, _ in rows), vs_alone=_mean([x - z for x, _, z in rows]),
                          vs_neutral=_mean([x - max(y, z) for x, y, z in rows]))
     return out
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
 
 
 def main() -> None:

@@ -446,8 +446,8 @@ def progress(args: argparse.Namespace) -> None:
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
                 if None not in (r.get("s_pos"), r.get("s_neg")):
                     s["margins"].setdefault(r.get("slot"), []).append((float(r["reward"]), r["s_pos"] - r["s_neg"]))
-                if r.get("passed_pos") != r.get("passed_neg") and None not in (r.get("s_pos"), r.get("s_neg")):
-                    s["right"].append((r["s_pos"] > r["s_neg"]) == (r["passed_pos"] > r["passed_neg"]))
+                    if r.get("passed_pos") != r.get("passed_neg"):  # the checker tells the pair's answers apart
+                        s["right"].append((r["s_pos"] > r["s_neg"]) == (r["passed_pos"] > r["passed_neg"]))
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
             text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
@@ -482,9 +482,9 @@ def progress(args: argparse.Namespace) -> None:
         top = sum(max(g)[1] == max(m for _, m in g) for g in groups)
         lines.append(f"question groups whose highest reward went to a rubric with the group's largest margin: {top} "
                      f"of {len(groups)} (in the rest, format validity decided)")
-    if any(by_cycle.values()):
+    if by_cycle:
         lines.append("judge right on pairs that differ under the writer's rubrics, by cycle: " + ", ".join(
-            f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items()) if v))
+            f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items())))
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)
