@@ -8,6 +8,8 @@
   pairs       the held-out pairs: per held-out prompt, a compliant and a non-compliant answer (natural pairs)
   arm         judge the held-out pairs under one writer's rubrics (none, stated, or a model/adapter that writes them)
   table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
+  warmstart   the writer's warm-start seed set: each training prompt with a rubric that states its constraints as
+              criteria (trained families only), for `evolm sft-rubrics --seed-set ... --lora-r 16 --keep-adapter`
   progress    a training run's course per step: constraints followed, newer answer better, rubrics naming them
   watch       a training run's precondition (is the newer answer better?); with --stop, end the run when it fails
 
@@ -363,6 +365,44 @@ def arm(args: argparse.Namespace) -> None:
     print(f"{args.name}: pair accuracy {k / n:.3f} (n = {n})")
 
 
+STATED = {  # a trained family's constraint as a criterion the constrained writer can write (80 characters at most)
+    "detectable_format:title": "Has a title wrapped in double angular brackets, like <<title>>.",
+    "detectable_content:postscript": "Ends with a postscript that starts with P.S.",
+}
+LEVELS_STATED = {"1.0": "Done as asked.", "0.5": "Done, wrong form.", "0.0": "Missing."}
+LEVELS_CONTENT = {"1.0": "Correct and complete.", "0.5": "Partly right.", "0.0": "Wrong or missing."}
+
+
+def warmstart(args: argparse.Namespace) -> None:
+    """A seed row per training prompt: its constraints as criteria (STATED), beside one content criterion: the GSM8K
+    reference's final answer where the question is GSM8K's, else a plain one. Trained families only: the held-out
+    families stay unseen by every writer, so that the table's held-out rows measure transfer."""
+    import random
+
+    from evolm.rubrics import format_validity
+
+    gsm = {str(r["question"]).strip(): str(r["answer"]) for r in read_jsonl(args.gsm8k)}
+    rng, rows = random.Random(args.seed), []
+    for r in read_jsonl(args.prompts):
+        if any(c["id"] not in STATED for c in r["constraints"]):
+            raise EvolmError(f"{args.prompts}: no stated criterion for {r['constraints']} (STATED)")
+        final = re.search(r"####\s*([^\n]+)", gsm.get(r["question"].strip(), ""))
+        content = f"Gives the final answer {final.group(1).strip().replace(',', '')}." if final else \
+            "Answers the question asked, correctly and completely."
+        share = 0.5 / len(r["constraints"])
+        criteria = [{"criterion": STATED[c["id"]], "weight": share, "scoring_levels": LEVELS_STATED}
+                    for c in r["constraints"]]
+        criteria.insert(rng.randrange(len(criteria) + 1),
+                        {"criterion": content, "weight": 0.5, "scoring_levels": LEVELS_CONTENT})
+        rubric = {"criteria": criteria}
+        if format_validity(json.dumps(rubric)) < 1:
+            raise EvolmError(f"a warm-start rubric is not format-valid: {rubric}")
+        rows.append({"prompt": r["prompt"], "rubric": rubric, "source": "constraints-stated"})
+    write_jsonl(args.out, rows)
+    print(f"{len(rows)} seed rows ({sum('final answer' in json.dumps(x) for x in rows)} with a GSM8K final answer) "
+          f"-> {args.out}")
+
+
 KEYWORDS = {  # words a criterion that names the constraint uses (lower case), per family
     "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
     "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
@@ -574,6 +614,12 @@ def main(argv: list[str] | None = None) -> int:
     w.set_defaults(fn=arm)
     t = sub.add_parser("table", help="the held-out table from the kept arm files")
     t.set_defaults(fn=table)
+    ws = sub.add_parser("warmstart", help="the writer's warm-start seed set (trained families' constraints stated)")
+    ws.add_argument("--prompts", type=Path, default=Path("data/constraints/train.jsonl"))
+    ws.add_argument("--gsm8k", type=Path, default=Path("data/gsm8k/train.jsonl"), help="its final answers")
+    ws.add_argument("--out", type=Path, default=RESULTS / "warmstart-seed.jsonl")
+    ws.add_argument("--seed", type=int, default=0)
+    ws.set_defaults(fn=warmstart)
     pr = sub.add_parser("progress", help="a run's course per step: constraints followed, newer better, named")
     pr.add_argument("run", type=Path, help="the run directory")
     pr.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")

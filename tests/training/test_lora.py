@@ -114,3 +114,46 @@ def test_lora_settings_reach_peft() -> None:
     named = trl_adapter._peft_config(load_config(None, ["model.lora.r=2",
                                                         "model.lora.target_modules=[q_proj, v_proj]"]))
     assert set(named.target_modules) == {"q_proj", "v_proj"}
+
+
+def test_a_warm_start_adapter_is_trained_on_not_replaced(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`evolm sft-rubrics --lora-r R --keep-adapter` saves the adapter alone; a run whose model.name is that folder
+    (model.lora.r = R) trains the same adapter on, against a frozen copy of it (TRL's "ref" adapter), and its
+    checkpoints name the base."""
+    from tiny_run import tiny_config
+
+    from evolm.cli import main
+    from evolm.config import load_config
+    from evolm.errors import InputError
+    from evolm.training.sft import load_seed
+
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text("".join(json.dumps({"prompt": r["prompt"], "rubric": r["rubric"]}) + "\n"
+                            for r in load_seed("builtin:seed")[:4]))
+    warm = tmp_path / "warm"
+    assert main(["sft-rubrics", "--model", str(tiny_model_dir), "--output", str(warm), "--seed-set", str(seed),
+                 "--epochs", "1", "--batch-size", "2", "--max-length", "4096", "--lora-r", "4", "--lora-alpha", "8",
+                 "--keep-adapter", "--learning-rate", "1e-2", "--device", "cpu", "--dtype", "float32"]) == 0
+    files = {p.name for p in warm.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= files and "model.safetensors" not in files
+    assert json.loads((warm / "adapter_config.json").read_text())["base_model_name_or_path"] == \
+        str(tiny_model_dir.absolute())
+    start = load_file(warm / "adapter_model.safetensors")
+
+    with pytest.raises(InputError, match="is a LoRA adapter of rank 4, which the run trains on; model.lora.r says 8"):
+        run(load_config(None, [f"output_dir={tmp_path / 'no'}", f"model.name={warm}", "model.lora.r=8"]))
+    cfg = tiny_config(tiny_model_dir, tmp_path / "run", "schedule.cycles=1", "schedule.steps_per_phase=1",
+                      "schedule.save_every=100", "grpo.learning_rate=1e-4", f"model.name={warm}", "model.lora.r=4",
+                      "model.lora.alpha=8", "grpo.report_to=[]")
+    assert run(cfg) == tmp_path / "run"
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert rows[0]["kl"] == 0 and rows[1]["kl"] > 0  # the reference is the warm start itself, not the bare base
+    ckpt = _ckpt(tmp_path / "run", 2)
+    end = load_file(ckpt / "adapter_model.safetensors")
+    assert set(end) == set(start)  # the same adapter, trained on: two steps at lr 1e-4 moved it a little
+    assert any(not torch.equal(end[k], start[k]) for k in start)
+    b = [k for k in start if "lora_B" in k]
+    assert max(float(start[k].abs().max()) for k in b) > 1e-2  # the warm start's B is far from a fresh adapter's 0
+    assert max(float((end[k] - start[k]).abs().max()) for k in b) < 1e-3
+    assert json.loads((ckpt / "adapter_config.json").read_text())["base_model_name_or_path"] == \
+        str(tiny_model_dir.absolute())  # the base, not the warm start's folder: the checkpoint loads alone

@@ -299,8 +299,29 @@ def name_adapter_base(path: str | Path, model: str) -> None:
         os.replace(tmp, config)
 
 
-def _merge_adapter(model: Any, path: str) -> Any:
-    """``model`` (the base) with the LoRA adapter at ``path`` merged in: a plain transformers model again."""
+def base_model_name(name_or_path: str) -> str:
+    """The model a LoRA checkpoint was trained on, as its ``adapter_config.json`` names it (a built-in name where
+    ``name_adapter_base`` wrote one); ``name_or_path`` itself for full weights."""
+    return adapter_base(resolve_model_path(name_or_path)) or name_or_path
+
+
+def adapter_rank(name_or_path: str) -> int:
+    """The LoRA rank (``r``) of a LoRA checkpoint directory; 0 for anything else (full weights, a name, a hub id)."""
+    import json
+
+    path = Path(name_or_path).expanduser()
+    if (path / "config.json").is_file() or not (path / ADAPTER_CONFIG).is_file():
+        return 0
+    try:
+        r = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("r")
+    except (OSError, ValueError, AttributeError):
+        r = None
+    return r if isinstance(r, int) and r > 0 else 0
+
+
+def _with_adapter(model: Any, path: str, trainable: bool = False) -> Any:
+    """``model`` (the base) with the LoRA adapter at ``path`` merged in: a plain transformers model again. With
+    ``trainable`` the adapter stays apart and trains on (a ``PeftModel``): a run that goes on training a warm start."""
     try:
         from peft import PeftModel
     except ImportError:
@@ -310,6 +331,8 @@ def _merge_adapter(model: Any, path: str) -> Any:
 
     with warnings.catch_warnings():  # peft reads transformers' deprecated ``is_gradient_checkpointing``
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        if trainable:
+            return PeftModel.from_pretrained(model, path, is_trainable=True)
         return PeftModel.from_pretrained(model, path).merge_and_unload()
 
 
@@ -360,9 +383,13 @@ def load_tokenizer(name_or_path: str) -> Any:
     return tok
 
 
-def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto", sharded: bool = False
-               ) -> tuple[Any, Any]:
+def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto", sharded: bool = False,
+               train_adapter: bool = False) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for a local dir, a built-in name, or a hub id the user gave.
+
+    ``train_adapter`` (the policy of a LoRA run): a LoRA checkpoint stays a trainable ``PeftModel`` on its base
+    instead of being merged, so that the run trains that same adapter on (a warm start's, ``evolm sft-rubrics
+    --keep-adapter``) and its checkpoints load on the base.
 
     ``sharded=True`` is for the policy alone, loaded after its ``GRPOConfig`` (``run.run``): under ZeRO-3,
     transformers then builds it under ``deepspeed.zero.Init``, each process holding its shard, and the trainer's
@@ -371,7 +398,8 @@ def load_model(name_or_path: str, device: str = "auto", dtype: str = "auto", sha
     """
     from transformers import AutoModelForCausalLM
 
-    model = load_weights(AutoModelForCausalLM, name_or_path, device, dtype, sharded=sharded)
+    model = load_weights(AutoModelForCausalLM, name_or_path, device, dtype, sharded=sharded,
+                         train_adapter=train_adapter)
     return model, load_tokenizer(name_or_path)
 
 
@@ -405,7 +433,7 @@ def _is_partitioned(model: Any) -> bool:
 
 
 def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype: str = "auto", what: str = "model",
-                 sharded: bool = False) -> Any:
+                 sharded: bool = False, train_adapter: bool = False) -> Any:
     """``auto_class.from_pretrained`` on the resolved path, on the resolved device, in eval mode.
 
     A LoRA checkpoint loads its base (``adapter_config.json``'s ``base_model_name_or_path``) with the adapter merged in.
@@ -423,7 +451,7 @@ def load_weights(auto_class: Any, name_or_path: str, device: str = "auto", dtype
             model = auto_class.from_pretrained(resolve_model_path(base) if base else path,
                                                dtype=resolve_dtype(dtype, dev), use_kernels=hub_kernels())
             if base:
-                model = _merge_adapter(model, path)
+                model = _with_adapter(model, path, trainable=train_adapter)
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot load {what} '{name_or_path}': {str(e).splitlines()[0]}") from None
     return (model if _is_partitioned(model) else model.to(dev)).eval()

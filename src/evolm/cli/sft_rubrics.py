@@ -41,7 +41,11 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=_positive_float, default=3.0)
     p.add_argument("--learning-rate", type=_positive_float, default=5e-5)
     p.add_argument("--batch-size", type=positive_int, default=8, help="examples per optimizer step")
-    p.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tuning); the adapter is merged")
+    p.add_argument("--lora-r", type=int, default=0,
+                   help="LoRA rank (0: full fine-tuning); the adapter is merged unless --keep-adapter")
+    p.add_argument("--keep-adapter", action="store_true",
+                   help="with --lora-r: save the LoRA adapter alone (a few MB; it names its built-in base), for a run "
+                   "whose model.name is this folder and whose model.lora.r is the same rank: it trains the adapter on")
     p.add_argument("--max-examples", type=int, default=0, help="a seeded sample of this many seed rows (0: all)")
     p.add_argument("--save-every", type=int, default=0,
                    help="also save the writer every N steps to OUTPUT/partial (a LoRA adapter with --lora-r)")
@@ -62,12 +66,14 @@ def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
     from evolm.training.sft import WarmStartConfig, check_output_dir, seed_rows, warm_start
 
+    if args.keep_adapter and not args.lora_r:
+        raise InputError("--keep-adapter keeps a LoRA adapter: give --lora-r too")
     if min(args.lora_r, args.gsm8k_limit, args.max_examples, args.save_every, args.train_layers) < 0:
         raise InputError("--lora-r, --gsm8k-limit, --max-examples, --save-every and --train-layers must be >= 0")
     cfg = WarmStartConfig(model=args.model, output_dir=args.output, seeds=args.seeds or ["builtin:seed"],
                           gsm8k=args.gsm8k, gsm8k_limit=args.gsm8k_limit, rubric_prompt=args.rubric_prompt,
                           epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size,
-                          lora_r=args.lora_r, lora_alpha=args.lora_alpha,
+                          lora_r=args.lora_r, lora_alpha=args.lora_alpha, keep_adapter=args.keep_adapter,
                           max_examples=args.max_examples, save_every=args.save_every,
                           train_layers=args.train_layers, detach_prefix=args.detach_prefix,
                           max_length=args.max_length, seed=args.seed, dtype=args.dtype, device=args.device)

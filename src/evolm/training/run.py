@@ -89,7 +89,8 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
                            fit.eval_questions, on_step)
     models.resolve_model_path(cfg.model.name)  # a missing model: said before the training arguments are built
     args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
-    model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True)
+    model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True,
+                                         train_adapter=cfg.model.lora.r > 0)  # a LoRA warm start trains on
     models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step
 
     n = cfg.contrast.buffer_size

@@ -50,6 +50,7 @@ class WarmStartConfig:
     batch_size: int = 8  # examples per optimizer step (micro-batches of 1, accumulated)
     lora_r: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16
+    keep_adapter: bool = False  # with lora_r: save the LoRA adapter on its base, not merged (a run trains it on)
     max_examples: int = 0  # a seeded sample of the seed rows (0: all)
     train_layers: int = 0  # train only the last N transformer layers (0: all); cheaper backward on a CPU
     detach_prefix: bool = False  # run the shared prompt prefix without gradients (cheaper, slightly inexact)
@@ -434,7 +435,7 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
             _save(model, tokenizer, out / "partial", {"step": step + 1, "of": total, "losses": losses})
     model.eval()
-    if cfg.lora_r:
+    if cfg.lora_r and not cfg.keep_adapter:
         model = model.merge_and_unload()
     sources: dict[str, int] = {}
     for r in rows:
@@ -442,6 +443,10 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
     summary = {"config": asdict(cfg), "examples": len(data), "sources": sources, "shared_prefix_tokens": len(prefix),
                "steps": total, "losses": [round(x, 4) for x in losses]}
     _save(model, tokenizer, out, summary)
+    if cfg.keep_adapter:
+        from evolm.backends.loading import name_adapter_base
+
+        name_adapter_base(out, cfg.model)  # the built-in base by its name: the adapter loads on any machine
     return out
 
 

@@ -340,9 +340,10 @@ class TrainingSteps:
         self.state.last_time += self.heldout.after_step(step, self.judges)  # on every process: generation is collective
 
     def save(self, checkpoint: Path, step: int) -> None:
-        from evolm.backends.loading import name_adapter_base
+        from evolm.backends.loading import base_model_name, name_adapter_base
 
-        name_adapter_base(checkpoint, self.cfg.model.name)  # a LoRA adapter of a built-in model loads anywhere
+        # a LoRA adapter of a built-in model (a warm start's too) names that model: it loads anywhere
+        name_adapter_base(checkpoint, base_model_name(self.cfg.model.name))
         info = self.plan.info(step - 1)
         self.buffer.save(checkpoint / BUFFER_FILE)  # then the state, last: the checkpoint is complete
         write_checkpoint_state(checkpoint, CheckpointState(step, info.phase, info.cycle, info.role, len(self.buffer)))

@@ -64,7 +64,11 @@ at every optimizer step:
    with ``get_peft_model`` and, with ``beta != 0``, builds no reference model: ``is_peft_model(model)`` sets
    ``ref_model = None`` and the reference log-probs are computed under ``use_adapter(model, None)``, i.e. with the
    adapter disabled: the frozen base (``grpo_trainer.py``: "Reference model", and ``_generate_and_score_completions``
-   "When training a PEFT adapter"). Both roles train the one adapter; transformers' ``Trainer._save`` calls
+   "When training a PEFT adapter"). A ``model.name`` that is itself a LoRA adapter (a warm start, ``evolm
+   sft-rubrics --keep-adapter``) loads as a trainable ``PeftModel`` and TRL gets no ``peft_config``: the run trains
+   that adapter on, and TRL's reference is a frozen copy of it as loaded (the ``"ref"`` adapter, which checkpoints
+   also hold under ``ref/``), i.e. the warm start, not the bare base (``grpo_trainer.py``: "If the model is a PEFT
+   model with a pretrained adapter"). Both roles train the one adapter; transformers' ``Trainer._save`` calls
    ``PeftModel.save_pretrained``, so a checkpoint holds ``adapter_model.safetensors`` + ``adapter_config.json``
    (its ``base_model_name_or_path`` an absolute local path for a local base), and ``resume_from_checkpoint``
    loads the adapter back (``Trainer._load_from_checkpoint``). Extra text and TRL's own generation run on the
@@ -95,6 +99,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from evolm.backends.loading import adapter_rank, base_model_name
 from evolm.config import RunConfig, to_dict
 from evolm.errors import InputError, RunError
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
@@ -195,6 +200,9 @@ def _check_optional(cfg: RunConfig) -> None:
     if cfg.model.lora.r > 0:
         if importlib.util.find_spec("peft") is None:
             raise InputError("model.lora needs peft: pip install 'evolm[lora]'")
+        if (rank := adapter_rank(cfg.model.name)) and rank != cfg.model.lora.r:
+            raise InputError(f"model.name {cfg.model.name} is a LoRA adapter of rank {rank}, which the run trains on; "
+                             f"model.lora.r says {cfg.model.lora.r}: set them equal")
         if cfg.grpo.get("sync_ref_model"):
             raise InputError("model.lora trains against the frozen base (adapter off); grpo.sync_ref_model has no "
                              "reference model to sync: unset it")
@@ -289,10 +297,10 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
     trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(deferred, extra_rewards(cfg.rewards.extra),
                                                                            counts, memory)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
-                               peft_config=_peft_config(cfg))
+                               peft_config=None if _is_peft(model) else _peft_config(cfg))
     trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
     trainer.evolm_slots = cfg.schedule.prompts_per_step
-    trainer.evolm_base = cfg.model.name
+    trainer.evolm_base = base_model_name(cfg.model.name)
     trainer.evolm_rubric_schema = constrained_rubric_schema(cfg, args, trainer)
     if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
         raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
@@ -357,6 +365,11 @@ def train(trainer: Any, checkpoint: Path | None) -> None:
         if wandb is not None and wandb.run is not None and wandb.run is not before and \
                 "wandb" in _report_to_list(trainer.args.report_to):
             wandb.finish()
+
+
+def _is_peft(model: Any) -> bool:
+    """A model that already carries a trainable LoRA adapter (a warm start's): TRL trains it as it is."""
+    return hasattr(model, "peft_config")
 
 
 def _peft_config(cfg: RunConfig) -> Any:
