@@ -10,6 +10,8 @@
   table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
   warmstart   the writer's warm-start seed set: each training prompt with a rubric that states its constraints as
               criteria (trained families only), for `evolm sft-rubrics --seed-set ... --lora-r 16 --keep-adapter`
+  keep        copy a writer's LoRA adapter into results/adapters/NAME in bfloat16 (the adapter and its config alone,
+              its base named by the built-in name): what a fresh clone loads with `evolm rubric --model`
   progress    a training run's course per step: constraints followed, newer answer better, rubrics naming them
   watch       a training run's precondition (is the newer answer better?); with --stop, end the run when it fails
 
@@ -403,6 +405,33 @@ def warmstart(args: argparse.Namespace) -> None:
           f"-> {args.out}")
 
 
+ADAPTERS = RESULTS / "adapters"
+MAX_ADAPTER_MB = 20.0  # the repository keeps a study's adapters, never a checkpoint or a run carry
+
+
+def keep(args: argparse.Namespace) -> None:
+    """A LoRA adapter (a checkpoint or a warm start) as ``results/adapters/NAME``: ``adapter_config.json`` and the
+    adapter's tensors in bfloat16; nothing else of the checkpoint (optimizer, buffer, tokenizer: the base's is used)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from evolm.backends.loading import ADAPTER_CONFIG, BUILTIN_MODELS
+
+    src, out = args.adapter, ADAPTERS / args.name
+    config = json.loads((src / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    if config.get("base_model_name_or_path") not in BUILTIN_MODELS:
+        raise EvolmError(f"{src}: its base is {config.get('base_model_name_or_path')!r}, not a built-in name: "
+                         "it would not load on another machine")
+    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in load_file(src / "adapter_model.safetensors").items()}
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    mb = (out / "adapter_model.safetensors").stat().st_size / 2**20
+    if mb > MAX_ADAPTER_MB:
+        raise EvolmError(f"{out}: {mb:.1f} MB, over the {MAX_ADAPTER_MB:g} MB an adapter may take in the repository")
+    print(f"{out}: {len(tensors)} tensors, {mb:.1f} MB (bfloat16), base {config['base_model_name_or_path']}")
+
+
 KEYWORDS = {  # words a criterion that names the constraint uses (lower case), per family
     "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
     "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
@@ -620,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
     ws.add_argument("--out", type=Path, default=RESULTS / "warmstart-seed.jsonl")
     ws.add_argument("--seed", type=int, default=0)
     ws.set_defaults(fn=warmstart)
+    k = sub.add_parser("keep", help="a writer's LoRA adapter into results/adapters/NAME (bfloat16)")
+    k.add_argument("adapter", type=Path, help="a LoRA checkpoint or warm-start folder")
+    k.add_argument("--name", required=True, help="the folder's name under results/adapters")
+    k.set_defaults(fn=keep)
     pr = sub.add_parser("progress", help="a run's course per step: constraints followed, newer better, named")
     pr.add_argument("run", type=Path, help="the run directory")
     pr.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")

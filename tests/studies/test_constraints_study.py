@@ -158,3 +158,48 @@ def test_an_interrupted_survey_goes_on_from_the_answers_it_kept(tmp_path, monkey
     out = study.read_jsonl(tmp_path / f"{name}.jsonl")
     assert [(r["question"], r["sample"]) for r in out] == [(f"Say {i}.", s) for i in range(6) for s in range(2)]
     assert not (tmp_path / f"{name}.partial.jsonl").exists()
+
+
+def test_the_warm_start_seed_states_only_trained_families_and_the_constrained_writer_can_write_it() -> None:
+    from evolm.backends.constrained import CRITERION_CHARS, LEVEL_CHARS, LEVELS
+    from evolm.rubrics import format_validity
+
+    rows = study.read_jsonl(study.RESULTS / "warmstart-seed.jsonl")
+    assert len(rows) == 400 and len({r["prompt"] for r in rows}) == 400
+    for r in rows:
+        assert format_validity(json.dumps(r["rubric"])) == 1.0 and len(r["rubric"]["criteria"]) <= 3
+        for c in r["rubric"]["criteria"]:
+            assert len(c["criterion"]) <= CRITERION_CHARS and tuple(c["scoring_levels"]) == LEVELS
+            assert all(len(v) <= LEVEL_CHARS for v in c["scoring_levels"].values())
+        stated = [c["criterion"] for c in r["rubric"]["criteria"] if c["criterion"] in study.STATED.values()]
+        assert stated and study.names_constraint(" ".join(stated).lower(), _constraints_of(r["prompt"]))
+    heldout = {c["id"] for r in study.read_jsonl(study.RESULTS / "heldout-pairs.jsonl") if r["split"] == "held-out family"
+               for c in r["constraints"]}
+    assert heldout and not heldout & set(study.STATED)  # no writer is taught a held-out family
+
+
+def _constraints_of(prompt: str) -> list[dict]:
+    return [{"id": i} for i, text in (("detectable_format:title", "double angular brackets"),
+                                      ("detectable_content:postscript", "postscript")) if text in prompt]
+
+
+def test_keep_copies_the_adapter_alone_in_bfloat16_and_refuses_a_base_named_by_a_path(tmp_path, monkeypatch) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setattr(study, "ADAPTERS", tmp_path / "adapters")
+    src = tmp_path / "checkpoint-3"
+    src.mkdir()
+    save_file({"base_model.model.x.lora_A.weight": torch.randn(4, 8)}, src / "adapter_model.safetensors")
+    for extra in ("optimizer.pt", "evolm_buffer.jsonl", "tokenizer.json"):
+        (src / extra).write_text("x")
+    (src / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/home/me/models/smollm2", "r": 4}))
+    assert study.main(["keep", str(src), "--name", "a"]) == 1  # a path: would not load on another machine
+    assert not (tmp_path / "adapters" / "a").exists()
+    (src / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": study.POLICY, "r": 4}))
+    assert study.main(["keep", str(src), "--name", "a"]) == 0
+    out = tmp_path / "adapters" / "a"
+    assert sorted(p.name for p in out.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    kept = load_file(out / "adapter_model.safetensors")
+    assert kept["base_model.model.x.lora_A.weight"].dtype == torch.bfloat16
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == study.POLICY
