@@ -435,7 +435,7 @@ def keep(args: argparse.Namespace) -> None:
 KEYWORDS = {  # words a criterion that names the constraint uses (lower case), per family
     "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
     "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
-    "startend:end_checker": ("end with", "finish", "ends with", "final phrase", "exact phrase"),
+    "startend:end_checker": ("phrase",),  # or the phrase itself; not "ends with": a postscript's criterion says it
     "detectable_content:number_placeholders": ("placeholder", "square bracket"),
     "detectable_format:number_highlighted_sections": ("highlight",),
     "detectable_format:number_bullet_lists": ("bullet",),
@@ -446,7 +446,13 @@ KEYWORDS = {  # words a criterion that names the constraint uses (lower case), p
 def names_constraint(rubric_text: str, constraints: list[dict]) -> bool:
     """Whether some criterion names each of the prompt's constraints (by the family's words)."""
     low = rubric_text.lower()
-    return all(any(k in low for k in KEYWORDS.get(c["id"], (short(c["id"]).replace("_", " "),))) for c in constraints)
+
+    def named(c: dict) -> bool:
+        phrase = str((c.get("kwargs") or {}).get("end_phrase") or "").lower().rstrip(".?! ")
+        return any(k in low for k in KEYWORDS.get(c["id"], (short(c["id"]).replace("_", " "),))) or \
+            bool(phrase) and phrase in low
+
+    return all(named(c) for c in constraints)
 
 
 def paired(rows: list[dict], other: list[dict] | None) -> str:
@@ -473,6 +479,7 @@ def table(args: argparse.Namespace) -> None:
         raise SystemExit("the arms were judged by different judges (model, mode, dtype, judge code): "
                          + "; ".join(f"{n}: {j}" for n, j in judges.items()) + " - re-judge them with one")
     arms = {name: rows[1:] for name, rows in files.items()}
+    asked = {p["prompt"]: p["constraints"] for p in read_jsonl(RESULTS / "heldout-pairs.jsonl")}
     names = [n for n in ORDER if n in arms] + [n for n in arms if n not in ORDER]
     lines = ["| writer | pairs | n | pair accuracy [95% CI] | vs no rubric (better / worse, p) "
              "| vs base writer | names the constraint |", "|---|---|---|---|---|---|---|"]
@@ -489,7 +496,7 @@ def table(args: argparse.Namespace) -> None:
             lo, hi = wilson(k, n)
             vs_none = paired(rs, arms["none"]) if "none" in arms and name != "none" else "-"
             vs_base = paired(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
-            named = [r["names_constraint"] for r in rs if r.get("names_constraint") is not None]
+            named = [names_constraint(r["rubric"], asked[r["prompt"]]) for r in rs if r.get("rubric")]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
             lines.append(f"| {name} | {label} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs_none} | {vs_base} "
                          f"| {share} |")

@@ -47,9 +47,14 @@ def test_a_natural_pair_comes_from_one_model_when_one_gave_both() -> None:
 
 def _arm_file(results: Path, name: str, credits: list[float], named: list[bool] | None = None,
               judge_code: str = "abc") -> None:
-    rows = [{"prompt": f"q{i}", "family": "detectable_content:postscript" if i % 2 else "startend:end_checker",
-             "split": "trained family" if i % 2 else "held-out family", "credit": c,
-             "names_constraint": None if named is None else named[i]} for i, c in enumerate(credits)]
+    end = {"id": "startend:end_checker", "kwargs": {"end_phrase": "Any other questions?"}}
+    asked = [[{"id": "detectable_content:postscript", "kwargs": {}}] if i % 2 else [end] for i in range(len(credits))]
+    said = ["Ends with a postscript that starts with P.S.", "Ends with Any other questions?"]
+    rows = [{"prompt": f"q{i}", "family": asked[i][0]["id"], "split": "trained family" if i % 2 else "held-out family",
+             "credit": c, "rubric": None if named is None else said[1 - i % 2] if named[i] else said[i % 2]}
+            for i, c in enumerate(credits)]  # not named: the other family's criterion (a postscript also "ends with")
+    (results / "heldout-pairs.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}", "constraints": c}) + "\n"
+                                                         for i, c in enumerate(asked)))
     (results / "arms").mkdir(parents=True, exist_ok=True)
     key = {"judge": "j", "mode": "yesno", "dtype": "float32", "judge_code": judge_code}
     (results / "arms" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"key": key}, *rows]))
