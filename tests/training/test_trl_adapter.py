@@ -283,7 +283,7 @@ def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp
     class Stop(Exception):
         pass
 
-    def load_model(name, device="auto", dtype="auto", sharded=False):  # noqa: ANN001, ANN202
+    def load_model(name, device="auto", dtype="auto", sharded=False, train_adapter=False):  # noqa: ANN001, ANN202
         order.append(f"policy (sharded={sharded})")
         raise Stop
 
