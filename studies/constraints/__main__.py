@@ -382,15 +382,16 @@ def warmstart(args: argparse.Namespace) -> None:
     import random
 
     from evolm.rubrics import format_validity
+    from evolm.training.sft import gsm8k_rubric
 
     gsm = {str(r["question"]).strip(): str(r["answer"]) for r in read_jsonl(args.gsm8k)}
     rng, rows = random.Random(args.seed), []
     for r in read_jsonl(args.prompts):
         if any(c["id"] not in STATED for c in r["constraints"]):
             raise EvolmError(f"{args.prompts}: no stated criterion for {r['constraints']} (STATED)")
-        final = re.search(r"####\s*([^\n]+)", gsm.get(r["question"].strip(), ""))
-        content = f"Gives the final answer {final.group(1).strip().replace(',', '')}." if final else \
-            "Answers the question asked, correctly and completely."
+        reference = gsm8k_rubric(gsm[r["question"].strip()]) if r["question"].strip() in gsm else None
+        content = reference["criteria"][0]["criterion"] if reference else \
+            "Answers the question asked, correctly and completely."  # the first: "Gives the final answer X."
         share = 0.5 / len(r["constraints"])
         criteria = [{"criterion": STATED[c["id"]], "weight": share, "scoring_levels": LEVELS_STATED}
                     for c in r["constraints"]]

@@ -266,17 +266,27 @@ def resolve_model_path(name_or_path: str) -> str:
     )
 
 
-def adapter_base(path: str) -> str | None:
-    """The base model a LoRA checkpoint directory names (``base_model_name_or_path``), or ``None`` for full weights."""
+def _adapter_config(path: str | Path) -> dict | None:
+    """A LoRA checkpoint directory's ``adapter_config.json`` (``{}`` when unreadable); ``None`` for anything else:
+    full weights (a ``config.json``), a built-in name, a hub id."""
     import json
 
-    config = Path(path) / ADAPTER_CONFIG
-    if (Path(path) / "config.json").is_file() or not config.is_file():
+    path = Path(path).expanduser()
+    if (path / "config.json").is_file() or not (path / ADAPTER_CONFIG).is_file():
         return None
     try:
-        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        base = None
+        config = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def adapter_base(path: str) -> str | None:
+    """The base model a LoRA checkpoint directory names (``base_model_name_or_path``), or ``None`` for full weights."""
+    config = _adapter_config(path)
+    if config is None:
+        return None
+    base = config.get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise ModelError(f"{path}: a LoRA adapter whose {ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
     return base
@@ -307,15 +317,7 @@ def base_model_name(name_or_path: str) -> str:
 
 def adapter_rank(name_or_path: str) -> int:
     """The LoRA rank (``r``) of a LoRA checkpoint directory; 0 for anything else (full weights, a name, a hub id)."""
-    import json
-
-    path = Path(name_or_path).expanduser()
-    if (path / "config.json").is_file() or not (path / ADAPTER_CONFIG).is_file():
-        return 0
-    try:
-        r = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("r")
-    except (OSError, ValueError, AttributeError):
-        r = None
+    r = (_adapter_config(name_or_path) or {}).get("r")
     return r if isinstance(r, int) and r > 0 else 0
 
 

@@ -95,6 +95,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from accelerate.utils import is_peft_model  # TRL's own test: a model that carries an adapter trains it as it is
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
@@ -297,7 +298,7 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
     trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(deferred, extra_rewards(cfg.rewards.extra),
                                                                            counts, memory)],
                                args=args, train_dataset=dataset, processing_class=tokenizer,
-                               peft_config=None if _is_peft(model) else _peft_config(cfg))
+                               peft_config=None if is_peft_model(model) else _peft_config(cfg))
     trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_base = base_model_name(cfg.model.name)
@@ -365,11 +366,6 @@ def train(trainer: Any, checkpoint: Path | None) -> None:
         if wandb is not None and wandb.run is not None and wandb.run is not before and \
                 "wandb" in _report_to_list(trainer.args.report_to):
             wandb.finish()
-
-
-def _is_peft(model: Any) -> bool:
-    """A model that already carries a trainable LoRA adapter (a warm start's): TRL trains it as it is."""
-    return hasattr(model, "peft_config")
 
 
 def _peft_config(cfg: RunConfig) -> Any:
