@@ -8,6 +8,8 @@
   pairs       the held-out pairs: per held-out prompt, a compliant and a non-compliant answer (natural pairs)
   arm         judge the held-out pairs under one writer's rubrics (none, stated, or a model/adapter that writes them)
   table       the held-out table from the kept arm files: accuracy per arm, Wilson intervals, sign tests
+  train-pairs run (c)'s labelled pairs: per training question whose answers in a run's policy steps differ in the
+              constraints they follow, the answer following the most (chosen) and the one following the fewest
   warmstart   the writer's warm-start seed set: each training prompt with a rubric that states its constraints as
               criteria (trained families only), for `evolm sft-rubrics --seed-set ... --lora-r 16 --keep-adapter`
   keep        copy a writer's LoRA adapter into results/adapters/NAME in bfloat16 (the adapter and its config alone,
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import re
 import statistics
@@ -367,6 +370,29 @@ def arm(args: argparse.Namespace) -> None:
     print(f"{args.name}: pair accuracy {k / n:.3f} (n = {n})")
 
 
+def train_pairs(args: argparse.Namespace) -> None:
+    """Run (c)'s labelled pairs (``contrast.pairs: labelled``): from the policy steps' sample files of the runs given,
+    per (step, question) group whose answers follow different numbers of constraints, the first answer following the
+    most as ``chosen`` and the first following the fewest as ``rejected``. Training questions only: the held-out set
+    stays unseen by every writer."""
+    out = []
+    for run in args.runs:
+        groups: dict[tuple[int, str], list[dict]] = collections.defaultdict(list)
+        for f in sorted((run / "samples").glob("*-policy.jsonl")):
+            for r in read_jsonl(f):
+                groups[r["step"], r["question"]].append(r)
+        for (step, question), rs in groups.items():
+            hi = max(rs, key=lambda r: r["constraints_passed"])
+            lo = min(rs, key=lambda r: r["constraints_passed"])
+            if hi["constraints_passed"] > lo["constraints_passed"]:
+                out.append({"prompt": question, "chosen": hi["completion"], "rejected": lo["completion"],
+                            "constraints": rs[0]["constraints"], "source": f"{run.name} step {step}"})
+    if not out:
+        raise EvolmError(f"no question's answers differ in the constraints followed in {[str(r) for r in args.runs]}")
+    write_jsonl(args.out, out)
+    print(f"wrote {len(out)} labelled pairs ({len({p['prompt'] for p in out})} questions) to {args.out}")
+
+
 STATED = {  # a trained family's constraint as a criterion the constrained writer can write (80 characters at most)
     "detectable_format:title": "Has a title wrapped in double angular brackets, like <<title>>.",
     "detectable_content:postscript": "Ends with a postscript that starts with P.S.",
@@ -511,14 +537,17 @@ def progress(args: argparse.Namespace) -> None:
     newer-better counts of each rubric step, the share of the writer's rubrics that name the constraint, and the
     writer's reward spread (the mean standard deviation across a question's rubrics: GRPO's signal), and how often the
     judge, under the writer's rubrics, scored higher the answer of a pair that followed more constraints (pairs that
-    differ only): what a writer that learns the constraint raises."""
+    differ only): what a writer that learns the constraint raises. In a policy step the same column counts the pairs
+    of one question's answers that differ in the constraints followed: how often the policy's reward (the judge's
+    score, under the step's rubric or none) had the checker's direction, which pure EvoLM (run (b)) relies on (equal
+    scores left out)."""
     steps: dict[int, dict[str, Any]] = {}
     for f in sorted((args.run / "samples").glob("*.jsonl")):
         for r in read_jsonl(f):
             if not r.get("constraints"):
                 continue
             s = steps.setdefault(r["step"], {"role": r["role"], "cycle": r.get("cycle"), "followed": [], "named": {},
-                                             "rewards": {}, "margins": {}, "right": []})
+                                             "rewards": {}, "margins": {}, "right": [], "answers": {}})
             if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
                 if None not in (r.get("s_pos"), r.get("s_neg")):
@@ -527,16 +556,21 @@ def progress(args: argparse.Namespace) -> None:
                         s["right"].append((r["s_pos"] > r["s_neg"]) == (r["passed_pos"] > r["passed_neg"]))
             if r["role"] == "policy" and r.get("constraints_passed") is not None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
+                if r.get("score") is not None:
+                    s["answers"].setdefault(r["question"], []).append((r["constraints_passed"], float(r["score"])))
             text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
             if text:
                 s["named"][text] = names_constraint(text, r["constraints"])
+    for s in steps.values():  # a policy step: its question groups' answer pairs that the checker tells apart
+        s["right"] += [(a[1] > b[1]) == (a[0] > b[0]) for g in s["answers"].values()
+                       for a, b in itertools.combinations(g, 2) if a[0] != b[0] and a[1] != b[1]]
     pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)  # the newer_passes_* records, summed
     for step, more, fewer, same in pre.steps if pre else ():
         if step in steps:
             steps[step]["newer"] = (more, fewer, same)
     lines = ["| step | role | constraints followed (policy answers) | newer better / worse / same "
              "| rubrics naming the constraint | reward spread across a question's rubrics "
-             "| judge right on pairs that differ (writer's rubrics) |",
+             "| judge right on pairs that differ (the step's rubrics) |",
              "|---|---|---|---|---|---|---|"]
     for step, s in sorted(steps.items()):
         followed = f"{sum(s['followed']) / len(s['followed']):.2f} (n {len(s['followed'])})" if s["followed"] else "-"
@@ -552,7 +586,7 @@ def progress(args: argparse.Namespace) -> None:
                      f"{sign_p(pre.more, pre.fewer):.3f}); the first {more + fewer} that differ: {more} / {fewer}")
     by_cycle: dict[int, list[bool]] = {}
     for s in steps.values():
-        if s["right"]:
+        if s["right"] and s["role"] == "rubric":
             by_cycle.setdefault(s["cycle"], []).extend(s["right"])
     groups = [g for s in steps.values() for g in s["margins"].values() if len(g) > 1]
     if groups:  # the reward = f(margin, format validity): did validity change a group's winner?
@@ -562,6 +596,11 @@ def progress(args: argparse.Namespace) -> None:
     if by_cycle:
         lines.append("judge right on pairs that differ under the writer's rubrics, by cycle: " + ", ".join(
             f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items())))
+    policy = [x for s in steps.values() if s["role"] == "policy" for x in s["right"]]
+    if policy:
+        k = sum(policy)
+        lines.append(f"policy reward's direction: the judge scored higher the answer following more constraints in {k} "
+                     f"of {len(policy)} answer pairs of a question (sign p = {sign_p(k, len(policy) - k):.3f})")
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)
@@ -651,6 +690,10 @@ def main(argv: list[str] | None = None) -> int:
     w.set_defaults(fn=arm)
     t = sub.add_parser("table", help="the held-out table from the kept arm files")
     t.set_defaults(fn=table)
+    tp = sub.add_parser("train-pairs", help="run (c)'s labelled pairs, from runs' policy-step answers")
+    tp.add_argument("runs", type=Path, nargs="+", help="run directories (their samples/*-policy.jsonl)")
+    tp.add_argument("--out", type=Path, default=RESULTS / "train-pairs.jsonl")
+    tp.set_defaults(fn=train_pairs)
     ws = sub.add_parser("warmstart", help="the writer's warm-start seed set (trained families' constraints stated)")
     ws.add_argument("--prompts", type=Path, default=Path("data/constraints/train.jsonl"))
     ws.add_argument("--gsm8k", type=Path, default=Path("data/gsm8k/train.jsonl"), help="its final answers")

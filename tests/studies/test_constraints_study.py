@@ -110,9 +110,9 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     run = tmp_path / "run"
     (run / "samples").mkdir(parents=True)
     two = [*PS, {"id": "detectable_format:title", "kwargs": {}}]
-    policy = [{"step": 1, "role": "policy", "constraints": two, "constraints_passed": k,
-               "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
-              for k in (0, 1, 2, 2)]
+    policy = [{"step": 1, "role": "policy", "question": "q", "constraints": two, "constraints_passed": k,
+               "score": score, "rubric_text": "1. Adds a P.S. at the end. 2. Has a title in <<double angular brackets>>."}
+              for k, score in ((0, 0.1), (1, 0.5), (2, 0.4), (2, 0.9))]  # the judge wrong on (1, 2) once: 4 of 5
     # the newer answer follows the P.S. and the older does not: the judge is right where it scores the newer higher
     rubric = [{"step": 2, "role": "rubric", "cycle": 0, "slot": 0, "constraints": PS, "completion": text,
                "reward": reward, "passed_pos": 1, "passed_neg": 0, "s_pos": s_pos, "s_neg": 0.5}
@@ -125,11 +125,30 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
         {"step": 2, "role": "rubric", "newer_passes_more": 3, "newer_passes_fewer": 1, "newer_passes_same": 0}]))
     assert study.main(["progress", str(run), "--out", str(tmp_path / "p.md")]) == 0
     text = (tmp_path / "p.md").read_text()
-    assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - |" in text  # 5 of 8 followed; one rubric, naming both
+    assert "| 1 | policy | 0.62 (n 4) | - | 1.00 (n 1) | - | 0.80 (n 5) |" in text  # 5 of 8 followed; one rubric
     assert "| 2 | rubric | - | 3 / 1 / 0 | 0.50 (n 2) | 0.408 | 0.67 (n 3) |" in text  # one of two rubrics names it
-    assert "by cycle: 0: 2/3" in text
+    assert "by cycle: 0: 2/3" in text  # the writer's pairs only, not the policy step's
     assert "largest margin: 1 of 1" in text  # the P.S. rubric: the highest reward and the largest margin
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
+    assert "following more constraints in 4 of 5 answer pairs" in text
+
+
+def test_train_pairs_take_the_most_and_least_compliant_answer_of_a_question_that_differs(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    rows = [{"step": 1, "role": "policy", "question": q, "constraints": PS, "constraints_passed": k, "completion": a}
+            for q, k, a in (("q1", 0, "no"), ("q1", 1, "yes P.S. x"), ("q1", 0, "no 2"), ("q2", 1, "a"), ("q2", 1, "b"))]
+    (run / "samples" / "phase-000-policy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "pairs.jsonl"
+    assert study.main(["train-pairs", str(run), "--out", str(out)]) == 0
+    pairs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs] == [("q1", "yes P.S. x", "no")]  # q2: no pair
+    from evolm.eval.pairs import load_pairs  # what contrast.pairs=labelled reads
+
+    assert load_pairs(out)[0].better == "yes P.S. x"
+    (run / "samples" / "phase-000-policy.jsonl").write_text(json.dumps(rows[3]) + "\n")
+    assert study.main(["train-pairs", str(run), "--out", str(out)]) == 1
+    assert "no question's answers differ" in capsys.readouterr().err
 
 
 def test_an_interrupted_survey_goes_on_from_the_answers_it_kept(tmp_path, monkeypatch, tiny_model_dir) -> None:
