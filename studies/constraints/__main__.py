@@ -317,10 +317,15 @@ def print_visibility(table: dict[str, dict[str, Any]], judge: str) -> None:
 
 
 def answers(args: argparse.Namespace) -> None:
-    """Held-out answers from one model, checked (natural pairs need a model that sometimes complies)."""
+    """Held-out answers from one model, checked (natural pairs need a model that sometimes complies); with
+    ``--policy NAME``, a trained policy's answers for the policy table (results/policies/NAME.jsonl), kept apart from
+    the answers that ``pairs`` reads."""
     args.prompts, args.families, args.per_family = args.heldout, "", 10**9
-    name = args.model.replace("/", "_")
-    survey(args, out_name=f"heldout-answers-{name}")
+    if args.policy:  # a trained policy's pass rate, not a source of held-out pairs
+        (RESULTS / "policies").mkdir(exist_ok=True)
+        survey(args, out_name=f"policies/{args.policy}")
+    else:
+        survey(args, out_name=f"heldout-answers-{args.model.replace('/', '_')}")
 
 
 def pairs(args: argparse.Namespace) -> None:
@@ -527,9 +532,43 @@ def table(args: argparse.Namespace) -> None:
             share = f"{sum(named) / len(named):.2f}" if named else "-"
             lines.append(f"| {name} | {label} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs_none} | {vs_base} "
                          f"| {share} |")
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n" + policy_table()
     (RESULTS / "heldout-table.md").write_text(text)
     print(text)
+
+
+def policy_table() -> str:
+    """The policies' share of the held-out prompts' constraints followed: step 0 (the base model's held-out answers)
+    and each trained policy (``answers --policy NAME``), per split, with a sign test over prompts against step 0 (a
+    prompt counts where its share of answers that comply differs)."""
+    files = {"step 0 (base)": RESULTS / f"heldout-answers-{POLICY}.jsonl",
+             **{f.stem: f for f in sorted((RESULTS / "policies").glob("*.jsonl"))}}
+    if len(files) < 2 or not all(f.is_file() for f in files.values()):
+        return ""
+    per = {name: read_jsonl(f) for name, f in files.items()}
+
+    def by_prompt(rows: list[dict]) -> dict[str, float]:
+        got: dict[str, list[bool]] = collections.defaultdict(list)
+        for r in rows:
+            got[r["prompt"]] += r["passed"]
+        return {p: sum(v) / len(v) for p, v in got.items()}
+
+    base = by_prompt(per["step 0 (base)"])
+    lines = ["", "Held-out prompts: the share of their constraints the policy's answers follow", "",
+             "| policy | prompts | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) |",
+             "|---|---|---|---|---|"]
+    for name, rows in per.items():
+        for label in ("trained family", "held-out family", "all"):
+            rs = [r for r in rows if label == "all" or (r["family"] in STATED) == (label == "trained family")]
+            checks = [x for r in rs for x in r["passed"]]
+            lo, hi = wilson(sum(checks), len(checks))
+            mine = by_prompt(rs)
+            up = sum(v > base[p] for p, v in mine.items() if p in base)
+            down = sum(v < base[p] for p, v in mine.items() if p in base)
+            vs = "-" if name == "step 0 (base)" else f"{up} / {down}, p = {sign_p(up, down):.3f}"
+            lines.append(f"| {name} | {label} | {len(mine)} / {len(rs)} | {sum(checks) / len(checks):.3f} [{lo:.3f}, {hi:.3f}] "
+                         f"| {vs} |")
+    return "\n".join(lines) + "\n"
 
 
 def progress(args: argparse.Namespace) -> None:
@@ -677,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--max-new-tokens", type=int, default=256)
     a.add_argument("--batch-size", type=int, default=16)
     a.add_argument("--seed", type=int, default=1)
+    a.add_argument("--policy", default=None, help="a trained policy's name in the policy table: its answers go to "
+                   "results/policies/NAME.jsonl, not among the held-out pairs' sources")
     a.set_defaults(fn=answers)
     pp = sub.add_parser("pairs", help="the held-out natural pairs from the answer files")
     pp.add_argument("--heldout", type=Path, default=heldout)

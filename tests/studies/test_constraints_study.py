@@ -76,6 +76,25 @@ def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer
     assert any(line.startswith("| trained |   end_checker | 5 |") for line in lines)
 
 
+def test_the_policy_table_compares_each_trained_policy_with_step_0_per_split(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(study, "RESULTS", tmp_path)
+    (tmp_path / "policies").mkdir()
+    title = [{"id": "detectable_format:title", "kwargs": {}}]
+    base = [_answer(f"t{i}", "detectable_format:title", title, "no title") for i in range(4)]
+    base += [_answer(f"e{i}", "startend:end_checker", END, "That is all.") for i in range(2)]
+    trained = [_answer(f"t{i}", "detectable_format:title", title, "<<T>> yes") for i in range(4)]
+    trained += [_answer(f"e{i}", "startend:end_checker", END, "no") for i in range(2)]
+    for path, rows in ((tmp_path / f"heldout-answers-{study.POLICY}.jsonl", base),
+                       (tmp_path / "policies" / "pure-step6.jsonl", trained)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = study.policy_table()
+    assert "| step 0 (base) | trained family | 4 / 4 | 0.000 [" in text
+    assert "| pure-step6 | trained family | 4 / 4 | 1.000 [" in text and "| 4 / 0, p = 0.125 |" in text
+    assert "| pure-step6 | held-out family | 2 / 2 | 0.000 [" in text and "| 0 / 2, p = 0.500 |" in text
+    (tmp_path / "policies" / "pure-step6.jsonl").unlink()
+    assert study.policy_table() == ""  # step 0 alone: nothing to compare
+
+
 def test_the_table_refuses_arms_judged_by_different_judge_code(tmp_path, monkeypatch) -> None:
     """A change to the judge's defences between arms would change the study's judge silently: refused."""
     monkeypatch.setattr(study, "RESULTS", tmp_path)
