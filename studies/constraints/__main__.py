@@ -566,8 +566,8 @@ def policy_table() -> str:
             up = sum(v > base[p] for p, v in mine.items() if p in base)
             down = sum(v < base[p] for p, v in mine.items() if p in base)
             vs = "-" if name == "step 0 (base)" else f"{up} / {down}, p = {sign_p(up, down):.3f}"
-            lines.append(f"| {name} | {label} | {len(mine)} / {len(rs)} | {sum(checks) / len(checks):.3f} [{lo:.3f}, {hi:.3f}] "
-                         f"| {vs} |")
+            share = f"{sum(checks) / len(checks):.3f} [{lo:.3f}, {hi:.3f}]"
+            lines.append(f"| {name} | {label} | {len(mine)} / {len(rs)} | {share} | {vs} |")
     return "\n".join(lines) + "\n"
 
 
