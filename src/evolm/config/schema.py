@@ -110,7 +110,8 @@ class LoRAConfig(Settings):
     """A LoRA adapter trained instead of the full weights (PEFT); r=0: off (the paper trains every weight)."""
 
     r: int = _f(0, "LoRA rank (0: off, full fine-tuning as in the paper); both roles train the one adapter, the "
-                "frozen base model is GRPO's KL reference, and checkpoints hold the adapter alone", ge=0)
+                "frozen base model (or a warm-start adapter's frozen copy) is GRPO's KL reference, and checkpoints "
+                "hold the adapter alone", ge=0)
     alpha: int = _f(16, "LoRA scaling numerator: the update is scaled by alpha / r", gt=0)
     dropout: float = _f(0.0, "dropout on the adapter's input during training", ge=0, lt=1)
     target_modules: list = _f(["all-linear"], "module names (or suffixes) that get an adapter; ['all-linear']: every "

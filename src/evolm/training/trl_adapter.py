@@ -205,8 +205,8 @@ def _check_optional(cfg: RunConfig) -> None:
             raise InputError(f"model.name {cfg.model.name} is a LoRA adapter of rank {rank}, which the run trains on; "
                              f"model.lora.r says {cfg.model.lora.r}: set them equal")
         if cfg.grpo.get("sync_ref_model"):
-            raise InputError("model.lora trains against the frozen base (adapter off); grpo.sync_ref_model has no "
-                             "reference model to sync: unset it")
+            raise InputError("model.lora's KL reference is frozen (the base with the adapter off, or a warm-start "
+                             "adapter's frozen copy); grpo.sync_ref_model has no reference model to sync: unset it")
     if "wandb" in _report_to_list(cfg.grpo.get("report_to")) and importlib.util.find_spec("wandb") is None:
         raise InputError("grpo.report_to=wandb needs wandb: pip install 'evolm[wandb]'")
 
