@@ -29,15 +29,14 @@ reward workers, like the launcher's own variables), as ``http://host:port``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from evolm.backends.http import retry_after
 from evolm.errors import BackendError, InputError
@@ -83,8 +82,16 @@ def _payload(questions: Sequence[str], solutions: Sequence[str], ground_truths: 
             "labels": [_label(g) for g in ground_truths]}
 
 
-def _outcome(resp: httpx.Response, url: str, n: int) -> list[dict[str, float]] | float:
-    """The rows' results, or the seconds to wait before trying again (a 5xx); a 4xx raises."""
+class _Busy(Exception):
+    """A 5xx: the server asks to be tried again after ``wait`` seconds."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"HTTP 5xx, retry after {wait:g} s")
+        self.wait = wait
+
+
+def _outcome(resp: httpx.Response, url: str, n: int) -> list[dict[str, float]]:
+    """The rows' results; a 5xx raises ``_Busy`` (tried again), a 4xx ``BackendError`` (not)."""
     if resp.status_code == 200:
         body = resp.json()
         rewards, logs = body["rewards"], body.get("extra_logs") or {}
@@ -98,39 +105,38 @@ def _outcome(resp: httpx.Response, url: str, n: int) -> list[dict[str, float]] |
     if resp.status_code < 500:
         raise BackendError(f"{url}: HTTP {resp.status_code}: {error}")
     wait = retry_after(resp.headers)  # the openai backend's reading: seconds, milliseconds or an HTTP date
-    return 1.0 if wait is None else min(MAX_WAIT_S, wait)
+    raise _Busy(1.0 if wait is None else min(MAX_WAIT_S, wait))
 
 
-def _give_up(url: str, last: object) -> BackendError:
-    return BackendError(f"{url}: no reward after {ATTEMPTS} tries (last: {last})")
+def _wait(state: RetryCallState) -> float:
+    """A 5xx's Retry-After; after a refused, reset or timed-out connection, 1, 2, 4 ... s up to MAX_WAIT_S."""
+    exc = state.outcome.exception() if state.outcome else None
+    return exc.wait if isinstance(exc, _Busy) else min(MAX_WAIT_S, 2.0 ** (state.attempt_number - 1))
+
+
+def _retrying(kind: type[Retrying] | type[AsyncRetrying]) -> Any:
+    return kind(retry=retry_if_exception_type((httpx.TransportError, _Busy)), wait=_wait,
+                stop=stop_after_attempt(ATTEMPTS), reraise=True)
 
 
 def _post(client: httpx.Client, url: str, payload: dict[str, Any]) -> list[dict[str, float]]:
-    last: object = None
-    for attempt in range(ATTEMPTS):
-        try:
-            out = _outcome(client.post(url, json=payload), url, len(payload["query"]))
-        except httpx.TransportError as e:  # refused, reset, timed out: back off and try again
-            out, last = min(MAX_WAIT_S, 2.0**attempt), e
-        if isinstance(out, list):
-            return out
-        last = last if isinstance(last, Exception) else f"HTTP 5xx, retry after {out:g} s"
-        time.sleep(out)
-    raise _give_up(url, last)
+    try:
+        for attempt in _retrying(Retrying):
+            with attempt:
+                return _outcome(client.post(url, json=payload), url, len(payload["query"]))
+    except (httpx.TransportError, _Busy) as e:
+        raise BackendError(f"{url}: no reward after {ATTEMPTS} tries (last: {e})") from None
+    raise AssertionError("unreachable: tenacity returns or raises")
 
 
 async def _apost(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> list[dict[str, float]]:
-    last: object = None
-    for attempt in range(ATTEMPTS):
-        try:
-            out = _outcome(await client.post(url, json=payload), url, len(payload["query"]))
-        except httpx.TransportError as e:
-            out, last = min(MAX_WAIT_S, 2.0**attempt), e
-        if isinstance(out, list):
-            return out
-        last = last if isinstance(last, Exception) else f"HTTP 5xx, retry after {out:g} s"
-        await asyncio.sleep(out)
-    raise _give_up(url, last)
+    try:
+        async for attempt in _retrying(AsyncRetrying):
+            with attempt:
+                return _outcome(await client.post(url, json=payload), url, len(payload["query"]))
+    except (httpx.TransportError, _Busy) as e:
+        raise BackendError(f"{url}: no reward after {ATTEMPTS} tries (last: {e})") from None
+    raise AssertionError("unreachable: tenacity returns or raises")
 
 
 def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
