@@ -497,7 +497,7 @@ def paired(rows: list[dict], other: list[dict] | None) -> str:
     return f"{up} / {down}, p = {sign_p(up, down):.3f}" if up + down else "0 / 0"
 
 
-ORDER = ("none", "stated", "base")  # the table's first rows: no rubric, the ceiling, the base writer; then the rest
+ORDER = ("none", "stated", "base", "warm-start")  # first: no rubric, the ceiling, the base writer, the warm start
 
 
 def table(args: argparse.Namespace) -> None:
@@ -534,7 +534,32 @@ def table(args: argparse.Namespace) -> None:
                          f"| {share} |")
     text = "\n".join(lines) + "\n" + policy_table()
     (RESULTS / "heldout-table.md").write_text(text)
+    figure({name: arms[name] for name in names}, RESULTS / "heldout.png")
     print(text)
+
+
+def figure(arms: dict[str, list[dict]], path: Path) -> None:
+    """The held-out table as a picture: each writer's pair accuracy with its 95% Wilson interval, on the trained
+    families, the held-out families and all pairs."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for j, (label, marker) in enumerate((("trained family", "o"), ("held-out family", "s"), ("all", "D"))):
+        for i, rows in enumerate(arms.values()):
+            rs = [r for r in rows if label == "all" or r["split"] == label]
+            k, n = sum(r["credit"] for r in rs), len(rs)
+            lo, hi = wilson(k, n)
+            ax.errorbar([i + (j - 1) * 0.22], [k / n], yerr=[[k / n - lo], [hi - k / n]], fmt=marker, capsize=3,
+                        color=f"C{j}", label=f"{label} (n {n})" if i == 0 else None)
+    ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
+    ax.set_xticks(range(len(arms)), list(arms), fontsize=7, rotation=30, ha="right")
+    ax.set_ylabel("held-out pair accuracy")
+    ax.set_title(f"Frozen {JUDGE} ({JUDGE_MODE}, {JUDGE_DTYPE}) under each writer's rubrics", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def policy_table() -> str:

@@ -74,6 +74,7 @@ def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer
     assert "8 / 1, p = 0.039" in trained_all and trained_all.endswith("| 1.00 |")
     assert any(line.startswith("| trained | held-out family | 5 |") for line in lines)
     assert any(line.startswith("| trained |   end_checker | 5 |") for line in lines)
+    assert (tmp_path / "heldout.png").stat().st_size > 10_000  # the same, as a picture
 
 
 def test_the_policy_table_compares_each_trained_policy_with_step_0_per_split(tmp_path, monkeypatch) -> None:
