@@ -604,16 +604,20 @@ def progress(args: argparse.Namespace) -> None:
     differ only): what a writer that learns the constraint raises. In a policy step the same column counts the pairs
     of one question's answers that differ in the constraints followed: how often the policy's reward (the judge's
     score, under the step's rubric or none) had the checker's direction, which pure EvoLM (run (b)) relies on (equal
-    scores left out)."""
+    scores left out). And whether naming the constraint paid: in each question group with rubrics that name it and
+    rubrics that do not, their mean rewards compared."""
     steps: dict[int, dict[str, Any]] = {}
     for f in sorted((args.run / "samples").glob("*.jsonl")):
         for r in read_jsonl(f):
-            if not r.get("constraints"):
+            if not r.get("constraints") or (args.last_step and r["step"] > args.last_step):
                 continue
             s = steps.setdefault(r["step"], {"role": r["role"], "cycle": r.get("cycle"), "followed": [], "named": {},
-                                             "rewards": {}, "margins": {}, "right": [], "answers": {}})
+                                             "rewards": {}, "margins": {}, "right": [], "answers": {},
+                                             "naming": {}})
             if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
+                s["naming"].setdefault(r.get("slot"), []).append(
+                    (names_constraint(r.get("completion") or "", r["constraints"]), float(r["reward"])))
                 if None not in (r.get("s_pos"), r.get("s_neg")):
                     s["margins"].setdefault(r.get("slot"), []).append((float(r["reward"]), r["s_pos"] - r["s_neg"]))
                     if r.get("passed_pos") != r.get("passed_neg"):  # the checker tells the pair's answers apart
@@ -628,7 +632,8 @@ def progress(args: argparse.Namespace) -> None:
     for s in steps.values():  # a policy step: its question groups' answer pairs that the checker tells apart
         s["right"] += [(a[1] > b[1]) == (a[0] > b[0]) for g in s["answers"].values()
                        for a, b in itertools.combinations(g, 2) if a[0] != b[0] and a[1] != b[1]]
-    pre = precondition(read_jsonl(args.run / "metrics.jsonl"), 40)  # the newer_passes_* records, summed
+    records = [m for m in read_jsonl(args.run / "metrics.jsonl") if not args.last_step or m["step"] <= args.last_step]
+    pre = precondition(records, 40)  # the newer_passes_* records, summed
     for step, more, fewer, same in pre.steps if pre else ():
         if step in steps:
             steps[step]["newer"] = (more, fewer, same)
@@ -660,6 +665,13 @@ def progress(args: argparse.Namespace) -> None:
     if by_cycle:
         lines.append("judge right on pairs that differ under the writer's rubrics, by cycle: " + ", ".join(
             f"{c}: {sum(v)}/{len(v)}" for c, v in sorted(by_cycle.items())))
+    gaps = [statistics.mean(w for n, w in g if n) - statistics.mean(w for n, w in g if not n)
+            for s in steps.values() for g in s["naming"].values() if len({n for n, _ in g}) == 2]
+    if gaps:  # GRPO raises naming only where it pays: within a question's group, against the group's other rubrics
+        up, down = sum(d > 0 for d in gaps), sum(d < 0 for d in gaps)
+        lines.append(f"rubrics naming the constraint against the rest of their question's group: reward higher in "
+                     f"{up}, lower in {down} of {len(gaps)} groups (sign p = {sign_p(up, down):.3f}; mean difference "
+                     f"{statistics.mean(gaps):+.4f})")
     policy = [x for s in steps.values() if s["role"] == "policy" for x in s["right"]]
     if policy:
         k = sum(policy)
@@ -773,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("progress", help="a run's course per step: constraints followed, newer better, named")
     pr.add_argument("run", type=Path, help="the run directory")
     pr.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
+    pr.add_argument("--last-step", type=int, default=0, help="leave out the records of later steps (a step stopped "
+                    "before its checkpoint, which a resume does again; default: none left out)")
     pr.set_defaults(fn=progress)
     wa = sub.add_parser("watch", help="a run's precondition; --stop ends the run when it fails")
     wa.add_argument("run", type=Path, help="the run directory")

@@ -151,6 +151,7 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     assert "largest margin: 1 of 1" in text  # the P.S. rubric: the highest reward and the largest margin
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
     assert "following more constraints in 4 of 5 answer pairs" in text
+    assert "reward higher in 1, lower in 0 of 1 groups (sign p = 1.000; mean difference +0.7500)" in text  # 1 vs 0.25
 
 
 def test_train_pairs_take_the_most_and_least_compliant_answer_of_a_question_that_differs(tmp_path, capsys) -> None:
