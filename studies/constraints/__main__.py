@@ -580,7 +580,7 @@ def policy_table() -> str:
 
     base = by_prompt(per["step 0 (base)"])
     lines = ["", "Held-out prompts: the share of their constraints the policy's answers follow", "",
-             "| policy | prompts | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) |",
+             "| policy | split | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) |",
              "|---|---|---|---|---|"]
     for name, rows in per.items():
         for label in ("trained family", "held-out family", "all"):
