@@ -564,35 +564,46 @@ def figure(arms: dict[str, list[dict]], path: Path) -> None:
 
 def policy_table() -> str:
     """The policies' share of the held-out prompts' constraints followed: step 0 (the base model's held-out answers)
-    and each trained policy (``answers --policy NAME``), per split, with a sign test over prompts against step 0 (a
-    prompt counts where its share of answers that comply differs)."""
+    and each trained policy (``answers --policy NAME``), per split. Each trained policy is compared with step 0 and
+    with the control (a policy named ``control-*``) by a sign test over prompts, on the samples both have of each
+    prompt (sample indices below the smaller count), so that a prompt's one answer never meets another's mean of four:
+    a prompt counts where the share of its constraints followed differs."""
     files = {"step 0 (base)": RESULTS / f"heldout-answers-{POLICY}.jsonl",
              **{f.stem: f for f in sorted((RESULTS / "policies").glob("*.jsonl"))}}
     if len(files) < 2 or not all(f.is_file() for f in files.values()):
         return ""
     per = {name: read_jsonl(f) for name, f in files.items()}
+    control = next((n for n in per if n.startswith("control")), None)
 
-    def by_prompt(rows: list[dict]) -> dict[str, float]:
-        got: dict[str, list[bool]] = collections.defaultdict(list)
-        for r in rows:
-            got[r["prompt"]] += r["passed"]
-        return {p: sum(v) / len(v) for p, v in got.items()}
+    def versus(mine: list[dict], other: list[dict]) -> str:
+        k = min(1 + max(r["sample"] for r in mine), 1 + max(r["sample"] for r in other))
+        share = [collections.defaultdict(list), collections.defaultdict(list)]
+        for side, rows in zip(share, (mine, other), strict=True):
+            for r in rows:
+                if r["sample"] < k:
+                    side[r["prompt"]] += r["passed"]
+        a, b = ({p: sum(v) / len(v) for p, v in side.items()} for side in share)
+        up, down = sum(v > b[p] for p, v in a.items() if p in b), sum(v < b[p] for p, v in a.items() if p in b)
+        return f"{up} / {down}, p = {sign_p(up, down):.3f}"
 
-    base = by_prompt(per["step 0 (base)"])
     lines = ["", "Held-out prompts: the share of their constraints the policy's answers follow", "",
-             "| policy | split | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) |",
-             "|---|---|---|---|---|"]
+             "| policy | split | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) "
+             "| vs the control |", "|---|---|---|---|---|---|"]
+    families = sorted({r["family"] for r in per["step 0 (base)"]}, key=lambda f: (f not in STATED, f))
     for name, rows in per.items():
-        for label in ("trained family", "held-out family", "all"):
-            rs = [r for r in rows if label == "all" or (r["family"] in STATED) == (label == "trained family")]
+        for label in ("trained family", "held-out family", *families, "all"):
+            rs = [r for r in rows if label in ("all", r["family"])
+                  or label in ("trained family", "held-out family") and (r["family"] in STATED) == (label[0] == "t")]
             checks = [x for r in rs for x in r["passed"]]
             lo, hi = wilson(sum(checks), len(checks))
-            mine = by_prompt(rs)
-            up = sum(v > base[p] for p, v in mine.items() if p in base)
-            down = sum(v < base[p] for p, v in mine.items() if p in base)
-            vs = "-" if name == "step 0 (base)" else f"{up} / {down}, p = {sign_p(up, down):.3f}"
+            split = {r["prompt"] for r in rs}
+            vs_base = "-" if name == "step 0 (base)" else \
+                versus(rs, [r for r in per["step 0 (base)"] if r["prompt"] in split])
+            vs_control = versus(rs, [r for r in per[control] if r["prompt"] in split]) \
+                if control and name not in ("step 0 (base)", control) else "-"
             share = f"{sum(checks) / len(checks):.3f} [{lo:.3f}, {hi:.3f}]"
-            lines.append(f"| {name} | {label} | {len(mine)} / {len(rs)} | {share} | {vs} |")
+            shown = f"  {short(label)}" if label in families else label
+            lines.append(f"| {name} | {shown} | {len(split)} / {len(rs)} | {share} | {vs_base} | {vs_control} |")
     return "\n".join(lines) + "\n"
 
 

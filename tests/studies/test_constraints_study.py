@@ -77,22 +77,31 @@ def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer
     assert (tmp_path / "heldout.png").stat().st_size > 10_000  # the same, as a picture
 
 
-def test_the_policy_table_compares_each_trained_policy_with_step_0_per_split(tmp_path, monkeypatch) -> None:
+def test_the_policy_table_compares_each_trained_policy_with_step_0_and_the_control(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(study, "RESULTS", tmp_path)
     (tmp_path / "policies").mkdir()
     title = [{"id": "detectable_format:title", "kwargs": {}}]
-    base = [_answer(f"t{i}", "detectable_format:title", title, "no title") for i in range(4)]
-    base += [_answer(f"e{i}", "startend:end_checker", END, "That is all.") for i in range(2)]
-    trained = [_answer(f"t{i}", "detectable_format:title", title, "<<T>> yes") for i in range(4)]
-    trained += [_answer(f"e{i}", "startend:end_checker", END, "no") for i in range(2)]
+
+    def answers(titled: str, ended: str, samples: int = 1) -> list[dict]:
+        rows = [_answer(f"t{i}", "detectable_format:title", title, titled) for i in range(4) for _ in range(samples)]
+        rows += [_answer(f"e{i}", "startend:end_checker", END, ended) for i in range(2) for _ in range(samples)]
+        return [{**r, "sample": n % samples} for n, r in enumerate(rows)]
+
+    base = answers("no title", "That is all.", samples=4)  # four answers a prompt, as step 0's
+    base[0] = {**base[0], "answer": "<<T>>", "passed": [True]}  # sample 0 of t0 complies: t0 is no longer higher
     for path, rows in ((tmp_path / f"heldout-answers-{study.POLICY}.jsonl", base),
-                       (tmp_path / "policies" / "pure-step6.jsonl", trained)):
+                       (tmp_path / "policies" / "pure-step6.jsonl", answers("<<T>> yes", "no")),
+                       (tmp_path / "policies" / "control-step6.jsonl", answers("no title", "That is all."))):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = study.policy_table()
-    assert "| step 0 (base) | trained family | 4 / 4 | 0.000 [" in text
-    assert "| pure-step6 | trained family | 4 / 4 | 1.000 [" in text and "| 4 / 0, p = 0.125 |" in text
-    assert "| pure-step6 | held-out family | 2 / 2 | 0.000 [" in text and "| 0 / 2, p = 0.500 |" in text
-    (tmp_path / "policies" / "pure-step6.jsonl").unlink()
+    assert "| step 0 (base) | trained family | 4 / 16 | 0.062 [" in text  # 1 of 16 answers
+    # against step 0 on sample 0 alone: t0 ties, t1-t3 higher; against the control all four higher
+    assert "| pure-step6 | trained family | 4 / 4 | 1.000 [" in text and "| 3 / 0, p = 0.250 | 4 / 0, p = 0.125 |" in text
+    assert "| pure-step6 |   title | 4 / 4 |" in text
+    assert "| pure-step6 | held-out family | 2 / 2 | 0.000 [" in text and "| 0 / 2, p = 0.500 | 0 / 2, p = 0.500 |" in text
+    assert "| control-step6 | all | 6 / 6 | 0.333 [" in text and text.count("| - |") >= 6  # the control against itself: -
+    for f in (tmp_path / "policies").glob("*-step6.jsonl"):
+        f.unlink()
     assert study.policy_table() == ""  # step 0 alone: nothing to compare
 
 
