@@ -121,22 +121,19 @@ def _retrying(kind: type[Retrying] | type[AsyncRetrying]) -> Any:
 
 def _post(client: httpx.Client, url: str, payload: dict[str, Any]) -> list[dict[str, float]]:
     try:
-        for attempt in _retrying(Retrying):
-            with attempt:
-                return _outcome(client.post(url, json=payload), url, len(payload["query"]))
+        return _retrying(Retrying)(lambda: _outcome(client.post(url, json=payload), url, len(payload["query"])))
     except (httpx.TransportError, _Busy) as e:
         raise BackendError(f"{url}: no reward after {ATTEMPTS} tries (last: {e})") from None
-    raise AssertionError("unreachable: tenacity returns or raises")
 
 
 async def _apost(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> list[dict[str, float]]:
+    async def attempt() -> list[dict[str, float]]:
+        return _outcome(await client.post(url, json=payload), url, len(payload["query"]))
+
     try:
-        async for attempt in _retrying(AsyncRetrying):
-            with attempt:
-                return _outcome(await client.post(url, json=payload), url, len(payload["query"]))
+        return await _retrying(AsyncRetrying)(attempt)
     except (httpx.TransportError, _Busy) as e:
         raise BackendError(f"{url}: no reward after {ATTEMPTS} tries (last: {e})") from None
-    raise AssertionError("unreachable: tenacity returns or raises")
 
 
 def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
