@@ -590,10 +590,10 @@ def policy_table() -> str:
              "| policy | split | n (prompts / answers) | followed [95% CI] | vs step 0 (prompts higher / lower, p) "
              "| vs the control |", "|---|---|---|---|---|---|"]
     families = sorted({r["family"] for r in per["step 0 (base)"]}, key=lambda f: (f not in STATED, f))
+    split_of = {f: "trained family" if f in STATED else "held-out family" for f in families}
     for name, rows in per.items():
         for label in ("trained family", "held-out family", *families, "all"):
-            rs = [r for r in rows if label in ("all", r["family"])
-                  or label in ("trained family", "held-out family") and (r["family"] in STATED) == (label[0] == "t")]
+            rs = [r for r in rows if label in ("all", r["family"], split_of[r["family"]])]
             checks = [x for r in rs for x in r["passed"]]
             lo, hi = wilson(sum(checks), len(checks))
             split = {r["prompt"] for r in rs}
@@ -625,10 +625,13 @@ def progress(args: argparse.Namespace) -> None:
             s = steps.setdefault(r["step"], {"role": r["role"], "cycle": r.get("cycle"), "followed": [], "named": {},
                                              "rewards": {}, "margins": {}, "right": [], "answers": {},
                                              "naming": {}})
+            text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
+            named = bool(text) and names_constraint(text, r["constraints"])
+            if text:
+                s["named"][text] = named
             if r["role"] == "rubric" and r.get("reward") is not None:  # a question's rubrics: one GRPO group
                 s["rewards"].setdefault(r.get("slot"), []).append(float(r["reward"]))
-                s["naming"].setdefault(r.get("slot"), []).append(
-                    (names_constraint(r.get("completion") or "", r["constraints"]), float(r["reward"])))
+                s["naming"].setdefault(r.get("slot"), []).append((named, float(r["reward"])))
                 if None not in (r.get("s_pos"), r.get("s_neg")):
                     s["margins"].setdefault(r.get("slot"), []).append((float(r["reward"]), r["s_pos"] - r["s_neg"]))
                     if r.get("passed_pos") != r.get("passed_neg"):  # the checker tells the pair's answers apart
@@ -637,9 +640,6 @@ def progress(args: argparse.Namespace) -> None:
                 s["followed"].append(r["constraints_passed"] / len(r["constraints"]))
                 if r.get("score") is not None:
                     s["answers"].setdefault(r["question"], []).append((r["constraints_passed"], float(r["score"])))
-            text = r.get("completion") if r["role"] == "rubric" else r.get("rubric_text")  # the writer's rubric
-            if text:
-                s["named"][text] = names_constraint(text, r["constraints"])
     for s in steps.values():  # a policy step: its question groups' answer pairs that the checker tells apart
         s["right"] += [(a[1] > b[1]) == (a[0] > b[0]) for g in s["answers"].values()
                        for a, b in itertools.combinations(g, 2) if a[0] != b[0] and a[1] != b[1]]
