@@ -20,6 +20,13 @@ extras=""
 for name in "$@"; do extras="$extras,$name"; done
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)$extras"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  # A fresh install writes about 3.3 GB; pip out of room fails midway with "[Errno 28] No space left on device".
+  free_mib=$(df -Pm . | awk 'NR == 2 {print $4}')
+  if [ ! -f "$stamp" ] && [ "${free_mib:-0}" -lt 4096 ]; then
+    echo "setup: $(pwd) has ${free_mib} MiB free; a fresh install needs about 3.3 GB (4 GiB to be safe): free" \
+         "some disk, or put the repository on a larger one" >&2
+    exit 1
+  fi
   .venv/bin/python -m pip install -q --upgrade pip
   if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     if [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
