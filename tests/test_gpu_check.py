@@ -3,14 +3,21 @@ the paper's path (vLLM, DeepSpeed) fails before anything runs, unless --lora-onl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from evolm import gpu_check
 
 
-def test_a_gpu_host_without_vllm_fails_naming_vllm(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_a_gpu_host_without_vllm_fails_naming_vllm(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                                   tmp_path: Path) -> None:
     import torch
+
+    for name in ("NGPU", "NPROC", "LORA_ONLY", "work", "model_dir", "run_dir", "log", "policy_dir",
+                 "accelerate_config", "EXTENSIONS"):  # what main() sets: restored after the test
+        monkeypatch.setattr(gpu_check, name, getattr(gpu_check, name))
+    monkeypatch.setattr(gpu_check.tempfile, "mkdtemp", lambda prefix: str(tmp_path))  # not a folder left in /tmp
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # torch's CUDA faked as working: past its check
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
