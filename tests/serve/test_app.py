@@ -249,8 +249,9 @@ def test_smollm2_yesno_server_matches_evolm_judge(tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     with log.open("w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "evolm.cli", "serve", "--judge", "smollm2-135m-instruct",
-                                 "--mode", "yesno", "--dtype", "float32", "--port", str(port)],  # float32: the same
-                                stdout=sink, stderr=sink, env=env)  # scores whatever the batching (bf16 moves ~1e-3)
+                                 "--mode", "yesno", "--dtype", "float32", "--port", str(port),  # float32: the same
+                                 "--deadline-s", "1800"],  # scores whatever the batching (bf16 moves ~1e-3); the
+                                stdout=sink, stderr=sink, env=env)  # client's wait: a loaded CPU is not a 504 here
     try:
         _wait_up(url, proc, log, 600)
         questions = [f"What is {a} + {a + 1}? Answer briefly." for a in range(8)]
