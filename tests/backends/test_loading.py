@@ -252,3 +252,26 @@ def test_a_lora_checkpoint_of_a_builtin_model_names_its_base_by_the_builtin_name
     name_adapter_base(other, "smollm2-135m-instruct")  # another base: left as it is
     name_adapter_base(other, "/models/mine")  # not a built-in name: left as it is
     assert adapter_base(str(other)) == "/models/mine"
+
+
+def test_a_builtin_warm_start_trains_on_without_asking_the_hub_at_each_save(tmp_path: Path) -> None:
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from evolm.backends.loading import adapter_base, builtin_model_dir, load_weights, name_adapter_base
+
+    name = "smollm2-135m-instruct"
+    base = AutoModelForCausalLM.from_pretrained(builtin_model_dir(name))
+    warm = tmp_path / "warm-start"
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(warm)
+    name_adapter_base(warm, name)  # as committed: the base by its built-in name
+    assert adapter_base(str(warm)) == name
+    model = load_weights(AutoModelForCausalLM, str(warm), device="cpu", train_adapter=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.save_pretrained(tmp_path / "checkpoint-1")  # what TRL's save calls: peft once asked the hub here
+    assert not [w for w in caught if "Could not find a config file" in str(w.message)]
+    name_adapter_base(tmp_path / "checkpoint-1", name)
+    assert adapter_base(str(tmp_path / "checkpoint-1")) == name

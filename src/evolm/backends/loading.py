@@ -334,7 +334,12 @@ def _with_adapter(model: Any, path: str, trainable: bool = False) -> Any:
     with warnings.catch_warnings():  # peft reads transformers' deprecated ``is_gradient_checkpointing``
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         if trainable:
-            return PeftModel.from_pretrained(model, path, is_trainable=True)
+            peft = PeftModel.from_pretrained(model, path, is_trainable=True)
+            # the adapter names its base as saved (a built-in name); while it trains, the folder the base was loaded
+            # from, so that peft's save finds its config.json there instead of asking the hub for a repository that
+            # does not exist. Each checkpoint names the built-in again (name_adapter_base).
+            peft.active_peft_config.base_model_name_or_path = model.name_or_path
+            return peft
         return PeftModel.from_pretrained(model, path).merge_and_unload()
 
 
