@@ -223,7 +223,7 @@ def test_train_warns_once_when_the_rubric_steps_pairs_are_inverted(tmp_path: Pat
     before = _rubric_steps([0.25, 0.625, 0.0])  # 12 pairs in the run's log before the resume
     (run / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in before), encoding="utf-8")
 
-    def fake_run(cfg, resume, on_step, on_start, on_tokens, stop_after=None):  # noqa: ANN001, ANN202
+    def fake_run(cfg, resume, on_step, on_start, on_tokens, stop_after=None, stop_only=False):  # noqa: ANN001, ANN202
         on_start(SimpleNamespace(**{**vars(RunStart(run)), "step": 8, "checkpoint": run / "checkpoints" / "c-8"}))
         for s in _rubric_steps([0.5625, 0.0, 0.0], first=9):
             on_step(SimpleNamespace(**s, cycle=0, phase=1, reward_mean=0.1))

@@ -556,6 +556,28 @@ def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_ru
         assert [(r["step"], r["judge_failures"]) for r in metrics(out)] == [(1, 0), (2, 0)]
 
 
+def test_stop_after_step_ends_the_run_there_with_a_checkpoint_and_resume_goes_on(
+        tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`evolm train --stop-after-step N`: the run ends after step N with a checkpoint there (the phase-end ones
+    before it kept), `--resume` goes on from it; a step out of the run's range is one line and exit 2."""
+    from evolm.cli import main
+
+    out = tmp_path / "run"
+    train = ["train", "--config", str(DEMO), *tiny_overrides(tiny_model_dir, out, "schedule.cycles=1")]
+    assert main([*train, "--stop-after-step", "9"]) == 2  # 4 steps: 2 policy, 2 rubric
+    assert "--stop-after-step 9: the run has steps 1 to 4" in capsys.readouterr().err
+    assert not out.exists()
+    assert main([*train, "--stop-after-step", "3"]) == 0
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    assert [c.name for c in complete_checkpoints(out)] == ["checkpoint-2", "checkpoint-3"]  # phase end 2 kept
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--stop-after-step", "3"]) == 2
+    assert f"--stop-after-step 3: {out} is already past it (its last complete checkpoint is step 3)" in \
+        capsys.readouterr().err
+    assert main(["train", "--resume", str(out)]) == 0
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
+
+
 # ============================================================================= the other regimes
 
 

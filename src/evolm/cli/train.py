@@ -31,7 +31,8 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
         "  evolm train --config configs/demo-cpu.yaml\n"
         "  evolm train --config configs/paper-qwen3-8b.yaml --dry-run --num-processes 4\n"
         "  evolm train --config configs/demo-cpu.yaml judge.mode=yesno schedule.cycles=3 output_dir=runs/demo2\n"
-        "  evolm train --resume runs/demo\n\n"
+        "  evolm train --resume runs/demo\n"
+        "  evolm train --resume runs/demo --stop-after-step 12\n\n"
         "Settings (override any with section.key=value):\n" + describe(),
     )
     g = p.add_mutually_exclusive_group(required=True)
@@ -47,6 +48,10 @@ def make_parser(sub: argparse._SubParsersAction) -> None:
                    "step) in OUTPUT_DIR-smoke, then a one-screen verdict (each role, seconds per step, peak GPU "
                    "memory, vLLM's room, judge failures, the whole run's time extrapolated); meant to take about 30 "
                    "minutes for the paper config on its node, not yet measured on one (docs/GPU.md)")
+    p.add_argument("--stop-after-step", type=positive_int, default=None, metavar="N",
+                   help="end the run after optimizer step N, with a checkpoint there besides the usual ones; "
+                   "`evolm train --resume RUN_DIR` goes on from it (a run sized to a budget, a few steps of a "
+                   "longer config)")
     p.add_argument("--smoke-leg", type=int, default=None, choices=(1, 2), help=argparse.SUPPRESS)  # --smoke's child
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="training processes the launch will use, for --dry-run (default: WORLD_SIZE or 1)")
@@ -106,6 +111,8 @@ def main(args: argparse.Namespace) -> None:
 
     if args.smoke and (args.resume or args.dry_run):
         raise InputError("--smoke starts from --config (not --resume) and trains: leave out --dry-run")
+    if args.smoke and args.stop_after_step is not None:
+        raise InputError("--stop-after-step: --smoke sets its own steps; give one or the other")
     cfg = resume_config(args.resume, args.overrides) if args.resume else load_config(args.config, args.overrides)
     if args.dry_run:
         _dry_run(cfg, args)
@@ -120,7 +127,10 @@ def main(args: argparse.Namespace) -> None:
     from evolm.training.smoke import LEGS
 
     leg = LEGS[args.smoke_leg - 1] if args.smoke_leg else None
-    run_dir = _train(cfg, bool(args.resume), leg.stop_after if leg else None)
+    if leg is not None:
+        run_dir = _train(cfg, bool(args.resume), leg.stop_after, stop_only=True)
+    else:
+        run_dir = _train(cfg, bool(args.resume), args.stop_after_step)
     if is_main() and leg is None:
         _print_summary(run_dir, summarise(run_dir))
 
@@ -135,7 +145,8 @@ def _probe(cfg) -> None:  # noqa: ANN001 - evolm.config.RunConfig
             f"({', '.join('-' if x is None else f'{x:.2f}' for x in report.scores)}) in {report.seconds:.1f} s")
 
 
-def _train(cfg, resume: bool, stop_after: int | None = None):  # noqa: ANN001, ANN202 - RunConfig -> Path
+def _train(cfg, resume: bool, stop_after: int | None = None,  # noqa: ANN001, ANN202 - RunConfig -> Path
+           stop_only: bool = False):
     """``training.run.run`` under the progress bar (rank 0 prints); the run directory."""
     import signal
     import time
@@ -203,7 +214,7 @@ def _train(cfg, resume: bool, stop_after: int | None = None):  # noqa: ANN001, A
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops like Ctrl-C
     try:
         return run(cfg, resume=resume, on_step=on_step, on_start=on_start, on_tokens=on_tokens if rank0 else None,
-                   stop_after=stop_after)
+                   stop_after=stop_after, stop_only=stop_only)
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()
@@ -241,7 +252,7 @@ def _smoke(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.confi
             catch = room.handler()
             logging.getLogger("vllm").addHandler(catch)
             try:
-                _train(resume_config(run_dir) if leg.resume else scfg, leg.resume, leg.stop_after)
+                _train(resume_config(run_dir) if leg.resume else scfg, leg.resume, leg.stop_after, stop_only=True)
             finally:
                 logging.getLogger("vllm").removeHandler(catch)
         elif rc := smoke.run_leg_process(smoke.leg_command(leg, args.config, overrides, run_dir), room.read):

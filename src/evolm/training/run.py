@@ -56,18 +56,24 @@ from evolm.training.step import TrainingSteps, answer_params, rubric_params
 
 def run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
         on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None,
-        stop_after: int | None = None) -> Path:
+        stop_after: int | None = None, stop_only: bool = False) -> Path:
     """Train (or resume) the run described by ``cfg``, holding its directory (``rundir.run_lock``) throughout.
-    ``stop_after``: stop after that step with a checkpoint there (``training.smoke``)."""
+    ``stop_after``: stop after that step with a checkpoint there (``evolm train --stop-after-step``); ``stop_only``:
+    no checkpoint before it (``training.smoke``)."""
     if errors := path_errors(cfg):  # the prompts and the output directory, before the directory is made
         raise InputError(errors[0])
+    if stop_after is not None and cfg.schedule.regime == "sequential":
+        raise InputError("--stop-after-step: a sequential run is two stages of their own steps; stop it with Ctrl-C "
+                         "after a checkpoint, `evolm train --resume` continues it")
+    if stop_after is not None and not 0 < stop_after <= cfg.total_steps:
+        raise InputError(f"--stop-after-step {stop_after}: the run has steps 1 to {cfg.total_steps}")
     with run_lock(cfg.output_dir):
-        return _run(cfg, resume, on_step, on_start, on_tokens, stop_after)
+        return _run(cfg, resume, on_step, on_start, on_tokens, stop_after, stop_only)
 
 
 def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
          on_start: Callable[[RunStart], None] | None = None, on_tokens: Callable[[int], None] | None = None,
-         stop_after: int | None = None) -> Path:
+         stop_after: int | None = None, stop_only: bool = False) -> Path:
     """Train (or resume) the run described by ``cfg``; returns the run directory. ``on_start`` gets where the run
     starts once the directory and settings are validated (before any model loads), ``on_step`` each step's record on
     the main process, ``on_tokens(n)`` the tokens the model generates as it goes (the CLI prints with them)."""
@@ -79,6 +85,9 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
+    if stop_after is not None and stop_after <= start.step:
+        raise InputError(f"--stop-after-step {stop_after}: {run_dir} is already past it (its last complete "
+                         f"checkpoint is step {start.step})")
     fit = fit_prompt_set(cfg)  # data.prompts and eval.* without those over data.max_prompt_tokens (said at the start)
     if on_start is not None:
         on_start(replace(start, prompts_skipped=fit.note()))
@@ -110,7 +119,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
     trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, make_loop)
     if stop_after is not None:
-        trl_adapter.stop_after(trainer, stop_after)
+        trl_adapter.stop_after(trainer, stop_after, only=stop_only)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
 

@@ -347,10 +347,10 @@ def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
     return ref if same and adapter_base(path) is None else None
 
 
-def stop_after(trainer: Any, step: int) -> None:
-    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there and none before it (``evolm train
-    --smoke``, ``training.smoke``)."""
-    trainer.add_callback(_StopAfter(step))
+def stop_after(trainer: Any, step: int, only: bool = False) -> None:
+    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there (``evolm train
+    --stop-after-step``); with ``only`` none before it (``evolm train --smoke``, ``training.smoke``)."""
+    trainer.add_callback(_StopAfter(step, only))
 
 
 def train(trainer: Any, checkpoint: Path | None) -> None:
@@ -577,14 +577,15 @@ def _cuda_if_used(args: Any) -> Any | None:
 
 
 class _StopAfter(TrainerCallback):
-    """Stop training after optimizer step ``step``, saving a checkpoint there only (added after ``_Recorder``, whose
-    phase-end save requests it overrides; every process stops at the same step)."""
+    """Stop training after optimizer step ``step`` with a checkpoint there (added after ``_Recorder``); with ``only``
+    that checkpoint alone, the phase-end saves before it overridden. Every process stops at the same step."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, only: bool) -> None:
+        self.step, self.only = step, only
 
     def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-        control.should_save = state.global_step == self.step
+        if self.only or state.global_step == self.step:
+            control.should_save = state.global_step == self.step
         if state.global_step >= self.step:
             control.should_training_stop = True
 
