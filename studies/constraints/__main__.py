@@ -664,6 +664,12 @@ def progress(args: argparse.Namespace) -> None:
         more, fewer = pre.early[:2] if pre.early else (pre.more, pre.fewer)
         lines.append(f"\nnewer better / worse / same over the run: {pre.more} / {pre.fewer} / {pre.same} (sign p = "
                      f"{sign_p(pre.more, pre.fewer):.3f}); the first {more + fewer} that differ: {more} / {fewer}")
+        first = [0, 0, 0]  # the first 40 pairs, whole steps: the step that reaches 40 counts whole
+        for step, *counts in pre.steps:
+            if sum(first) < 40:
+                first, last = [a + b for a, b in zip(first, counts, strict=True)], step
+        if sum(first) >= 40:
+            lines.append(f"the first {sum(first)} pairs (to step {last}): {' / '.join(map(str, first))}")
     by_cycle: dict[int, list[bool]] = {}
     for s in steps.values():
         if s["right"] and s["role"] == "rubric":

@@ -161,6 +161,12 @@ def test_progress_follows_the_policy_the_precondition_and_the_writers_naming(tmp
     assert "over the run: 3 / 1 / 0 (sign p = 0.625)" in text
     assert "following more constraints in 4 of 5 answer pairs" in text
     assert "reward higher in 1, lower in 0 of 1 groups (sign p = 1.000; mean difference +0.7500)" in text  # 1 vs 0.25
+    assert "pairs (to step" not in text  # 4 pairs: no line for the first 40
+    with (run / "metrics.jsonl").open("a") as f:  # 20 + 20 more pairs: the step that passes 40 counts whole
+        f.writelines(json.dumps({"step": s, "role": "rubric", "newer_passes_more": 2, "newer_passes_fewer": 1,
+                                 "newer_passes_same": 17}) + "\n" for s in (4, 6))
+    assert study.main(["progress", str(run)]) == 0
+    assert "the first 44 pairs (to step 6): 7 / 3 / 34" in capsys.readouterr().out
 
 
 def test_train_pairs_take_the_most_and_least_compliant_answer_of_a_question_that_differs(tmp_path, capsys) -> None:
