@@ -52,6 +52,7 @@ table names it instead of repeating it.
 | slow headers, slow bodies, trickling keep-alive connections never closed; limits in `--help` | tests/serve/test_app.py::test_slow_headers_slow_bodies_and_trickling_keep_alive_connections_are_closed, ::test_serve_help_states_every_limit_and_its_default |
 | a gzip bomb and an endless chunked reply (200 and 500) from an OpenAI-style server | tests/backends/test_openai.py::test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line, ::test_an_endless_reply_fails_at_the_reply_cap_before_its_timeout, ::test_the_reply_cap_is_validated |
 | `--input out/x.jsonl.partial --output out/x.jsonl --resume-output` (judge, rubric) | `test_an_input_that_is_the_outputs_partial_file_is_refused` |
+| `train --stop-after-step N` past the run's last step, or at a step a resumed run is already past | `CLI_CASES` stop-after-step-past-the-run; tests/training/test_run.py::test_stop_after_step_ends_the_run_there_with_a_checkpoint_and_resume_goes_on |
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ CLI_CASES = [
     Case("temperature-nan", TRAIN, "'judge.temperature' must be a finite number",
          {"c.yaml": CONFIG + "judge:\n  temperature: .nan\n"}),
     Case("seed-minus-1", [*TRAIN, "seed=-1"], "seed must be >= 0", {"c.yaml": CONFIG}),
+    Case("stop-after-step-past-the-run", [*TRAIN, "--stop-after-step", "100000"],
+         "--stop-after-step 100000: the run has steps 1 to 1000", {"c.yaml": CONFIG}),
     Case("unknown-grpo-key", [*TRAIN, "grpo.learning_rat=1e-5"], "grpo.learning_rat is not a TRL GRPOConfig setting",
          {"c.yaml": CONFIG}),
     Case("grpo-learning-rate-fast", [*TRAIN, "grpo.learning_rate=fast"], "grpo.learning_rate must be a number",
