@@ -555,8 +555,8 @@ def figure(arms: dict[str, list[dict]], path: Path) -> None:
     ax.axhline(0.5, color="#cc4444", linewidth=0.8, linestyle=":")
     ax.set_xticks(range(len(arms)), list(arms), fontsize=7, rotation=30, ha="right")
     ax.set_ylabel("held-out pair accuracy")
-    ax.set_title(f"Frozen {JUDGE} ({JUDGE_MODE}, {JUDGE_DTYPE}) under each writer's rubrics", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(f"Frozen {JUDGE} ({JUDGE_MODE}, {JUDGE_DTYPE}) under each writer's rubrics", fontsize=9, pad=20)
+    ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)  # above the arms
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
