@@ -127,10 +127,7 @@ def main(args: argparse.Namespace) -> None:
     from evolm.training.smoke import LEGS
 
     leg = LEGS[args.smoke_leg - 1] if args.smoke_leg else None
-    if leg is not None:
-        run_dir = _train(cfg, bool(args.resume), leg.stop_after, stop_only=True)
-    else:
-        run_dir = _train(cfg, bool(args.resume), args.stop_after_step)
+    run_dir = _train(cfg, bool(args.resume), leg.stop_after if leg else args.stop_after_step, stop_only=leg is not None)
     if is_main() and leg is None:
         _print_summary(run_dir, summarise(run_dir))
 

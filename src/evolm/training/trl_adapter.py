@@ -584,8 +584,10 @@ class _StopAfter(TrainerCallback):
         self.step, self.only = step, only
 
     def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-        if self.only or state.global_step == self.step:
-            control.should_save = state.global_step == self.step
+        if state.global_step == self.step:
+            control.should_save = True
+        elif self.only:
+            control.should_save = False
         if state.global_step >= self.step:
             control.should_training_stop = True
 
