@@ -406,8 +406,10 @@ def launch_plan(cfg, num_processes: int) -> list[tuple[str, str]]:  # noqa: ANN0
       + ([("held-out evaluation", f"{heldout}: before step 1{every} and after the last step")] if heldout else []) \
       + ([("LoRA", f"rank {lora.r}, alpha {lora.alpha} on {', '.join(lora.target_modules)}: checkpoints hold the "
                    "adapter alone")] if lora.r > 0 else []) \
-      + ([("extra policy rewards", ", ".join(f"{e.get('weight', 1.0)} x {e['name']}" for e in cfg.rewards.extra))]
-         if cfg.rewards.extra else []) \
+      + ([("extra rewards", ", ".join(f"{e.get('role', 'policy')}: {e.get('weight', 1.0)} x {e['name']}"
+                                     for e in cfg.rewards.extra))] if cfg.rewards.extra else []) \
+      + ([("judge reward", "skipped (rewards.judge_weight 0): rewards.extra alone")]
+         if cfg.rewards.judge_weight == 0 else []) \
       + ([("vLLM per step", plan)] if (plan := vllm_plan(cfg)) else [])
 
 

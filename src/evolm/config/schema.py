@@ -424,15 +424,19 @@ class EvalConfig(Settings):
 
 
 class RewardsConfig(Settings):
-    """Reward functions besides the judge, added to the policy's reward (off in the paper)."""
+    """Reward functions besides the judge, added to either role's reward (off in the paper)."""
 
-    extra: list = _f([], "TRL-style reward functions added to the policy reward on policy steps (rubric steps are "
-                     "untouched): a list of {name, weight, kwargs}. name: an import path (trl.rewards.get_soft_"
-                     "overlong_punishment, mypkg.mod:fn), resolved when the config loads. With kwargs (even {}) name "
-                     "is a factory, called once as name(**kwargs), that returns the reward function; without, name is "
-                     "the reward function. It gets prompts, completions, completion_ids and the row columns as TRL "
-                     "passes them and returns one float per completion (None: no reward). Policy reward = judge "
-                     "reward (missing: its group's mean) + sum of weight x value; each term's mean is logged per step")
+    extra: list = _f([], "TRL-style reward functions added to a role's reward: a list of {name, weight, kwargs, role}. "
+                     "name: an import path (trl.rewards.get_soft_overlong_punishment, mypkg.mod:fn), resolved when the "
+                     "config loads. With kwargs (even {}) name is a factory, called once as name(**kwargs), that "
+                     "returns the reward function; without, name is the reward function. It gets prompts, "
+                     "completions, completion_ids and the row columns as TRL passes them (rubric rows: the written "
+                     "rubrics, with a_pos, a_neg) and returns one float per completion (None: no reward). role: "
+                     "policy (default) or rubric, the steps it adds to. Reward = judge_weight x judge reward (missing: "
+                     "its group's mean) + sum of weight x value; each term's mean is logged per step")
+    judge_weight: float = _f(1.0, "the judge's reward times this in both roles; 0: the judge is not asked, the "
+                             "reward is rewards.extra alone (a program reward: the writer's learnability check, "
+                             "docs/RESULTS.md). The paper: 1", ge=0)
     drop_flat_criteria: bool = _f(False, "policy steps, judge.mode yesno: each answer's score re-weighted over the "
                                   "criteria that separate its group's answers (a criterion whose P(Yes) spans less "
                                   "than 0.05 across the group is dropped from the weighting). Off in the paper; the "
@@ -526,8 +530,16 @@ class RunConfig(Settings):
              "rewards.drop_flat_criteria re-weights a score made of its criteria's values: it needs judge.mode=yesno, "
              f"not {j.mode}"),
             *((False, e) for name, url in urls if url and (e := url_error(name, url))),
+            *((False, f"rewards.judge_weight is 0 and no rewards.extra entry has role {role}: its steps would all "
+               "earn 0") for role in self.trained_roles() if self.rewards.judge_weight == 0
+              and not any(e.get("role", "policy") == role for e in self.rewards.extra)),
         ])
         return self
+
+    def trained_roles(self) -> tuple[str, ...]:
+        """The roles the run's optimizer steps train."""
+        regime = self.schedule.regime
+        return (*(("policy",) if regime != "rubric_only" else ()), *(("rubric",) if regime in WRITER_REGIMES else ()))
 
     @property
     def policy_tokens(self) -> int:
@@ -572,18 +584,22 @@ def endpoint_urls(base_url: str | Sequence[str] | None) -> list[str | None]:
     return [url.strip() for part in parts for url in str(part).split(",") if url.strip()]
 
 
+EXTRA_ROLES = ("policy", "rubric")  # rewards.extra[].role: the steps an extra reward adds to
+
+
 def extra_reward_problems(entries: Any) -> list[str]:
     """What is wrong with the shape of ``rewards.extra`` (no import: the functions are imported when the trainer is
     built, ``training.rewards.extra_rewards``)."""
     if not isinstance(entries, list | tuple):
-        return ["rewards.extra must be a list of {name, weight, kwargs} entries"]
+        return ["rewards.extra must be a list of {name, weight, kwargs, role} entries"]
     for i, entry in enumerate(entries):
         where = f"rewards.extra[{i}]"
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
             return [f"{where} must be a mapping with a 'name' (an import path such as mypkg.mod:fn)"]
-        if set(entry) - {"name", "weight", "kwargs"}:
-            return [f"{where}: unknown key '{sorted(set(entry) - {'name', 'weight', 'kwargs'})[0]}' "
-                    "(known: name, weight, kwargs)"]
+        if unknown := sorted(set(entry) - {"name", "weight", "kwargs", "role"}):
+            return [f"{where}: unknown key '{unknown[0]}' (known: name, weight, kwargs, role)"]
+        if entry.get("role", "policy") not in EXTRA_ROLES:
+            return [f"{where}: role must be one of {', '.join(EXTRA_ROLES)}, not {entry['role']!r}"]
         weight, kwargs = entry.get("weight", 1.0), entry.get("kwargs")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
             return [f"{where}: weight must be a finite number, not {weight!r}"]

@@ -1,4 +1,4 @@
-"""``rewards.extra``: TRL-style reward functions added, with weights, to the policy's reward. Resolved (imported, a
+"""``rewards.extra``: TRL-style reward functions added, with weights, to a role's reward. Resolved (imported, a
 factory called) when the trainer is built; the config only checks the entries' shape."""
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from evolm.errors import InputError
 
 @dataclass(frozen=True)
 class ExtraReward:
-    """A TRL-style reward function added, times ``weight``, to the policy's reward (``rewards.extra``)."""
+    """A TRL-style reward function added, times ``weight``, to one role's reward (``rewards.extra``)."""
 
     label: str  # its name in the logs: the function's ``__name__`` (made unique within the run)
     weight: float
     fn: Callable[..., Sequence[Any]]
+    role: str = "policy"  # the steps it adds to: "policy" or "rubric"
 
 
 def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
-    """``rewards.extra`` resolved: each ``{name, weight, kwargs}`` imported (and its factory called).
+    """``rewards.extra`` resolved: each ``{name, weight, kwargs, role}`` imported (and its factory called).
 
     ``name`` is an import path, ``pkg.mod.attr`` or ``pkg.mod:attr``; ``weight`` defaults to 1. The
     ``kwargs`` convention: an entry *with* ``kwargs`` (a mapping, ``{}`` included) names a factory, called
@@ -35,8 +36,8 @@ def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
 
     >>> soft = {"name": "trl.rewards.get_soft_overlong_punishment", "weight": 0.5,
     ...         "kwargs": {"max_completion_len": 10, "soft_punish_cache": 4}}
-    >>> [(e.label, e.weight, e.fn(completion_ids=[[1] * 6, [1] * 8])) for e in extra_rewards([soft])]
-    [('soft_overlong_punishment_reward', 0.5, [0.0, -0.5])]
+    >>> [(e.label, e.weight, e.role, e.fn(completion_ids=[[1] * 6, [1] * 8])) for e in extra_rewards([soft])]
+    [('soft_overlong_punishment_reward', 0.5, 'policy', [0.0, -0.5])]
     """
     if problems := extra_reward_problems(entries):
         raise InputError(problems[0])
@@ -55,7 +56,7 @@ def extra_rewards(entries: Sequence[Any]) -> list[ExtraReward]:
         taken = {e.label for e in out}
         if label in taken:
             label = next(f"{label}_{k}" for k in range(2, len(taken) + 3) if f"{label}_{k}" not in taken)
-        out.append(ExtraReward(label, float(weight), fn))
+        out.append(ExtraReward(label, float(weight), fn, entry.get("role", "policy")))
     return out
 
 

@@ -188,6 +188,14 @@ def judge_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
                           error=failed[0] if failed else None)
 
 
+def unjudged_rubric(text: str) -> RowReward:
+    """A rubric row that no judge read (``rewards.judge_weight`` 0): no reward of the judge's, its format kept."""
+    from evolm.rubrics import read_written
+
+    written = read_written(text)
+    return RowReward(None, rubric_valid=written.valid, parsed=written.rubric.to_dict() if written.rubric else None)
+
+
 def judge_requests(judges: Sequence[Any]) -> tuple[int, int]:
     """Requests the judges sent so far and how many of them failed after their retries (``Judge.requests``,
     ``Judge.failed_requests``; a cached judge reads its judge's; a reward model counts none)."""
@@ -284,7 +292,7 @@ class StepRewards:
 
 def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequence[Hashable],
                  policy_rubric_valid: Sequence[float | None] = (), drop_flat_criteria: bool = False,
-                 cost: JudgeCost = JudgeCost()) -> StepRewards:  # noqa: B008 - frozen
+                 cost: JudgeCost = JudgeCost(), judge_weight: float = 1.0) -> StepRewards:  # noqa: B008 - frozen
     """Fill missing rewards with their group's mean and summarise one step (all processes' rows; ``cost``: what
     judging them took, ``JudgeCost.total`` of every process's).
 
@@ -294,9 +302,11 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     whose score is the weighted mean of its criteria's values: ``yesno``) re-weights each policy answer's score
     over its group's other criteria before anything else (``drop_flat``).
 
-    Extra rewards (``RowReward.extras``, policy rows with ``rewards.extra``) are added after the filling, each
-    times its weight (a ``None`` value adds nothing): the reward GRPO uses, which ``reward_mean``,
-    ``reward_std`` and ``tied_groups`` describe; ``reward_components`` keeps each term's own mean.
+    The judge's reward counts ``judge_weight`` times (``rewards.judge_weight``; 0: nothing was judged, and the judge's
+    numbers, pair accuracy and missing rewards included, are not reported). Extra rewards (``RowReward.extras``,
+    ``rewards.extra``) are added after the filling, each times its weight (a ``None`` value adds nothing): the
+    reward GRPO uses, which ``reward_mean``, ``reward_std`` and ``tied_groups`` describe; ``reward_components``
+    keeps each term's own mean.
 
     >>> r = step_rewards(["rubric"] * 2, [RowReward(1.0, s_pos=0.9, s_neg=0.1, rubric_valid=1.0),
     ...                                    RowReward(None, rubric_valid=0.0)], ["q", "q"])
@@ -313,15 +323,16 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     flat = flat_positions(raw, groups, policy)
     if drop_flat_criteria and policy:
         raw = drop_flat(raw, groups, flat)
-    judged = fill_missing_with_group_mean([r.reward for r in raw], groups)
-    filled = [f + sum(w * v for _, w, v in r.extras if v is not None) for f, r in zip(judged, raw, strict=True)]
+    judging = judge_weight > 0
+    judged = fill_missing_with_group_mean([r.reward for r in raw], groups) if judging else [0.0] * len(raw)
+    filled = [judge_weight * f + sum(w * v for _, w, v in r.extras if v is not None) for f, r in zip(judged, raw, strict=True)]
     n = len(filled)
     by_group: dict[Hashable, list[float]] = defaultdict(list)
     for g, r in zip(groups, filled, strict=True):
         by_group[g].append(r)
     stds = [statistics.pstdev(v) if len(v) > 1 else 0.0 for v in by_group.values()]
     tied = sum(1 for v in by_group.values() if max(v) - min(v) <= 1e-12) / len(by_group) if by_group else 0.0
-    if roles and roles[0] == "rubric":
+    if roles and roles[0] == "rubric" and judging:
         pair_acc: float | None = sum(1.0 for r in raw if not is_missing(r.s_pos) and not is_missing(r.s_neg)
                                      and r.s_pos > r.s_neg) / n  # type: ignore[operator]
         validity: float | None = sum(float(r.rubric_valid or 0.0) for r in raw) / n
@@ -331,6 +342,9 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
                 votes[g] += (r.s_pos > r.s_neg) - (r.s_pos < r.s_neg)  # type: ignore[operator]
         pairs_for: int | None = sum(v > 0 for v in votes.values())
         pairs_against: int | None = sum(v < 0 for v in votes.values())
+    elif roles and roles[0] == "rubric":  # nothing judged (rewards.judge_weight 0): the rubrics' format alone
+        pair_acc = pairs_for = pairs_against = None
+        validity = sum(float(r.rubric_valid or 0.0) for r in raw) / n
     else:
         pair_acc = pairs_for = pairs_against = None
         present = [float(v) for v in policy_rubric_valid if v is not None]
@@ -349,7 +363,7 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
     asked, failures = cost.sent, cost.failures
     return StepRewards(rewards=filled, reward_mean=sum(filled) / n if n else 0.0,
                        reward_std=sum(stds) / len(stds) if stds else 0.0,
-                       missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n else 0.0,
+                       missing_rewards=sum(is_missing(r.reward) for r in raw) / n if n and judging else 0.0,
                        pair_accuracy=pair_acc, rubric_validity=validity, tied_groups=tied,
                        pair_judgements=n if pair_acc is not None else None,
                        pairs=len(by_group) if pair_acc is not None else None,

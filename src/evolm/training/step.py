@@ -58,7 +58,7 @@ from evolm.training.contrast import (
 from evolm.training.heldout import HeldOut
 from evolm.training.monitor import LengthDrift, monitor_step
 from evolm.training.plan import Plan, StepInfo
-from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_rows, step_rewards, unjudged_rubric
 
 # ======================================================================== 1. a step's rows: rubrics, or the pairs
 
@@ -273,7 +273,11 @@ class TrainingSteps:
     # ---------------------------------------------------------------- 3. judging and 4. rewards (after TRL generates)
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
-        """This process's completions judged, row by row: each row's raw reward, and what judging took."""
+        """This process's completions judged, row by row: each row's raw reward, and what judging took (with
+        ``rewards.judge_weight`` 0, nothing is judged: the rubric rows' format alone is read)."""
+        if self.cfg.rewards.judge_weight == 0:
+            return [RowReward(None) if r["role"] == "policy" else unjudged_rubric(t) for r, t in
+                    zip(rows, completions, strict=True)], JudgeCost()
         return judge_rows(rows, completions, self.judges, self.cfg.rubric.reward, self.cfg.judge.aggregate,
                           self.cfg.rubric.invalid)
 
@@ -288,7 +292,8 @@ class TrainingSteps:
                                        groups) if info.role == "policy" else ({}, scored)  # the reward-hacking monitor
         result = step_rewards([r["role"] for r in rows], scored, groups,
                               [rows[i]["rubric_valid"] for i in firsts.values()],
-                              drop_flat_criteria=self.cfg.rewards.drop_flat_criteria, cost=JudgeCost.total(costs))
+                              drop_flat_criteria=self.cfg.rewards.drop_flat_criteria, cost=JudgeCost.total(costs),
+                              judge_weight=self.cfg.rewards.judge_weight)
         check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
         if info.role == "rubric":  # the precondition, where a program can check it: is the newer answer better?
             signals = newer_passes([rows[i] for i in firsts.values()])

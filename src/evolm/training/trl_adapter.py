@@ -490,10 +490,11 @@ def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_
         rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
         texts = [completion_text(c) for c in completions]
         scored, cost = hooks.score(rows, texts)
-        if extras and rows and rows[0]["role"] == "policy":  # rewards.extra: policy rows only, with TRL's kwargs
+        mine = [e for e in extras if rows and e.role == rows[0]["role"]]  # rewards.extra of this step's role
+        if mine:
             kwargs = {**cols, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
                       "log_metric": log_metric}
-            parts = score_extra(extras, len(texts), kwargs)
+            parts = score_extra(mine, len(texts), kwargs)
             scored = [replace(s, extras=e) for s, e in zip(scored, parts, strict=True)]
         if cols.get("log_extra") is not None:
             _log_columns(cols["log_extra"], rows, scored)
