@@ -325,7 +325,8 @@ def step_rewards(roles: Sequence[str], raw: Sequence[RowReward], groups: Sequenc
         raw = drop_flat(raw, groups, flat)
     judging = judge_weight > 0
     judged = fill_missing_with_group_mean([r.reward for r in raw], groups) if judging else [0.0] * len(raw)
-    filled = [judge_weight * f + sum(w * v for _, w, v in r.extras if v is not None) for f, r in zip(judged, raw, strict=True)]
+    filled = [judge_weight * f + sum(w * v for _, w, v in r.extras if v is not None)
+              for f, r in zip(judged, raw, strict=True)]
     n = len(filled)
     by_group: dict[Hashable, list[float]] = defaultdict(list)
     for g, r in zip(groups, filled, strict=True):

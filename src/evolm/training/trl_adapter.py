@@ -89,6 +89,7 @@ version to ``TESTED_TRL`` and widen the pin in pyproject.toml.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -103,6 +104,7 @@ from trl import GRPOTrainer
 from evolm.backends.loading import adapter_rank, base_model_name
 from evolm.config import RunConfig, to_dict
 from evolm.errors import InputError, RunError
+from evolm.training import vllm_cpu
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
 from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
 from evolm.training.rewards import completion_text, score_extra
@@ -295,10 +297,10 @@ def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
     counts = VLLMCounts() if args.use_vllm else None
     deferred = _Deferred()
     memory = GpuMemory(_cuda_if_used(args))
-    trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(deferred, extra_rewards(cfg.rewards.extra),
-                                                                           counts, memory)],
-                               args=args, train_dataset=dataset, processing_class=tokenizer,
-                               peft_config=None if is_peft_model(model) else _peft_config(cfg))
+    with vllm_cpu.keep_linear_weights() if vllm_cpu.needed(args) else contextlib.nullcontext():  # TRL builds it here
+        trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(
+            deferred, extra_rewards(cfg.rewards.extra), counts, memory)], args=args, train_dataset=dataset,
+            processing_class=tokenizer, peft_config=None if is_peft_model(model) else _peft_config(cfg))
     trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
     trainer.evolm_slots = cfg.schedule.prompts_per_step
     trainer.evolm_base = base_model_name(cfg.model.name)
