@@ -175,7 +175,8 @@ def test_rubrics_are_written_once_per_question_and_cached() -> None:
         health = httpx.get(url + "/health").json()
     assert all(r.json()["extra_logs"]["rubric_written"] == [1.0, 1.0] for r in first)
     assert again["extra_logs"]["rubric_written"] == [1.0] and labelled["extra_logs"]["rubric_from_label"] == [1.0]
-    assert writer.prompts == 2 and health["rubrics_written"] == 2 and health["rubric_cache"] == 2
+    assert writer.prompts == 2 and rubrics.written == 2 and len(rubrics.cache) == 2
+    assert "rubrics_written" not in health and "rubric_cache" not in health  # they would tell who asked what
     assert all(it.rubric is not None for call in judge.calls for it in call)
 
 
@@ -356,14 +357,25 @@ def test_size_limits_are_413_with_a_json_error() -> None:
     assert ok.status_code == 200 and sum(map(len, judge.calls)) == 3  # nothing over a limit reached the judge
 
 
-def test_fair_shares() -> None:
-    from evolm.serve.batcher import fair_shares
+def test_a_batch_is_shared_between_clients_then_between_a_clients_requests() -> None:
+    from evolm.serve.fairness import Job, pick_batch
 
-    assert fair_shares([5000, 1], 64) == [63, 1]
-    assert fair_shares([5000, 1, 3], 8) == [4, 1, 3]
-    assert fair_shares([10, 10], 64) == [10, 10]
-    assert fair_shares([100] * 4, 6) == [2, 2, 1, 1]
-    assert sum(fair_shares([1] * 100, 64)) == 64
+    def job(client: str, n: int, sent_work: int = 0) -> Job:
+        return Job([Answer("Q?", str(k)) for k in range(n)], None, client=client,  # type: ignore[arg-type]
+                   work_sent=sent_work)
+
+    def given(picked: list, jobs: list[Job]) -> list[int]:
+        return [dict((id(j), n) for j, n in picked).get(id(x), 0) for x in jobs]
+
+    one = [job("a", 5000), job("b", 1)]
+    assert given(pick_batch(one, 64, False, {}), one) == [63, 1]
+    flood = [job("a", 100) for _ in range(200)] + [job("b", 3)]  # a's 200 requests are one client's share
+    assert given(pick_batch(flood, 8, False, {}), flood)[-1] == 3
+    own = [job("a", 5000, sent_work=900), job("a", 1)]  # within a client, the least served request first
+    assert given(pick_batch(own, 1, False, {}), own) == [0, 1]
+    load = {"a": 0.0, "b": 0.0}
+    assert sum(n for _, n in pick_batch([job("a", 100), job("b", 100)], 64, False, load)) == 64
+    assert load == {"a": 32.0, "b": 32.0}
 
 
 @dataclass

@@ -25,7 +25,8 @@ from evolm.cli.flags import Flag, add_flags, field_values
 from evolm.serve.settings import ServeSettings
 
 # ServeSettings' fields with a flag (keep_alive_s and max_header_kb have none: uvicorn's and h11's limits as set)
-BATCH_FLAGS = tuple(map(Flag, ("max_batch", "max_batch_s", "max_wait_ms", "max_queue", "deadline_s", "rubric_cache")))
+BATCH_FLAGS = tuple(map(Flag, ("max_batch", "max_batch_s", "max_wait_ms", "max_queue", "max_client_queue", "cost_chars",
+                               "deadline_s", "rubric_cache")))
 LIMIT_FLAGS = tuple(map(Flag, ("max_body_mb", "max_answers", "max_label_criteria", "max_list", "max_answer_chars",
                                "header_timeout_s", "body_timeout_s", "max_connections")))
 THREAD_FLAGS = (Flag("threads", metavar="N", default=None,

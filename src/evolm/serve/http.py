@@ -1,5 +1,5 @@
-"""The HTTP server under ``evolm serve``: uvicorn with its limits (connections, keep-alive, header size) and an h11
-protocol that closes a connection whose headers or body do not arrive in time.
+"""The HTTP server under ``evolm serve``: uvicorn with its limits (connections, keep-alive, header size) and
+an h11 protocol that closes a connection whose headers or body do not arrive in time.
 """
 
 from __future__ import annotations
@@ -69,10 +69,14 @@ def guarded_h11(header_timeout_s: float, body_timeout_s: float) -> type:
 
 
 def uvicorn_options(settings: ServeSettings) -> dict[str, Any]:
-    """``uvicorn.Config`` arguments for ``settings``' connection limits: read deadlines, keep-alive, headers."""
+    """``uvicorn.Config`` arguments for ``settings``' connection limits (read deadlines, keep-alive, headers),
+    and no proxy headers."""
     return {"http": guarded_h11(settings.header_timeout_s, settings.body_timeout_s),
             "timeout_keep_alive": settings.keep_alive_s, "limit_concurrency": settings.max_connections,
-            "h11_max_incomplete_event_size": settings.max_header_kb * 1024}
+            "h11_max_incomplete_event_size": settings.max_header_kb * 1024,
+            # a client is its peer address (``app.client_of``): uvicorn's default takes X-Forwarded-For from
+            # any local connection, which would let one client pass for as many as it likes
+            "proxy_headers": False}
 
 
 def run_server(app: Any, host: str, port: int, log_level: str = "info") -> None:
