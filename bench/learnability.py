@@ -1,6 +1,6 @@
 """The writer's learnability check: can GRPO on the rubric role raise a property of the rubrics that a program
 rewards? The judge is skipped (``rewards.judge_weight: 0``); a rubric earns 1 when it names the constraint its pair's
-answers differ in (``evolm.eval.constraints.named_difference_reward``), else 0: the "+" arm. The "-" arm reverses it
+answers differ in (``evolm.eval.rubric_naming.named_difference_reward``), else 0: the "+" arm. The "-" arm reverses it
 (weight -1). If naming does not rise in "+" and fall in "-", the writer's training path is broken, whatever the judge.
 
 Each arm is an ``evolm train`` run of configs/study/learnability/{plus,minus}.yaml, from the warm start (the config's
@@ -60,7 +60,8 @@ def run_arm(arm: str, steps: int, runs: Path, rerun: bool) -> Path:
 
 def naming(run: Path) -> dict[int, dict[str, list[int]]]:
     """Per step, per constraint family: [rubrics naming it, rubrics whose pair differs in it]."""
-    from evolm.eval.constraints import constraints_json, differing, names
+    from evolm.eval.constraints import constraints_json
+    from evolm.eval.rubric_naming import differing, names
     from evolm.runs.jsonl import read_jsonl
 
     out: dict[int, dict[str, list[int]]] = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0]))

@@ -464,27 +464,11 @@ def keep(args: argparse.Namespace) -> None:
     print(f"{out}: {len(tensors)} tensors, {mb:.1f} MB (bfloat16), base {config['base_model_name_or_path']}")
 
 
-KEYWORDS = {  # words a criterion that names the constraint uses (lower case), per family
-    "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
-    "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
-    "startend:end_checker": ("phrase",),  # or the phrase itself; not "ends with": a postscript's criterion says it
-    "detectable_content:number_placeholders": ("placeholder", "square bracket"),
-    "detectable_format:number_highlighted_sections": ("highlight",),
-    "detectable_format:number_bullet_lists": ("bullet",),
-    "detectable_format:json_format": ("json",), "combination:two_responses": ("two responses", "******", "asterisk"),
-}
-
-
 def names_constraint(rubric_text: str, constraints: list[dict]) -> bool:
-    """Whether some criterion names each of the prompt's constraints (by the family's words)."""
-    low = rubric_text.lower()
+    """Whether some criterion names each of the prompt's constraints (``evolm.eval.rubric_naming.names``)."""
+    from evolm.eval.rubric_naming import names
 
-    def named(c: dict) -> bool:
-        phrase = str((c.get("kwargs") or {}).get("end_phrase") or "").lower().rstrip(".?! ")
-        return any(k in low for k in KEYWORDS.get(c["id"], (short(c["id"]).replace("_", " "),))) or \
-            bool(phrase) and phrase in low
-
-    return all(named(c) for c in constraints)
+    return all(names(rubric_text, c) for c in constraints)
 
 
 def paired(rows: list[dict], other: list[dict] | None) -> str:

@@ -38,7 +38,7 @@ TITLE = {"id": "detectable_format:title", "kwargs": {}}
     ('"<<>> It rains."', [False, True, False]),  # an empty title is no title (IFEval's rule)
     ("", [False, False, False]),  # an empty answer follows nothing
 ])
-def test_check_is_ifevals_strict_check(answer: str, expected: list[bool]) -> None:
+def test_check_reads_ifevals_instructions(answer: str, expected: list[bool]) -> None:
     assert check(answer, "Will it rain?", [POSTSCRIPT, QUOTES, TITLE]) == expected
 
 
@@ -70,7 +70,7 @@ def test_bad_constraints_are_one_line_errors(value: str, message: str) -> None:
 
 def test_the_reward_is_the_share_followed_and_none_without_constraints() -> None:
     both = constraints_json([QUOTES, POSTSCRIPT])
-    got = constraint_reward(['"Hi."', '"Hi. P.S. Bye."', "Hi."], constraints=[both, both, None])
+    got = constraint_reward(['"Hi."', '"Hi.\nP.S. Bye."', "Hi."], constraints=[both, both, None])
     assert got == [0.5, 1.0, None]
     conversational = [[{"role": "assistant", "content": '"Hi."'}]]
     assert constraint_reward(conversational, constraints=[constraints_json([QUOTES])]) == [1.0]
@@ -79,8 +79,8 @@ def test_the_reward_is_the_share_followed_and_none_without_constraints() -> None
 def test_newer_passes_counts_only_temporal_pairs_with_constraints() -> None:
     c = constraints_json([QUOTES, POSTSCRIPT])
     row = {"pair_source": "temporal:window", "constraints": c, "question": "q"}
-    rows = [{**row, "a_pos": '"A." P.S. x', "a_neg": '"A."'},  # 1 vs 1... a_pos ends with x: not quoted
-            {**row, "a_pos": '"A. P.S. x"', "a_neg": "A."},  # 2 vs 0
+    rows = [{**row, "a_pos": '"A."\nP.S. x', "a_neg": '"A."'},  # 1 vs 1... a_pos ends with x: not quoted
+            {**row, "a_pos": '"A.\nP.S. x"', "a_neg": "A."},  # 2 vs 0
             {**row, "a_pos": "A.", "a_neg": '"A."'},  # 0 vs 1
             {**row, "a_pos": "A.", "a_neg": '"A."', "pair_source": "rubric_conditioned"},  # not temporal
             {**row, "a_pos": "A.", "a_neg": "B.", "constraints": None}]  # no constraints

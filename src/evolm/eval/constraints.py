@@ -7,8 +7,13 @@ A prompt with constraints is a JSONL line ``{"prompt": ..., "question": ..., "co
 constraints through a run: the policy's rows, the replay buffer's questions, the samples and the step records
 (``constraint_counts``: how many temporal pairs have a newer answer passing more constraints than the older one).
 
-The checks are lm-eval's ``test_instruction_following_strict`` (the IFEval paper's strict accuracy), not a second
-implementation: ``check`` hands it the constraint ids and kwargs as IFEval's ``input_data.jsonl`` would.
+The checks are lm-eval's IFEval checkers, each instruction built as its ``test_instruction_following_strict``
+(the IFEval paper's strict accuracy) builds it from the ids and kwargs of IFEval's ``input_data.jsonl``. The
+answer is optimised against them, so ``check`` reads it defensively (``check_detailed``): an answer over
+``MAX_ANSWER_CHARS`` follows nothing, a checker that raises (lm-eval's JSON check on ``"[" * 1000``:
+``RecursionError``) means "not followed" and is counted, and ``STRICT`` replaces lm-eval's check where that
+one passes what the instruction does not ask for or takes super-linear time (docs/FIDELITY.md); with
+``reference=True`` lm-eval's checks stand unchanged.
 
 >>> c = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
 >>> check("Paris.\\nP.S. It is lovely in May.", "Capital of France?", c), check("Paris.", "Capital of France?", c)
@@ -23,10 +28,13 @@ from __future__ import annotations
 import functools
 import json
 import random
+import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from evolm.errors import InputError
 from evolm.runs.jsonl import read_jsonl
@@ -70,17 +78,20 @@ def prompt_constraints(spec: str) -> dict[str, str]:
             for i, r in enumerate(rows, start=1) if r.get("constraints")}
 
 
-@functools.cache  # found once: NLTK's data path and the import stay set for the process
+@functools.cache  # found once: NLTK's data path, the import and langdetect's seed stay set for the process
 def registry() -> Mapping[str, Any]:
     """lm-eval's IFEval instruction registry (id -> checker class), imported without a download (NLTK's punkt_tab
-    from an installed package: ``evolm.eval.offline``)."""
+    from an installed package: ``evolm.eval.offline``). Seeds langdetect (``DetectorFactory.seed = 0``), which
+    samples n-grams at random: unseeded, the same answer could pass a language check once and fail it next."""
     from evolm.eval.offline import ensure_punkt_tab
 
     ensure_punkt_tab()
     try:
+        from langdetect import DetectorFactory
         from lm_eval.tasks.ifeval import instructions_registry
     except ImportError:
         raise InputError("checkable constraints need lm-evaluation-harness: pip install 'evolm[eval]'") from None
+    DetectorFactory.seed = 0
     return instructions_registry.INSTRUCTION_DICT
 
 
@@ -90,14 +101,69 @@ def describe(constraint: Constraint) -> str:
     return str(checker.build_description(**{k: v for k, v in (constraint.get("kwargs") or {}).items() if v}))
 
 
-def check(answer: str, prompt: str, constraints: Sequence[Constraint]) -> list[bool]:
-    """Whether ``answer`` follows each constraint: lm-eval's strict IFEval check (an empty answer follows none)."""
-    registry()
-    from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_strict
+# ----------------------------------------------------------------------------- checking an answer
 
-    example = InputExample(key=0, instruction_id_list=[c["id"] for c in constraints], prompt=prompt,
-                           kwargs=[dict(c.get("kwargs") or {}) for c in constraints])
-    return list(test_instruction_following_strict(example, answer).follow_instruction_list)
+MAX_ANSWER_CHARS = 20_000
+"""The longest answer checked, in characters: a longer one follows no constraint (as an empty one), each
+counted as a failure. Far above any answer these instructions ask for (the families here want under 80 words,
+lm-eval's word counts at most 500; 20,000 characters are some 3,000 English words), it bounds the checks whose
+time is linear in the answer with a large factor (punkt's sentence splitter: about 25 us a character on
+``". " * 10_000``)."""
+
+
+class Checked(NamedTuple):
+    """``check_detailed``'s result: per constraint, whether the answer follows it; and how many checks failed
+    (a checker that raised, or an answer over ``MAX_ANSWER_CHARS``): those count as not followed."""
+
+    followed: tuple[bool, ...]
+    failures: int
+
+
+def check(answer: str, prompt: str, constraints: Sequence[Constraint], reference: bool = False) -> list[bool]:
+    """Whether ``answer`` follows each constraint (``check_detailed``; an empty answer follows none)."""
+    return list(check_detailed(answer, prompt, constraints, reference).followed)
+
+
+def check_detailed(answer: str, prompt: str, constraints: Sequence[Constraint],
+                   reference: bool = False) -> Checked:
+    """Whether ``answer`` follows each constraint, and how many checks failed; never raises on the answer.
+
+    Each instruction is built as lm-eval's ``test_instruction_following_strict`` builds it (ids and kwargs as
+    IFEval's data gives them; a bad id or kwarg raises: the caller's mistake, not the answer's), then checked
+    by ``STRICT``'s check for its id, else lm-eval's. With ``reference``, lm-eval's checks alone: IFEval's
+    strict accuracy as published, for comparison rather than as a reward (some take seconds on hostile
+    answers). Either way an answer over ``MAX_ANSWER_CHARS`` follows nothing, and a check that raises means
+    "not followed"; both count in ``failures``.
+
+    >>> c = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
+    >>> check_detailed("Sent by U.S.P.S. today.", "q", c), check("Sent by U.S.P.S. today.", "q", c, True)
+    (Checked(followed=(False,), failures=0), [True])
+    >>> check_detailed("[" * 1000, "q", [{"id": "detectable_format:json_format", "kwargs": {}}])
+    Checked(followed=(False,), failures=1)
+    """
+    checkers = [_built(c, prompt) for c in constraints]
+    if len(answer) > MAX_ANSWER_CHARS:
+        return Checked((False,) * len(checkers), len(checkers))
+    followed, failures = [], 0
+    for c, checker in zip(constraints, checkers, strict=True):
+        own = None if reference else STRICT.get(c["id"])
+        try:
+            verdict = own(answer, checker) if own else checker.check_following(answer)
+            followed.append(bool(answer.strip()) and bool(verdict))
+        except Exception:  # noqa: BLE001 - RecursionError, an undecided answer: no answer may stop a run
+            followed.append(False)
+            failures += 1
+    return Checked(tuple(followed), failures)
+
+
+def _built(constraint: Constraint, prompt: str) -> Any:
+    """lm-eval's checker for ``constraint``, built as ``test_instruction_following_strict`` builds it."""
+    checker = registry()[constraint["id"]](constraint["id"])
+    checker.build_description(**{k: v for k, v in (constraint.get("kwargs") or {}).items() if v})
+    args = checker.get_instruction_args()
+    if args and "prompt" in args:
+        checker.build_description(prompt=prompt)
+    return checker
 
 
 def passed(answer: str, prompt: str, constraints: Sequence[Constraint]) -> int:
@@ -106,10 +172,16 @@ def passed(answer: str, prompt: str, constraints: Sequence[Constraint]) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
+def checked_row(answer: str, question: str, constraints: str) -> Checked:
+    """``check_detailed`` for a row's ``constraints`` column (JSON), remembered: a step checks the same answer
+    for its reward, its samples and its precondition count, and a rubric step's pair once per sampled rubric.
+    A step's count of failed checks is the sum of ``.failures`` over its rows."""
+    return check_detailed(answer, question, parse_constraints(constraints))
+
+
 def passed_row(answer: str, question: str, constraints: str) -> int:
-    """``passed`` for a row's ``constraints`` column (JSON), remembered: a step checks the same answer for its reward,
-    its samples and its precondition count, and a rubric step's pair once per sampled rubric."""
-    return passed(answer, question, parse_constraints(constraints))
+    """``passed`` for a row's ``constraints`` column (JSON), from ``checked_row``."""
+    return sum(checked_row(answer, question, constraints).followed)
 
 
 def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | None] = (), prompts: Any = None,
@@ -127,73 +199,131 @@ def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | No
     return out
 
 
-# ----------------------------------------------------------------------------- does a rubric name a constraint?
+# ------------------------------------------------------------------ evolm's checks, where lm-eval's differ
+# Each takes the answer and lm-eval's built checker (its kwargs: get_instruction_args()); docs/FIDELITY.md.
 
-NAMING_WORDS: dict[str, tuple[str, ...]] = {
-    "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
-    "startend:quotation": ("quot",), "change_case:english_capital": ("capital", "uppercase", "upper case"),
-    "change_case:english_lowercase": ("lowercase", "lower case"), "punctuation:no_comma": ("comma",),
-    "startend:end_checker": ("phrase",),  # or the phrase itself; not "ends with": a postscript's criterion says it
-    "detectable_content:number_placeholders": ("placeholder", "square bracket"),
-    "detectable_format:number_highlighted_sections": ("highlight",),
-    "detectable_format:number_bullet_lists": ("bullet",),
-    "detectable_format:json_format": ("json",), "combination:two_responses": ("two responses", "******", "asterisk"),
-    "length_constraints:number_words": ("word",), "length_constraints:number_sentences": ("sentence",),
-}
-"""Per IFEval family, words (lower case) that a criterion naming the constraint uses; a family not listed is named
-by its id's words (``number_words`` -> "number words")."""
-
-
-def names(text: str, constraint: Constraint) -> bool:
-    """Whether ``text`` (a rubric, a criterion) names ``constraint``: one of its family's words, or an end phrase.
-
-    >>> names("1. The answer ends with a postscript (P.S.)", {"id": "detectable_content:postscript"})
-    True
-    >>> names("1. The answer is correct", {"id": "detectable_format:title"})
-    False
-    >>> names("Ends with: any other questions", {"id": "startend:end_checker",
-    ...                                          "kwargs": {"end_phrase": "Any other questions?"}})
-    True
-    """
-    low = text.lower()
-    family = str(constraint["id"])
-    words = NAMING_WORDS.get(family, (family.split(":", 1)[-1].replace("_", " "),))
-    phrase = str((constraint.get("kwargs") or {}).get("end_phrase") or "").lower().rstrip(".?! ")
-    return any(w in low for w in words) or bool(phrase) and phrase in low
+_COMMAS = re.compile("[,\u0326\u0375\u055d\u060c\u066b\u07f8\u1363\u1802\u1808\u201a\u201e\u275f\u2760"
+                     "\u2e32\u2e34\u2e41\u2e49\u2e4c\u3001\ua4fe\ua60d\ua6f5\U0001144d\U0001145a"
+                     "\U00016e97\U0001da87\U0001f678\U000e002c]")
+"""Commas after NFKC (which maps the fullwidth, small, vertical and digit-comma forms to ``,`` or ``、``):
+the comma and what reads as one (ideographic, Arabic, Armenian..., the low quotation marks ‚ and „)."""
+_TITLE = re.compile(r"(?<![<\w])<<(?![\s<>])[^\n<>]*(?<![\s<>])>>(?![>\w])")
+"""``<<title>>``: not glued to a word, no space just inside the brackets (``x << 2 >> 1`` is no title)."""
+_NON_SPACE = re.compile(r"\S")
+_SENTENCE_MARK = re.compile(r"[.?!]")
+MAX_SENTENCE_MARKS = 500
+"""Punkt decides each ``.``, ``?`` and ``!`` apart (about 60 us each on ``"Dr. " * 5000``): an answer with
+more is decided from its first ``MAX_SENTENCE_MARKS`` where they settle it, else not checked (a failure)."""
 
 
-@functools.lru_cache(maxsize=4096)  # a rubric step judges each pair once per sampled rubric
-def differing(a_pos: str, a_neg: str, question: str, constraints: str) -> tuple[dict[str, Any], ...]:
-    """The constraints (a row's JSON column) that one answer of a pair follows and the other does not."""
-    cs = parse_constraints(constraints)
-    return tuple(c for c, p, n in zip(cs, check(a_pos, question, cs), check(a_neg, question, cs), strict=True) if p != n)
+class _Undecided(Exception):  # noqa: N818 - a reason, caught by check_detailed as a failed check
+    """The answer cannot be checked within bounded work."""
 
 
-def named_difference_reward(completions: Sequence[Any], a_pos: Sequence[str | None] = (),
-                            a_neg: Sequence[str | None] = (), constraints: Sequence[str | None] = (),
-                            question: Sequence[str] | None = None, **_: Any) -> list[float | None]:
-    """A TRL-style reward for rubric rows (``rewards.extra`` with ``role: rubric``): the share of the constraints its
-    pair's answers differ in that the written rubric names (``names``), ``None`` for a row with no pair, no
-    constraints, or answers that follow the same ones. A program's stand-in for a judge that reads every stated
-    constraint perfectly: the writer's learnability check (docs/RESULTS.md). With weight -1, the reverse arm.
+def _postscript(text: str, checker: Any) -> bool:
+    """A line that starts with the marker (after spaces or markdown): "U.S.P.S." is no postscript."""
+    marker = str((checker.get_instruction_args() or {}).get("postscript_marker") or "").strip()
+    mark = {"P.P.S": r"p\.[ \t]?p\.[ \t]?s", "P.S.": r"p\.[ \t]?s\."}.get(marker, re.escape(marker.lower()))
+    return re.search(rf"^[ \t>*_#]*{mark}", text.lower(), re.MULTILINE) is not None
 
-    >>> cs = constraints_json([{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}])
-    >>> named_difference_reward(["1. Ends with a P.S.", "1. Is correct", "1. P.S."], a_pos=["Hi.\\nP.S. Bye."] * 3,
-    ...                         a_neg=["Hi.", "Hi.", "Hi.\\nP.S. x"], constraints=[cs] * 3, question=["q"] * 3)
-    [1.0, 0.0, None]
-    """
-    out: list[float | None] = []
-    for i, completion in enumerate(completions):
-        text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-        pos, neg = (a_pos[i] if i < len(a_pos) else None), (a_neg[i] if i < len(a_neg) else None)
-        cs = constraints[i] if i < len(constraints) else None
-        if pos is None or neg is None or not cs:
-            out.append(None)
+
+def _language(text: str) -> str | None:
+    """langdetect's language of ``text``; ``None`` where it finds none (lm-eval counts that as followed)."""
+    from langdetect import LangDetectException, detect
+
+    try:
+        return str(detect(text))
+    except LangDetectException:
+        return None
+
+
+def _in_language(text: str, checker: Any) -> bool:
+    return _language(text) == (checker.get_instruction_args() or {})["language"]
+
+
+def _placeholders(text: str, checker: Any) -> bool:
+    r"""lm-eval's count of ``re.findall(r"\[.*?\]", text)`` in one pass (that regex: quadratic on "[" * n)."""
+    count = 0
+    for line in text.split("\n"):
+        at = 0
+        while (start := line.find("[", at)) >= 0 and (end := line.find("]", start + 1)) >= 0:
+            count, at = count + 1, end + 1
+    return count >= (checker.get_instruction_args() or {})["num_placeholders"]
+
+
+def _line_marks(text: str, mark: str) -> int:
+    r"""lm-eval's count of ``^\s*\*[^\*].*$`` (``mark`` "*") or ``^\s*-.*$`` (``mark`` "-") matches
+    (MULTILINE) in one pass: ``\s*`` spans blank lines, so the regex rescans them from every line start
+    (quadratic on "\n" * n)."""
+    count, at, size = 0, 0, len(text)
+    while at <= size:
+        if at and text[at - 1] != "\n":  # not a line start: the next one
+            if (at := text.find("\n", at) + 1) == 0:
+                break
             continue
-        diff = differing(str(pos), str(neg), question[i] if question is not None and i < len(question) else "",
-                         cs if isinstance(cs, str) else constraints_json(parse_constraints(cs)))
-        out.append(sum(names(text, c) for c in diff) / len(diff) if diff else None)
-    return out
+        if (m := _NON_SPACE.search(text, at)) is None:
+            break
+        q = m.start()  # every line start up to q reaches this character first
+        if text[q] == mark and (mark == "-" or text[q + 1:q + 2] not in ("*", "")):
+            count += 1
+            end = text.find("\n", q + (1 if mark == "-" else 2))
+            at = size + 1 if end < 0 else end
+        elif (at := text.find("\n", q) + 1) == 0:
+            break
+    return count
+
+
+def _bullets(text: str, checker: Any) -> bool:
+    wanted = (checker.get_instruction_args() or {})["num_bullets"]
+    return _line_marks(text, "*") + _line_marks(text, "-") == wanted
+
+
+def _at_least_sentences(text: str, n: int) -> bool:
+    """Whether punkt (lm-eval's ``count_sentences``) finds at least ``n`` sentences, stopping at the n-th."""
+    from lm_eval.tasks.ifeval.instructions_util import _get_sentence_tokenizer
+
+    spans = _get_sentence_tokenizer().span_tokenize  # lazy: sentence by sentence, as ``tokenize`` lists them
+    marks = list(islice(_SENTENCE_MARK.finditer(text), MAX_SENTENCE_MARKS + 1))
+    if len(marks) <= MAX_SENTENCE_MARKS:
+        return sum(1 for _ in islice(spans(text), max(n, 0))) >= n
+    if sum(1 for _ in islice(spans(text[:marks[-1].start()]), max(n, 0) + 2)) >= n + 2:
+        return True  # the first n sentences end before the next one does: the same in the whole answer
+    raise _Undecided(f"over {MAX_SENTENCE_MARKS} sentence marks and under {n} sentences among them")
+
+
+def _sentences(text: str, checker: Any) -> bool:
+    args = checker.get_instruction_args() or {}
+    at_least = _at_least_sentences(text, int(args["num_sentences"]))
+    return {"less than": not at_least, "at least": at_least}.get(args["relation"], False)
+
+
+def _capital_words(text: str, checker: Any) -> bool:
+    """lm-eval's check (NLTK's punkt, then Treebank rules: some 5 us a character), bounded: fewer capital
+    letters than asked for make fewer capital words; over 8,000 characters or ``MAX_SENTENCE_MARKS`` marks,
+    it is not checked."""
+    args = checker.get_instruction_args() or {}
+    if sum(c.isupper() for c in text) < args["capital_frequency"]:  # each capital word holds a capital letter
+        return args["capital_relation"] == "less than"
+    if len(text) > 8_000 or len(_SENTENCE_MARK.findall(text, 0, 8_000)) > MAX_SENTENCE_MARKS:
+        raise _Undecided("too long to count its capital words")
+    return bool(checker.check_following(text))
+
+
+STRICT: dict[str, Callable[[str, Any], bool]] = {
+    "detectable_content:postscript": _postscript,
+    "detectable_format:title": lambda text, checker: _TITLE.search(text) is not None,
+    "punctuation:no_comma": lambda text, checker: _COMMAS.search(unicodedata.normalize("NFKC", text)) is None,
+    "change_case:english_capital": lambda text, checker: text.isupper() and _language(text) == "en",
+    "change_case:english_lowercase": lambda text, checker: text.islower() and _language(text) == "en",
+    "language:response_language": _in_language,
+    "detectable_content:number_placeholders": _placeholders,
+    "detectable_format:number_bullet_lists": _bullets,
+    "length_constraints:number_sentences": _sentences,
+    "change_case:capital_word_frequency": _capital_words,
+}
+"""evolm's check per IFEval id where lm-eval's passes what the instruction does not ask for (the first six: a
+postscript anywhere, a shift expression as a title, look-alike commas, a language langdetect cannot name
+counted as followed) or takes super-linear time (the rest: the same verdicts, within bounds)."""
 
 
 # ----------------------------------------------------------------------------- families: the study's constraints
@@ -251,6 +381,16 @@ def newer_passes(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         return {}
     return {"newer_passes_more": sum(d > 0 for d in diffs), "newer_passes_fewer": sum(d < 0 for d in diffs),
             "newer_passes_same": sum(d == 0 for d in diffs)}
+
+
+def checker_failures(rows: Sequence[Mapping[str, Any]], completions: Sequence[str]) -> dict[str, int]:
+    """A step's failed constraint checks (``Checked.failures``: a policy row's answer, a rubric row's pair), for the
+    step record; empty when no row has constraints."""
+    texts = [[t] if r.get("role") == "policy" else [str(r.get("a_pos") or ""), str(r.get("a_neg") or "")]
+             for r, t in zip(rows, completions, strict=True)]
+    failed = [checked_row(a, str(r["question"]), r["constraints"]).failures
+              for r, ts in zip(rows, texts, strict=True) if r.get("constraints") for a in ts]
+    return {"checker_failures": sum(failed)} if failed else {}
 
 
 def constraint_fields(row: Mapping[str, Any], completion: str) -> dict[str, Any]:

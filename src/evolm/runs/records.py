@@ -154,6 +154,8 @@ class StepRecord:
     newer_passes_more: int | None = _typed(int)
     newer_passes_fewer: int | None = _typed(int)
     newer_passes_same: int | None = _typed(int)
+    # the step's constraint checks that failed (a checker that raised, an answer too long to check: not followed)
+    checker_failures: int | None = _typed(int)
     kl: float | None = _typed(float)
     loss: float | None = _typed(float)
     # grpo.use_vllm: the step's vLLM work since the previous step's rewards (mean over processes; trl_adapter item 4)

@@ -28,7 +28,7 @@ from typing import Any
 from evolm.backends.base import Backend, SamplingParams
 from evolm.backends.constrained import rubric_schema
 from evolm.config import RunConfig
-from evolm.eval.constraints import constraint_fields, newer_passes
+from evolm.eval.constraints import checker_failures, constraint_fields, newer_passes
 from evolm.judge.judge import Judge
 from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
 from evolm.runs.records import (
@@ -297,6 +297,7 @@ class TrainingSteps:
         check_failures(result, info.step + 1, self.cfg.judge.max_failure_share, self.run_dir)  # same on every process
         if info.role == "rubric":  # the precondition, where a program can check it: is the newer answer better?
             signals = newer_passes([rows[i] for i in firsts.values()])
+        signals = {**signals, **checker_failures(rows, completions)}  # checks that raised count as not followed
         if info.role == "policy":  # one answer per question into the buffer, identically on every process
             for g in sorted(firsts):
                 self.buffer.add(info.policy_step, rows[firsts[g]]["question"], completions[firsts[g]])
