@@ -5,6 +5,7 @@ and writing them back. pydantic checks the settings (``schema``); every error is
 from __future__ import annotations
 
 import re
+import sys
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -35,8 +36,94 @@ _EXPONENT = re.compile(r"^[-+]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)[eE][-+]?\d+$")
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789."))
 
 
-def _yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+def _yaml(text: str, where: str) -> Any:
+    """``text`` read as YAML; a value YAML resolves but Python cannot build (a 5,000-digit integer, over
+    Python's ``sys.get_int_max_str_digits()``; a date like ``2024-13-45``) is a one-line ``InputError``
+    naming its key."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except ValueError as e:
+        key, why = _unbuildable(text) or ("", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise InputError(f"{where}{f': {key!r}' if key else ''}: {why}") from None
+
+
+def _unbuildable(text: str) -> tuple[str, str] | None:
+    """The dotted key of the first value in ``text`` that YAML resolves but Python cannot build, and why;
+    found by building each scalar of the composed document alone (walked without recursion, a shared node
+    once)."""
+    loader = _Loader(text)
+    try:
+        stack: list[tuple[Any, str]] = [(loader.get_single_node(), "")]
+        seen: set[int] = set()
+        while stack:
+            node, path = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, yaml.MappingNode):
+                for k, v in reversed(node.value):
+                    stack += [(v, _join(path, k.value if isinstance(k, yaml.ScalarNode) else "?")), (k, path)]
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend((v, f"{path}[{i}]") for i, v in reversed(list(enumerate(node.value))))
+            else:
+                try:
+                    loader.construct_object(node)
+                except ValueError as e:
+                    return path, _why(node, e)
+        return None
+    except (yaml.YAMLError, RecursionError):
+        return None
+    finally:
+        loader.dispose()
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _why(node: Any, e: ValueError) -> str:
+    if node.tag == "tag:yaml.org,2002:int":
+        return (f"a number of {sum(c.isdigit() for c in node.value):,} digits (Python reads at most "
+                f"{sys.get_int_max_str_digits():,})")
+    detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return f"{node.value[:40]!r} is not a {node.tag.rsplit(':', 1)[-1]} ({detail})"
+
+
+def refuse_unprintable_numbers(value: Any, where: str) -> None:
+    """Refuse, naming its key, an integer too long for Python to print (over ``sys.get_int_max_str_digits()``
+    digits, as ``0x`` and 5,000 ``f`` read): any message showing it would end in a traceback. Walked without
+    recursion (after ``check_tree``), a shared node once.
+
+    >>> refuse_unprintable_numbers({"seed": 16 ** 5000}, "c.yaml")
+    Traceback (most recent call last):
+    ...
+    evolm.errors.InputError: c.yaml: 'seed': a number of over 4,300 digits (Python prints at most that many)
+    """
+    stack: list[tuple[Any, str]] = [(value, "")]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, int) and not isinstance(node, bool) and not _printable(node):
+            raise InputError(f"{where}{f': {path!r}' if path else ''}: a number of over "
+                             f"{sys.get_int_max_str_digits():,} digits (Python prints at most that many)")
+        if isinstance(node, (dict, list)) and id(node) not in seen:
+            seen.add(id(node))
+            for k, v in node.items() if isinstance(node, dict) else enumerate(node):
+                if isinstance(node, list):
+                    stack.append((v, f"{path}[{k}]"))
+                    continue
+                stack.append((k, path))  # a key that cannot be printed names its mapping, not itself
+                stack.append((v, _join(path, k if _printable(k) else "?")))
+
+
+def _printable(n: Any) -> bool:
+    if not isinstance(n, int):
+        return True
+    try:
+        str(n)
+    except ValueError:
+        return False
+    return True
 
 
 def _drop_retired(data: dict[str, Any]) -> None:
@@ -92,7 +179,7 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not p.is_file():
         raise InputError(f"{p}: no such config file")
     try:
-        data = _yaml(p.read_text(encoding="utf-8")) or {}
+        data = _yaml(p.read_text(encoding="utf-8"), str(p)) or {}
     except UnicodeDecodeError:
         raise InputError(f"{p}: not UTF-8 text") from None
     except yaml.YAMLError as e:
@@ -100,6 +187,7 @@ def _read_yaml(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     except RecursionError:
         raise InputError(f"{p}: YAML nested too deeply") from None
     check_tree(data, str(p))
+    refuse_unprintable_numbers(data, str(p))
     if not isinstance(data, dict):
         raise InputError(f"{p}: the config must be a mapping")
     base = data.pop("extends", None)
@@ -130,12 +218,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise InputError(f"override '{item}' must look like section.key=value")
         parts = key.split(".")
         try:
-            value = _yaml(raw) if raw != "" else ""
+            value = _yaml(raw, f"override '{key}'") if raw != "" else ""
         except (yaml.YAMLError, RecursionError):
+            value = raw
+        except InputError:  # a value Python cannot build (5,000 digits): as typed for a text setting
+            if not _is_text_field(parts):
+                raise
             value = raw
         check_tree(value, f"override '{key}'")
         if _is_text_field(parts) and value is not None and not isinstance(value, str):
             value = raw  # model.name=2024, model.system_prompt=yes: the text as typed, not YAML's int or bool
+        refuse_unprintable_numbers(value, f"override '{key}'")
         node = data
         for part in parts[:-1]:
             node = node.setdefault(part, {})
