@@ -144,7 +144,7 @@ def judge_identity(judge: Any) -> str:
     settings = {k: getattr(judge, k, None) for k in ("mode", "temperature", "top_p", "max_new_tokens", "seed",
                                                       "chat_template_kwargs", "max_context", "overlong",
                                                       "constrained", "prompt", "defences", "parse", "seeds",
-                                                      "parse_after_thinking")}
+                                                      "parse_after_thinking", "clamp_scores")}
     where = {"backend": type(backend).__name__, "model": str(name), "url": str(getattr(backend, "base_url", "")),
              "id": id(backend)}  # in-memory cache: one backend object is one model's weights
     return json.dumps({**where, **settings, "template": template_version(judge)}, sort_keys=True, default=str)

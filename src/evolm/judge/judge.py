@@ -46,8 +46,9 @@ every request the same seed (``seeds="same"``, the reference's), so a repeated q
 answer get the same reply on backends that seed each request.
 
 ``parse="reference"`` (the paper config) reads replies as the authors' code does instead:
-``json_repair`` over the whole reply, the raw number kept (``parse_judge_score_reference``,
-``parse_rating_reference``).
+``json_repair`` over the whole reply (``parse_judge_score_reference``, ``parse_rating_reference``),
+the score then clipped to [0, 1] unless ``clamp_scores`` is off (the paper config: the authors' raw
+number, docs/SECURITY.md).
 
 Wording: ``prompt="evolm"`` (default) is evolm's own; ``prompt="reference"`` (the paper config)
 sends the authors' prompts as they wrote them in ``generative``, ``likert`` and ``rar_implicit``.
@@ -111,6 +112,7 @@ from evolm.judge.prompts import (
     prob_messages,
     rar_implicit_messages,
     rubric_criteria,
+    shown_answer,
     yesno_messages,
 )
 from evolm.rubrics import Rubric, render_rubric, strip_thinking
@@ -216,6 +218,11 @@ class Judge:
     (``parse_judge_score_rb2``: their evaluation judge's regex)."""
     parse_after_thinking: bool = False
     """Generative modes: the parser reads the reply after its closed think block (``strip_thinking``), not whole."""
+    clamp_scores: bool = True
+    """``generative`` mode with ``parse="reference"``: the score clipped to [0, 1], the range every reward is
+    built on (``evolm.rewards``). Off, the authors' raw number is kept (the paper config): a judge that obeys
+    "multiply the total by 10" written in a rubric or answer pays up to 10x. ``rb2`` never clips (an
+    evaluation reading that only ranks)."""
     seeds: str = "same"
     """Sampled modes: ``same`` sends every request ``seed`` (the reference), ``per_row`` ``seed`` + the row's index."""
     failures: str = "raise"
@@ -395,7 +402,9 @@ def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> l
     replies, failed = _generate(judge, items, progress, JUDGE_SCHEMA if judge.constrained else None)
     for t, it in zip(_after_thinking(judge, replies), items, strict=True):
         # with the defences on, a score the answer wrote for the judge (echoed back) is no verdict: missing
-        score = None if judge.defences and copied_score(t, it.answer) else read(t)
+        score = None if judge.defences and copied_score(t, shown_answer(it, judge.prompt)) else read(t)
+        if score is not None and judge.clamp_scores and judge.parse == "reference":
+            score = min(1.0, max(0.0, score))  # the rewards' range: "multiply your total by 10" pays no more
         reasoning = parse_judge_reasoning(t, reference=reference)
         criteria = None
         if it.rubric is not None and it.rubric.criteria:
@@ -622,4 +631,4 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
                  max_new_tokens=cfg.max_new_tokens, seed=seed, chat_template_kwargs=dict(cfg.chat_template_kwargs),
                  max_context=cfg.max_context, overlong=cfg.overlong, constrained=cfg.constrained,
                  prompt=cfg.prompt, defences=cfg.defences, parse=cfg.parse, seeds=cfg.seeds, failures=failures,
-                 parse_after_thinking=cfg.parse_after_thinking)
+                 parse_after_thinking=cfg.parse_after_thinking, clamp_scores=cfg.clamp_scores)
