@@ -282,11 +282,11 @@ def test_config_takes_a_list_or_one_url(tmp_path) -> None:  # noqa: ANN001
     judge = build_judge(cfg.judge)
     assert [e.url for e in judge.backend._pool.endpoints] == urls
     assert (judge.backend._pool.max_concurrency, judge.backend.deadline_s) == (32, 30.0)
-    assert load_config(None, ["judge.base_url=http://a:8000/v1"]).judge.base_url == "http://a:8000/v1"
+    assert load_config(None, ["judge.backend=openai", "judge.base_url=http://a:8000/v1"]).judge.base_url == "http://a:8000/v1"
     with pytest.raises(InputError, match="judge.base_url 'nonsense' is not an http"):  # refused as the config loads
         load_config(None, ["judge.base_url=[http://a:8000/v1, nonsense]"])
-    errors = launch_errors(load_config(None, [f"judge.base_url={json.dumps(urls)}"]))  # judge.backend is still hf
-    assert sum("backend is 'hf'" in e for e in errors) == 1  # said once for the pool
+    with pytest.raises(InputError, match="judge base_url is set but its backend is 'hf'"):  # judge.backend: hf
+        load_config(None, [f"judge.base_url={json.dumps(urls)}"])
     for override in ("judge.max_concurrency=0", "judge.tokens_per_minute=-1", "judge.base_url=[]"):
         with pytest.raises(InputError):
             load_config(None, [override])

@@ -986,3 +986,15 @@ def test_a_report_on_a_full_disk_is_one_line_naming_the_path(tmp_path: Path) -> 
                           preexec_fn=small_disk, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.strip() == f"evolm report: error: {out}: cannot write (File too large)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_real_run_refuses_what_the_dry_run_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Settings that contradict each other are refused as the config loads: by a real run as by its dry run."""
+    from evolm.cli import main
+
+    bad = ["schedule.regime=coevolve", "rubric.writer=smollm2-135m-instruct", f"output_dir={tmp_path / 'run'}"]
+    for dry in (["--dry-run"], []):
+        assert main(["train", "--config", str(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml"), *dry, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "rubric.writer is a fixed writer" in err
+    assert not (tmp_path / "run").exists()  # nothing was made

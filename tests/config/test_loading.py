@@ -75,7 +75,8 @@ def test_exponent_numbers_are_numbers(tmp_path: Path) -> None:
 
 
 def test_text_settings_keep_the_text_typed() -> None:
-    cfg = load_config(None, ["model.system_prompt=yes", "output_dir=2024", "model.name=1.5", "rubric.writer=gpt-4.1"])
+    cfg = load_config(None, ["model.system_prompt=yes", "output_dir=2024", "model.name=1.5", "rubric.writer=gpt-4.1",
+                             "schedule.regime=frozen_rubric"])
     assert cfg.model.system_prompt == "yes"  # not YAML's True
     assert cfg.output_dir == "2024"
     assert cfg.model.name == "1.5"

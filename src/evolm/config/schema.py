@@ -11,9 +11,6 @@ and go to TRL's ``GRPOConfig`` unchanged, so TRL's documentation stays the refer
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -21,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from evolm.config.grpo_values import grpo_value_errors
 from evolm.config.messages import error_line, kinds
+from evolm.config.values import endpoint_urls, extra_reward_problems, system_dir, url_error
 from evolm.errors import InputError
 from evolm.rewards import MULTI_JUDGE, RUBRIC_REWARDS  # the choices are the maths the ground floor computes
 
@@ -227,6 +225,11 @@ class JudgeConfig(Settings):
                                        "authors' reading in training, not clipped; the paper config, docs/FIDELITY.md) "
                                        "or rb2 (their evaluation judge's: the first \"score\": x after the thinking; "
                                        "`evolm eval rb2 --protocol paper`)")
+    clamp_scores: bool = _f(True, "clip a score parse=reference reads to [0, 1] before any reward "
+                            "(evolm's reading always clips; rb2, an evaluation reading that only ranks, "
+                            "never does); off only in the paper config, whose authors' reading keeps the "
+                            "raw number: a rubric or answer telling the judge to multiply its total by 10 "
+                            "is then paid up to 10x (docs/SECURITY.md)")
     parse_after_thinking: bool = _f(False, "read a generative reply after its closed think block instead of whole: "
                                     "with parse=reference a '{' the judge quotes while thinking (a rubric criterion) "
                                     "otherwise makes the score unreadable when the server has no reasoning parser "
@@ -486,7 +489,7 @@ class RunConfig(Settings):
     @classmethod
     def _run_directory(cls, path: str) -> str:
         _first([(path.strip() != "", "output_dir must name a directory"),
-                (not _system_dir(path), f"output_dir {path} is the filesystem root or a system directory (/proc, /sys, "
+                (not system_dir(path), f"output_dir {path} is the filesystem root or a system directory (/proc, /sys, "
                  "/dev): choose a directory of its own for the run")])
         return path
 
@@ -530,6 +533,21 @@ class RunConfig(Settings):
              "rewards.drop_flat_criteria re-weights a score made of its criteria's values: it needs judge.mode=yesno, "
              f"not {j.mode}"),
             *((False, e) for name, url in urls if url and (e := url_error(name, url))),
+            (not (self.schedule.regime == "coevolve" and self.temporal_pairs()
+                  and c.buffer_size < self.schedule.prompts_per_step * (c.min_age + 1)),
+             f"contrast.buffer_size ({c.buffer_size}) cannot hold answers {c.min_age} policy steps old "
+             f"({self.schedule.prompts_per_step} questions per step x {c.min_age + 1} steps): raise it or lower "
+             "contrast.min_age"),
+            (not endpoint_urls(j.base_url)[0] or j.backend == "openai",
+             f"judge base_url is set but its backend is '{j.backend}' (a URL needs backend openai)"),
+            (self.rubric.writer_base_url is None or self.rubric.writer_backend == "openai",
+             f"rubric.writer base_url is set but its backend is '{self.rubric.writer_backend}' (a URL needs backend "
+             "openai)"),
+            (c.answerer_base_url is None or c.answerer_backend == "openai",
+             "contrast.answerer_base_url is set but contrast.answerer_backend is not openai"),
+            (self.rubric.writer is None or self.schedule.regime != "coevolve",
+             "rubric.writer is a fixed writer for the sequential and frozen_rubric regimes; the coevolve regime writes "
+             "rubrics with the model being trained"),
             *((False, f"rewards.judge_weight is 0 and no rewards.extra entry has role {role}: its steps would all "
                "earn 0") for role in self.trained_roles() if self.rewards.judge_weight == 0
               and not any(e.get("role", "policy") == role for e in self.rewards.extra)),
@@ -566,66 +584,3 @@ class RunConfig(Settings):
 
 
 # ============================================================================= checks
-
-
-def endpoint_urls(base_url: str | Sequence[str] | None) -> list[str | None]:
-    """The endpoints a ``base_url`` setting names: a URL, comma-separated URLs, or a list of either.
-
-    ``None`` is one endpoint, the ``openai`` client's default.
-
-    >>> endpoint_urls("http://a:8000/v1, http://b:8000/v1/")
-    ['http://a:8000/v1', 'http://b:8000/v1/']
-    >>> endpoint_urls(["http://a/v1", "http://b/v1,http://c/v1"]), endpoint_urls(None)
-    (['http://a/v1', 'http://b/v1', 'http://c/v1'], [None])
-    """
-    if base_url is None:
-        return [None]
-    parts = [base_url] if isinstance(base_url, str) else list(base_url)
-    return [url.strip() for part in parts for url in str(part).split(",") if url.strip()]
-
-
-EXTRA_ROLES = ("policy", "rubric")  # rewards.extra[].role: the steps an extra reward adds to
-
-
-def extra_reward_problems(entries: Any) -> list[str]:
-    """What is wrong with the shape of ``rewards.extra`` (no import: the functions are imported when the trainer is
-    built, ``training.rewards.extra_rewards``)."""
-    if not isinstance(entries, list | tuple):
-        return ["rewards.extra must be a list of {name, weight, kwargs, role} entries"]
-    for i, entry in enumerate(entries):
-        where = f"rewards.extra[{i}]"
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
-            return [f"{where} must be a mapping with a 'name' (an import path such as mypkg.mod:fn)"]
-        if unknown := sorted(set(entry) - {"name", "weight", "kwargs", "role"}):
-            return [f"{where}: unknown key '{unknown[0]}' (known: name, weight, kwargs, role)"]
-        if entry.get("role", "policy") not in EXTRA_ROLES:
-            return [f"{where}: role must be one of {', '.join(EXTRA_ROLES)}, not {entry['role']!r}"]
-        weight, kwargs = entry.get("weight", 1.0), entry.get("kwargs")
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
-            return [f"{where}: weight must be a finite number, not {weight!r}"]
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            return [f"{where}: kwargs must be a mapping of the factory's arguments, not {kwargs!r}"]
-    return []
-
-
-def url_error(name: str, url: Any) -> str | None:
-    """Why ``url`` is no http(s)://host[:port]/path URL (``None``: it is one)."""
-    from urllib.parse import urlparse
-
-    try:
-        u = urlparse(url)
-        u.port  # noqa: B018 - parses the port: 'http://h:x' is refused here, not at the first request
-    except (ValueError, TypeError, AttributeError):
-        return f"{name} '{url}' is not a URL"
-    if u.scheme not in ("http", "https") or not u.hostname:
-        return f"{name} '{url}' is not an http(s)://host[:port]/path URL"
-    return None
-
-
-def _system_dir(path: str) -> bool:
-    """Whether ``path`` is the filesystem root or under /proc, /sys or /dev: no place for a run directory."""
-    try:
-        p = Path(path).resolve()
-    except (OSError, RuntimeError):
-        return False
-    return p == Path(p.anchor) or any(p == Path(d) or Path(d) in p.parents for d in ("/proc", "/sys", "/dev"))
