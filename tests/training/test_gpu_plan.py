@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,60 @@ def test_tokens_per_step_per_role_by_hand() -> None:
 
 
 def test_checkpoint_disk_by_hand() -> None:
-    # 8,190,735,360 parameters x (2 bytes of bf16 weights + 12 of Adam's fp32 master and moments) = 114.7 GB
-    assert gpu_plan.checkpoint_bytes(PAPER, QWEN3_8B, ZERO3) == 8_190_735_360 * 14
+    n, bytes_of = 8_190_735_360, lambda sharding: gpu_plan.checkpoint_bytes(PAPER, QWEN3_8B, sharding)
+    # ZeRO-3 (global_stepN/): 12 bytes a parameter of fp32 master weights and Adam's two fp32 moments; with
+    # zero3_save_16bit_model, Trainer.save_model also writes the gathered bf16 weights: 2 more, 114.7 GB
+    assert bytes_of(memory.Sharding(True, 3, save_16bit=True)) == n * 14
+    assert bytes_of(ZERO3) == n * 12  # DeepSpeed's default: no 16-bit copy
+    # ZeRO-2: the module's bf16 weights in DeepSpeed's model states and in model.safetensors, beside the 12
+    assert bytes_of(memory.Sharding(True, 2)) == n * 16
+    assert bytes_of(memory.Sharding()) == n * 6  # no DeepSpeed: bf16 weights + 2 bf16 moments
     lora = load_config(CONFIGS / "paper-qwen3-8b.yaml", ["data.prompts=builtin:demo", "model.lora.r=16"])
     assert gpu_plan.checkpoint_bytes(lora, QWEN3_8B, ZERO3) == QWEN3_8B.lora_parameters(16, ["all-linear"]) * 12
+
+
+def disk_with(free: float):  # noqa: ANN201 - a stand-in for shutil.disk_usage
+    return lambda path: shutil._ntuple_diskusage(10**13, 10**13 - free, free)
+
+
+def test_the_checkpoint_disk_counts_the_one_written_before_the_oldest_goes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "not" / "yet" / "run"
+    cfg = load_config(CONFIGS / "paper-qwen3-8b.yaml", ["data.prompts=builtin:demo", f"output_dir={out}"])
+    zero3, one = memory.Sharding(True, 3, save_16bit=True), 8_190_735_360 * 14
+    monkeypatch.setattr("shutil.disk_usage", disk_with(4 * one))
+    disk = gpu_plan.checkpoint_disk(cfg, QWEN3_8B, zero3)
+    assert (disk.count, disk.measured, disk.fits, disk.warning()) == (4, tmp_path, True, None)  # 3 kept + 1
+    assert disk.text().startswith("4 x 115 GB = 459 GB at most (grpo.save_total_limit 3, and the next one")
+    assert "98 GB of ZeRO state" in disk.text() and "16 GB of 16-bit weights" in disk.text()
+    smoke = out.with_name("run-smoke") / "checkpoints" / "checkpoint-2"  # a smoke run's, beside it
+    smoke.mkdir(parents=True)
+    (smoke / "model.safetensors").write_bytes(b"x" * 1000)
+    monkeypatch.setattr("shutil.disk_usage", disk_with(4 * one - 1))
+    short = gpu_plan.checkpoint_disk(cfg, QWEN3_8B, zero3)
+    assert short.measured == out.parent and not short.fits and short.smoke == 1000
+    assert short.warning().startswith("evolm: warning: the checkpoints need up to 459 GB")
+    assert "lower grpo.save_total_limit (1: 229 GB at a save)" in short.warning()
+    every = load_config(CONFIGS / "paper-qwen3-8b.yaml",
+                        ["data.prompts=builtin:demo", "grpo.save_total_limit=null"])
+    assert gpu_plan.checkpoint_disk(every, QWEN3_8B, ZERO3).count == 40  # steps 25, 50, ..., 1000
+
+
+def test_the_judge_in_flight_is_what_the_processes_send_up_to_the_servers_room() -> None:
+    def paper(concurrency: int):  # noqa: ANN202 - RunConfig
+        return load_config(CONFIGS / "paper-qwen3-8b.yaml",
+                           ["data.prompts=builtin:demo", f"judge.max_concurrency={concurrency}"])
+
+    four = gpu_plan.Layout(4, 4)  # one `vllm serve --data-parallel-size 4` URL
+    assert gpu_plan.judge_server_room(PAPER, four, GPU, 2048) == 244
+    assert PAPER.judge.max_concurrency == 61 and gpu_plan.judge_room(PAPER, four, GPU, 2048) == 244  # 4 x 61
+    assert gpu_plan.judge_room(paper(32), four, GPU, 2048) == 4 * 32
+    assert gpu_plan.judge_row(paper(32), four, GPU, 2048).endswith("judge.max_concurrency=61 fills it")
+    assert gpu_plan.judge_room(paper(100), four, GPU, 2048) == 244
+    assert "wait in the servers' queues" in gpu_plan.judge_row(paper(100), four, GPU, 2048)
+    beside = gpu_plan.Layout(8, 0, 0.3)  # a server on each training GPU: 8 URLs per process
+    room = gpu_plan.judge_server_room(PAPER, beside, GPU, 2048)
+    assert gpu_plan.judge_room(paper(1), beside, GPU, 2048) == min(8 * 8 * 1, room)
 
 
 def test_kv_room_in_sequences_of_the_configured_length_by_hand() -> None:
@@ -72,13 +123,21 @@ def test_eight_gpus_offer_a_layout_with_no_gpu_serving_the_judge_alone() -> None
     assert "--num_processes 8" in lines[1] and lines[1].count("http://127.0.0.1:") == 8
 
 
-def test_the_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # rich's tables unwrapped
+    monkeypatch.setattr("shutil.disk_usage", disk_with(69 * 10**9))
     assert main(["train", "--config", str(CONFIGS / "paper-qwen3-8b.yaml"), "--dry-run", "--num-processes", "4",
                  "--accelerate-config", str(CONFIGS / "accelerate-zero3.yaml"), "--gpu-memory", "79.6",
                  "--prompt-tokens", "1024", "data.prompts=builtin:demo"]) == 0
     out = capsys.readouterr()
     for text in ("vLLM KV-cache room", "sequences of the configured length", "tokens per policy step",
                  "tokens per rubric step", "a rubric step, estimated", "assumed", "checkpoint disk",
-                 "3 x 115 GB = 344 GB", "layouts of 8 GPUs"):
+                 "4 x 115 GB = 459 GB at most", "16-bit weights (zero3_save_16bit_model)", "judge in flight",
+                 "layouts of 8 GPUs"):
         assert text in out.out, text
     assert "layout with no GPU serving the judge alone: 8 training" in out.err and "vllm serve" in out.err
+    warning = next(line for line in out.err.splitlines() if "checkpoints need" in line)
+    assert warning.startswith("evolm: warning: the checkpoints need up to 459 GB in "
+                              "runs/paper-qwen3-8b/checkpoints (4 x 115 GB) and its disk (")
+    assert ") has 69 GB free: the run would fail at a save" in warning

@@ -240,6 +240,7 @@ def _smoke(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.confi
     smoke.prepare(run_dir, n)
     room = smoke.VLLMRoom()
     in_process = bool(scfg.grpo.get("use_cpu")) or not torch.cuda.is_available()
+    fresh = None if in_process else smoke.LegRendezvous(float(scfg.grpo.get("ddp_timeout", 1800)))
     started = time.monotonic()
     for leg in smoke.LEGS:
         say(f"evolm: smoke run, leg {leg.number} of {len(smoke.LEGS)}: "
@@ -252,7 +253,8 @@ def _smoke(cfg, args: argparse.Namespace) -> None:  # noqa: ANN001 - evolm.confi
                 _train(resume_config(run_dir) if leg.resume else scfg, leg.resume, leg.stop_after, stop_only=True)
             finally:
                 logging.getLogger("vllm").removeHandler(catch)
-        elif rc := smoke.run_leg_process(smoke.leg_command(leg, args.config, overrides, run_dir), room.read):
+        elif rc := smoke.run_leg_process(smoke.leg_command(leg, args.config, overrides, run_dir), room.read,
+                                         fresh.environment(leg)):
             raise RunError(f"smoke run: leg {leg.number} exited with status {rc} (its output is above); the smoke "
                            f"directory is {run_dir}")
     if not is_main():
@@ -573,20 +575,18 @@ def _gpu_plan(cfg, n: int, args: argparse.Namespace) -> None:  # noqa: ANN001 - 
     for t in gpu_plan.step_tokens(cfg, args.prompt_tokens):
         table.add_row(f"tokens per {t.role} step", t.text().split(": ", 1)[1] + " (budgets, all processes)")
     if served:
-        table.add_row("judge in flight", f"{plan.judge_room} requests at once over its servers (their KV room at "
-                      f"the mean length assumed below, at most {gpu_plan.JUDGE_MAX_SEQS} per server)")
+        table.add_row("judge in flight", gpu_plan.judge_row(cfg, chosen, gpu, args.prompt_tokens, rates))
     for role, sec in plan.step_seconds.items():
         table.add_row(f"a {role} step, estimated", f"{sec / 60:,.0f} min")
     table.add_row("the run, estimated", f"{plan.run_seconds / 3600:,.1f} h for {cfg.total_steps} steps; "
                   + rates.text() + " (assumptions: `evolm train --smoke` measures a step)")
-    limit = cfg.grpo.get("save_total_limit")
-    one = gpu_plan.checkpoint_bytes(cfg, facts, sharding)
-    kept = f"{limit} x {one / 1e9:,.0f} GB = {limit * one / 1e9:,.0f} GB" if isinstance(limit, int) else \
-        f"{one / 1e9:,.0f} GB each, every one kept (grpo.save_total_limit unset): {one / 1e9:,.0f} GB x the number"
-    table.add_row("checkpoint disk", f"{kept} (weights + Adam's state; grpo.save_total_limit) in {cfg.output_dir}")
+    disk = gpu_plan.checkpoint_disk(cfg, facts, sharding)
+    table.add_row("checkpoint disk", disk.text())
     if not plan.fits:
         table.add_row("fits", f"NO: {plan.why}")
     Console().print(table)
+    if warning := disk.warning():
+        say(warning)
     plans = [gpu_plan.plan_layout(cfg, lay, facts, sharding, gpu, args.prompt_tokens, rates)
              for lay in gpu_plan.candidate_layouts(cfg, args.gpus, args.judge_share)]
     table = Table(title=f"layouts of {args.gpus} GPUs (the same assumed rates)")

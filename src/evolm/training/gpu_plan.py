@@ -11,8 +11,10 @@ A step's time, per process (the processes run in parallel; the judge serves all 
   length (prompt + completion budget; ``memory.estimate``'s room, recomputed for that length), each wave as long as
   its completion budget at ``decode`` tokens per second per sequence, plus the prompts at ``prefill`` tokens per
   second. Rows beyond the room wait (or are preempted), which is what makes a small share slow;
-- judging: the step's requests in waves of the judge servers' room (their KV cache at the judge's sequence length,
-  at most ``JUDGE_MAX_SEQS`` per server), each reply ``judge.max_new_tokens`` at ``judge`` tokens per second;
+- judging: the step's requests in waves of the judge's room: the servers' KV cache at the judge's
+  sequence length (at most ``JUDGE_MAX_SEQS`` per server), or fewer when the processes send fewer
+  (``judge.max_concurrency`` per process and URL), each reply ``judge.max_new_tokens`` at ``judge`` tokens
+  per second;
 - training: each process's rows (prompt + completion tokens) at ``train`` tokens per second per GPU, scaled from an
   8B model by parameter count (forward, backward with checkpointing, and the reference model's forward).
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from evolm.config import WRITER_REGIMES, RunConfig
 from evolm.training import memory
@@ -94,20 +97,119 @@ def _generative(cfg: RunConfig) -> bool:
     return cfg.judge.mode in GENERATIVE_MODES
 
 
-def checkpoint_bytes(cfg: RunConfig, facts: memory.ModelFacts, sharding: memory.Sharding) -> float:
-    """One checkpoint's bytes: the weights in the model's dtype and Adam's state (under DeepSpeed an fp32 master
-    copy and two moments, 12 bytes per parameter; else two moments in the weights' dtype); a LoRA checkpoint holds
-    the fp32 adapter and its moments only.
+def checkpoint_parts(cfg: RunConfig, facts: memory.ModelFacts,
+                     sharding: memory.Sharding) -> list[tuple[str, float]]:
+    """What one checkpoint holds, (part, bytes), as transformers' Trainer and DeepSpeed write it:
+
+    - LoRA: the fp32 adapter and its two Adam moments;
+    - DeepSpeed: its ZeRO state (``global_stepN/``: an fp32 master copy and Adam's two moments, 12 bytes a
+      parameter; a float32 model keeps the moments alone); below ZeRO-3 also the module's weights in its
+      model states; and the weights ``Trainer.save_model`` writes (``model.safetensors``), which under ZeRO-3
+      exist only with ``zero3_save_16bit_model``: DeepSpeed then gathers the consolidated 16-bit copy beside
+      the ZeRO state;
+    - else: the weights and Adam's two moments, in the weights' dtype.
 
     >>> from evolm.config import load_config
-    >>> round(checkpoint_bytes(load_config("configs/paper-qwen3-8b.yaml"), memory.KNOWN_MODELS["Qwen/Qwen3-8B"],
-    ...                        memory.Sharding(True, 3)) / 1e9)
-    115
+    >>> cfg, zero3 = load_config("configs/paper-qwen3-8b.yaml"), memory.Sharding(True, 3, save_16bit=True)
+    >>> parts = checkpoint_parts(cfg, memory.KNOWN_MODELS[cfg.model.name], zero3)
+    >>> [(part.split(" (")[0], round(b / 1e9)) for part, b in parts]
+    [('ZeRO state', 98), ('16-bit weights', 16)]
     """
     wb = 4 if cfg.model.dtype == "float32" or cfg.grpo.get("use_cpu") else 2
-    if cfg.model.lora.r > 0:
-        return facts.lora_parameters(cfg.model.lora.r, list(cfg.model.lora.target_modules)) * 12
-    return facts.parameters() * (wb + (12 if sharding.deepspeed and wb == 2 else 2 * wb))
+    n, lora = facts.parameters(), cfg.model.lora
+    if lora.r > 0:
+        adapter = facts.lora_parameters(lora.r, list(lora.target_modules))
+        return [("LoRA adapter and its Adam moments", adapter * 12)]
+    if not sharding.deepspeed:
+        return [("weights", n * wb), ("Adam's two moments", n * 2 * wb)]
+    parts = [("ZeRO state (fp32 master weights, Adam's two moments)", n * 12) if wb == 2
+             else ("ZeRO state (Adam's two moments)", n * 2 * wb)]
+    if sharding.zero_stage < 3:
+        parts += [("weights in DeepSpeed's model states", n * wb), ("weights (model.safetensors)", n * wb)]
+    elif sharding.save_16bit:
+        parts.append(("16-bit weights (zero3_save_16bit_model)", n * wb))
+    return parts
+
+
+def checkpoint_bytes(cfg: RunConfig, facts: memory.ModelFacts, sharding: memory.Sharding) -> float:
+    """One checkpoint's bytes (``checkpoint_parts``)."""
+    return sum(b for _, b in checkpoint_parts(cfg, facts, sharding))
+
+
+@dataclass(frozen=True)
+class CheckpointDisk:
+    """The checkpoints' disk against the free space of ``output_dir``'s disk."""
+
+    parts: list[tuple[str, float]]  # one checkpoint's
+    count: int  # checkpoints on disk at once, at most
+    limit: int | None  # grpo.save_total_limit
+    folder: Path  # where they go (output_dir/checkpoints)
+    measured: Path  # its nearest existing parent, whose disk was measured
+    free: float  # bytes free there
+    held: float  # bytes already in ``folder`` (a resumed run's checkpoints, rotated out in turn)
+    smoke: float  # bytes of the smoke run's checkpoints beside output_dir (delete them after it passed)
+
+    @property
+    def one(self) -> float:
+        return sum(b for _, b in self.parts)
+
+    @property
+    def fits(self) -> bool:
+        return self.free + self.held >= self.count * self.one
+
+    def text(self) -> str:
+        why = (f"grpo.save_total_limit {self.limit}, and the next one written before the oldest goes"
+               if self.limit else "every one the run writes: grpo.save_total_limit unset")
+        return (f"{self.count} x {_gb(self.one)} = {_gb(self.count * self.one)} at most ({why}); one holds "
+                + " + ".join(f"{_gb(b)} of {part}" for part, b in self.parts)
+                + f"; in {self.folder}, whose disk ({self.measured}) has {self._room()}")
+
+    def warning(self) -> str | None:
+        """The dry run's line when the disk cannot hold them: the run would fail at a save, hours in."""
+        if self.fits:
+            return None
+        smoke = f"; the smoke run's checkpoints beside it take {_gb(self.smoke)}" if self.smoke else ""
+        fewer = (f", or lower grpo.save_total_limit (1: {_gb(2 * self.one)} at a save)"
+                 if self.limit != 1 else "")
+        return (f"evolm: warning: the checkpoints need up to {_gb(self.count * self.one)} in {self.folder} "
+                f"({self.count} x {_gb(self.one)}) and its disk ({self.measured}) has {self._room()}{smoke}: "
+                f"the run would fail at a save with the disk full; free space, put output_dir on a larger "
+                f"disk{fewer}")
+
+    def _room(self) -> str:
+        return f"{_gb(self.free)} free" + (f" + {_gb(self.held)} of its checkpoints" if self.held else "")
+
+
+def checkpoint_disk(cfg: RunConfig, facts: memory.ModelFacts, sharding: memory.Sharding) -> CheckpointDisk:
+    """The checkpoints ``cfg`` keeps on disk at once and the space there. transformers' Trainer deletes the
+    oldest beyond ``grpo.save_total_limit`` only once the new one is written (``rotate_checkpoints`` after the
+    save): ``limit + 1`` at a save. No limit keeps one per ``schedule.save_every`` steps and per phase end."""
+    import shutil
+
+    from evolm.runs.records import CHECKPOINTS_DIR
+    from evolm.training.smoke import smoke_dir
+
+    s = cfg.schedule
+    written = sum(1 for step in range(1, cfg.total_steps + 1)
+                  if step % s.save_every == 0 or step % s.steps_per_phase == 0)
+    limit = cfg.grpo.get("save_total_limit")
+    limit = limit if isinstance(limit, int) and limit > 0 else None
+    folder = Path(cfg.output_dir) / CHECKPOINTS_DIR
+    measured = folder.absolute()
+    while not measured.exists():
+        measured = measured.parent
+    count = min(limit + 1, written) if limit else written
+    return CheckpointDisk(checkpoint_parts(cfg, facts, sharding), count, limit, folder, measured,
+                          float(shutil.disk_usage(measured).free), _bytes_in(folder),
+                          _bytes_in(smoke_dir(cfg) / CHECKPOINTS_DIR))
+
+
+def _bytes_in(folder: Path) -> float:
+    return float(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())) if folder.is_dir() else 0.0
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:,.0f} GB"
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -140,7 +242,7 @@ class LayoutPlan:
     peak_gib: float
     fits: bool
     room: float | None  # sequences of the configured length colocated vLLM holds at once (None: no vLLM)
-    judge_room: int  # judge requests in flight at once over all its servers
+    judge_room: int  # judge requests in flight at once (the servers' room, or what the processes send)
     step_seconds: dict[str, float] = field(default_factory=dict)  # role -> a step's time
     run_seconds: float = 0.0
     why: str = ""  # why it does not fit, or cannot run the config's batch
@@ -150,10 +252,11 @@ class LayoutPlan:
         return self.layout.judge_gpus
 
 
-def judge_room(cfg: RunConfig, layout: Layout, gpu_gib: float, prompt_tokens: int, rates: Rates = RATES) -> int:
-    """Judge requests in flight at once over its servers: each server's KV room at the judge's mean sequence length
-    (prompt, answer and reply, each at ``rates.mean_tokens`` at most), at most ``JUDGE_MAX_SEQS``. An unknown judge
-    shape counts 1 per server."""
+def judge_server_room(cfg: RunConfig, layout: Layout, gpu_gib: float, prompt_tokens: int,
+                      rates: Rates = RATES) -> int:
+    """Judge requests the servers run at once: each one's KV room at the judge's mean sequence length
+    (prompt, answer and reply, each at ``rates.mean_tokens`` at most), at most ``JUDGE_MAX_SEQS``. An unknown
+    judge shape counts 1 per server."""
     facts = memory.model_facts(cfg.judge.model)
     servers = layout.judge_gpus or layout.training
     if facts is None:
@@ -163,6 +266,39 @@ def judge_room(cfg: RunConfig, layout: Layout, gpu_gib: float, prompt_tokens: in
     length = prompt_tokens + min(cfg.policy_tokens, rates.mean_tokens) + _reply(cfg, rates)
     per_server = max(0, int(free // (length * facts.kv_bytes_per_token())))
     return servers * min(JUDGE_MAX_SEQS, per_server)
+
+
+def judge_urls(layout: Layout) -> int:
+    """The judge URLs of ``layout`` as ``commands`` starts them: one ``vllm serve --data-parallel-size`` over
+    GPUs of its own, else a server per training GPU."""
+    return 1 if layout.judge_gpus else layout.training
+
+
+def judge_room(cfg: RunConfig, layout: Layout, gpu_gib: float, prompt_tokens: int,
+               rates: Rates = RATES) -> int:
+    """Judge requests in flight at once: the servers' room (``judge_server_room``), or fewer when the
+    processes send fewer: each sends at most ``judge.max_concurrency`` to each URL (``backends.pool``)."""
+    sent = layout.training * judge_urls(layout) * cfg.judge.max_concurrency
+    return min(sent, judge_server_room(cfg, layout, gpu_gib, prompt_tokens, rates))
+
+
+def judge_row(cfg: RunConfig, layout: Layout, gpu_gib: float, prompt_tokens: int,
+              rates: Rates = RATES) -> str:
+    """The dry run's "judge in flight" row: what the processes send against the servers' room, and the
+    ``judge.max_concurrency`` that fills the room without a queue (a request waiting in the server's queue
+    spends its ``judge.timeout`` there)."""
+    room = judge_server_room(cfg, layout, gpu_gib, prompt_tokens, rates)
+    urls, mc = judge_urls(layout), cfg.judge.max_concurrency
+    sent, fills = layout.training * urls * mc, max(1, room // (layout.training * urls))
+    head = (f"{min(sent, room)} requests at once: {layout.training} processes x {urls} judge URL"
+            f"{'s' if urls > 1 else ''} x judge.max_concurrency {mc} = {sent}; the servers' room {room} "
+            f"(their KV cache at the mean length assumed below, at most {JUDGE_MAX_SEQS} per server)")
+    if sent < room and mc < fills:
+        return f"{head}: judge.max_concurrency={fills} fills it"
+    if sent > room:
+        return (f"{head}: the rest wait in the servers' queues, judge.timeout running "
+                f"(judge.max_concurrency={fills})")
+    return head
 
 
 def plan_layout(cfg: RunConfig, layout: Layout, facts: memory.ModelFacts, sharding: memory.Sharding,

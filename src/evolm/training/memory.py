@@ -54,7 +54,7 @@ from typing import Any
 
 import yaml
 
-from evolm.config import WRITER_REGIMES, RunConfig
+from evolm.config import WRITER_REGIMES, RunConfig, endpoint_urls
 from evolm.errors import InputError
 from evolm.judge.judge import GENERATIVE_MODES
 
@@ -181,7 +181,8 @@ def model_facts(name: str) -> ModelFacts | None:
 
 @dataclass(frozen=True)
 class Sharding:
-    """How the training processes share the model's state: DeepSpeed or not, the ZeRO stage, CPU offload."""
+    """How the training processes share the model's state: DeepSpeed or not, the ZeRO stage, CPU offload, and
+    whether a ZeRO-3 checkpoint also holds the gathered 16-bit weights (DeepSpeed's default: no)."""
 
     deepspeed: bool = False
     zero_stage: int = 0
@@ -189,15 +190,17 @@ class Sharding:
     offload_params: bool = False
     source: str = "no --accelerate-config: plain data parallel, no ZeRO"
     sub_group_size: int = DS_SUB_GROUP  # parameters ZeRO-3 steps at once (a DeepSpeed JSON's zero_optimization)
+    save_16bit: bool = False  # zero3_save_16bit_model / stage3_gather_16bit_weights_on_model_save
 
 
 def read_sharding(path: str | Path) -> Sharding:
     """The sharding an accelerate config (YAML) or a DeepSpeed config (JSON) asks for.
 
     An accelerate config with ``distributed_type: DEEPSPEED`` states ``deepspeed_config.zero_stage`` and the offload
-    devices, or names a DeepSpeed JSON in ``deepspeed_config_file``; a DeepSpeed JSON states
-    ``zero_optimization.stage`` and ``offload_optimizer`` / ``offload_param`` devices. Any other accelerate config
-    (multi-GPU, FSDP is not estimated) reads as plain data parallel.
+    devices (and ``zero3_save_16bit_model``), or names a DeepSpeed JSON in ``deepspeed_config_file``; a
+    DeepSpeed JSON states ``zero_optimization.stage``, ``offload_optimizer`` / ``offload_param`` devices (and
+    ``stage3_gather_16bit_weights_on_model_save``). Any other accelerate config (multi-GPU, FSDP is not
+    estimated) reads as plain data parallel.
     """
     p = Path(path)
     if not p.is_file():
@@ -217,7 +220,9 @@ def read_sharding(path: str | Path) -> Sharding:
         return read_sharding(p.parent / ds["deepspeed_config_file"] if not Path(ds["deepspeed_config_file"])
                              .is_absolute() else ds["deepspeed_config_file"])
     return Sharding(True, int(ds.get("zero_stage", 0) or 0), ds.get("offload_optimizer_device", "none") == "cpu",
-                    ds.get("offload_param_device", "none") == "cpu", f"{p.name}: ZeRO stage {ds.get('zero_stage', 0)}")
+                    ds.get("offload_param_device", "none") == "cpu",
+                    f"{p.name}: ZeRO stage {ds.get('zero_stage', 0)}",
+                    save_16bit=str(ds.get("zero3_save_16bit_model", False)).lower() == "true")
 
 
 def _deepspeed_json(data: dict[str, Any], source: str) -> Sharding:
@@ -230,8 +235,10 @@ def _deepspeed_json(data: dict[str, Any], source: str) -> Sharding:
     except (TypeError, ValueError):
         raise InputError(f"{Path(source).name}: zero_optimization.sub_group_size "
                          f"{zero.get('sub_group_size')!r} is not a number") from None
+    gather = zero.get("stage3_gather_16bit_weights_on_model_save",
+                      zero.get("stage3_gather_fp16_weights_on_model_save"))  # its older name
     return Sharding(True, stage, device("offload_optimizer"), device("offload_param"),
-                    f"{Path(source).name}: ZeRO stage {stage}", sub_group)
+                    f"{Path(source).name}: ZeRO stage {stage}", sub_group, str(gather).lower() == "true")
 
 
 def sharding_for(cfg: RunConfig, accelerate_config: str | None, zero_stage: int | None) -> Sharding:
@@ -565,14 +572,15 @@ def judge_budget(cfg: RunConfig, processes: int, tokens_per_second: float = JUDG
 
     A sampled judge mode (``GENERATIVE_MODES``) may write ``judge.max_new_tokens``; the probability modes read one
     token. A rubric step judges two answers per rubric sample, a policy step one per answer: at worst
-    ``2 x rows per process`` requests in waves of ``judge.max_concurrency`` (``judge.batch_size`` in process),
-    each a full reply. The other processes wait that long in a collective, so ``grpo.ddp_timeout`` (TrainingArguments'
-    default 1800 s) should exceed it plus generation.
+    ``2 x rows per process`` requests in waves of ``judge.max_concurrency`` per URL of ``judge.base_url``
+    (``judge.batch_size`` in process), each a full reply. The other processes wait that long in a collective,
+    so ``grpo.ddp_timeout`` (TrainingArguments' default 1800 s) should exceed it plus generation.
     """
     j = cfg.judge
     reply = j.max_new_tokens if j.mode in GENERATIVE_MODES else 1
     seconds = reply / tokens_per_second
     rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt // max(1, processes)
-    waves = math.ceil(2 * rows / (j.max_concurrency if j.backend == "openai" else j.batch_size))
+    at_once = j.max_concurrency * len(endpoint_urls(j.base_url)) if j.backend == "openai" else j.batch_size
+    waves = math.ceil(2 * rows / at_once)
     return JudgeBudget(reply, seconds, j.timeout if j.backend == "openai" else None, waves * seconds,
                        float(cfg.grpo.get("ddp_timeout", 1800)))

@@ -14,6 +14,8 @@ the judge and its endpoints, the token budgets, the sampling, vLLM and its memor
 
 On a GPU each leg runs in a process of its own (``leg_command``), because colocated vLLM and DeepSpeed cannot be
 torn down and built again in one process; on the CPU (``grpo.use_cpu``, or no CUDA) both legs run in this one.
+A leg's processes meet in a rendezvous of their own (``LegRendezvous``), not the launcher's, which holds the
+keys of the leg before.
 
 ``verdict`` reads the smoke directory back: each role done, seconds per step, peak GPU memory, vLLM's room for
 sequences (its start log), judge failures, and the measured step times extrapolated to the whole configured run.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,17 +109,90 @@ def leg_command(leg: SmokeLeg, config: str | None, overrides: list[str], run_dir
     return [*head, *where, "--smoke-leg", str(leg.number)]
 
 
-def run_leg_process(command: list[str], seen: Callable[[str], None]) -> int:
-    """Run a leg's command, its output passed through to stderr line by line (``seen`` reads each); its exit code."""
+def run_leg_process(command: list[str], seen: Callable[[str], None],
+                    env: dict[str, str] | None = None) -> int:
+    """Run a leg's command in ``env`` (None: this process's), its output passed through to stderr line by line
+    (``seen`` reads each); its exit code."""
     import subprocess
     import sys
 
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stderr.write(line)
         seen(line)
     return proc.wait()
+
+
+# ----------------------------------------------------------------------------- a fresh rendezvous per leg
+
+# what torchrun's agent tells its workers of its own rendezvous (local_elastic_agent.py), beside every
+# TORCHELASTIC_* variable; a leg keeps RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_ADDR
+LAUNCHER_RENDEZVOUS = ("GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE")
+
+
+def leg_environment(port: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a leg's process: torchrun's elastic variables (``TORCHELASTIC_*``, the group and role
+    ranks) left out and ``MASTER_PORT`` set to ``port``; the rest kept (ranks, ``MASTER_ADDR``, CUDA's and
+    accelerate's).
+
+    Why: with ``TORCHELASTIC_USE_AGENT_STORE=True`` every rank of a process group joins the agent's store at
+    MASTER_ADDR:MASTER_PORT, which outlives the legs. The second leg would read the keys the first leg's group
+    left there (gloo's addresses, NCCL's unique id, barrier counts) and connect to processes that have exited:
+    a connection refused, or a hang. Without them each leg's rank 0 hosts a store of its own on ``port``.
+
+    >>> env = leg_environment(29617, {"RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+    ...                               "TORCHELASTIC_USE_AGENT_STORE": "True", "GROUP_RANK": "0"})
+    >>> sorted(env.items())
+    [('MASTER_ADDR', '127.0.0.1'), ('MASTER_PORT', '29617'), ('RANK', '1')]
+    """
+    env = {k: v for k, v in environ.items()
+           if not k.startswith("TORCHELASTIC_") and k not in LAUNCHER_RENDEZVOUS}
+    env["MASTER_PORT"] = str(port)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (the kernel's pick)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class LegRendezvous:
+    """A fresh MASTER_PORT for each leg, the same in every process of the launch: rank 0 picks one free on its
+    machine (where the leg's rank 0 hosts the leg's store) and hands it to the others through the launch's own
+    store (``torch.distributed.rendezvous("env://")``: torchrun's agent store, else one that rank 0 hosts),
+    which makes no process group. One process: no store, a free port of its own."""
+
+    def __init__(self, timeout_s: float) -> None:
+        from evolm.dist import rank, world_size
+
+        self.rank, self.store = rank(), None
+        if world_size() > 1:
+            from datetime import timedelta
+
+            from torch.distributed import rendezvous
+
+            self.store, _, _ = next(rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+
+    def port(self, leg: SmokeLeg) -> int:
+        """The leg's MASTER_PORT; the other ranks wait for rank 0's, up to the store's timeout."""
+        if self.store is None:
+            return free_port()
+        key = f"evolm-smoke/leg-{leg.number}/master-port"
+        if self.rank == 0:
+            self.store.set(key, str(free_port()))
+        return int(self.store.get(key))
+
+    def environment(self, leg: SmokeLeg) -> dict[str, str]:
+        """This process's environment for ``leg`` (``leg_environment`` with the leg's port)."""
+        import os
+
+        return leg_environment(self.port(leg), os.environ)
 
 
 class VLLMRoom:
