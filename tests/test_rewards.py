@@ -279,8 +279,9 @@ def test_listwise_groups_are_grpo_slots_not_shared_questions() -> None:
     its own group's two answers, never all four."""
     import re
 
+    from tiny_run import row_rewards
+
     from evolm.judge.judge import Judge
-    from evolm.training.rewards import score_rows
 
     prompts: list = []
 
@@ -292,7 +293,7 @@ def test_listwise_groups_are_grpo_slots_not_shared_questions() -> None:
     rubric = '{"criteria": [{"criterion": "Says 4.", "weight": 1}]}'
     rows = [{"role": "policy", "question": "2+2?", "rubric": rubric, "rubric_text": rubric, "step": 3, "slot": s}
             for s in (0, 0, 1, 1)]
-    out = score_rows(rows, ["4.", "5.", "four", "3."], [Judge(Recording(), mode="listwise")])  # type: ignore[arg-type]
+    out = row_rewards(rows, ["4.", "5.", "four", "3."], [Judge(Recording(), mode="listwise")])  # type: ignore[arg-type]
     assert [r.score for r in out] == [1.0] * 4 and len(prompts) == 8  # 2 groups x 2 orders x 2 answers
     assert {m.group(1) for c in prompts for m in re.finditer(r"Answer \d+ of (\d+):", c[1]["content"])} == {"2"}
 
@@ -319,20 +320,21 @@ def test_a_rubric_telling_the_judge_to_multiply_its_total_earns_no_more_than_an_
     """The judge's score is clipped to [0, 1] before any reward (``judge.clamp_scores``): the inflated 8 and 2
     read as 1 and 1, a zero margin, so margin_format pays 0.3 (format only) where the raw reading pays
     0.7 x (8 - 2) + 0.3 = 4.5 against an honest maximum of 1.0."""
+    from tiny_run import row_rewards
+
     from evolm.judge.judge import Judge
     from evolm.rubrics import format_validity
-    from evolm.training.rewards import score_rows
 
     assert format_validity(INFLATING_RUBRIC) == 1.0
     judge = Judge(_ObeyingJudgeServer(), mode="generative", prompt="reference",  # type: ignore[arg-type]
                   defences=False, parse="reference", clamp_scores=clamp)
     row = {"role": "rubric", "question": "What is 2 + 2?", "a_pos": "GOOD: 4.", "a_neg": "5."}
-    (out,) = score_rows([row], [INFLATING_RUBRIC], [judge], "margin_format")
+    (out,) = row_rewards([row], [INFLATING_RUBRIC], [judge], "margin_format")
     assert out.rubric_valid == 1.0
     assert (out.s_pos, out.s_neg) == ((1.0, 1.0) if clamp else (8.0, 2.0))
     assert out.reward == pytest.approx(expected)
     policy = {"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": INFLATING_RUBRIC}
-    assert score_rows([policy], ["GOOD: 4."], [judge])[0].reward == (1.0 if clamp else 8.0)
+    assert row_rewards([policy], ["GOOD: 4."], [judge])[0].reward == (1.0 if clamp else 8.0)
 
 
 def test_every_shipped_config_clamps_but_the_papers_reading() -> None:

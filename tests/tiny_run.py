@@ -28,3 +28,10 @@ def tiny_overrides(model_dir: Path, out: Path, *extra: str) -> list[str]:
 
 def tiny_config(model_dir: Path, out: Path, *extra: str) -> RunConfig:
     return load_config(DEMO, tiny_overrides(model_dir, out, *extra))
+
+
+def row_rewards(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    """The rows' rewards alone (``evolm.training.rewards.judge_rows`` without its cost)."""
+    from evolm.training.rewards import judge_rows
+
+    return judge_rows(*args, **kwargs)[0]

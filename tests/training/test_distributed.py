@@ -163,13 +163,14 @@ def test_coevolve_two_processes_kill_and_resume(tiny_model_dir: Path, tmp_path: 
     assert len(buffer) == 2 * P  # one answer per question per policy step, not one per process
 
     # the rewards: each process judged its share; one process judging the same rows gives the same scores
+    from tiny_run import row_rewards
+
     from evolm.judge.judge import build_judge
-    from evolm.training.rewards import score_rows
 
     cfg = load_config(run_dir / "config.yaml")
     judge = build_judge(cfg.judge, seed=cfg.seed, device="cpu", fallback_dtype="float32")
     policy = [r for r in rows if r["role"] == "policy"]
-    again = score_rows([{"role": "policy", "question": r["question"],
+    again = row_rewards([{"role": "policy", "question": r["question"],
                          "rubric": json.dumps(r["rubric"]) if r.get("rubric") else "",
                          "rubric_text": r.get("rubric_text") or "", "a_pos": "", "a_neg": "",
                          "reference": r.get("reference") or ""} for r in policy],

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_run import G, P
+from tiny_run import G, P, row_rewards
 
 from evolm.config import load_config
 from evolm.errors import InputError
@@ -22,7 +22,7 @@ from evolm.rubrics import Rubric
 from evolm.runs.jsonl import read_jsonl
 from evolm.training import trl_adapter
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
-from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, step_rewards
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"
 
@@ -184,7 +184,7 @@ def test_the_yesno_judgment_is_the_weighted_sum_of_its_criteria(tiny_backend: An
 
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": RUBRIC.to_dict(), "rubric_text": ""},
             {"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}]
-    scored = score_rows(rows, ["4", "five"], [judge])
+    scored = row_rewards(rows, ["4", "five"], [judge])
     assert [r.criteria for r in scored] == [(j.criteria,) for j in judged]
     result = step_rewards(["policy"] * 2, scored, ["q", "q"])
     readings = [c.value for j in judged for c in j.criteria]
@@ -197,7 +197,7 @@ def test_the_yesno_judgment_is_the_weighted_sum_of_its_criteria(tiny_backend: An
 
     prob = Judge(tiny_backend, mode="prob")
     assert [j.criteria for j in prob.score(items)] == [None, None]  # one reading per answer, no criteria
-    assert step_rewards(["policy"] * 2, score_rows(rows, ["4", "five"], [prob]), ["q", "q"]).judge_p_yes is None
+    assert step_rewards(["policy"] * 2, row_rewards(rows, ["4", "five"], [prob]), ["q", "q"]).judge_p_yes is None
 
 
 def _crit(*values: float | None) -> tuple:

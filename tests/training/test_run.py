@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from tiny_run import DEMO, REPO, G, P, tiny_config, tiny_overrides
+from tiny_run import DEMO, REPO, G, P, row_rewards, tiny_config, tiny_overrides
 
 from evolm.config import load_config
 from evolm.errors import InputError, RunError
@@ -40,7 +40,7 @@ from evolm.scores import scores_of
 from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
 from evolm.training.plan import Plan
 from evolm.training.prompts import load_prompts
-from evolm.training.rewards import JudgeCost, RowReward, score_rows, step_rewards
+from evolm.training.rewards import JudgeCost, RowReward, step_rewards
 from evolm.training.run import run
 from evolm.training.step import TrainingSteps, rubric_rows
 
@@ -174,7 +174,7 @@ def test_rewards_dispatch_on_the_role(tiny_judge: Judge, kind: str) -> None:
             {"role": "policy", "question": q, "rubric": "", "a_pos": "", "a_neg": ""},
             {"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"},
             {"role": "rubric", "question": q, "rubric": "", "a_pos": "The answer is 4.", "a_neg": "fish"}]
-    out = score_rows(rows, ["It is 4.", "Five.", VALID_RUBRIC, "not a rubric at all"], [tiny_judge], kind)
+    out = row_rewards(rows, ["It is 4.", "Five.", VALID_RUBRIC, "not a rubric at all"], [tiny_judge], kind)
 
     def j(items: list[JudgeItem]) -> list[float | None]:
         return scores_of(tiny_judge.score(items))
@@ -200,14 +200,14 @@ def test_invalid_rubrics_zero_option(tiny_judge: Judge) -> None:
     q = "What is 2 + 2?"
     rows = [{"role": "rubric", "question": q, "rubric": "", "a_pos": "4", "a_neg": "fish"},
             {"role": "policy", "question": q, "rubric": "", "rubric_text": "garbled rubric", "a_pos": "", "a_neg": ""}]
-    zero = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format", invalid_rubrics="zero")
+    zero = row_rewards(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format", invalid_rubrics="zero")
     assert zero[0] == RowReward(0.0, rubric_valid=0.0)
     (alone,) = scores_of(tiny_judge.score([JudgeItem(q, "It is 4.", None)]))
     assert zero[1].reward == pytest.approx(alone, abs=1e-6)
-    raw = score_rows(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format")
+    raw = row_rewards(rows, ["garbled rubric", "It is 4."], [tiny_judge], "margin_format")
     (with_raw,) = scores_of(tiny_judge.score([JudgeItem(q, "It is 4.", None, rubric_text="garbled rubric")]))
     assert raw[1].reward == pytest.approx(with_raw, abs=1e-6) and raw[0].s_pos is not None
-    empty = score_rows([rows[0]], ["<think>only thinking</think>"], [tiny_judge], "margin_format")
+    empty = row_rewards([rows[0]], ["<think>only thinking</think>"], [tiny_judge], "margin_format")
     assert empty[0] == RowReward(0.0, rubric_valid=0.0)  # nothing to read: 0 either way
 
 
@@ -227,10 +227,10 @@ def test_an_empty_policy_rubric_reaches_the_authors_judge_prompt_as_an_empty_rub
     empty = {"role": "policy", "question": "Q?", "rubric": "", "rubric_text": "", "rubric_valid": 0.0}
     alone = {**empty, "rubric_valid": None}  # judge_only: no rubric was written
     reference, ours = Recording(), Recording()
-    score_rows([empty, alone], ["A.", "A."], [Judge(reference, mode="generative", prompt="reference", defences=False)])
+    row_rewards([empty, alone], ["A.", "A."], [Judge(reference, mode="generative", prompt="reference", defences=False)])
     assert "Rubric: \n\nAnswer to evaluate: A." in reference.users[0]
     assert "Rubric:" not in reference.users[1]
-    score_rows([empty], ["A."], [Judge(ours, mode="generative")])
+    row_rewards([empty], ["A."], [Judge(ours, mode="generative")])
     assert "Rubric" not in ours.users[0]
 
 
@@ -856,7 +856,7 @@ def test_several_judges_vote_on_each_pair(tiny_backend: Any) -> None:
             {"role": "policy", "question": q, "rubric": "", "rubric_text": VALID_RUBRIC, "a_pos": "", "a_neg": ""}]
     rubric = parse_rubric(VALID_RUBRIC)
     for how in ("majority_vote", "average_vote", "margin_kappa_format", "mean"):
-        out = score_rows(rows, [VALID_RUBRIC, "It is 4."], judges, "margin_format", aggregate=how)
+        out = row_rewards(rows, [VALID_RUBRIC, "It is 4."], judges, "margin_format", aggregate=how)
         items = [JudgeItem(q, "The answer is 4.", rubric, rubric_text=VALID_RUBRIC),
                  JudgeItem(q, "fish", rubric, rubric_text=VALID_RUBRIC)]
         per = [scores_of(j.score(items)) for j in judges]

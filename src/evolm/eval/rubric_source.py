@@ -24,7 +24,6 @@ from evolm.rubrics import Rubric, WrittenRubric, strip_thinking, write_rubrics
 from evolm.runs.jsonl import read_jsonl
 
 RETRY_TEMPERATURES: tuple[float, ...] = (0.3, 0.1)  # after the first attempt, for prompts whose rubric did not parse
-RETRY_WHEN = ("unparsed", "no_criteria_key")  # which written rubrics are written again (write_prompt_rubrics)
 _CRITERIA_KEY = re.compile(r'\{\s*"criteria"\s*:')
 
 

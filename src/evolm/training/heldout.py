@@ -177,7 +177,7 @@ def generate_heldout(generate: Generate, pairs: Sequence[PreferencePair], questi
 
 
 def _item(question: str, answer: str, rubric: WrittenRubric, invalid: str) -> Any:
-    """A judge item reading ``rubric`` as training does (``rewards.score_rows``, policy rows)."""
+    """A judge item reading ``rubric`` as training does (``rewards.judge_rows``, policy rows)."""
     from evolm.judge.judge import JudgeItem
 
     raw = strip_thinking(rubric.text) or None

@@ -12,17 +12,13 @@ from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from evolm.config import INVALID_RUBRICS
 from evolm.errors import InputError, RunError
 from evolm.rewards import FLAT_SPREAD, fill_missing_with_group_mean, multi_judge_reward, policy_reward, rubric_reward
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, is_missing, scores_of
 from evolm.training.extra_rewards import ExtraReward
-
-RubricRewardKind = Literal["binary", "margin_format", "separation"]
-Aggregation = Literal["mean", "majority"]
-
 
 # ----------------------------------------------------------------------------- one step's rows, both roles
 
@@ -79,13 +75,6 @@ lookups=None, sent=2, failures=1, error='HTTP 500')
         return JudgeCost(max(seconds) if seconds else None, *(add(k) for k in (
             "tokens", "prompt_tokens", "generated_tokens", "requests", "cache_hits", "lookups", "sent", "failures")),
             next((c.error for c in costs if c.error), None))
-
-
-def score_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
-               rubric_reward_kind: str = "binary", aggregate: str = "majority_vote",
-               invalid_rubrics: str = "judge_raw") -> list[RowReward]:
-    """``judge_rows`` without its cost: the rows' rewards."""
-    return judge_rows(rows, completions, judges, rubric_reward_kind, aggregate, invalid_rubrics)[0]
 
 
 def judge_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], judges: Sequence[Any],
