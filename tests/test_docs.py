@@ -131,6 +131,7 @@ def _help(*command: str) -> str:
     return " ".join(done.stdout.split())
 
 
+@pytest.mark.slow
 def test_help_states_the_real_defaults_and_says_which_flags_turn_a_setting_off() -> None:
     from evolm.cli import build_parser
 
@@ -144,6 +145,7 @@ def test_help_states_the_real_defaults_and_says_which_flags_turn_a_setting_off()
     assert defences.startswith(" fence the answer as data") and defences.endswith("This flag turns it off (on by default)")
 
 
+@pytest.mark.slow
 def test_gpu_md_states_the_dry_runs_memory_estimate_for_its_launch(tmp_path: Path) -> None:
     text = _text(ROOT / "docs" / "GPU.md")
     stated = re.search(r"its estimated peak is ([\d.]+) GiB per\s+training GPU", text).group(1)

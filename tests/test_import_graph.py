@@ -11,6 +11,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "evolm"
 
@@ -172,6 +174,7 @@ def test_the_top_of_the_package_holds_at_most_ten_modules_and_none_is_long() -> 
     assert not long, f"split by concept: {long}"
 
 
+@pytest.mark.slow
 def test_imports_run_down_the_floors() -> None:
     """No import from a lower floor (ground, config, runs, backends, ...) to a higher one (scripts/import_graph.py),
     and docs/ARCHITECTURE.md names the floors in the script's order."""

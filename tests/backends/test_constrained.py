@@ -129,6 +129,7 @@ def test_a_lower_criteria_cap_stops_the_grammar_there_and_keeps_the_weights_summ
     assert constrained.schema_name(capped) == "rubric" and constrained.rubric_criteria_cap(JUDGE_SCHEMA) is None
 
 
+@pytest.mark.slow
 def test_judge_schema_takes_the_prompts_example_replies_and_a_0_to_1_score() -> None:
     replies = re.findall(r"reply: (\{.*?\})(?:\n|$)", judge_prompts._GEN_RUBRIC_TASK)
     assert len(replies) == 2
@@ -140,6 +141,7 @@ def test_judge_schema_takes_the_prompts_example_replies_and_a_0_to_1_score() -> 
         assert not accepts(JUDGE_SCHEMA, bad), bad
 
 
+@pytest.mark.slow
 def test_request_forms() -> None:
     assert constrained.vllm_structured_outputs(RUBRIC_SCHEMA) == {"grammar": constrained.RUBRIC_EBNF}
     assert constrained.vllm_structured_outputs(JUDGE_SCHEMA) == {"json": JUDGE_SCHEMA}
@@ -169,6 +171,7 @@ def test_where_a_reply_starts_follows_the_template() -> None:
     assert start(INSTRUCT_STYLE) == REPLY_JSON  # never thinks
 
 
+@pytest.mark.slow
 def test_think_block_grammars() -> None:
     tok = build_tokenizer(QWEN3_STYLE)
     reply = '{"reasoning": "fine", "score": 0.5}'
@@ -184,6 +187,7 @@ def test_think_block_grammars() -> None:
 # ============================================================================= transformers backend
 
 
+@pytest.mark.slow
 def test_constrained_rubrics_parse_where_unconstrained_ones_do_not(short_backend: Any, tiny_backend: Any) -> None:
     convs = [rubric_messages(q) for q in QUESTIONS]  # 6 rows, batch size 4: two generate() calls, two processors
     texts = short_backend.generate(convs, SamplingParams(1.0, 1.0, 1024, 0, json_schema=RUBRIC_SCHEMA))
@@ -200,6 +204,7 @@ def test_constrained_rubrics_parse_where_unconstrained_ones_do_not(short_backend
     assert all(parse_rubric(t) is None for t in free)  # unconstrained random text is no rubric
 
 
+@pytest.mark.slow
 def test_a_thinking_template_with_thinking_off_decodes_json(tmp_path: Path) -> None:
     from thinking_model import build_thinking_model_dir
 
@@ -212,6 +217,7 @@ def test_a_thinking_template_with_thinking_off_decodes_json(tmp_path: Path) -> N
         assert re.fullmatch(r'\{"a": [0-9]\}', text), text
 
 
+@pytest.mark.slow
 def test_the_constrained_judge_always_scores(short_model_dir: Path, short_backend: Any) -> None:
     items = [JudgeItem(q, "4.", rubric_text='{"criteria": [{"criterion": "Says 4", "weight": 1}]}') for q in QUESTIONS[:4]]
     judge = Judge(short_backend, mode="generative", max_new_tokens=512, constrained=True, max_context=8192)
@@ -247,6 +253,7 @@ def test_missing_xgrammar_is_one_line(monkeypatch: pytest.MonkeyPatch, short_bac
 # ============================================================================= CLI
 
 
+@pytest.mark.slow
 def test_cli_rubric_and_judge_constrained(short_model_dir: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     prompts = tmp_path / "p.jsonl"
@@ -338,6 +345,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
 
 
+@pytest.mark.slow
 def test_vllm_backend_sends_structured_outputs(fake_vllm: None) -> None:
     from evolm.backends.vllm import VLLMBackend
 
@@ -376,6 +384,7 @@ def _fake_trainer(model: Any, tokenizer: Any, use_vllm: bool = False) -> Any:
         vllm_generation=types.SimpleNamespace(generation_kwargs={"seed": 1}))
 
 
+@pytest.mark.slow
 def test_trl_generation_is_constrained_on_rubric_steps_only(short_model_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -464,6 +473,7 @@ def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
     assert vg.generation_kwargs is kept
 
 
+@pytest.mark.slow
 def test_grpo_run_with_constrained_rubrics(short_model_dir: Path, tmp_path: Path) -> None:
     """1 policy step + 1 rubric step: every rubric (written for the policy, and sampled by TRL) parses."""
     from evolm.training.run import run

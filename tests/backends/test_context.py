@@ -185,6 +185,7 @@ def _rows(tmp_path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_judge_marks_cut_rows_and_counts_them(small_dir: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     inp = _rows(tmp_path, [{"prompt": "What is 2 + 2?", "response": LONG, "rubric": RUBRIC},
                            {"prompt": "What is 2 + 2?", "response": "4.", "rubric": RUBRIC}])
@@ -209,6 +210,7 @@ def test_cli_judge_refuse_and_max_context(small_dir: Path, tmp_path: Path, capsy
     assert len(err) == 1 and err[0].startswith("evolm judge: error: ") and f"{inp}: row 2:" in err[0], err
 
 
+@pytest.mark.slow
 def test_cli_rubric_question_over_the_writers_context(small_dir: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     inp = _rows(tmp_path, [{"prompt": "What is 2 + 2?"}, {"prompt": "Why? " * 2000}])
     out = tmp_path / "out.jsonl"

@@ -107,6 +107,7 @@ PROMPTS = [
 ]
 
 
+@pytest.mark.slow
 def test_generate_keeps_input_order(tiny_backend: HFBackend, sharp_model: object) -> None:
     """Rows are batched by length (batch_size 2 < 5 rows of different lengths) and come back in input order."""
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
@@ -118,6 +119,7 @@ def test_generate_keeps_input_order(tiny_backend: HFBackend, sharp_model: object
     assert batched == alone
 
 
+@pytest.mark.slow
 def test_greedy_is_deterministic(tiny_backend: HFBackend, sharp_model: object) -> None:
     backend = HFBackend(sharp_model, tiny_backend.tokenizer, batch_size=3)
     a = backend.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=6, seed=1))
@@ -127,6 +129,7 @@ def test_greedy_is_deterministic(tiny_backend: HFBackend, sharp_model: object) -
     assert any(a)
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_reproducible(tiny_backend: HFBackend) -> None:
     backend = backend_with(tiny_backend, batch_size=2)
     prompts = PROMPTS[:3]
@@ -138,6 +141,7 @@ def test_seeded_sampling_is_reproducible(tiny_backend: HFBackend) -> None:
     assert other != first
 
 
+@pytest.mark.slow
 def test_training_flag_restored(tiny_backend: HFBackend) -> None:
     model = tiny_backend.model
     seen: list[bool] = []
@@ -207,6 +211,7 @@ def _reference_logits(backend: HFBackend, encoded: list[list[int]]) -> torch.Ten
         ])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny", "sharp"])
 def test_shared_prefix_matches_plain_forward(
     which: str, tiny_backend: HFBackend, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
@@ -263,6 +268,7 @@ def test_shared_prefix_matches_plain_forward(
             assert row_a[c] == pytest.approx(row_b[c], abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny", "sharp"])
 def test_the_prefix_every_question_shares_runs_once(
     which: str, tiny_backend: HFBackend, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
@@ -336,6 +342,7 @@ def test_next_token_logprobs_values(tiny_backend: HFBackend) -> None:
         assert sum(math.exp(row[c]) for c in ("Yes", "No", "7")) < 1
 
 
+@pytest.mark.slow
 def test_judge_modes_on_tiny_model(tiny_backend: HFBackend) -> None:
     """The probability modes run end to end and give the same scores with or without prefix sharing."""
     rubric = Rubric((Criterion("The final answer is 4.", 0.8), Criterion("Shows the steps.", 0.2)))

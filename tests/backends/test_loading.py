@@ -207,6 +207,7 @@ def test_in_process_generation_never_syncs_the_processes(tiny_backend) -> None: 
     assert [k.get("synced_gpus", "unset") for k in seen] == [False]
 
 
+@pytest.mark.slow
 def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> None:  # noqa: ANN001
     """`evolm train`'s bar counts the tokens the trained model decodes, whoever calls generate; PEFT's wrappers call
     the base model's forward directly, so the count hooks the input embeddings, which every forward calls."""
@@ -254,6 +255,7 @@ def test_a_lora_checkpoint_of_a_builtin_model_names_its_base_by_the_builtin_name
     assert adapter_base(str(other)) == "/models/mine"
 
 
+@pytest.mark.slow
 def test_a_builtin_warm_start_trains_on_without_asking_the_hub_at_each_save(tmp_path: Path) -> None:
     import warnings
 

@@ -46,6 +46,7 @@ def test_server_lists_its_model(openai_server: RunningServer) -> None:
     assert [m.id for m in client.models.list()] == [MODEL_ID]
 
 
+@pytest.mark.slow
 def test_order_kept_and_concurrency_bounded(openai_server: RunningServer) -> None:
     # Delays derived from each message make rows finish out of order on the server.
     openai_server.state.delay_s = 0.02
@@ -295,6 +296,7 @@ def test_calls_share_their_connection(openai_server: RunningServer) -> None:
     assert len(set(openai_server.state.peers)) == 1
 
 
+@pytest.mark.slow
 def test_close_and_garbage_collection_stop_the_loop_thread(openai_server: RunningServer) -> None:
     def loop_threads() -> set[threading.Thread]:
         return {t for t in threading.enumerate() if t.name.startswith("evolm-openai-")}
@@ -385,6 +387,7 @@ def test_thinking_judge_over_the_server(openai_server: RunningServer) -> None:
 # ----------------------------------------------------------------------------- deadlines and honest attempt counts
 
 
+@pytest.mark.slow
 def test_a_server_that_never_replies_ends_within_the_deadline(openai_server: RunningServer) -> None:
     openai_server.state.delay_s = 3600  # accepts, never answers
     chosen = backend(openai_server, timeout_s=0.5, max_retries=1)
@@ -399,6 +402,7 @@ def test_a_server_that_never_replies_ends_within_the_deadline(openai_server: Run
     assert len(openai_server.state.requests) == 2  # what the error says
 
 
+@pytest.mark.slow
 def test_a_dripping_reply_is_bounded_in_wall_clock_time(openai_server: RunningServer) -> None:
     """One byte every 0.1 s never trips a per-read timeout; the attempt's own deadline ends it."""
     openai_server.state.drip_s = 0.1
@@ -436,6 +440,7 @@ def test_a_long_retry_after_ends_the_request_at_once(openai_server: RunningServe
     assert len(openai_server.state.requests) == 1
 
 
+@pytest.mark.slow
 def test_a_short_retry_after_is_honoured(openai_server: RunningServer) -> None:
     openai_server.state.fail_first = 1
     openai_server.state.fail_status = 429
@@ -572,6 +577,7 @@ def test_neutralising_can_be_turned_off(openai_server: RunningServer) -> None:
 # ----------------------------------------------------------------------------- replies too large to read
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_fails_at_the_reply_cap_in_one_line(openai_server: RunningServer) -> None:
     """64 MiB of padding in 65 KB of gzip: past 1 MiB it is an error, not 64 MiB in memory (5 GB at 2 MB of gzip)."""
     import tracemalloc

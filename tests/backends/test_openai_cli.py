@@ -18,6 +18,7 @@ def _answers(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["prob", "generative"])
 def test_judge_against_a_server_that_never_replies_ends_within_the_deadline(
     openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str
@@ -108,6 +109,7 @@ def _many(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_per_server_limits_reach_the_pool(openai_server: RunningServer, tmp_path: Path) -> None:
     """--max-concurrency and --requests-per-minute hold against a real server (it counts what it sees)."""
     openai_server.state.delay_s = 0.1
@@ -123,6 +125,7 @@ def test_per_server_limits_reach_the_pool(openai_server: RunningServer, tmp_path
     assert time.monotonic() - start >= 2.5  # one a second, the first at once: 4 requests need 3 s
 
 
+@pytest.mark.slow
 def test_request_deadline_flag_bounds_a_request_with_retries_left(openai_server: RunningServer, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     openai_server.state.delay_s = 3600
@@ -135,6 +138,7 @@ def test_request_deadline_flag_bounds_a_request_with_retries_left(openai_server:
     assert "1 s deadline" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_through_the_cli_is_one_line_at_max_reply_mb(
     openai_server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,6 +60,7 @@ def test_an_idle_pool_is_used_round_robin(servers: list[RunningServer]) -> None:
     assert counts(servers) == [2, 2, 2]
 
 
+@pytest.mark.slow
 def test_requests_go_to_the_least_loaded(servers: list[RunningServer]) -> None:
     slow, fast1, fast2 = servers
     slow.state.delay_s, fast1.state.delay_s, fast2.state.delay_s = 0.6, 0.02, 0.02
@@ -72,6 +73,7 @@ def test_requests_go_to_the_least_loaded(servers: list[RunningServer]) -> None:
     assert 1 <= n_slow < min(n_fast1, n_fast2)  # the slow one's slots stay busy, the others take the rest
 
 
+@pytest.mark.slow
 def test_per_endpoint_concurrency_holds_across_threads(servers: list[RunningServer]) -> None:
     for s in servers[:2]:
         s.state.delay_s, s.state.jitter_s = 0.03, 0.05
@@ -99,6 +101,7 @@ def test_a_per_minute_limit_is_a_bucket_of_one_seconds_worth() -> None:
     assert _Bucket(30, now=0.0).capacity == 1.0  # under one a second: one at a time, every 2 s
 
 
+@pytest.mark.slow
 def test_requests_per_minute_delay_requests(servers: list[RunningServer]) -> None:
     start = time.monotonic()
     # 240/min: a burst of one second's worth (4), then one every 0.25 s: the last of 8 leaves at ~1.0 s.
@@ -106,6 +109,7 @@ def test_requests_per_minute_delay_requests(servers: list[RunningServer]) -> Non
     assert time.monotonic() - start >= 0.9
 
 
+@pytest.mark.slow
 def test_tokens_per_minute_use_the_estimate_then_the_servers_usage(servers: list[RunningServer]) -> None:
     server = servers[0]
     params = SamplingParams(max_new_tokens=46)  # estimate: 11 characters / 3 + 46 = ~50 tokens a row
@@ -126,6 +130,7 @@ def test_tokens_per_minute_use_the_estimate_then_the_servers_usage(servers: list
     assert chosen.stats().total.tokens == 8
 
 
+@pytest.mark.slow
 def test_a_dead_endpoint_is_skipped(servers: list[RunningServer]) -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     chosen = pool([dead, servers[0].base_url, servers[1].base_url], max_concurrency=2, max_retries=2)
@@ -141,6 +146,7 @@ def test_a_dead_endpoint_is_skipped(servers: list[RunningServer]) -> None:
     assert chosen.stats().endpoints[dead].requests == before
 
 
+@pytest.mark.slow
 def test_the_deadline_is_total_across_endpoints(servers: list[RunningServer]) -> None:
     """Two servers that drip a byte every 0.1 s: attempts move between them until the total deadline, not 6 of them."""
     for s in servers[:2]:
@@ -166,6 +172,7 @@ def test_a_deadline_shorter_than_an_attempt_cuts_it(servers: list[RunningServer]
     assert time.monotonic() - start < 3
 
 
+@pytest.mark.slow
 def test_a_retry_waits_for_a_free_slot_only_until_the_deadline(servers: list[RunningServer]) -> None:
     """A fails at once, B's one slot is busy for 3 s: the retry, for B (A failed it), ends at the 1.5 s deadline."""
     a, b = servers[:2]
@@ -180,6 +187,7 @@ def test_a_retry_waits_for_a_free_slot_only_until_the_deadline(servers: list[Run
     assert counts([a, b]) == [1, 1]
 
 
+@pytest.mark.slow
 def test_retries_are_bounded_and_change_endpoint(servers: list[RunningServer]) -> None:
     for s in servers[:2]:
         s.state.fail_first, s.state.fail_status = 100, 503
@@ -195,6 +203,7 @@ def test_retries_are_bounded_and_change_endpoint(servers: list[RunningServer]) -
     assert (total.requests, total.failures, total.retries) == (3, 3, 2)
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_asks_to_wait_is_left_alone_that_long(servers: list[RunningServer]) -> None:
     """A 429 with Retry-After: the other endpoints take the traffic until it has passed (not just this request's
     retry), and the endpoint is used again after it."""
@@ -229,6 +238,7 @@ def test_a_single_endpoint_still_backs_off(servers: list[RunningServer]) -> None
     assert time.monotonic() - start >= 0.3  # nowhere else to go: 0.5 s backoff less jitter
 
 
+@pytest.mark.slow
 def test_counters_of_tokens_and_latency(servers: list[RunningServer]) -> None:
     a, b = servers[:2]
     a.state.delay_s = b.state.delay_s = 0.1

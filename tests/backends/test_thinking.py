@@ -77,6 +77,7 @@ def _reference_logprobs(backend: HFBackend, ids: list[int], candidates: list[str
     return {c: torch.logsumexp(row[backend.candidate_token_ids(c)], dim=0).item() for c in candidates}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", THINKING_FLAGS, ids=["default", "thinking-on", "thinking-off"])
 def test_score_token_is_read_after_an_empty_think_block(qwen3: HFBackend, open_think: HFBackend, flags: dict) -> None:
     convs = [prob_messages(it) for it in ITEMS]
@@ -112,6 +113,7 @@ def test_template_without_thinking_is_untouched(tiny_backend: HFBackend, qwen3: 
         qwen3._encode(convs, {}))  # the detection can be overridden
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["prob", "yesno", "rar_explicit"])
 def test_probability_modes_agree_whatever_the_thinking_flag(qwen3: HFBackend, open_think: HFBackend, mode: str) -> None:
     scores = [scores_of(Judge(qwen3, mode=mode, chat_template_kwargs=f).score(ITEMS)) for f in THINKING_FLAGS]
@@ -121,6 +123,7 @@ def test_probability_modes_agree_whatever_the_thinking_flag(qwen3: HFBackend, op
         assert other == pytest.approx(scores[0], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_reply_opened_by_the_template_and_cut_has_no_score(open_think: HFBackend) -> None:
     """The template opened ``<think>``; the reply (6 tokens) ends before ``</think>``: it is unfinished thinking."""
     convs = [conv("Rate this answer."), conv("What is 2 + 2?")]

@@ -220,6 +220,7 @@ def _main(argv: list[str]) -> int:
         return int(e.code or 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CLI_CASES])
 def test_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case, tmp_path: Path, tiny_model_dir: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,6 +242,7 @@ def test_bad_input_is_one_line_exit_2_and_touches_no_input(case: Case, tmp_path:
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_non_utf8_stdin_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "evolm.cli", "judge", "--judge", NO_MODEL, "--input", "-", "--output",
                            str(tmp_path / "o.jsonl")], input=b'{"prompt": "\xff\xfe", "response": "a"}\n',
@@ -250,6 +252,7 @@ def test_non_utf8_stdin_is_one_line(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_full_output_is_one_line_after_at_most_one_batch(tiny_model_dir: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     if not os.path.exists("/dev/full"):
@@ -267,6 +270,7 @@ def test_a_full_output_is_one_line_after_at_most_one_batch(tiny_model_dir: Path,
 # ----------------------------------------------------------------------------- the context guard
 
 
+@pytest.mark.slow
 def test_a_200k_character_answer_is_cut_in_bounded_time(tiny_model_dir: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Unguarded, a 200k-character answer ran for about an hour; here it is cut to the context and scored."""
@@ -300,6 +304,7 @@ def _adversarial_answers() -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(_adversarial_answers()))
 def test_judge_prompts_are_built_in_linear_time(name: str) -> None:
     from evolm.backends.context import cut_middle
@@ -423,6 +428,7 @@ def test_stats_json_on_stdout_is_json_only(tmp_path: Path, capsys: pytest.Captur
 # ----------------------------------------------------------------------------- a kill loses one batch at most
 
 
+@pytest.mark.slow
 def test_a_killed_judge_keeps_its_rows_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
     """SIGKILL once the first batches are on disk; --resume-output then gives the file an unkilled run gives."""
     from evolm.cli._common import WRITE_BATCH
@@ -561,6 +567,7 @@ def test_a_report_on_a_metrics_line_nested_100k_deep_skips_that_line(tmp_path: P
     assert (run / "report.html").is_file() and "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_output_to_a_closed_stdout_is_one_line(tmp_path: Path) -> None:
     inp = tmp_path / "in.jsonl"
     inp.write_text(ANSWER)
@@ -583,6 +590,7 @@ def _hold_lock(run_dir: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resume", [False, True], ids=["train", "resume"])
 def test_a_held_run_directory_refuses_a_second_train(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      resume: bool) -> None:
@@ -609,6 +617,7 @@ def test_a_held_run_directory_refuses_a_second_train(tmp_path: Path, capsys: pyt
     assert _snapshot(tmp_path) == before  # the refused process wrote nothing
 
 
+@pytest.mark.slow
 def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
     from evolm.runs.rundir import run_lock
 
@@ -623,6 +632,7 @@ def test_a_killed_holder_leaves_the_directory_free(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists()  # a directory made only to hold the lock goes with it
 
 
+@pytest.mark.slow
 def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only rank 0 takes the lock: the other ranks of the job train in the directory rank 0 holds."""
     from evolm.runs.rundir import run_lock
@@ -641,6 +651,7 @@ def test_ranks_of_one_torchrun_job_share_the_directory(tmp_path: Path, monkeypat
         holder.wait(timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regime", ["coevolve", "sequential"])
 def test_two_trains_on_one_output_dir_the_second_exits_2_in_one_line(tiny_model_dir: Path, tmp_path: Path,
                                                                       regime: str) -> None:
@@ -773,11 +784,11 @@ def test_resume_overrides_are_written_to_the_config_and_its_history(tmp_path: Pa
     _two_checkpoints(run)
     open_run(resume_config(run), resume=True)  # no override: nothing written
     assert not (run / CONFIG_HISTORY_FILE).exists()
-    open_run(resume_config(run, ["judge.mode=prob", "contrast.buffer_size=1"]), resume=True)
+    open_run(resume_config(run, ["judge.mode=prob", "contrast.buffer_size=4096"]), resume=True)
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert saved["judge"]["mode"] == "prob" and saved["contrast"]["buffer_size"] == 1
+    assert saved["judge"]["mode"] == "prob" and saved["contrast"]["buffer_size"] == 4096
     (entry,) = [json.loads(line) for line in (run / CONFIG_HISTORY_FILE).read_text().splitlines()]
-    assert entry["step"] == 4 and entry["changed"] == {"contrast.buffer_size": {"from": 2048, "to": 1},
+    assert entry["step"] == 4 and entry["changed"] == {"contrast.buffer_size": {"from": 2048, "to": 4096},
                                                        "judge.mode": {"from": "yesno", "to": "prob"}}
     assert resume_config(run).judge.mode == "prob"  # a later plain --resume keeps them
     open_run(resume_config(run), resume=True)
@@ -798,6 +809,7 @@ def _judge_rows(n: int) -> str:
                               ensure_ascii=False) + "\n" for i in range(n))
 
 
+@pytest.mark.slow
 def test_judge_reads_back_its_own_output_with_line_breaks_in_answers(tiny_model_dir: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """`out.jsonl:1: malformed JSON` no more: judge, judge its output, resume it, rubric + eval stats."""
@@ -821,6 +833,7 @@ def test_judge_reads_back_its_own_output_with_line_breaks_in_answers(tiny_model_
         assert text.splitlines() == text.split("\n")[:-1]
 
 
+@pytest.mark.slow
 def test_a_training_run_with_line_breaks_in_its_answers_resumes_with_nothing_lost(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Questions and answers holding U+2028/2029/0085/\\r: resume from the last checkpoint (not an older one for an
@@ -905,6 +918,7 @@ def test_lookalike_markup_reads_exactly_as_its_plain_words(name: str) -> None:
 # ----------------------------------------------------------------------------- scores independent of the batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["prob", "yesno"])
 def test_default_judge_scores_do_not_depend_on_the_batch(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch,
                                                          mode: str) -> None:
@@ -968,6 +982,7 @@ def test_rank_that_is_not_an_integer_is_one_line(tmp_path: Path, capsys: pytest.
                            "unset it to run one process)"), err
 
 
+@pytest.mark.slow
 def test_a_report_on_a_full_disk_is_one_line_naming_the_path(tmp_path: Path) -> None:
     """The report's file is larger than the disk allows (RLIMIT_FSIZE: writes fail as on a full disk): one line
     naming the path, exit 2, no temporary file left."""

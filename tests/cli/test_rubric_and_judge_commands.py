@@ -19,6 +19,7 @@ def _write(path: Path, lines: list[str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_rubric_then_judge_every_mode(tiny_model_dir: Path, tmp_path: Path) -> None:
     prompts = _write(tmp_path / "p.jsonl", [json.dumps({"prompt": f"What is {i} + {i}?", "id": i}) for i in range(5)])
     out = tmp_path / "r.jsonl"
@@ -75,6 +76,7 @@ def test_bad_input_is_one_line_and_no_output(tmp_path: Path, tiny_model_dir: Pat
     assert not out.exists() and not list(tmp_path.glob(".out.jsonl.*"))  # nothing that looks complete
 
 
+@pytest.mark.slow
 def test_stdin_stdout(tiny_model_dir: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "evolm.cli", "judge", "--judge", str(tiny_model_dir), "--input", "-", "--output", "-",
@@ -240,6 +242,7 @@ def test_eval_models_are_built_once_with_the_cli_settings(monkeypatch: pytest.Mo
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "processes"), [("paper-qwen3-8b.yaml", 4), ("paper-qwen3-8b.yaml", 8),
                                                    ("demo-cpu.yaml", 1)])
 def test_dry_run_passes_for_the_documented_launch(config: str, processes: int,
@@ -250,6 +253,7 @@ def test_dry_run_passes_for_the_documented_launch(config: str, processes: int,
     assert "gradient accumulation" in out.out and "nothing was loaded" in out.err
 
 
+@pytest.mark.slow
 def test_the_gpu_doc_launch_command_passes_the_dry_run() -> None:
     readme = (CONFIGS.parent / "docs" / "GPU.md").read_text(encoding="utf-8")
     launch = re.search(r"accelerate launch .*--num_processes (\d+)", readme)
@@ -272,6 +276,7 @@ def test_dry_run_checks_endpoints_and_the_age_window(capsys: pytest.CaptureFixtu
     assert "cannot hold answers 3 policy steps old" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_dry_run_shows_the_fresh_answers_budget_and_refuses_one_shorter_than_the_stored(
         capsys: pytest.CaptureFixture[str]) -> None:
     demo = str(CONFIGS / "demo-cpu.yaml")
@@ -284,6 +289,7 @@ def test_dry_run_shows_the_fresh_answers_budget_and_refuses_one_shorter_than_the
 
 
 
+@pytest.mark.slow
 def test_dry_run_refuses_a_constrained_rubric_budget_that_holds_no_rubric_and_warns_below_a_long_one(
         capsys: pytest.CaptureFixture[str]) -> None:
     demo = str(CONFIGS / "demo-cpu.yaml")  # SmolLM2's tokenizer: the shortest rubric is 98 tokens, 3 long criteria 221
@@ -296,6 +302,7 @@ def test_dry_run_refuses_a_constrained_rubric_budget_that_holds_no_rubric_and_wa
     assert "is below a rubric" not in capsys.readouterr().err
     assert main(["train", "--config", demo, "--dry-run", "rubric.constrained=false", "rubric.max_new_tokens=64"]) == 0
 
+@pytest.mark.slow
 def test_dry_run_names_each_judge_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--config", str(CONFIGS / "demo-cpu.yaml"), "--dry-run", "judge.backend=openai",
                  "judge.model=J", "judge.base_url=[http://a/v1, http://b/v1]"]) == 0
@@ -410,6 +417,7 @@ def _long_prompts(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_the_longest_kept(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from evolm.backends.loading import load_tokenizer
@@ -445,6 +453,7 @@ def test_dry_run_counts_the_prompts_over_max_prompt_tokens_and_plans_memory_for_
     assert f"1 x {fit.longest + 16384:,} tokens, checkpointed" in captured.out
 
 
+@pytest.mark.slow
 def test_dry_run_says_when_torch_cannot_drive_the_gpus_nvidia_smi_lists(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import os

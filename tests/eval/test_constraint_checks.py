@@ -84,6 +84,7 @@ def test_a_bad_constraint_is_the_callers_error_not_a_failed_check() -> None:
         check("Hi.", "q", [{"id": "no:such", "kwargs": {}}])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [MAX_ANSWER_CHARS, 200_000], ids=["at-the-cap", "200k"])
 def test_every_check_is_fast_on_hostile_answers(size: int) -> None:
     """Every IFEval id of lm-eval's registry, on answers that took lm-eval seconds (postscript 0.9 s on 20,000
@@ -166,6 +167,7 @@ def test_a_case_check_still_passes_english_in_that_case() -> None:
     assert check("the capital of france is paris.", "q", [LOWER]) == [True]
 
 
+@pytest.mark.slow
 def test_langdetect_is_seeded_so_a_verdict_does_not_change_between_calls() -> None:
     from langdetect import DetectorFactory, detect
 
@@ -214,6 +216,7 @@ def test_bullets_are_counted_as_lm_evals_regexes_count_them() -> None:
             assert check(text, "q", [c]) == [bool(text.strip()) and found == need], repr(text)
 
 
+@pytest.mark.slow
 def test_sentences_are_counted_as_lm_evals_punkt_counts_them() -> None:
     from lm_eval.tasks.ifeval.instructions_util import count_sentences
 
@@ -228,6 +231,7 @@ def test_sentences_are_counted_as_lm_evals_punkt_counts_them() -> None:
                 assert check(text, "q", [c]) == [want], (text, relation, k)
 
 
+@pytest.mark.slow
 def test_capital_words_are_counted_as_lm_evals_check_counts_them() -> None:
     pieces = ["HI", "Hi", "CAN'T", "U.S.", ".", " ", " ", "\n", "(", '"', "ok", "A", "-", "DON'T."]
     for text in _random_texts(pieces, 1500, 3):

@@ -143,6 +143,7 @@ def test_builder_refuses_missing_data_and_unknown_families_in_one_line(tmp_path:
 # ----------------------------------------------------------------------------- a run carries them to its records
 
 
+@pytest.mark.slow
 def test_a_run_on_constraint_prompts_records_the_precondition(tiny_model_dir: Path, tmp_path: Path) -> None:
     from evolm.config import load_config
     from evolm.training.run import run

@@ -114,6 +114,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return attempts
 
 
+@pytest.mark.slow
 def test_cli_scores_both_tasks_offline_into_the_run_dir(
     run_dir: Path, data_dir: Path, no_network: list[object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -163,6 +164,7 @@ def test_cli_scores_both_tasks_offline_into_the_run_dir(
     assert rows[2]["extracted"] == {"strict-match": "[invalid]", "flexible-extract": "18"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="shared/data (IFEval, GSM8K files) is not on this machine")
 def test_real_data_files_greedy(run_dir: Path, no_network: list[object]) -> None:
     from evolm.backends.loading import load_model
@@ -356,6 +358,7 @@ def test_task_generation_kwargs_keep_the_tasks_own_settings_unless_overridden() 
     assert policy.describe_generation({}) == "log-likelihood (no generation)"
 
 
+@pytest.mark.slow
 def test_olmo3_adapt_protocol_samples_with_the_papers_settings(run_dir: Path, data_dir: Path) -> None:
     from evolm.backends.loading import load_model
 

@@ -397,6 +397,7 @@ def test_cli_needs_data_or_scores(capsys):
     assert "--judge is required" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_with_a_tiny_model(tmp_path, tiny_model_dir):
     out, scores = tmp_path / "r.json", tmp_path / "scores.jsonl"
     argv = ["eval", "rb2", str(RB2_SMALL), "--judge", str(tiny_model_dir), "--rubric-model", str(tiny_model_dir),

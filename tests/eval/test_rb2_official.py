@@ -103,6 +103,7 @@ def edge_cases(rows: list[dict]) -> dict[str, int]:
             "unpaired": sum(1 for kind, pid in ties if ({"ref": "tied", "tied": "ref"}[kind], pid) not in ties)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_cli_from_scores_equals_the_official_code(seed, tmp_path, capsys):
     rows = random_score_rows(seed)
@@ -127,6 +128,7 @@ def test_the_random_files_exercise_both_filters_of_the_release():
     assert rb2.ties_breakdown(scored).score == pytest.approx(official_rb2(rows)["Ties"], abs=1e-9, rel=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2))
 def test_missing_incorrect_scores_are_minus_infinity_as_in_the_official_code(seed, tmp_path, capsys):
     """A missing rejected/incorrect score is read as -inf; the official code given -inf agrees exactly."""

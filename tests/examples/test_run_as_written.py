@@ -30,6 +30,7 @@ def _gpu_check(path: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(GPU_CHECK)], capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without a usable GPU")
 def test_gpu_check_without_a_gpu_exits_0_and_with_gpus_torch_cannot_use_exits_1(tmp_path: Path) -> None:
     import os

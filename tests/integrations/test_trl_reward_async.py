@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 
+import pytest
 from openai_server import MODEL_ID, serve
 from trl.trainer.utils import is_async_callable
 
@@ -17,6 +18,7 @@ PROMPTS = [[{"role": "user", "content": f"What is {k} + {k}?"}] for k in range(4
 COMPLETIONS = [[{"role": "assistant", "content": f"It is {2 * k}."}] for k in range(4)]
 
 
+@pytest.mark.slow
 def test_served_judge_rewards_are_async_and_overlap(tiny_backend) -> None:  # noqa: ANN001
     with serve() as a, serve() as b:
         a.state.delay_s = b.state.delay_s = 0.4  # seconds per request: the judge servers' work

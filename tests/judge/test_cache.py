@@ -36,6 +36,7 @@ def test_no_result_for_a_different_judgment(tiny_backend) -> None:  # noqa: ANN0
         Judge(tiny_backend, mode="generative", prompt="reference"))
 
 
+@pytest.mark.slow
 def test_cached_scores_equal_the_judges_and_repeats_are_not_sent(tiny_backend) -> None:  # noqa: ANN001
     judge = Judge(tiny_backend, mode="yesno")
     items = [ITEM, replace(ITEM, answer="five"), ITEM, replace(ITEM, question="What is 1 + 1?", answer="2")]

@@ -159,6 +159,7 @@ def test_look_alike_fences_and_list_headers_in_an_answer_are_broken(defences: bo
         assert len(re.findall(r"score\s*(?:of answer \d+\s*)?\(0-9\)", read, re.I)) == 1  # the last line's
 
 
+@pytest.mark.slow
 def test_evolm_judge_listwise_groups_rows_by_prompt(tiny_model_dir: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows sharing a prompt (and rubric) are listed together wherever they stand, a row alone is a list of one,
@@ -193,6 +194,7 @@ def test_evolm_judge_listwise_groups_rows_by_prompt(tiny_model_dir: Path, tmp_pa
     assert scores["1"] == pytest.approx(scores["8"], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_evolm_judge_listwise_judges_each_group_once_whatever_the_batch_size(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """16 rows of one prompt at --batch-size 4: the group is judged once (the prompts of one batch of 16), not again

@@ -441,6 +441,7 @@ def test_an_answers_yesno_criteria_share_everything_up_to_the_end_of_the_answer(
     assert t1.index("Shows the addition.") > end
 
 
+@pytest.mark.slow
 def test_the_yesno_judge_reads_an_answer_once_for_all_its_criteria(tiny_backend) -> None:  # noqa: ANN001
     """Tokens the model runs for answers under 3 criteria stay close to those under 1 (not 3x): each criterion
     continues from the answer's shared prefix."""
@@ -636,6 +637,7 @@ def test_generative_modes_send_one_call_under_a_progress_bar(mode: str) -> None:
     assert len(backend.generate_calls) == 1
 
 
+@pytest.mark.slow
 def test_build_judge_every_mode(tiny_model_dir: Path) -> None:
     """``build_judge`` builds every mode from a ``JudgeConfig``; the tiny model scores an item in each."""
     from evolm.config import JudgeConfig
@@ -862,6 +864,7 @@ def test_paper_config_sends_the_same_seed_for_the_same_question_rubric_and_answe
         assert sorted(body["seed"] for body in sent[4:]) == [cfg.seed, cfg.seed + 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "every"), [("generative", 3), ("yesno", 7)])  # yesno: 3 requests per item
 def test_a_request_failing_after_its_retries_is_a_missing_score_only_when_asked(mode: str, every: int) -> None:
     from openai_server import serve

@@ -58,6 +58,7 @@ def test_a_refused_key_names_judge_api_key_env(monkeypatch: pytest.MonkeyPatch) 
         check_endpoints(paper("http://127.0.0.1:1/v1"))
 
 
+@pytest.mark.slow
 def test_a_thinking_judge_without_a_reasoning_parser_is_refused_under_the_reference_parse() -> None:
     # the reference reads the whole reply: a criterion quoted inside <think> before the final JSON leaves no score
     assert parse_judge_score_reference(THINKING_REPLY) is None
@@ -74,6 +75,7 @@ def test_a_thinking_judge_without_a_reasoning_parser_is_refused_under_the_refere
         assert probe_judges(paper(server.base_url, f"judge.model={MODEL_ID}"))[0].scores == [0.9, 0.9, 0.9]
 
 
+@pytest.mark.slow
 def test_unreadable_replies_are_quoted_and_stop_the_run_only_when_all_are() -> None:
     warned: list[str] = []
     with serve() as server:  # the echo server's replies hold no score

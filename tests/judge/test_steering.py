@@ -88,6 +88,7 @@ def test_the_backend_keeps_control_strings_as_text(tiny_backend) -> None:
     assert _count_controls(ids, controls) > 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fake_turn", "fake_turn_pieces"])
 def test_chat_markup_reads_exactly_as_its_plain_words(tiny_backend, name: str) -> None:
     """The bound "within 0.03 of the same answer with the markers as plain words" by construction: the judge
@@ -182,6 +183,7 @@ def test_an_honest_answers_lines_after_a_criterion_sentence_stay(answer: str) ->
     assert answer.rsplit("\n", 1)[1] in fence_answer(answer).split("\n")
 
 
+@pytest.mark.slow
 def test_steering_suite_runs_on_the_tiny_judge(tiny_backend) -> None:
     for mode in ("prob", "yesno"):
         result = steering.lifts(Judge(tiny_backend, mode=mode), tiny_backend.tokenizer)

@@ -78,6 +78,7 @@ def _row(text: str, first_cell: str, label: str) -> str:
     raise AssertionError(f"no row {first_cell!r} for {label!r}")
 
 
+@pytest.mark.slow
 def test_comparison_page_labels_and_final_values(tmp_path):
     runs = [coevolve_run(tmp_path), frozen_run(tmp_path), sequential_run(tmp_path)]
     out = write_comparison(runs, tmp_path / "cmp.html")
@@ -118,6 +119,7 @@ def test_comparison_page_labels_and_final_values(tmp_path):
     assert "Not logged by: frozen" in text  # rubric curves: frozen_rubric has no rubric steps
 
 
+@pytest.mark.slow
 def test_eval_lines_never_enter_training_curves_or_means(tmp_path, monkeypatch):
     seen: list[plots.RunCurve] = []
 
@@ -151,6 +153,7 @@ def test_sequential_top_dir_reads_both_stages_in_a_row(tmp_path):
     assert any("only stage1-writer shown" in n for n in load_compare_run(only_stage1, "s").notes)
 
 
+@pytest.mark.slow
 def test_missing_metrics_absurd_values_and_torn_lines_are_noted_not_fatal(tmp_path):
     a = coevolve_run(tmp_path)
     b = _write(tmp_path / "odd", [_eval(0, 1.5, pairs=0), _step(1, "policy", 0, 1e300)])  # no config either
@@ -162,6 +165,7 @@ def test_missing_metrics_absurd_values_and_torn_lines_are_noted_not_fatal(tmp_pa
     assert _row(text, "policy reward", "odd") == "policy reward | odd | 0 (steps 1–1) | — | —"
 
 
+@pytest.mark.slow
 def test_labels_are_escaped_and_default_labels_distinct(tmp_path):
     a, b = coevolve_run(tmp_path), frozen_run(tmp_path)
     (a / "config.yaml").write_text("model:\n  name: <img src=x onerror=alert(1)>\n", encoding="utf-8")
@@ -200,6 +204,7 @@ def test_cli_bad_run_is_one_error_line(tmp_path, capsys, make, message):
     assert str(bad) in err[0] and not (tmp_path / "c.html").exists()
 
 
+@pytest.mark.slow
 def test_cli_default_output_and_labels(tmp_path, capsys, monkeypatch):
     a, b = coevolve_run(tmp_path), frozen_run(tmp_path)
     work = tmp_path / "work"

@@ -103,6 +103,7 @@ def test_load_run_reads_phases_and_skips_the_torn_line(tmp_path):
     assert set(d.evals) == {"rb2-final.json", "pairs-final.json"}
 
 
+@pytest.mark.slow
 def test_report_is_one_self_contained_html_file(tmp_path):
     run = build_run(tmp_path / "run")
     before = {p for p in run.rglob("*")}
@@ -126,6 +127,7 @@ def test_report_is_one_self_contained_html_file(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_report_reads_the_age_window_from_the_run_and_spans_from_the_first_steps_start(tmp_path):
     run = build_run(tmp_path / "run")
     with open(run / "config.yaml", "a", encoding="utf-8") as f:
@@ -136,6 +138,7 @@ def test_report_reads_the_age_window_from_the_run_and_spans_from_the_first_steps
     span = text[text.index("wall-clock span"):]
     assert span[:span.index("</tr>")].count("0:00:24") == 1
 
+@pytest.mark.slow
 def test_report_shows_early_and_late_rubrics_for_the_same_question(tmp_path):
     text = write_report(build_run(tmp_path / "run"), tmp_path / "r.html").read_text(encoding="utf-8")
     section = text[text.index("Example rubrics, early versus late"):text.index("Evaluation results")]
@@ -159,6 +162,7 @@ def test_rubric_text_from_the_samples_is_escaped(tmp_path, monkeypatch):
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;more&#34;" in text and "<script" not in text
 
 
+@pytest.mark.slow
 def test_report_shows_eval_numbers_and_phase_table(tmp_path):
     text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")
     evals = text[text.index("<h2>Evaluation results"):]
@@ -175,6 +179,7 @@ def test_pick_early_late_falls_back_to_first_and_last(tmp_path):
     assert pick_early_late(RunSamples()) == ([], False)
 
 
+@pytest.mark.slow
 def test_partial_run_one_role_no_samples_nulls(tmp_path):
     run = tmp_path / "partial"
     rows = [_metric(0, 0, "policy", s, r, None, None, None) for s, r in ((1, None), (2, float("nan")), (3, 0.4))]
@@ -186,6 +191,7 @@ def test_partial_run_one_role_no_samples_nulls(tmp_path):
         assert missing in text
 
 
+@pytest.mark.slow
 def test_a_run_without_evaluation_files_has_nothing_missing(tmp_path):
     """Training writes no eval/*.json: a complete run without them opens with no "What is missing" box."""
     run = build_run(tmp_path / "run")
@@ -209,6 +215,7 @@ def test_not_a_run_dir_raises(tmp_path):
         write_report(tmp_path)
 
 
+@pytest.mark.slow
 def test_cli_report(tmp_path, capsys):
     run = build_run(tmp_path / "run")
     assert main(["report", str(run), "--output", str(tmp_path / "out.html")]) == 0
@@ -265,6 +272,7 @@ def _eval_line(step: int, acc: float) -> dict:
             "heldout_policy_score_std": 0.2, "seconds": 30.0}
 
 
+@pytest.mark.slow
 def test_eval_lines_are_not_training_steps(tmp_path, monkeypatch):
     from evolm.report import plots
     from evolm.report.report import summarise
@@ -287,6 +295,7 @@ def test_eval_lines_are_not_training_steps(tmp_path, monkeypatch):
     assert "held-out evaluations</td><td class=\"n\">3 (at steps 0, 2, 12)" in text and "0:01:30" in text
 
 
+@pytest.mark.slow
 def test_report_shows_held_out_evaluations_with_intervals(tmp_path):
     text = write_report(_with_eval_lines(build_run(tmp_path / "run"))).read_text(encoding="utf-8")
     section = text[text.index("<h2>Held-out evaluation"):text.index("Per-phase summary")]
@@ -299,6 +308,7 @@ def test_report_shows_held_out_evaluations_with_intervals(tmp_path):
     assert "Held-out evaluation" not in write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_plots_the_criteria_per_step_when_logged(tmp_path):
     run = build_run(tmp_path / "run")
     assert 'alt="criteria per step"' not in write_report(run).read_text(encoding="utf-8")  # none logged: no section
@@ -311,6 +321,7 @@ def test_report_plots_the_criteria_per_step_when_logged(tmp_path):
     assert 'alt="criteria per step"' in text and "does not discriminate" in text
 
 
+@pytest.mark.slow
 def test_report_counts_the_judge_requests_that_failed(tmp_path):
     run = build_run(tmp_path / "run")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()[:-1]]
@@ -336,6 +347,7 @@ def test_a_phase_of_one_step_draws_its_std_as_a_bar_the_longer_phases_as_a_band(
     assert [(x0, round(y0, 6), x1, round(y1, 6)) for (x0, y0), (x1, y1) in bars] == [(3, 0.4, 3, 0.6)]
 
 
+@pytest.mark.slow
 def test_phase_table_shows_the_reward_spread_and_the_pair_accuracys_n(tmp_path):
     """demo.sh says to check the rubric steps' reward spread and the pair accuracy: the page prints both, with n."""
     text = write_report(build_run(tmp_path / "run")).read_text(encoding="utf-8")

@@ -31,6 +31,7 @@ def _only_input_errors(call) -> None:  # noqa: ANN001
         assert "\n" not in str(e).strip()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=st.one_of(_JSONISH, _DEEP, st.text(max_size=200)))
 @example(text='{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}")
@@ -53,6 +54,7 @@ def test_a_seed_rubric_given_as_text_raises_only_input_errors(tmp_path: Path, ru
     _only_input_errors(lambda: load_seed(str(seed)))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=st.one_of(_YAMLISH, _DEEP, st.text(max_size=200)))
 @example(text="loop: &a [*a]\n")

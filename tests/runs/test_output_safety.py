@@ -115,6 +115,7 @@ def test_resume_checks_the_rows_match_the_input(tmp_path: Path, monkeypatch: pyt
     assert "cannot resume" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_rubric_and_judge_resume_on_the_tiny_model(tiny_model_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A crash after one batch, then --resume-output: the same file as an uninterrupted (sampled) run."""

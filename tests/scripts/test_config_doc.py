@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pydantic import Field, create_model
 
 from evolm.config import load_config, to_dict
@@ -24,6 +25,7 @@ def _config_doc():
     return module
 
 
+@pytest.mark.slow
 def test_config_md_is_what_the_generator_writes_from_the_config_classes() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr  # if this fails: python scripts/config_doc.py, then commit docs/CONFIG.md

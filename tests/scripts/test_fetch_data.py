@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "fetch_data.py"
 
 
@@ -86,6 +88,7 @@ def test_tulu3_without_the_mixture_says_what_is_missing(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_the_paper_config_without_its_prompt_file_names_the_command_that_writes_it(tmp_path: Path) -> None:
     """A fresh clone: the paper config's dry run stops in one line that says how to make data/tulu3_prompts.jsonl."""
     root = Path(__file__).resolve().parents[2]

@@ -58,6 +58,7 @@ def test_question_and_response_from_what_engines_send() -> None:
     assert response_from_query("Q ?A", "Q?") == (" ?A", True)  # nothing to anchor on: after the shared start
 
 
+@pytest.mark.slow
 def test_rewards_equal_judge_score_on_the_same_rows(tiny_backend) -> None:
     """Concurrent requests with mixed prompts: each reward is Judge.score's on that row (no mix-up in batching)."""
     judge = Judge(tiny_backend, mode="prob")
@@ -89,6 +90,7 @@ def test_concurrent_requests_are_scored_together_grouped_by_question() -> None:
         assert questions == sorted(questions)
 
 
+@pytest.mark.slow
 def test_malformed_requests_get_a_json_4xx_and_the_server_keeps_serving() -> None:
     with running(create_app(FakeJudge())) as url:
         bad = [
@@ -387,6 +389,7 @@ class SlowJudge(FakeJudge):
         return super().score(items)
 
 
+@pytest.mark.slow
 def test_a_large_request_cannot_starve_a_small_one() -> None:
     """5,000 answers (79 judge calls of 64) and then 1 answer: the small one is in the next call, not the 80th."""
     judge = SlowJudge()
@@ -408,6 +411,7 @@ def test_a_large_request_cannot_starve_a_small_one() -> None:
     assert max(map(len, judge.calls)) <= 64 and sum(map(len, judge.calls)) == 5001
 
 
+@pytest.mark.slow
 def test_requests_past_their_deadline_free_their_slots_and_are_never_scored() -> None:
     judge = FakeJudge(gate=threading.Event())
     settings = ServeSettings(max_batch=1, max_queue=2, max_wait_ms=1, deadline_s=0.5)
@@ -427,6 +431,7 @@ def test_requests_past_their_deadline_free_their_slots_and_are_never_scored() ->
     assert scored == ["held", "after"]  # the late ones were dropped, not scored after their clients left
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_has_its_answers_dropped() -> None:
     judge = FakeJudge(gate=threading.Event())
     with running(create_app(judge, settings=ServeSettings(max_batch=1, max_wait_ms=1))) as url, \
@@ -555,6 +560,7 @@ def test_headers_over_the_size_limit_are_refused() -> None:
     assert reply.startswith(b"HTTP/1.1 400")
 
 
+@pytest.mark.slow
 def test_a_newcomer_goes_first_when_a_batch_has_room_for_one_answer() -> None:
     """With batches of one answer (a slow judge: --max-batch-s), the 1-answer request is the next call, not the
     5,000-answer request that got there first."""
@@ -586,6 +592,7 @@ class CountingListBackend:
         return out
 
 
+@pytest.mark.slow
 def test_listwise_requests_are_one_group_each_never_mixed_or_split() -> None:
     """Two clients' concurrent listwise requests to one question score as each does alone (each a list of its own
     answers, not one list of both), and a request larger than --max-batch is still one list."""
@@ -663,6 +670,7 @@ def test_a_label_over_the_criteria_cap_is_413_at_once_and_others_are_served() ->
     assert all(len(it.rubric.criteria) < 100 for call in judge.calls for it in call if it.rubric)  # never judged
 
 
+@pytest.mark.slow
 def test_batches_count_criteria_so_requests_under_the_cap_share_fairly() -> None:
     """Many answers each with a 64-criterion label (under the cap), then a 1-answer request: the small one waits about
     one call's worth of criteria, not for every answer that happened to fit in a batch of 64 answers."""
@@ -695,6 +703,7 @@ def test_a_listwise_list_over_the_cap_is_413_at_once_and_others_are_served() -> 
     assert took < 2 and fits.status_code == 200 and fits.json()["rewards"] == [1.0] * 32
 
 
+@pytest.mark.slow
 def test_a_missing_score_is_never_filled_from_another_clients_answers() -> None:
     """Client A's answer gets no score; client B's answers to the same question, in the same batch, do. A's reward is
     0.0 (its own request has no other score to fill from), never B's mean; a missing score within a request is filled
@@ -737,6 +746,7 @@ class LongRubricWriter(FakeWriter):
         return [_label(self.criteria if "Heavy" in json.dumps(conv) else 1) for conv in conversations]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["rubric_written", "rubric_from_file"])
 def test_written_and_file_rubrics_cost_their_criteria_so_a_small_request_is_not_starved(source: str) -> None:
     """Light traffic first (the judge's time per unit measured on 1-criterion answers), then 32 answers whose rubric,
@@ -783,6 +793,7 @@ class GatedBackend:
         return self.backend.next_token_logprobs(conversations, candidates, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_request_past_its_deadline_has_the_rest_of_its_batch_left_unjudged(tiny_backend) -> None:
     """A (3 answers x 8 criteria) and B (1 answer x 8 criteria, sent 1.5 s later) are judged in one batch, in chunks
     of 8 forward passes (--max-batch-s 4 at 0.125 s a pass); B's chunk is first and runs long. A's deadline passes

@@ -62,6 +62,7 @@ def _wait_queued(url: str, n: int, seconds: float = 30) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_flooding_client_cannot_starve_another_clients_one_answer_request() -> None:
     """One client sends 40 requests of 64 answers at once, more than --max-queue; another client's one-answer
     requests are let in and answered in the next judge call or two (a batch holds 8 answers: fewer than the
@@ -145,6 +146,7 @@ class SlowWriter(FakeWriter):
         return super().generate(conversations, params, progress=progress)
 
 
+@pytest.mark.slow
 def test_rubric_writing_is_shared_between_clients() -> None:
     """A flood of 200 new questions (4 s of writing) from one client; another client's new question is written
     in the next writer call or two, not after the 200."""
@@ -166,6 +168,7 @@ def test_rubric_writing_is_shared_between_clients() -> None:
     assert took < 1.5 and written_then < 1 + 60, (took, written_then)  # not after the flood's 200 questions
 
 
+@pytest.mark.slow
 def test_a_request_past_its_deadline_is_not_written_for() -> None:
     """Writing goes a few questions a call once the writer is timed; a request whose deadline passes gets no
     more."""
@@ -180,6 +183,7 @@ def test_a_request_past_its_deadline_is_not_written_for() -> None:
     assert writer.prompts < 1 + 20  # about 1 s of writing at 0.1 s a question, not the 4 s of all 40
 
 
+@pytest.mark.slow
 def test_an_answer_costs_its_length_so_a_long_one_is_judged_alone() -> None:
     """Four 400,000-character answers (about 0.2 s of judging each here) and then another client's short
     answer: each long answer is a judge call of its own, and the short one waits for about one of them, not

@@ -180,6 +180,7 @@ def test_heldout_policy_scores_are_kept_and_compared_by_question(learning, tmp_p
     assert learning._heldout_policy_lines()[-1].endswith("step 50: 0.900 (n = 1).")  # no change to compare
 
 
+@pytest.mark.slow
 def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, monkeypatch):
     run = tmp_path / "runs" / "evolm"
     monkeypatch.setattr(learning, "TRAINING_RUNS", (("EvoLM", str(ROOT / "configs/learning/judge-1b5/evolm.yaml"),
@@ -204,6 +205,7 @@ def test_training_row_pair_accuracy_is_over_every_judgement(learning, tmp_path, 
     assert (learning.FIGURES / "training.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_writers_check_finds_a_writer_that_writes_the_kept_rubrics_and_one_that_does_not(learning, tiny_model_dir):
     """writers-check: the writer that wrote an arm's kept rubrics writes them again (a retrained warm start is shown to
     be the measured one this way); a kept rubric changed by one character is counted as different."""
@@ -575,6 +577,7 @@ def test_gap_closed_is_the_share_of_the_ceiling_gap_with_an_interval_only_when_t
     assert share == 1.0 and ci is None and 0.025 < no_room < 0.9
 
 
+@pytest.mark.slow
 def test_the_kept_table_is_what_writers_table_makes_from_the_kept_files():
     """studies/learning/results/writers-table.md is what `python -m studies.learning writers-table` makes from the files kept in
     the repository (arms, training records), so a fresh clone regenerates it; the training-source overlap line depends
@@ -716,6 +719,7 @@ def test_the_labelled_runs_training_pairs_set_the_writers_votes_against_no_rubri
     assert lines[-1] == "| 26-50 | 4 | 2 / 2 | 3 / 1 | 2 / 1 (1) |"
 
 
+@pytest.mark.slow
 def test_a_judge_that_is_not_there_is_a_one_line_error_not_a_traceback():
     out = subprocess.run([sys.executable, "-m", "studies.learning", "writers-probe", "--judge", "/no/such/judge"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -52,12 +52,14 @@ def _steps(run_dir: Path) -> list[tuple[int, str]]:
     return [(r["step"], r["role"]) for r in read_jsonl(run_dir / "metrics.jsonl")]
 
 
+@pytest.mark.slow
 def test_frozen_base_rubrics_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = load_config(BASELINES[0].parent / "base-rubrics.yaml", _cpu(tiny_model_dir, tmp_path / "r"))
     assert _steps(run(cfg)) == [(1, "policy"), (2, "policy")]
     assert (tmp_path / "r" / "frozen_rubrics.jsonl").is_file()
 
 
+@pytest.mark.slow
 def test_sequential_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = load_config(BASELINES[0].parent / "sequential.yaml",
                       _cpu(tiny_model_dir, tmp_path / "r", "schedule.cycles=1"))
@@ -65,6 +67,7 @@ def test_sequential_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert _steps(out / "stage1-writer") == [(1, "rubric")] and _steps(out / "stage2-policy") == [(1, "policy")]
 
 
+@pytest.mark.slow
 def test_api_rubrics_baseline_against_a_local_openai_server(tiny_model_dir: Path, tmp_path: Path) -> None:
     from openai_server import serve
 
@@ -81,6 +84,7 @@ def test_api_rubrics_baseline_against_a_local_openai_server(tiny_model_dir: Path
     assert written and all(w["text"].startswith("echo:") for w in written)  # the API model wrote the rubrics
 
 
+@pytest.mark.slow
 def test_api_rubrics_baseline_falls_back_to_its_second_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A writer request still failing after its retries is written by rubric.writer_fallback (the reference's
     gpt-4.1-mini), the others by the writer."""
@@ -107,6 +111,7 @@ def test_gpt41_baseline_dry_run_shows_how_the_writer_samples(capsys: pytest.Capt
             in capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_scalar_reward_model_baseline(tiny_model_dir: Path, tmp_path: Path) -> None:
     from evolm.judge.judge import JudgeItem
     from evolm.judge.reward_model import load_reward_model
@@ -146,6 +151,7 @@ def test_reward_model_reference_reading(tiny_model_dir: Path, tmp_path: Path) ->
     assert "add them" in ref._text(item.question, item.answer) and "add them" not in ours._text(item.question, item.answer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "mode"), [("rar-explicit.yaml", "rar_explicit"), ("rar-implicit.yaml", "rar_implicit")])
 def test_rar_baselines(tiny_model_dir: Path, tmp_path: Path, config: str, mode: str) -> None:
     cfg = load_config(BASELINES[0].parent / config,

@@ -233,6 +233,7 @@ def test_drop_flat_criteria_needs_the_yesno_judge() -> None:
     assert not load_config(Path(__file__).parents[2] / "configs" / "paper-qwen3-8b.yaml").rewards.drop_flat_criteria
 
 
+@pytest.mark.slow
 def test_extra_rewards_are_summed_and_logged_per_step(lora_run: Path) -> None:
     policy, rubric = read_jsonl(lora_run / "metrics.jsonl")
     parts = policy["reward_components"]

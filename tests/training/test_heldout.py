@@ -255,6 +255,7 @@ def test_labelled_pairs_and_eval_files_are_checked_before_any_model_loads(tmp_pa
 # ============================================================================= a tiny real run, resumed
 
 
+@pytest.mark.slow
 def test_labelled_rubric_only_run_with_heldout_evaluation(tiny_model_dir: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture) -> None:
     data = write_jsonl(tmp_path / "train.jsonl", [{"prompt": f"Train question {i}?", "chosen": f"A good answer {i}.",
@@ -331,6 +332,7 @@ def test_study_configs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(load_heldout(cfg, REPO / "runs" / "not-created").pairs) == 40
 
 
+@pytest.mark.slow
 def test_heldout_prompts_over_max_prompt_tokens_are_skipped_and_said(tmp_path: Path) -> None:
     """A held-out question or pair prompt is generated from in the run as a training one is: one over
     data.max_prompt_tokens would overflow vLLM's context (or run a 135M writer out of its own), so it is skipped

@@ -65,6 +65,7 @@ def test_the_adapter_checkpoint_loads_for_evaluation(lora_run: Path, tiny_model_
     assert [set(r) >= {"prompt", "rubric", "rubric_text"} for r in read_jsonl(tmp_path / "r.jsonl")] == [True]
 
 
+@pytest.mark.slow
 def test_resume_loads_the_adapter(lora_run: Path, tmp_path: Path) -> None:
     copy = tmp_path / "run"
     shutil.copytree(lora_run, copy)
@@ -116,6 +117,7 @@ def test_lora_settings_reach_peft() -> None:
     assert set(named.target_modules) == {"q_proj", "v_proj"}
 
 
+@pytest.mark.slow
 def test_a_warm_start_adapter_is_trained_on_not_replaced(tiny_model_dir: Path, tmp_path: Path) -> None:
     """`evolm sft-rubrics --lora-r R --keep-adapter` saves the adapter alone; a run whose model.name is that folder
     (model.lora.r = R) trains the same adapter on, against a frozen copy of it (TRL's "ref" adapter), and its

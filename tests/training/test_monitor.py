@@ -99,6 +99,7 @@ def _write_run(run: Path, rewards: list[float], heldout: dict[int, float], lengt
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_report_flags_reward_up_while_heldout_accuracy_falls(tmp_path: Path) -> None:
     _write_run(tmp_path / "run", [0.3, 0.35, 0.4, 0.45, 0.6, 0.7, 0.8, 0.9], {0: 0.70, 4: 0.72, 8: 0.55})
     data = load_run(tmp_path / "run")
@@ -123,6 +124,7 @@ def test_report_flags_length_growth_beyond_the_factor(tmp_path: Path) -> None:
     assert [f.step for f in hacking_flags(data.metrics, data.heldout, length_factor=3.0)] == []
 
 
+@pytest.mark.slow
 def test_report_command_takes_the_length_factor(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     from evolm.cli import main
 

@@ -340,6 +340,7 @@ def coevolve_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
+@pytest.mark.slow
 def test_run_tells_the_tokens_it_generates_within_each_step(coevolve_run: Path) -> None:
     """`evolm train`'s bar moves inside a step: on_tokens hears at least every answer token of the policy steps
     (their completion_length x rows), told a decoding step at a time rather than once per step."""
@@ -508,6 +509,7 @@ def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(
         check_failures(step(4, 6), 4, 0.5, tmp_path)
 
 
+@pytest.mark.slow
 def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_run(
         tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A judge request that fails after its retries costs its reward (the group mean), counted per step; a step where
@@ -556,6 +558,7 @@ def test_failed_judge_requests_are_missing_scores_until_their_share_stops_the_ru
         assert [(r["step"], r["judge_failures"]) for r in metrics(out)] == [(1, 0), (2, 0)]
 
 
+@pytest.mark.slow
 def test_stop_after_step_ends_the_run_there_with_a_checkpoint_and_resume_goes_on(
         tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """`evolm train --stop-after-step N`: the run ends after step N with a checkpoint there (the phase-end ones
@@ -581,6 +584,7 @@ def test_stop_after_step_ends_the_run_there_with_a_checkpoint_and_resume_goes_on
 # ============================================================================= the other regimes
 
 
+@pytest.mark.slow
 def test_sequential_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     """Stage 1 trains the writer (answers from the frozen base model); stage 2 trains the policy from the base
     weights on the rubrics of stage 1's final checkpoint."""
@@ -609,6 +613,7 @@ def test_sequential_run(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert (policy / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_frozen_rubric_run_with_a_fixed_writer(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "frozen"
     cfg = tiny_config(tiny_model_dir, out, "schedule.regime=frozen_rubric", "schedule.cycles=2",
@@ -718,7 +723,7 @@ def test_resume_config_keeps_schedule_and_seed(tmp_path: Path) -> None:
     from evolm.runs.rundir import save_config
 
     save_config(cfg, tmp_path / "config.yaml")
-    again = resume_config(tmp_path, ["judge.base_url=http://judge:8000/v1"])
+    again = resume_config(tmp_path, ["judge.backend=openai", "judge.base_url=http://judge:8000/v1"])
     assert again.output_dir == str(tmp_path)  # the directory given wins over the saved one
     assert again.judge.base_url == "http://judge:8000/v1"
     with pytest.raises(RunError, match="schedule and seed"):
@@ -878,6 +883,7 @@ def test_rubric_prompt_setting_reaches_both_roles(tmp_path: Path, tiny_model_dir
     assert all(c[:-1] == rubric_messages("x", "older")[:-1] for c in engine.calls[0])
 
 
+@pytest.mark.slow
 def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_model_dir: Path, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from cli.test_rubric_and_judge_commands import _long_prompts

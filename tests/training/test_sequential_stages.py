@@ -19,6 +19,7 @@ def metrics(run_dir: Path) -> list[dict]:
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
+@pytest.mark.slow
 def test_stage_two_starts_in_a_fresh_process_on_a_gpu(tiny_model_dir: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "seq"

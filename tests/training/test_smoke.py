@@ -31,6 +31,7 @@ def tiny(model_dir: Path, out: Path) -> list[str]:
             "grpo.report_to=[]", "rubric.constrained=false", "model.lora.r=0"]
 
 
+@pytest.mark.slow
 def test_smoke_runs_each_role_checkpoints_resumes_and_prints_a_verdict(tiny_model_dir: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"

@@ -33,6 +33,7 @@ def test_the_step_file_lists_every_hook_the_adapter_calls() -> None:
     assert methods == hooks  # and the class defines them in it: the file reads in the order a step happens
 
 
+@pytest.mark.slow
 def test_trl_calls_the_hooks_in_the_listed_order(tiny_model_dir: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A real two-step run on TRL (a policy phase then a rubric phase, a checkpoint after each step): the calls, in
