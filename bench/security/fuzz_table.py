@@ -97,7 +97,8 @@ def _row() -> dict[str, str]:
     return {"rubric_text": RUBRIC, "rubric": RUBRIC}
 
 
-def _parsers(text: str) -> None:
+def read_replies(text: str) -> None:
+    """Every judge-reply parser on ``text`` (and ``copied_score`` against it)."""
     for read in (parse.parse_judge_score, parse.parse_scale_score, parse.parse_judge_score_reference,
                  parse.parse_judge_score_rb2, parse.parse_rating_reference, parse.parse_judge_reasoning):
         read(text)
@@ -116,7 +117,7 @@ COLUMNS: dict[str, Callable[[str], object]] = {
     "fence": fence_answer,
     "prompt": lambda t: yesno_messages("What gas do plants take in?", "Names carbon dioxide.", t),
     "monitor": lambda t: flagged(_row(), t),
-    "parsers": _parsers,
+    "parsers": read_replies,
     "rubric": _rubric,
 }
 

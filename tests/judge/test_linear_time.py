@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from bench.security.fuzz_table import RUBRIC, shapes
+from bench.security.fuzz_table import RUBRIC, read_replies, shapes
 
-from evolm.judge import parse
 from evolm.judge.prompts import fence_answer, listwise_messages, yesno_messages
 from evolm.judge.self_assessment import has_self_assessment, neutralise_self_assessment
 from evolm.rubrics import format_validity, parse_rubric, remove_reasoning, rubric_repairs
@@ -26,14 +25,6 @@ from evolm.training.monitor import flagged, has_score_string
 
 BOUND_S = 0.2
 SHAPES = shapes()
-
-
-def _parsers(text: str) -> None:
-    for read in (parse.parse_judge_score, parse.parse_scale_score, parse.parse_judge_score_reference,
-                 parse.parse_judge_score_rb2, parse.parse_rating_reference, parse.parse_judge_reasoning):
-        read(text)
-    parse.parse_criterion_ratings(text, 3)
-    parse.copied_score(text, text)
 
 
 def _listwise(text: str) -> None:
@@ -50,7 +41,7 @@ READERS: dict[str, Callable[[str], object]] = {
     "has_self_assessment": has_self_assessment,
     "monitor score string": has_score_string,
     "monitor flagged": lambda t: flagged({"rubric_text": RUBRIC, "rubric": RUBRIC}, t),
-    "judge reply parsers": _parsers,
+    "judge reply parsers": read_replies,
     "parse_rubric": parse_rubric,
     "format_validity": format_validity,
     "rubric_repairs": rubric_repairs,

@@ -8,11 +8,10 @@ True
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
-from evolm.eval.constraints import Constraint, check, constraints_json, parse_constraints
+from evolm.eval.constraints import Constraint, checked_row, constraints_json, parse_constraints
 
 NAMING_WORDS: dict[str, tuple[str, ...]] = {
     "detectable_content:postscript": ("p.s", "postscript"), "detectable_format:title": ("title", "<<"),
@@ -47,12 +46,12 @@ def names(text: str, constraint: Constraint) -> bool:
     return any(w in low for w in words) or bool(phrase) and phrase in low
 
 
-@functools.lru_cache(maxsize=4096)  # a rubric step judges each pair once per sampled rubric
 def differing(a_pos: str, a_neg: str, question: str, constraints: str) -> tuple[dict[str, Any], ...]:
-    """The constraints (a row's JSON column) that one answer of a pair follows and the other does not."""
-    cs = parse_constraints(constraints)
-    pos, neg = check(a_pos, question, cs), check(a_neg, question, cs)
-    return tuple(c for c, p, n in zip(cs, pos, neg, strict=True) if p != n)
+    """The constraints (a row's JSON column) that one answer of a pair follows and the other does not (each answer
+    checked once: ``checked_row`` remembers it for the step's samples and records too)."""
+    pos, neg = checked_row(a_pos, question, constraints), checked_row(a_neg, question, constraints)
+    return tuple(c for c, p, n in zip(parse_constraints(constraints), pos.followed, neg.followed, strict=True)
+                 if p != n)
 
 
 def named_difference_reward(completions: Sequence[Any], a_pos: Sequence[str | None] = (),
