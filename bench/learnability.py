@@ -3,15 +3,16 @@ rewards? The judge is skipped (``rewards.judge_weight: 0``); a rubric earns 1 wh
 answers differ in (``evolm.eval.rubric_naming.named_difference_reward``), else 0: the "+" arm. The "-" arm reverses it
 (weight -1). If naming does not rise in "+" and fall in "-", the writer's training path is broken, whatever the judge.
 
-Each arm is an ``evolm train`` run of configs/study/learnability/{plus,minus}.yaml, from the warm start (the config's
-model) or the base writer (``--from base``). Then, per arm and step, the share of the step's rubrics that name the
-constraint their pair differs in, per constraint family, from the runs' samples files: a table, a JSON file and a
-figure in ``--out``. An arm whose run directory already holds its steps is read, not run again (``--rerun`` to
-redo it). Run from the repository root:
+Each arm is an ``evolm train`` run of a config (``CONFIGS``: the "+" and "-" arms, and the q arms of the reading
+curve), from the warm start (``-warm``: the config's model) or the base writer (``-base``). Then, per arm and step,
+the share of the step's rubrics that name the constraint their pair differs in, per constraint family, from the
+runs' samples files: a table, a JSON file and a figure in ``--out``. An arm whose run directory already holds its
+steps is read, not run again (``--rerun`` to redo it). Run from the repository root:
 
     python bench/learnability.py                        # 4 arms x 20 steps (about an hour a arm on 2 CPU cores)
     python bench/learnability.py --steps 5 --arms plus-warm,minus-warm --out /tmp/learn   # a quick re-check
     python bench/learnability.py --table-only           # the table and figure again from the kept runs
+    python bench/learnability.py --name reading --arms q100-warm,q080-warm,q065-warm --runs runs/study/reading
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "study" / "learnability"
-ARMS = ("plus-warm", "minus-warm", "plus-base", "minus-base")
+CONFIGS = {"plus": "learnability/plus.yaml", "minus": "learnability/minus.yaml", "q100": "reading/q100.yaml",
+           "q080": "reading/q080.yaml", "q065": "reading/q065.yaml"}
+"""An arm is a config (under configs/study/) and a start: ``plus-warm``, ``q080-base``. The q arms are the reading
+curve: EvoLM's own writer reward under a checker judge that reads a named constraint right with probability q."""
+ARMS = tuple(f"{c}-{start}" for c in CONFIGS for start in ("warm", "base"))
 BASE = "smollm2-135m-instruct"
 
 
@@ -42,10 +46,11 @@ def run_arm(arm: str, steps: int, runs: Path, rerun: bool) -> Path:
             print(f"{arm}: {done} steps kept in {out}", flush=True)
             return out
     overrides = [f"output_dir={out}", "schedule.cycles=1", f"schedule.steps_per_phase={steps}",
-                 f"schedule.save_every={steps}"]
+                 f"schedule.save_every={min(5, steps)}"]  # an adapter every 5 steps: a stopped arm keeps one
     if start == "base":  # the untrained writer: a fresh LoRA adapter (run (a)'s) on the built-in base
         overrides.append(f"model.name={BASE}")
-    cmd = [sys.executable, "-m", "evolm.cli", "train", "--config", str(CONFIGS / f"{sign}.yaml"), *overrides]
+    config = ROOT / "configs" / "study" / CONFIGS[sign]
+    cmd = [sys.executable, "-m", "evolm.cli", "train", "--config", str(config), *overrides]
     if out.exists():
         import shutil
 
@@ -110,7 +115,7 @@ def plot(curves: dict[str, dict[int, dict[str, list[int]]]], path: Path) -> None
                 if n:
                     xs.append(s)
                     ys.append(sum(k for k, _ in cells) / n)
-            ax.plot(xs, ys, marker="o", ms=3, label=arm, ls="-" if arm.startswith("plus") else "--")
+            ax.plot(xs, ys, marker="o", ms=3, label=arm, ls="--" if arm.startswith("minus") else "-")
         ax.set_title(fam or "every constraint")
         ax.set_xlabel("rubric step")
         ax.set_ylim(-0.03, 1.03)
@@ -123,7 +128,9 @@ def plot(curves: dict[str, dict[int, dict[str, list[int]]]], path: Path) -> None
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--arms", default="plus-warm,minus-warm,plus-base,minus-base",
+                    help=f"comma-separated, of {', '.join(ARMS)}")
+    ap.add_argument("--name", default="learnability", help="the output files' stem (reading: the q arms)")
     ap.add_argument("--steps", type=int, default=20, help="rubric steps per arm (default 20)")
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "study" / "learnability", help="run directories")
     ap.add_argument("--out", type=Path, default=ROOT / "studies" / "constraints" / "results" / "learnability",
@@ -155,15 +162,16 @@ def main() -> None:
             k, n = sum(c[0] for c in counts[s].values()), sum(c[1] for c in counts[s].values())
             per = ", ".join(f"{f} {c[0]}/{c[1]}" for f, c in sorted(counts[s].items()))
             per_step.append(f"| {arm} | {s} | {k}/{n} | {per} |")
-    text = "\n".join(["# The writer's learnability check", "", "Share of rubrics naming the constraint their pair's "
-                      "answers differ in (`python bench/learnability.py`).", "", *lines, "", "## Per step", "",
+    text = "\n".join([f"# The writer's {args.name} check", "", "Share of rubrics naming the constraint their pair's "
+                      f"answers differ in (`python bench/learnability.py --name {args.name} --arms {args.arms}`).", "",
+                      *lines, "", "## Per step", "",
                       *per_step]) + "\n"
-    (args.out / "learnability.md").write_text(text, encoding="utf-8")
-    (args.out / "learnability.json").write_text(json.dumps(
+    (args.out / f"{args.name}.md").write_text(text, encoding="utf-8")
+    (args.out / f"{args.name}.json").write_text(json.dumps(
         {arm: {str(s): dict(c) for s, c in counts.items()} for arm, counts in curves.items()}, indent=1) + "\n")
-    plot(curves, args.out / "learnability.png")
+    plot(curves, args.out / f"{args.name}.png")
     print("\n".join(lines))
-    print(f"wrote {args.out}/learnability.{{md,json,png}}")
+    print(f"wrote {args.out}/{args.name}.{{md,json,png}}")
 
 
 if __name__ == "__main__":
