@@ -8,54 +8,23 @@ machine first, because a number without its machine means little.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-# Load average when the benchmark started, before its own work: above the core count, another job
-# shared the CPU and the absolute times (not so much the side-by-side ratios) are inflated.
-_LOAD_AT_START = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+from evolm.eval.policy_inputs import default_data_dir
+from evolm.runs.machine import load_average, machine
 
-
-def machine() -> dict[str, Any]:
-    """CPU model, cores, torch threads, load and library versions (printed before every table)."""
-    import torch
-    import transformers
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-    if _LOAD_AT_START is not None:
-        info["load_avg_1m_at_start"] = _LOAD_AT_START
-    try:
-        import trl
-
-        info["trl"] = trl.__version__
-    except ImportError:
-        pass
-    return info
+# Load average when the benchmark started, before its own work: above the core count, another job shared the CPU and
+# the absolute times (not so much the side-by-side ratios) are inflated.
+_LOAD_AT_START = load_average()
 
 
 def print_header(title: str, sizes: dict[str, Any]) -> dict[str, Any]:
     """Print the title, the machine and the sizes; return the machine as printed (for a result file)."""
-    info = machine()
+    info = machine(_LOAD_AT_START)
     print(f"\n## {title}\n")
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     print("sizes:   " + ", ".join(f"{k}={v}" for k, v in sizes.items()))
@@ -162,13 +131,14 @@ def source_at(rev: str) -> str:
     return str(dest / "src")
 
 
-# A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
-# valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
-# The judge benchmarks' data: LLMBar Natural pairs, from ./data (`python scripts/fetch_data.py llmbar`), or the
-# folder EVOLM_DATA names.
-DATA = Path(os.environ.get("EVOLM_DATA", Path(__file__).resolve().parents[1] / "data"))
+# The judge benchmarks' data: LLMBar Natural pairs, from the folder EVOLM_DATA names, else data/ in the repository
+# (`python scripts/fetch_data.py llmbar`) or ../shared/data beside it (evolm.eval.policy_inputs.default_data_dir).
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("EVOLM_DATA") or default_data_dir(ROOT) or ROOT / "data")
 LLMBAR_NATURAL = DATA / "llmbar" / "Natural.json"
 
+# A generic rubric (three weighted criteria with levels) for when the rubric writer produced no
+# valid rubric: SmolLM2-135M rarely writes parseable JSON, and a benchmark must still judge.
 GENERIC_RUBRIC = {
     "criteria": [
         {"criterion": "The answer does exactly what the question asks, with every explicit requirement met.",

@@ -41,7 +41,8 @@ def sample(backend, question: str, n: int, args) -> list[list[int]]:  # noqa: AN
     import torch
 
     from evolm.backends.constrained import RUBRIC_SCHEMA, logits_processor, reply_start
-    from evolm.backends.hf import generation_stop_ids, model_vocab_size
+    from evolm.backends.hf import model_vocab_size
+    from evolm.backends.stopping import generation_stop_ids
     from evolm.rubrics import rubric_messages
 
     text = backend._render([rubric_messages(question)], {})[0]
@@ -69,7 +70,8 @@ def replay(backend, prompt: list[int], completion: list[int], temperature: float
     import xgrammar as xgr
 
     from evolm.backends.constrained import RUBRIC_SCHEMA, compiled_grammar, reply_start
-    from evolm.backends.hf import generation_stop_ids, model_vocab_size
+    from evolm.backends.hf import model_vocab_size
+    from evolm.backends.stopping import generation_stop_ids
 
     vocab = model_vocab_size(backend.model)
     text = backend.tokenizer.decode(prompt)

@@ -1,5 +1,5 @@
 """bfloat16 against float32 weights on this CPU: one forward pass, timed side by side (the evidence behind the
-warning ``backends.loading.resolve_dtype`` gives for bfloat16 on a CPU without AVX512-BF16 or AMX).
+warning ``backends.devices.resolve_dtype`` gives for bfloat16 on a CPU without AVX512-BF16 or AMX).
 
 Same model, same random token batch, both weights loaded in one process and timed round-robin (after a warm-up), so
 the ratio holds even on a busy machine. CPU seconds are this process's; torch's CPUID checks are printed beside.
@@ -27,7 +27,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from evolm.backends.loading import cpu_computes_bfloat16, resolve_model_path
+    from evolm.backends.devices import cpu_computes_bfloat16
+    from evolm.backends.loading import resolve_model_path
 
     path = resolve_model_path(args.model)
     print_header("bfloat16 against float32 weights on this CPU: one forward pass",

@@ -12,8 +12,9 @@ a paired bootstrap interval of the difference in accuracy.
     .venv/bin/python -m bench.judge_dtype --sets Natural Adversarial_Neighbor --modes yesno
     .venv/bin/python -m bench.judge_dtype --model qwen2.5-coder-1.5b-instruct --modes yesno --limit 8
 
-Besides, per mode and dtype: the probe of ``studies/learning/study.py writers-probe`` (P(Yes) of a right minus a wrong
-short answer under a criterion naming the expected value), and the CPU seconds (this process) per judged answer.
+Besides, per mode and dtype: the value probe (``evolm.eval.value_probe``, the one ``studies/learning/study.py
+writers-probe`` runs: P(Yes) of a right minus a wrong short answer under a criterion naming the expected value), and the
+CPU seconds (this process) per judged answer.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import json
 import statistics
 import time
 
-from studies.learning.study import PROBES
-
 from bench.common import GENERIC_RUBRIC, LLMBAR_NATURAL, print_header, table
+from evolm.eval.value_probe import value_probe_gaps, value_probe_items
 from evolm.stats import bootstrap_mean, sign_test
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     from evolm.backends.loading import load_backend
     from evolm.eval.pairs import pair_credit
     from evolm.judge.judge import Judge, JudgeItem
-    from evolm.rubrics import Criterion, Rubric
+    from evolm.rubrics import Rubric
 
     rubric = Rubric.from_obj(GENERIC_RUBRIC)
     pairs = []
@@ -53,7 +53,7 @@ def main() -> None:
             pairs.append((r["input"], better, worse))
     pairs = pairs[:args.limit] if args.limit else pairs
     items = [JudgeItem(q, a, rubric) for q, b, w in pairs for a in (b, w)]
-    probe = [JudgeItem(q, a, Rubric((Criterion(c, 1.0),))) for q, c, right, wrong in PROBES for a in (right, wrong)]
+    probe = value_probe_items()
     modes = args.modes.split(",")
     print_header("Judge weights: bfloat16 vs float32", {
         "model": args.model, "sets": " ".join(args.sets), "pairs": len(pairs), "answers": len(items),
@@ -75,7 +75,7 @@ def main() -> None:
             credits[mode, dtype], scores[mode, dtype] = c, s
             lo, hi = bootstrap_mean(c)
             ps = [j.score for j in judge.score(probe)]
-            gaps = [ps[2 * i] - ps[2 * i + 1] for i in range(len(PROBES))]
+            gaps = value_probe_gaps(ps)
             glo, ghi = bootstrap_mean(gaps)
             rows.append([mode, dtype, len(c), f"{statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]", seconds,
                          len(items) / seconds, f"{cpu / len(items):.2f}",

@@ -12,7 +12,7 @@ old code loaded from git):
    the criterion, so an answer's criteria continue from one cache of its prefix; but each answer's prefix runs as
    its own forward pass, then its 3 criteria as one small batch.
 3. answer first, groups batched (now): the prefixes of up to ``batch_size`` answers run side by side in one pass,
-   and the criteria of several answers in one batch (``HFBackend._grouped_logits``). Same arithmetic as 2: the
+   and the criteria of several answers in one batch (``PrefixForward.grouped_logits``). Same arithmetic as 2: the
    scores agree to float rounding.
 4. criterion first, groups batched: the old prompt on today's backend (what the batching alone saves, with the
    judge reading what it read before).
@@ -21,8 +21,8 @@ Measured:
 
 1. cost: seconds (wall and CPU of this process) per judged answer at 3 criteria, on held-out LLMBar pairs whose
    hand-written rubric has 3 criteria, timed round-robin;
-2. the probe (``studies/learning/study.py writers-probe``): P(Yes) of a right minus a wrong answer under a criterion
-   that names the value, per variant;
+2. the value probe (``evolm.eval.value_probe``, as ``studies/learning/study.py writers-probe`` runs it): P(Yes) of a
+   right minus a wrong answer under a criterion that names the value, per variant;
 3. held-out pair accuracy with the hand-written rubrics (the writers study's ceiling arm), 100 pairs, with paired
    sign tests against the first variant.
 
@@ -35,23 +35,22 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
-from studies.learning.study import (
-    PROBES,
-    ROOT,
-    fmt_ci,
-    handwritten_rubrics,
-    wilson,
-    writers_pairs,
-)
-
 from bench.common import load_old_module, print_header, table
-from evolm.stats import bootstrap_mean, sign_test
+from evolm.eval.value_probe import value_probe_gaps, value_probe_items
+from evolm.report.intervals import Estimate, fmt_estimate
+from evolm.runs.jsonl import read_jsonl
+from evolm.stats import bootstrap_mean, sign_test, wilson
 
 BEFORE = "ff0e7d6"  # the last commit with the criterion before the answer
 ONE_GROUP_AT_A_TIME = "588ad90"  # the last commit whose HFBackend ran each group's prefix as its own pass
+ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "bench" / "results" / "yesno_layout.json"
+# the writers study's held-out pairs and hand-written rubrics, as it keeps them (docs/RESULTS.md)
+HELDOUT_PAIRS = ROOT / "studies" / "learning" / "results" / "writers" / "heldout_pairs.jsonl"
+HANDWRITTEN = ROOT / "studies" / "learning" / "data" / "handwritten_rubrics.jsonl"
 
 
 def variants(judge_name: str, batch_size: int) -> dict[str, tuple[Any, Any]]:
@@ -107,17 +106,11 @@ def cost(fns: dict[str, tuple[Any, Any]], pairs: list[Any], rubrics: dict[str, s
 
 
 def probe(fns: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
-    from evolm.judge.judge import JudgeItem
-    from evolm.rubrics import Criterion, Rubric
-
     out = {}
     for name, (fn, judge) in fns.items():
         use(fn)
-        items = []
-        for q, crit, right, wrong in PROBES:
-            items += [JudgeItem(q, a, Rubric((Criterion(crit, 1.0),))) for a in (right, wrong)]
-        s = [j.score for j in judge.score(items)]
-        gaps = [s[2 * i] - s[2 * i + 1] for i in range(len(PROBES))]
+        s = [j.score for j in judge.score(value_probe_items())]
+        gaps = value_probe_gaps(s)
         out[name] = {"gap": statistics.fmean(gaps), "ci": bootstrap_mean(gaps),
                      "right_higher": sum(g > 0 for g in gaps), "wrong_higher": sum(g < 0 for g in gaps),
                      "gaps": gaps, "scores": s}
@@ -134,7 +127,7 @@ def accuracy(fns: dict[str, tuple[Any, Any]], pairs: list[Any], rubrics: dict[st
         t0 = time.perf_counter()
         s = [j.score for j in judge.score(items, progress=True)]
         credits = [pair_credit(s[2 * i], s[2 * i + 1]) for i in range(len(pairs))]
-        out[name] = {"accuracy": statistics.fmean(credits), "ci": wilson(sum(credits), len(credits)),
+        out[name] = {"accuracy": statistics.fmean(credits), "ci": wilson(statistics.fmean(credits), len(credits)),
                      "n": len(credits), "credits": credits, "seconds": time.perf_counter() - t0}
     return out
 
@@ -155,8 +148,8 @@ def main() -> None:
 
     from evolm.eval.pairs import load_pairs
 
-    pairs = load_pairs(writers_pairs())
-    rubrics = handwritten_rubrics()
+    pairs = load_pairs(HELDOUT_PAIRS)
+    rubrics = {r["prompt"]: json.dumps({"criteria": r["criteria"]}) for r in read_jsonl(HANDWRITTEN) if "prompt" in r}
     fns = variants(args.judge, args.batch_size)
     names = list(fns)
     host = print_header("yesno judge layouts",
@@ -177,8 +170,8 @@ def main() -> None:
         acc = res.get("accuracy", {}).get(name)
         rows.append([name, f"{c['wall_s_per_answer']:.2f}", f"{c['cpu_s_per_answer']:.2f}",
                      f"{first['cpu_s_per_answer'] / c['cpu_s_per_answer']:.2f}x",
-                     fmt_ci(pr["gap"], pr["ci"]), f"{pr['right_higher']} / {pr['wrong_higher']}",
-                     fmt_ci(acc["accuracy"], acc["ci"]) + f" (n={acc['n']})" if acc
+                     fmt_estimate(Estimate(pr["gap"], pr["ci"], None)), f"{pr['right_higher']} / {pr['wrong_higher']}",
+                     fmt_estimate(Estimate(acc["accuracy"], acc["ci"], acc["n"])) + f" (n={acc['n']})" if acc
                      else {names[1]: "as the third row", names[3]: "as the first row"}.get(name, "not run")])
     print(table(["variant", "wall s / answer", "CPU s / answer", "CPU: first / this", "probe: right - wrong",
                  "right / wrong higher", "held-out accuracy, hand-written rubrics"], rows))

@@ -195,3 +195,18 @@ def test_tests_mirror_the_package_tree() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     folders = {p.parent.name for p in root.rglob("test_*.py") if p.parent != root}
     assert folders <= packages | {"examples", "scripts", "studies"}, sorted(folders - packages)
+
+
+def test_bench_and_studies_import_evolm_not_each_other() -> None:
+    """bench/ (benchmarks) and studies/ (experiments) both stand on the package: what both need lives in evolm, so
+    neither imports the other, lazily or not (a benchmark that reads a study's kept data reads its files)."""
+    root = SRC.parent
+    hits = []
+    for folder, other in (("bench", "studies"), ("studies", "bench")):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                hits += [f"{path.relative_to(root)}:{node.lineno} imports {n}" for n in names
+                         if n == other or n.startswith(other + ".")]
+    assert hits == [], "move what both need into evolm: " + "; ".join(hits)

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from evolm import rubrics
+from evolm.backends.replies import remove_reasoning, strip_thinking
 from evolm.rubrics import (
     Criterion,
     Rubric,
@@ -22,7 +23,6 @@ from evolm.rubrics import (
     read_written,
     render_rubric,
     rubric_messages,
-    strip_thinking,
     write_rubrics,
 )
 
@@ -433,7 +433,7 @@ def test_format_validity_matches_the_authors(text: str, expected: float) -> None
 
 def test_remove_reasoning_matches_the_authors() -> None:
     """Outputs of the authors' reasoning removal on the same inputs (their _remove_redacted_reasoning, run)."""
-    remove = rubrics.remove_reasoning
+    remove = remove_reasoning
     assert remove("<think>let me {think}</think>{}") == "{}"
     assert remove("A</think>B") == "AB"  # a stray closing tag is dropped, the text on both sides kept
     assert remove("A <think>never closed") == "A"

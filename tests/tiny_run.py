@@ -31,7 +31,7 @@ def tiny_config(model_dir: Path, out: Path, *extra: str) -> RunConfig:
 
 
 def row_rewards(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201
-    """The rows' rewards alone (``evolm.training.rewards.judge_rows`` without its cost)."""
-    from evolm.training.rewards import judge_rows
+    """The rows' rewards alone (``evolm.training.judging.judge_rows`` without its cost)."""
+    from evolm.training.judging import judge_rows
 
     return judge_rows(*args, **kwargs)[0]

@@ -33,9 +33,10 @@ import random
 import time
 from collections.abc import Callable
 
+from evolm.backends.replies import remove_reasoning
 from evolm.judge import parse
 from evolm.judge.prompts import fence_answer, yesno_messages
-from evolm.rubrics import format_validity, parse_rubric, remove_reasoning, rubric_repairs
+from evolm.rubrics import format_validity, parse_rubric, rubric_repairs
 from evolm.training.monitor import flagged
 
 CHARS = 200_000

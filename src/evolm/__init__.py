@@ -6,6 +6,7 @@ The names below are the public API; everything else is private to its module.
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.loading import load_backend, load_model
+from evolm.backends.replies import strip_thinking
 from evolm.errors import BackendError, EvolmError, InputError, ModelError, RunError
 from evolm.integrations.trl import make_trl_reward
 from evolm.judge.judge import JUDGE_MODES, Judge, JudgeItem, score_with_judges
@@ -18,7 +19,6 @@ from evolm.rubrics import (
     parse_rubric,
     render_rubric,
     rubric_messages,
-    strip_thinking,
     write_rubrics,
 )
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of

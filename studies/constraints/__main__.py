@@ -33,17 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import machine
-
 from evolm.errors import EvolmError
-from evolm.eval.constraints import precondition
+from evolm.eval.constraints import precondition, stated_rubric
 from evolm.runs.jsonl import append_jsonl, read_jsonl, write_jsonl
+from evolm.runs.machine import load_average, machine
 from evolm.runs.rundir import LOCK_FILE
 from evolm.stats import sign_p
 from evolm.stats import wilson as wilson_share
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+LOAD_AT_START = load_average()  # before the study's own work: a result's machine says whether another job shared it
 POLICY = "smollm2-135m-instruct"
 JUDGE = "qwen2.5-coder-1.5b-instruct"  # the study's one judge: yesno, float32, evolm's default defences
 JUDGE_MODE, JUDGE_DTYPE = "yesno", "float32"  # float32: a score does not depend on its batch
@@ -63,7 +63,7 @@ def stamp() -> dict[str, Any]:
 
     where = Path(evolm.__file__).parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True).stdout
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(),
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine(LOAD_AT_START),
             "evolm_commit": commit.strip() or "unknown"}
 
 
@@ -229,15 +229,6 @@ def edited_pairs(rows: list[dict], per_family: int) -> list[dict]:
                           "family": f, "chosen": r["answer"], "rejected": broken, "kind": "edited",
                           "chosen_model": r["model"], "rejected_model": r["model"] + " (edited)"})
     return pairs
-
-
-def stated_rubric(constraints: list[dict]) -> Any:
-    """The ceiling: each constraint, as its instruction text, one criterion of equal weight."""
-    from evolm.eval.constraints import describe
-    from evolm.rubrics import Criterion, Rubric
-
-    w = 1.0 / len(constraints)
-    return Rubric(tuple(Criterion(describe(c), w) for c in constraints))
 
 
 def load_judge(model: str = JUDGE, mode: str = JUDGE_MODE) -> Any:
@@ -447,7 +438,8 @@ def keep(args: argparse.Namespace) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from evolm.backends.loading import ADAPTER_CONFIG, BUILTIN_MODELS
+    from evolm.backends.builtin import BUILTIN_MODELS
+    from evolm.backends.loading import ADAPTER_CONFIG
 
     src, out = args.adapter, ADAPTERS / args.name
     config = json.loads((src / ADAPTER_CONFIG).read_text(encoding="utf-8"))

@@ -44,12 +44,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import DATA  # ./data, what `python scripts/fetch_data.py` writes, or EVOLM_DATA
-
 from evolm import stats
+from evolm.eval.policy_inputs import default_data_dir
+from evolm.eval.value_probe import VALUE_PROBES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+DATA = default_data_dir(ROOT) or ROOT / "data"  # ./data (what `python scripts/fetch_data.py` writes), or ../shared/data
 OUT = ROOT / "runs" / "study"
 FIGURES = HERE / "results"  # everything the study keeps: tables, figures, arms (docs/RESULTS.md links them)
 RESULTS = FIGURES / "writers-table.md"  # the writers study's table, written whole; docs/RESULTS.md links it
@@ -781,38 +782,6 @@ def training_overlap(pairs_file: Path) -> dict[str, int | None]:
             if path.exists() else None for name, path in sources.items()}
 
 
-# (question, a criterion naming the expected value, a right answer, a wrong answer): does the judge read the value?
-PROBES = (
-    ("How many integers are in the solution of the inequality |x + 5| < 10 ?",
-     "The final answer is 19 integers (from -14 to 4).", "There are 19 integers.", "There are 10 integers."),
-    ("Given a base number and a power, calculate the result.\n\nBase:5   Power:3", "The final answer is 125.",
-     "5 to the power 3 is 125.", "5 to the power 3 is 15."),
-    ("Convert from celsius to fahrenheit. Temperature in Celsius: 15", "The final answer is 59 degrees Fahrenheit.",
-     "15 degrees Celsius is 59 degrees Fahrenheit.", "15 degrees Celsius is 27 degrees Fahrenheit."),
-    ("Given a sequence of numbers, calculate the average 1, 2, 3, 4, 5", "The final answer is 3.",
-     "The average is 3.", "The average is 2.5."),
-    ("Detect if the following item is a prime number: 17", "Says 17 is a prime number.",
-     "Yes, 17 is a prime number.", "No, 17 is not a prime number."),
-    ("Which word does not belong to others?\n\nInch\nKilogram\nCentimeter\nYard", "The answer is Kilogram.",
-     "Kilogram does not belong.", "Yard does not belong."),
-    ("Find out what is the closest star to Earth.", "Says the Sun is the closest star to Earth.",
-     "The closest star to Earth is the Sun.", "The closest star to Earth is Sirius."),
-    ("What is the smallest positive integer number that is divisible by 5?", "The final answer is 5.",
-     "The smallest such number is 5.", "The smallest such number is 10."),
-    ("What is an antonym for the word \"cogent\"?", "Gives an antonym such as 'unconvincing', 'weak' or 'illogical'.",
-     "An antonym of cogent is unconvincing.", "An antonym of cogent is persuasive."),
-    ("List 10 synonyms for 'sad'.", "Lists exactly 10 words.",
-     "unhappy, sorrowful, gloomy, miserable, downcast, dejected, melancholy, glum, blue, forlorn",
-     "unhappy, gloomy, blue"),
-    ("Complete the following sentence: \"Yesterday it was raining, so I put on my ____.\"",
-     "Completes the blank with rain gear such as 'raincoat', 'umbrella' or 'rain boots'.",
-     "Yesterday it was raining, so I put on my raincoat.", "Yesterday it was raining, so I put on my sunglasses."),
-    ("Name three elements in the periodic table.",
-     "Names three real chemical elements (e.g. hydrogen, oxygen, carbon).",
-     "Hydrogen, oxygen and carbon.", "Water, air and fire."),
-)
-
-
 def writers_check(arm: str, writer: str, limit: int) -> int:
     """Does ``writer`` write the kept rubrics of ``arm``? The first ``limit`` held-out prompts, with the arm's decoding
     (its key) and chunking, against ``ARM-rubrics.jsonl``: how a writer retrained on another machine (``runs/`` is
@@ -844,13 +813,13 @@ def writers_probe(model: str = JUDGE, mode: str = "yesno") -> dict[str, Any]:
 
     judge = load_judge(model, mode, JUDGE_DTYPE)
     items = []
-    for q, crit, right, wrong in PROBES:
+    for q, crit, right, wrong in VALUE_PROBES:
         rubric = Rubric((Criterion(crit, 1.0),))
         items += [JudgeItem(q, a, r) for r in (rubric, None) for a in (right, wrong)]
     scores = [j.score for j in judge.score(items)]
     rows = [{"question": q, "criterion": c, "right_rubric": scores[4 * i], "wrong_rubric": scores[4 * i + 1],
              "right_none": scores[4 * i + 2], "wrong_none": scores[4 * i + 3]}
-            for i, (q, c, _, _) in enumerate(PROBES)]
+            for i, (q, c, _, _) in enumerate(VALUE_PROBES)]
     WRITERS.mkdir(parents=True, exist_ok=True)
     probe_file(model, mode).write_text(
         json.dumps({"judge": model, "mode": mode, "dtype": JUDGE_DTYPE, "rows": rows}, indent=1), encoding="utf-8")
@@ -934,7 +903,7 @@ def _drop_flat_line(res: dict[str, dict[str, Any]]) -> str:
     by the library's own ``drop_flat``, the credit recomputed; against the arm's credit, a sign test."""
     from evolm.eval.pairs import pair_credit
     from evolm.scores import CriterionScore
-    from evolm.training.rewards import RowReward, drop_flat, flat_positions
+    from evolm.training.judging import RowReward, drop_flat, flat_positions
 
     def crit(readings: list[list[float]]) -> tuple[CriterionScore, ...]:
         return tuple(CriterionScore(str(k), w, v) for k, (w, v) in enumerate(readings))

@@ -44,8 +44,8 @@ from evolm.judge.parse import parse_judge_score
 from evolm.rubrics import _EXAMPLE, format_validity, parse_rubric, rubric_messages
 from evolm.runs.jsonl import read_jsonl
 from evolm.scores import scores_of
-from evolm.training import trl_adapter, trl_generation
-from evolm.training.step import StepState
+from evolm.training import trl_generation
+from evolm.training.run import check_launch
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTIONS = ["What is 2 + 2?", "Write a haiku about autumn.", "Explain gravity to a child.",
@@ -376,9 +376,12 @@ def test_openai_request_carries_response_format() -> None:
 # ============================================================================= TRL's rubric steps
 
 
+GRAMMAR = trl_generation.RubricGrammar(RUBRIC_SCHEMA, thinking=False)
+
+
 def _fake_trainer(model: Any, tokenizer: Any, use_vllm: bool = False) -> Any:
     return types.SimpleNamespace(
-        evolm_rubric_schema=RUBRIC_SCHEMA, evolm_thinking=False, processing_class=tokenizer, model_wrapped=model,
+        processing_class=tokenizer, model_wrapped=model,
         accelerator=types.SimpleNamespace(unwrap_model=lambda m: m),
         args=types.SimpleNamespace(use_vllm=use_vllm, chat_template_kwargs=None),
         vllm_generation=types.SimpleNamespace(generation_kwargs={"seed": 1}))
@@ -402,21 +405,21 @@ def test_trl_generation_is_constrained_on_rubric_steps_only(short_model_dir: Pat
                              max_new_tokens=max_new_tokens)
         return tok.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
 
-    with trl_generation.constrained_generation(trainer, [{"role": "policy"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "policy"}], GRAMMAR):
         assert "generate" not in model.__dict__  # policy steps: TRL's generate untouched
         free = sample(64)
-    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}], GRAMMAR):
         assert "generate" in model.__dict__
         bound = sample()
         again = sample()  # a second generate() in the step gets a fresh processor
     assert "generate" not in model.__dict__  # restored
     assert all(parse_rubric(t) is not None for t in bound + again), bound + again
     assert all(parse_rubric(t) is None for t in free)
-    with pytest.raises(RuntimeError, match="boom"), trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
+    with pytest.raises(RuntimeError, match="boom"), \
+            trl_generation.constrained_generation(trainer, [{"role": "rubric"}], GRAMMAR):
         raise RuntimeError("boom")
     assert "generate" not in model.__dict__  # restored after an error too
-    trainer.evolm_rubric_schema = None  # rubric.constrained off: rubric steps untouched
-    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "rubric"}], None):  # rubric.constrained off
         assert "generate" not in model.__dict__
 
 
@@ -427,10 +430,10 @@ def test_trl_vllm_generation_kwargs_are_set_for_the_step_and_restored() -> None:
     vg = trainer.vllm_generation
     before = vg.generation_kwargs
     rows = [{"role": "rubric", "prompt": rubric_messages("q")}]
-    with trl_generation.constrained_generation(trainer, rows):
+    with trl_generation.constrained_generation(trainer, rows, GRAMMAR):
         assert vg.generation_kwargs == {"seed": 1, "structured_outputs": {"grammar": constrained.RUBRIC_EBNF}}
     assert vg.generation_kwargs is before
-    with trl_generation.constrained_generation(trainer, [{"role": "policy", "prompt": rows[0]["prompt"]}]):
+    with trl_generation.constrained_generation(trainer, [{"role": "policy", "prompt": rows[0]["prompt"]}], GRAMMAR):
         assert vg.generation_kwargs is before
 
 
@@ -443,9 +446,9 @@ def test_launch_refuses_what_cannot_be_constrained(overrides: list[str], message
 
     cfg = load_config(REPO / "configs" / "demo-cpu.yaml", ["rubric.constrained=true", *overrides])
     with pytest.raises(InputError, match=message) as e:
-        trl_adapter.check_launch(cfg)
+        check_launch(cfg)
     assert "\n" not in str(e.value)
-    trl_adapter.check_launch(load_config(REPO / "configs" / "demo-cpu.yaml", ["rubric.constrained=false", *overrides]))  # fine when off
+    check_launch(load_config(REPO / "configs" / "demo-cpu.yaml", ["rubric.constrained=false", *overrides]))  # fine when off
 
 
 def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
@@ -464,9 +467,8 @@ def test_trainer_generate_on_vllm_sends_the_schema_for_the_call() -> None:
     trainer = types.SimpleNamespace(
         args=types.SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg, processing_class=tok,
         state=types.SimpleNamespace(global_step=0), _last_loaded_step=0,
-        evolm_hooks=types.SimpleNamespace(state=StepState()),
         accelerator=types.SimpleNamespace(num_processes=1, process_index=0))
-    generate = trl_adapter.TrainerGenerate(trainer)
+    generate = trl_generation.TrainerGenerate(trainer)
     generate([rubric_messages("q")], SamplingParams(json_schema=RUBRIC_SCHEMA))
     generate([rubric_messages("q")], SamplingParams())
     assert seen == [{"seed": 1, "structured_outputs": {"grammar": constrained.RUBRIC_EBNF}}, {"seed": 1}]

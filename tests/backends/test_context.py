@@ -14,7 +14,8 @@ import pytest
 from evolm.backends.context import CUT_MARKER, cut_middle, estimate_tokens, fit_middle, reply_reserve
 from evolm.cli import main
 from evolm.config import JudgeConfig
-from evolm.judge.judge import Judge, JudgeItem, OverlongPrompt, build_judge
+from evolm.judge.context_guard import OverlongPrompt
+from evolm.judge.judge import Judge, JudgeItem, build_judge
 from evolm.judge.prompts import likert_messages, prob_messages, yesno_messages
 from evolm.rubrics import parse_rubric
 from evolm.scores import scores_of

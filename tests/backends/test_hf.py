@@ -16,7 +16,7 @@ import torch
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.hf import HFBackend
-from evolm.backends.prefix import MIN_SHARED_PREFIX, prefix_groups
+from evolm.backends.prefix import MIN_SHARED_PREFIX, PrefixForward, prefix_groups
 from evolm.judge.judge import Judge, JudgeItem
 from evolm.judge.parse import DIGITS
 from evolm.judge.prompts import prob_messages, yesno_messages
@@ -234,14 +234,14 @@ def test_shared_prefix_matches_plain_forward(
     assert sum(len(g[0]) == 1 for g in groups) == 2
 
     calls: list[list[list[int]]] = []  # the groups of each batched prefix pass
-    original = HFBackend._group_caches
+    original = PrefixForward.group_caches
 
-    def spy(self: HFBackend, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any, common: int
+    def spy(self: PrefixForward, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any, common: int
             ) -> Any:
         calls.append([members for members, shared in chunk if shared > common])
         return original(self, enc, chunk, base, common)
 
-    monkeypatch.setattr(HFBackend, "_group_caches", spy)
+    monkeypatch.setattr(PrefixForward, "group_caches", spy)
     got = shared.last_token_logits(encoded)
     assert sorted(g for c in calls for g in c) == sorted(g[0] for g in multi)  # the shared path ran, each group once
     assert max(len(c) for c in calls) == 2  # groups side by side, batch_size at a time
@@ -290,19 +290,19 @@ def test_the_prefix_every_question_shares_runs_once(
     encoded = shared._encode(convs, {})
     prefixes: list[int] = []  # tokens of every common-prefix pass
     chunks: list[list[tuple[list[int], int]]] = []  # the groups of every batched group-prefix pass
-    original_prefix, original_groups = HFBackend._prefix_cache, HFBackend._group_caches
+    original_prefix, original_groups = PrefixForward.prefix_cache, PrefixForward.group_caches
 
-    def spy_prefix(self: HFBackend, tokens: list[int]) -> Any:
+    def spy_prefix(self: PrefixForward, tokens: list[int]) -> Any:
         prefixes.append(len(tokens))
         return original_prefix(self, tokens)
 
-    def spy_groups(self: HFBackend, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any,
+    def spy_groups(self: PrefixForward, enc: list[list[int]], chunk: list[tuple[list[int], int]], base: Any,
                    common: int) -> Any:
         chunks.append(chunk)
         return original_groups(self, enc, chunk, base, common)
 
-    monkeypatch.setattr(HFBackend, "_prefix_cache", spy_prefix)
-    monkeypatch.setattr(HFBackend, "_group_caches", spy_groups)
+    monkeypatch.setattr(PrefixForward, "prefix_cache", spy_prefix)
+    monkeypatch.setattr(PrefixForward, "group_caches", spy_groups)
     got = shared.last_token_logits(encoded)
     common = min(len(os.path.commonprefix([encoded[0], e])) for e in encoded)
     assert common >= MIN_SHARED_PREFIX

@@ -10,7 +10,7 @@ import pytest
 def test_devices_that_do_not_exist_are_one_line_errors() -> None:
     import torch
 
-    from evolm.backends.loading import resolve_device
+    from evolm.backends.devices import resolve_device
     from evolm.errors import ModelError
 
     assert resolve_device("cpu") == "cpu"
@@ -49,7 +49,7 @@ def test_an_uncached_hub_id_fails_at_once_when_the_hub_is_out_of_reach(
 
 def _fake_chunks(root, package: str, blobs: list[bytes]):  # noqa: ANN001, ANN202
     """Chunk packages ``{package}1..N`` under ``root``, each holding ``data/partNN.bin``, as the Qwen judges ship."""
-    from evolm.backends.loading import _chunked
+    from evolm.backends.builtin import _chunked
 
     for n, blob in enumerate(blobs, 1):
         data = root / f"{package}{n}" / "data"
@@ -64,7 +64,7 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 ) -> None:
     import hashlib
 
-    from evolm.backends.loading import BuiltinModel, assemble_gguf
+    from evolm.backends.builtin import BuiltinModel, assemble_gguf
     from evolm.errors import ModelError
 
     blobs = [b"GGUF" + bytes(range(200)), b"second" * 1000, b"tail"]
@@ -89,7 +89,7 @@ def test_a_chunked_builtin_model_joins_its_parts_in_order_and_checks_the_pinned_
 def test_a_builtin_model_whose_packages_are_missing_names_its_install_command_and_writes_nothing(
     tmp_path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
 ) -> None:
-    from evolm.backends.loading import BUILTIN_MODELS, builtin_model_dir
+    from evolm.backends.builtin import BUILTIN_MODELS, builtin_model_dir
     from evolm.errors import ModelError
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -109,7 +109,7 @@ def test_the_builtin_judges_extras_pin_every_chunk_the_registry_reads() -> None:
     import tomllib
     from pathlib import Path
 
-    from evolm.backends.loading import BUILTIN_MODELS
+    from evolm.backends.builtin import BUILTIN_MODELS
 
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
@@ -229,7 +229,7 @@ def test_count_generated_tokens_sees_generation_under_peft(tiny_model_dir) -> No
 
 
 def test_the_cli_help_names_every_builtin_model() -> None:
-    from evolm.backends.loading import BUILTIN_MODELS
+    from evolm.backends.builtin import BUILTIN_MODELS
     from evolm.cli._common import MODEL_NAMES
 
     assert all(name in MODEL_NAMES for name in BUILTIN_MODELS), MODEL_NAMES
@@ -238,7 +238,8 @@ def test_the_cli_help_names_every_builtin_model() -> None:
 def test_a_lora_checkpoint_of_a_builtin_model_names_its_base_by_the_builtin_name(tmp_path: Path) -> None:
     import json
 
-    from evolm.backends.loading import ADAPTER_CONFIG, adapter_base, builtin_model_dir, name_adapter_base
+    from evolm.backends.builtin import builtin_model_dir
+    from evolm.backends.loading import ADAPTER_CONFIG, adapter_base, name_adapter_base
 
     ckpt = tmp_path / "checkpoint-2"
     ckpt.mkdir()
@@ -262,7 +263,8 @@ def test_a_builtin_warm_start_trains_on_without_asking_the_hub_at_each_save(tmp_
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from evolm.backends.loading import adapter_base, builtin_model_dir, load_weights, name_adapter_base
+    from evolm.backends.builtin import builtin_model_dir
+    from evolm.backends.loading import adapter_base, load_weights, name_adapter_base
 
     name = "smollm2-135m-instruct"
     base = AutoModelForCausalLM.from_pretrained(builtin_model_dir(name))

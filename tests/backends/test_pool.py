@@ -320,7 +320,7 @@ def test_cli_base_url_repeated_or_comma_separated(servers: list[RunningServer], 
 
 def test_judge_tokens_and_seconds_reach_the_step(servers: list[RunningServer]) -> None:
     from evolm.judge.judge import Judge
-    from evolm.training.rewards import JudgeCost, judge_rows, step_rewards
+    from evolm.training.judging import JudgeCost, judge_rows, step_rewards
 
     judge = Judge(pool([s.base_url for s in servers[:2]]), mode="prob")
     rows = [{"role": "policy", "question": "What is 2 + 2?", "rubric": "", "rubric_text": ""}] * 4
@@ -338,7 +338,7 @@ def test_judge_tokens_and_seconds_reach_the_step(servers: list[RunningServer]) -
 
 
 def test_no_judge_server_no_tokens() -> None:
-    from evolm.training.rewards import JudgeCost, RowReward, step_rewards
+    from evolm.training.judging import JudgeCost, RowReward, step_rewards
 
     result = step_rewards(["policy"], [RowReward(0.5)], [0], cost=JudgeCost(seconds=0.2))
     assert (result.judge_tokens, result.judge_latency_s) == (None, 0.2)

@@ -960,7 +960,7 @@ def test_grpo_settings_the_machine_cannot_run_are_one_line(tmp_path: Path) -> No
         pytest.skip("bf16 runs on this machine")
     from evolm.config import load_config
     from evolm.errors import RunError
-    from evolm.training.trl_adapter import training_args
+    from evolm.training.run import training_args
 
     cfg = load_config(None, [f"output_dir={tmp_path / 'run'}"])
     assert cfg.grpo["bf16"] is True

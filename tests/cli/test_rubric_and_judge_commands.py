@@ -147,10 +147,10 @@ def test_rubric_progress_is_told_as_rows_end(tiny_backend) -> None:  # noqa: ANN
     import torch
 
     from evolm.backends.base import SamplingParams
-    from evolm.backends.hf import _RowsEnded
+    from evolm.backends.stopping import RowsEnded
 
     told: list[int] = []
-    rows = _RowsEnded([7], 3, told.append)
+    rows = RowsEnded([7], 3, told.append)
     assert not rows(torch.tensor([[1, 7], [1, 2], [1, 3]]), None).any() and told == [1]
     assert not rows(torch.tensor([[1, 7, 7], [1, 2, 7], [1, 3, 5]]), None).any() and told == [1, 1]
     rows.finish()
@@ -194,7 +194,7 @@ def test_shared_flags_are_declared_once(flag: str, commands: list[str]) -> None:
 
 
 def test_flag_choices_come_from_the_library_constants() -> None:
-    from evolm.backends.loading import BACKENDS, DTYPES
+    from evolm.config import BACKENDS, DTYPES
     from evolm.judge.judge import JUDGE_MODES
 
     leaves = _subparsers(build_parser())

@@ -278,18 +278,6 @@ def test_judge_defences_are_on_outside_the_paper_config() -> None:
         assert load_config(path).judge.defences is not paper, path
 
 
-def test_importance_sampling_rule_in_the_plan() -> None:
-    from evolm.cli.train import launch_plan
-    from evolm.training.grpo_config import importance_sampling_rule
-
-    plan = dict(launch_plan(load_config(CONFIGS / "paper-qwen3-8b.yaml"), 4))
-    assert plan["importance sampling"].startswith("per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on "
-                                                  "the policy-gradient term only (the reference's rule)")
-    assert "sequence" in importance_sampling_rule({"use_vllm": True}) and "set to 0" in importance_sampling_rule(
-        {"use_vllm": True})  # TRL's default: sequence_mask, [0, 3.0]
-    assert importance_sampling_rule({"use_vllm": False}).startswith("none")
-
-
 @pytest.mark.parametrize(("override", "message"), [
     ("schedule.cycles=1e400", "'schedule.cycles' must be a finite number"),
     ("judge.temperature=.nan", "'judge.temperature' must be a finite number"),
@@ -330,8 +318,8 @@ def test_a_temporal_pairs_fresh_answer_gets_the_policy_answers_budget() -> None:
     """The fresh answer a+ of a temporal pair is compared with a stored policy answer a-: by default both have
     grpo.max_completion_length, and a shorter contrast budget (which cut every a+ and made the judge prefer the older
     answer) is refused; builders whose two answers are both fresh may use any budget."""
+    from evolm.training.generate_calls import answer_params
     from evolm.training.plan import StepInfo
-    from evolm.training.step import answer_params
 
     cfg = load_config(None, ["grpo.max_completion_length=320"])
     assert cfg.contrast.max_new_tokens is None and cfg.pair_answer_tokens == 320
@@ -374,27 +362,18 @@ def test_a_retired_setting_at_its_old_default_still_loads() -> None:
         load_config(None, ["rubric.with_answers=true"])
 
 
-def test_the_dry_run_plan_counts_vllm_calls_and_weight_syncs_per_step() -> None:
-    from evolm.cli.train import launch_plan
-
-    paper = Path(__file__).resolve().parents[2] / "configs" / "paper-qwen3-8b.yaml"
-    rows = dict(launch_plan(load_config(paper, ["data.prompts=builtin:demo"]), 4))
-    assert "policy steps 1 (its rubrics); rubric steps 1 (fresh answers)" in rows["vLLM per step"]
-    assert "weight syncs: 1 per step" in rows["vLLM per step"]
-    assert "vLLM per step" not in dict(launch_plan(load_config(None, ["grpo.use_vllm=false"]), 1))
-
-
 def test_policy_budget_without_max_completion_length_is_trls_own():
     """A grpo mapping without max_completion_length leaves TRL's default in force: the budget evolm assumes for the
-    policy's answers (the replay buffer's a-, the dry run, the memory estimate) is that default, at the pinned TRL."""
+    policy's answers (the replay buffer's a-, the dry run, the memory estimate) is that default, read from the
+    installed TRL (null reads as unset)."""
     import dataclasses
 
     from trl import GRPOConfig
 
-    from evolm.config import TRL_MAX_COMPLETION_LENGTH, RunConfig
+    from evolm.config import RunConfig
 
     trl_default = next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "max_completion_length")
-    assert TRL_MAX_COMPLETION_LENGTH == trl_default
     cfg = RunConfig(grpo={"learning_rate": 1e-5})
     assert cfg.policy_tokens == cfg.pair_answer_tokens == trl_default
+    assert RunConfig(grpo={"max_completion_length": None}).policy_tokens == trl_default
     assert RunConfig().policy_tokens == 16384  # the paper config sets it

@@ -20,7 +20,7 @@ pytest.importorskip("lm_eval")
 
 from evolm.cli import main  # noqa: E402
 from evolm.errors import BackendError, InputError  # noqa: E402
-from evolm.eval import offline, policy, policy_tasks  # noqa: E402
+from evolm.eval import offline, policy, policy_decoding, policy_inputs, policy_tasks  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
@@ -169,10 +169,10 @@ def test_cli_scores_both_tasks_offline_into_the_run_dir(
 def test_real_data_files_greedy(run_dir: Path, no_network: list[object]) -> None:
     from evolm.backends.loading import load_model
 
-    files = policy.resolve_data_files(["ifeval", "gsm8k"], SHARED_DATA)
+    files = policy_inputs.resolve_data_files(["ifeval", "gsm8k"], SHARED_DATA)
     model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
     result = policy.evaluate_policy(
-        model, tok, files, decoding=policy.resolve_decoding(greedy=True, max_gen_toks=16), limit=2, batch_size=2
+        model, tok, files, decoding=policy_decoding.resolve_decoding(greedy=True, max_gen_toks=16), limit=2, batch_size=2
     )
     assert no_network == []
     by_task = {t.task: t for t in result.tasks}
@@ -201,20 +201,20 @@ def test_unknown_task_and_bad_rows_are_input_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q"}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:1: missing field 'answer'"):
-        policy.resolve_data_files(["gsm8k"], None, {"gsm8k": bad})
+        policy_inputs.resolve_data_files(["gsm8k"], None, {"gsm8k": bad})
 
 
 def test_default_output_only_for_run_checkpoints(run_dir: Path, tmp_path: Path) -> None:
     ckpt = run_dir / "checkpoints" / "checkpoint-3"
-    assert policy.default_output_path(str(ckpt)) == run_dir / "eval" / "policy-checkpoint-3.json"
-    assert policy.default_output_path(str(tmp_path)) is None
-    assert policy.default_output_path("smollm2-135m-instruct") is None
+    assert policy_inputs.default_output_path(str(ckpt)) == run_dir / "eval" / "policy-checkpoint-3.json"
+    assert policy_inputs.default_output_path(str(tmp_path)) is None
+    assert policy_inputs.default_output_path("smollm2-135m-instruct") is None
 
 
 def test_generation_budget_leaves_room_for_the_prompt() -> None:
-    assert policy.effective_max_gen_toks(16384, 8192) == 7168  # the paper's 16k on SmolLM2's 8k context
-    assert policy.effective_max_gen_toks(256, 8192) == 256
-    assert policy.effective_max_gen_toks(16384, 512) == 256  # the test model
+    assert policy_decoding.effective_max_gen_toks(16384, 8192) == 7168  # the paper's 16k on SmolLM2's 8k context
+    assert policy_decoding.effective_max_gen_toks(256, 8192) == 256
+    assert policy_decoding.effective_max_gen_toks(16384, 512) == 256  # the test model
 
 
 def test_hub_offline_is_restored(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,14 +312,14 @@ def test_hub_task_without_reachable_data_is_a_one_line_error(no_network: list[ob
 
 
 def test_protocols_resolve_to_each_tasks_own_or_the_papers_decoding() -> None:
-    assert policy.resolve_decoding() == policy.Decoding("lm-eval", False, None, None, None, 0)
-    assert policy.resolve_decoding("olmo3-adapt") == policy.Decoding("olmo3-adapt", False, 0.6, 0.95, 16384, 0)
+    assert policy_decoding.resolve_decoding() == policy_decoding.Decoding("lm-eval", False, None, None, None, 0)
+    assert policy_decoding.resolve_decoding("olmo3-adapt") == policy_decoding.Decoding("olmo3-adapt", False, 0.6, 0.95, 16384, 0)
     # explicit settings override either protocol
-    assert policy.resolve_decoding("olmo3-adapt", greedy=True, max_gen_toks=512) == policy.Decoding(
+    assert policy_decoding.resolve_decoding("olmo3-adapt", greedy=True, max_gen_toks=512) == policy_decoding.Decoding(
         "olmo3-adapt", True, None, None, 512, 0)
-    assert policy.resolve_decoding("olmo3-adapt", temperature=1.0) == policy.Decoding(
+    assert policy_decoding.resolve_decoding("olmo3-adapt", temperature=1.0) == policy_decoding.Decoding(
         "olmo3-adapt", False, 1.0, 0.95, 16384, 0)
-    assert policy.resolve_decoding("lm-eval", temperature=0.8, seed=3) == policy.Decoding(
+    assert policy_decoding.resolve_decoding("lm-eval", temperature=0.8, seed=3) == policy_decoding.Decoding(
         "lm-eval", False, 0.8, None, None, 3)
     for kwargs, message in (
         ({"protocol": "olmes"}, "unknown protocol 'olmes'"),
@@ -330,32 +330,32 @@ def test_protocols_resolve_to_each_tasks_own_or_the_papers_decoding() -> None:
         ({"max_gen_toks": 0}, "max-gen-toks must be >= 1"),
     ):
         with pytest.raises(InputError, match=message):
-            policy.resolve_decoding(**kwargs)
+            policy_decoding.resolve_decoding(**kwargs)
 
 
 def test_task_generation_kwargs_keep_the_tasks_own_settings_unless_overridden() -> None:
     ifeval = {"until": [], "do_sample": False, "temperature": 0.0, "max_gen_toks": 1280}  # lm-eval's ifeval.yaml
     gsm8k = {"do_sample": False, "until": ["Q:", "<|im_end|>"]}  # gsm8k-cot-llama.yaml: no budget of its own
 
-    lm_eval_protocol = policy.resolve_decoding("lm-eval")
-    assert policy.task_generation_kwargs(ifeval, lm_eval_protocol, 256, 8192) == (ifeval, None)
-    assert policy.task_generation_kwargs(gsm8k, lm_eval_protocol, 256, 8192) == ({**gsm8k, "max_gen_toks": 256}, None)
+    lm_eval_protocol = policy_decoding.resolve_decoding("lm-eval")
+    assert policy_decoding.task_generation_kwargs(ifeval, lm_eval_protocol, 256, 8192) == (ifeval, None)
+    assert policy_decoding.task_generation_kwargs(gsm8k, lm_eval_protocol, 256, 8192) == ({**gsm8k, "max_gen_toks": 256}, None)
 
-    paper = policy.resolve_decoding("olmo3-adapt")
-    kwargs, note = policy.task_generation_kwargs(ifeval, paper, 256, 8192)
+    paper = policy_decoding.resolve_decoding("olmo3-adapt")
+    kwargs, note = policy_decoding.task_generation_kwargs(ifeval, paper, 256, 8192)
     assert kwargs == {"until": [], "do_sample": True, "temperature": 0.6, "top_p": 0.95, "max_gen_toks": 7168}
     assert note == "max_gen_toks lowered from 16384 to 7168: the model's context is 8192"
-    kwargs, _ = policy.task_generation_kwargs(gsm8k, paper, 256, 8192)
+    kwargs, _ = policy_decoding.task_generation_kwargs(gsm8k, paper, 256, 8192)
     assert kwargs["until"] == ["Q:", "<|im_end|>"]  # stop sequences stay the task's
 
     # a task budget larger than the context (lm-eval's AIME asks 32768) is cut even under lm-eval's protocol
-    kwargs, note = policy.task_generation_kwargs({"max_gen_toks": 32768}, lm_eval_protocol, 256, 8192)
+    kwargs, note = policy_decoding.task_generation_kwargs({"max_gen_toks": 32768}, lm_eval_protocol, 256, 8192)
     assert kwargs["max_gen_toks"] == 7168 and note is not None
-    greedy = policy.task_generation_kwargs(kwargs | {"do_sample": True, "top_p": 0.9},
-                                           policy.resolve_decoding(greedy=True), 256, 8192)[0]
+    greedy = policy_decoding.task_generation_kwargs(kwargs | {"do_sample": True, "top_p": 0.9},
+                                           policy_decoding.resolve_decoding(greedy=True), 256, 8192)[0]
     assert (greedy["do_sample"], greedy["temperature"], "top_p" in greedy) == (False, 0.0, False)
-    assert policy.describe_generation(kwargs) == "greedy, max_gen_toks 7168"
-    assert policy.describe_generation({}) == "log-likelihood (no generation)"
+    assert policy_decoding.describe_generation(kwargs) == "greedy, max_gen_toks 7168"
+    assert policy_decoding.describe_generation({}) == "log-likelihood (no generation)"
 
 
 @pytest.mark.slow
@@ -365,7 +365,7 @@ def test_olmo3_adapt_protocol_samples_with_the_papers_settings(run_dir: Path, da
     model, tok = load_model(str(run_dir / "checkpoints" / "checkpoint-3"), device="cpu", dtype="float32")
     heard: list[str] = []
     result = policy.evaluate_policy(
-        model, tok, policy.resolve_data_files(["gsm8k"], data_dir), decoding=policy.resolve_decoding("olmo3-adapt"),
+        model, tok, policy_inputs.resolve_data_files(["gsm8k"], data_dir), decoding=policy_decoding.resolve_decoding("olmo3-adapt"),
         limit=1, batch_size=1, progress=heard.append,
     )
     (gsm8k,) = result.tasks

@@ -11,8 +11,8 @@ from rb2_fakes import RUBRIC, FakeBackend
 
 from evolm.cli import main
 from evolm.errors import InputError
-from evolm.eval import rb2
-from evolm.eval.rb2 import ScoredRow, prompt_stats, row_credit, score_rows, ties_breakdown
+from evolm.eval import rb2, rb2_scoring
+from evolm.eval.rb2_scoring import ScoredRow, prompt_stats, row_credit, score_rows, ties_breakdown
 from evolm.eval.rubric_source import read_rubric_table
 from evolm.judge.judge import Judge
 
@@ -189,15 +189,15 @@ def test_score_rows_subsets_overall_and_missing_count():
     assert result.counts == {"Math": 2, "Safety": 2, "Ties": 4}
     assert result.missing_scores == 1 + 2 + 4
     assert not result.complete
-    table = rb2.format_table(result)
+    table = rb2_scoring.format_table(result)
     assert "Ties" in table and "64.9" in table and "not all six" in table
 
 
 def test_overall_is_the_plain_mean_of_six_subsets():
-    rows = [ScoredRow(str(i), name, 1, (1.0, 0.0) if i % 2 == 0 else (0.0, 1.0)) for i, name in enumerate(rb2.SUBSETS[:5])]
+    rows = [ScoredRow(str(i), name, 1, (1.0, 0.0) if i % 2 == 0 else (0.0, 1.0)) for i, name in enumerate(rb2_scoring.SUBSETS[:5])]
     rows += ties(("ref:1", 1, [1, 0]), ("tied:1", 2, [1, 0.9, 0]))  # 1 + 0.01 * tanh(0.9 / 0.1 - 1)
     result = score_rows(rows)
-    assert result.complete and list(result.subsets) == list(rb2.SUBSETS)
+    assert result.complete and list(result.subsets) == list(rb2_scoring.SUBSETS)
     assert result.overall == pytest.approx((1 + 0 + 1 + 0 + 1 + 1 + 0.01 * math.tanh(8)) / 6)
 
 
@@ -319,7 +319,7 @@ def test_run_rb2_judge_alone_sees_no_difference():
     assert stats.source == "none"
     result = score_rows(scored)
     # every completion 5/9: each non-Ties row a 4-way tie (1/4); Ties all zero (0/0 margins count 0)
-    assert result.subsets == pytest.approx({**{s: 0.25 for s in rb2.SUBSETS[:5]}, "Ties": 0.0})
+    assert result.subsets == pytest.approx({**{s: 0.25 for s in rb2_scoring.SUBSETS[:5]}, "Ties": 0.0})
 
 
 def test_unparsed_rubrics_leave_the_judge_alone():
@@ -404,7 +404,7 @@ def test_cli_end_to_end_with_a_tiny_model(tmp_path, tiny_model_dir):
             "--device", "cpu", "--max-new-tokens", "8", "--limit", "1", "--output", str(out), "--save-scores", str(scores)]
     assert main(argv) == 0
     result = json.loads(out.read_text())
-    assert set(result["subsets"]) == set(rb2.SUBSETS) and result["counts"]["Ties"] == 2
+    assert set(result["subsets"]) == set(rb2_scoring.SUBSETS) and result["counts"]["Ties"] == 2
     assert result["rubrics"]["prompts"] == 7 and result["settings"]["mode"] == "yesno"  # the default
     lines = [json.loads(x) for x in scores.read_text().splitlines()]
     assert [x["id"] for x in lines] == ["f1", "p1", "m1", "s1", "fo1", "ref:1", "tied:1"]

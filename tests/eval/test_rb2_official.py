@@ -20,12 +20,12 @@ import pytest
 
 from evolm.cli import main
 from evolm.errors import InputError
-from evolm.eval import rb2
+from evolm.eval import rb2_scoring
 
 datasets = pytest.importorskip("datasets")
 official = pytest.importorskip("rewardbench_official")  # needs numpy, pandas and datasets
 
-NON_TIES = [s for s in rb2.SUBSETS if s != rb2.TIES]
+NON_TIES = [s for s in rb2_scoring.SUBSETS if s != rb2_scoring.TIES]
 
 
 def _scores(rng: random.Random, n: int, num_correct: int) -> list[float]:
@@ -112,8 +112,8 @@ def test_cli_from_scores_equals_the_official_code(seed, tmp_path, capsys):
     expected = official_rb2(rows)
     capsys.readouterr()  # the official loop prints
     result = evolm_rb2(rows, tmp_path)
-    assert set(expected) == set(rb2.SUBSETS) == set(result["subsets"])
-    for name in rb2.SUBSETS:
+    assert set(expected) == set(rb2_scoring.SUBSETS) == set(result["subsets"])
+    for name in rb2_scoring.SUBSETS:
         assert result["subsets"][name] == pytest.approx(expected[name], abs=1e-9, rel=0), name
     assert result["overall"] == pytest.approx(sum(expected.values()) / 6, abs=1e-9, rel=0)
     assert result["complete"] is True
@@ -122,10 +122,10 @@ def test_cli_from_scores_equals_the_official_code(seed, tmp_path, capsys):
 def test_the_random_files_exercise_both_filters_of_the_release():
     """Some paired tied prompts have one correct answer (out of P and H), some diff_corr = 0 (out of M)."""
     rows = [r for r in random_score_rows(0) if r["subset"] == "Ties"]
-    scored = [rb2.ScoredRow(r["id"], r["subset"], r["num_correct"], tuple(r["scores"])) for r in rows]
-    b = rb2.ties_breakdown(scored)
+    scored = [rb2_scoring.ScoredRow(r["id"], r["subset"], r["num_correct"], tuple(r["scores"])) for r in rows]
+    b = rb2_scoring.ties_breakdown(scored)
     assert b.n_paired > b.n_spread > b.n_margin > 0
-    assert rb2.ties_breakdown(scored).score == pytest.approx(official_rb2(rows)["Ties"], abs=1e-9, rel=0)
+    assert rb2_scoring.ties_breakdown(scored).score == pytest.approx(official_rb2(rows)["Ties"], abs=1e-9, rel=0)
 
 
 @pytest.mark.slow
@@ -146,7 +146,7 @@ def test_missing_incorrect_scores_are_minus_infinity_as_in_the_official_code(see
     capsys.readouterr()
     result = evolm_rb2(rows, tmp_path)
     assert result["missing_scores"] == holes
-    for name in rb2.SUBSETS:
+    for name in rb2_scoring.SUBSETS:
         assert result["subsets"][name] == pytest.approx(expected[name], abs=1e-9, rel=0), name
     assert result["overall"] == pytest.approx(sum(expected.values()) / 6, abs=1e-9, rel=0)
 
@@ -158,15 +158,15 @@ def _official_ties(rows: list[tuple[str, int, list[float]]]) -> float:
 
 
 def test_documented_departures_from_the_official_code():
-    """Where the release has no usable answer, evolm's choice (see evolm.eval.rb2)."""
+    """Where the release has no usable answer, evolm's choice (see evolm.eval.rb2_scoring)."""
     # every paired tied prompt has one correct answer: the release averages an empty list (NaN)
     only_single = [("ref:1", 1, [4.0, 2.0]), ("tied:1", 1, [4.0, 1.0])]
     with pytest.warns(RuntimeWarning):
         assert math.isnan(_official_ties(only_single))
-    assert rb2.ties_breakdown([rb2.ScoredRow(i, "Ties", n, tuple(s)) for i, n, s in only_single]).score == pytest.approx(0.6)
+    assert rb2_scoring.ties_breakdown([rb2_scoring.ScoredRow(i, "Ties", n, tuple(s)) for i, n, s in only_single]).score == pytest.approx(0.6)
     # a duplicated Ties row: the release overwrites the first row's scores index by index; evolm refuses
     # (tied:1 becomes correct [5, 0] and incorrect [2, 1]: the second row's three scores and the first's fourth)
     duplicated = [("ref:1", 1, [4.0, 2.0]), ("tied:1", 2, [4.0, 3.0, 1.0, 1.0]), ("tied:1", 2, [5.0, 0.0, 2.0])]
     assert _official_ties(duplicated) == pytest.approx(0.3 + 0.01 * math.tanh(-2 / 5 - 1))
     with pytest.raises(InputError, match="appears twice"):
-        rb2.ties_breakdown([rb2.ScoredRow(i, "Ties", n, tuple(s)) for i, n, s in duplicated])
+        rb2_scoring.ties_breakdown([rb2_scoring.ScoredRow(i, "Ties", n, tuple(s)) for i, n, s in duplicated])

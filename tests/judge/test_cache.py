@@ -10,7 +10,7 @@ from evolm.judge.cache import CachedJudge, JudgeCache, judge_identity, judgment_
 from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.scores import Judgment, scores_of
-from evolm.training.rewards import judge_rows, step_rewards
+from evolm.training.judging import judge_rows, step_rewards
 
 RUBRIC = Rubric.from_obj({"criteria": [{"criterion": "Says 4.", "weight": 0.6},
                                        {"criterion": "Shows the sum.", "weight": 0.4}]})
@@ -114,7 +114,7 @@ def test_serve_answers_a_repeat_from_the_cache(tiny_backend) -> None:  # noqa: A
 
 def test_overlong_refuse_names_the_callers_row_not_the_reordered_one(tiny_backend) -> None:  # noqa: ANN001
     """The cache sends items ordered by question; a refused prompt is still named by its place in the caller's list."""
-    from evolm.judge.judge import OverlongPrompt
+    from evolm.judge.context_guard import OverlongPrompt
 
     judge = CachedJudge(Judge(tiny_backend, mode="prob", max_context=256, overlong="refuse"))
     items = [JudgeItem("b: what is 2 + 2?", "4"), JudgeItem("a: what is 3 + 3?", "six " * 2000),

@@ -18,9 +18,10 @@ from collections.abc import Callable
 import pytest
 from bench.security.fuzz_table import RUBRIC, read_replies, shapes
 
+from evolm.backends.replies import remove_reasoning
 from evolm.judge.prompts import fence_answer, listwise_messages, yesno_messages
 from evolm.judge.self_assessment import has_self_assessment, neutralise_self_assessment
-from evolm.rubrics import format_validity, parse_rubric, remove_reasoning, rubric_repairs
+from evolm.rubrics import format_validity, parse_rubric, rubric_repairs
 from evolm.training.monitor import flagged, has_score_string
 
 BOUND_S = 0.2

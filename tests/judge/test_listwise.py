@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from evolm.backends.base import Conversation
-from evolm.judge.judge import Judge, JudgeItem, listwise_orders
+from evolm.judge.judge import Judge, JudgeItem
+from evolm.judge.listwise import listwise_orders
 from evolm.judge.prompts import ANSWER_END, ANSWER_START
 from evolm.rubrics import parse_rubric
 from evolm.scores import scores_of
@@ -244,3 +245,13 @@ def test_progress_bar_moves_by_whole_groups(capsys: pytest.CaptureFixture[str]) 
     assert calls == [2 * 128, 2 * 12]  # two orders of each answer: 64 pairs, then 6
     assert "140/140" in capsys.readouterr().err
     assert sorted(map(str, backend.prompts)) == sorted(map(str, whole.prompts))
+
+
+def test_the_grouping_examples_hold() -> None:
+    """Blocks keep whole groups, orders are a seeded shuffle and its reverse, an oversized group splits in halves,
+    a reading without a score token is left out of the mean (the docstring examples of ``evolm.judge.listwise``)."""
+    import doctest
+
+    from evolm.judge import listwise
+
+    assert doctest.testmod(listwise).failed == 0

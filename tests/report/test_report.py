@@ -480,3 +480,11 @@ def test_the_demo_report_fits_a_1280px_window_in_a_real_browser(tmp_path):
     assert "What is missing" not in demo and "<img" not in demo  # two steps: tables, not one-point plots
     table = demo[demo.index("Per-phase summary"):demo.index("How the rubrics evolve")]
     assert "0.007" in table and "4 judgements of 1 pair" in table  # what demo.sh says to check
+
+
+def test_cells_durations_and_config_paths_read_as_the_page_shows_them() -> None:
+    import doctest
+
+    from evolm.report import page
+
+    assert doctest.testmod(page).failed == 0

@@ -232,7 +232,8 @@ def test_every_record_type_reads_back_with_line_breaks_inside_strings(tmp_path: 
     import io
     import sys
 
-    from evolm.eval.rb2 import ScoredRow, read_scores, write_scores
+    from evolm.eval.rb2 import read_scores, write_scores
+    from evolm.eval.rb2_scoring import ScoredRow
     from evolm.eval.rubric_source import read_rubric_table
     from evolm.runs.jsonl import append_jsonl
     from evolm.runs.records import SampleRecord, StepRecord, append_records, read_lenient, read_metrics

@@ -11,7 +11,8 @@ import pytest
 from pydantic import Field, create_model
 
 from evolm.config import load_config, to_dict
-from evolm.config.schema import JudgeConfig, RunConfig
+from evolm.config.judge_settings import JudgeConfig
+from evolm.config.schema import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "config_doc.py"

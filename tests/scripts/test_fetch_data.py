@@ -38,7 +38,7 @@ def test_fetch_data_names_what_is_missing(tmp_path: Path) -> None:
 
 def test_policy_evaluation_reads_the_fetched_data_by_default(tmp_path: Path) -> None:
     """`evolm eval policy` looks in ./data (this script's output) first, then ../shared/data (development)."""
-    from evolm.eval.policy import default_data_dir
+    from evolm.eval.policy_inputs import default_data_dir
 
     (tmp_path / "repo").mkdir()
     assert default_data_dir(tmp_path / "repo") is None

@@ -188,7 +188,7 @@ def test_direct_likert_baseline_reads_reference_answers(tiny_model_dir: Path, tm
     recorder = _Recorder()
     (tmp_path / "u").mkdir()
     plan = Plan(cfg, *load_prompt_set(str(prompts)))
-    loop = TrainingSteps(cfg, plan, [recorder], ReplayBuffer(4), tmp_path / "u")  # type: ignore[list-item]
+    loop = TrainingSteps(cfg, plan, ReplayBuffer(4), tmp_path / "u", judges=[recorder])  # type: ignore[list-item]
     rows = loop.step_rows(0, generate=None)  # type: ignore[arg-type] - judge_only writes no rubric
     assert {r["question"]: r["reference"] for r in rows} == {"What is 2 + 2?": "4", "Name a colour.": None}
     loop.score(rows, ["four", "blue"])

@@ -219,25 +219,25 @@ def test_launch_facts_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_processes_that_plan_different_rows_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The digest check the adapter runs at every step, with two processes' digests that differ."""
+    """The digest check the step runs as it materialises its rows, with two processes' digests that differ."""
     import accelerate.utils
 
     from evolm.errors import RunError
-    from evolm.training import trl_adapter
+    from evolm.training import step
 
     rows = [{"question": "q", "rubric": "r", "slot": 0}]
     other = [{"question": "q", "rubric": "another rubric", "slot": 0}]
-    assert trl_adapter.plan_digest(rows) == trl_adapter.plan_digest([dict(rows[0])])
-    assert trl_adapter.plan_digest(rows) != trl_adapter.plan_digest(other)
+    assert step.plan_digest(rows) == step.plan_digest([dict(rows[0])])
+    assert step.plan_digest(rows) != step.plan_digest(other)
 
     class Two:
         num_processes = 2
 
-    monkeypatch.setattr(accelerate.utils, "gather_object", lambda objs: [*objs, trl_adapter.plan_digest(other)])
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda objs: [*objs, step.plan_digest(other)])
     with pytest.raises(RunError, match="step 3: the processes planned different rows"):
-        trl_adapter._check_same_rows(Two(), 2, rows)
+        step._check_same_rows(Two(), 2, rows)
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda objs: [*objs, *objs])
-    trl_adapter._check_same_rows(Two(), 2, rows)  # equal digests: no error
+    step._check_same_rows(Two(), 2, rows)  # equal digests: no error
 
 
 def test_launch_checks_create_no_process_state(tiny_model_dir: Path, tmp_path: Path,
@@ -246,13 +246,13 @@ def test_launch_checks_create_no_process_state(tiny_model_dir: Path, tmp_path: P
     with grpo.ddp_timeout (a state made earlier keeps the library's default timeout, and on CPU says 1 process)."""
     from accelerate.state import PartialState
 
-    from evolm.training import trl_adapter
+    from evolm.training.run import check_launch
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; nothing may try to join a group
     monkeypatch.setenv("RANK", "0")
     PartialState._reset_state()
     cfg = load_config(DEMO, overrides(tiny_model_dir, tmp_path / "r"))
-    trl_adapter.check_launch(cfg)
+    check_launch(cfg)
     assert PartialState._shared_state == {}
 
 
@@ -260,7 +260,7 @@ def test_auto_device_is_this_process_gpu_under_a_launcher(monkeypatch: pytest.Mo
     """A model loaded before the trainer exists lands on the process's own GPU, not GPU 0 in every process."""
     import torch
 
-    from evolm.backends.loading import resolve_device
+    from evolm.backends.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -1,7 +1,7 @@
 """Mixed rewards (``rewards.extra``) and the judge's per-criterion readings, at the reward-function level.
 
-The reward function TRL calls (``trl_adapter._reward_function``) is driven here with TRL's keyword
-arguments and a minimal stand-in for the loop (``TrainingSteps.score`` / ``TrainingSteps.finish`` reduced to
+The reward function TRL calls (``step.TrainingSteps`` itself) is driven here with TRL's keyword
+arguments, its judging and its step reduced (``TrainingSteps.score`` / ``TrainingSteps.finish`` reduced to
 ``step_rewards``), so the sum, the policy-only rule and what reaches ``log_metric`` / ``log_extra``
 are checked by hand without a training run (``lora_run`` in tests/training/conftest.py has one).
 """
@@ -20,9 +20,11 @@ from evolm.errors import InputError
 from evolm.judge.judge import Judge, JudgeItem
 from evolm.rubrics import Rubric
 from evolm.runs.jsonl import read_jsonl
-from evolm.training import trl_adapter
+from evolm.training.contrast import ReplayBuffer
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
-from evolm.training.rewards import JudgeCost, RowReward, step_rewards
+from evolm.training.judging import JudgeCost, RowReward, step_rewards
+from evolm.training.plan import Plan
+from evolm.training.step import TrainingSteps
 
 SOFT = "trl.rewards.get_soft_overlong_punishment"
 
@@ -103,11 +105,10 @@ def test_step_rewards_add_weighted_extras_after_group_filling() -> None:
     assert plain.reward_components is None and not any(k.startswith("reward/") for k in plain.metrics())
 
 
-class _Hooks:
-    """The part of ``step.TrainingSteps`` the reward function calls, on fixed judge scores."""
+class _Steps(TrainingSteps):
+    """``step.TrainingSteps`` as TRL's reward function, on fixed judge scores (``scores``) and the given extras."""
 
-    def __init__(self, scores: list[float | None]) -> None:
-        self.scores = scores
+    scores: tuple[float | None, ...] | list[float | None] = ()
 
     def score(self, rows: list[dict], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
         return [RowReward(s, score=s, criteria=(_crit(0.9, 0.2),)) if r["role"] == "policy" else
@@ -133,9 +134,15 @@ def _call(reward_fn: Any, role: str, ids: list[list[int]]) -> tuple[list[float],
     return out, metrics, extra
 
 
-def test_the_reward_function_adds_extras_on_policy_steps_only() -> None:
-    extras = [ExtraReward("length", 0.1, length_reward)]
-    reward_fn = trl_adapter._reward_function(_Hooks([0.5, 0.7, 0.2, None]), extras)
+def _steps(tmp_path: Path, scores: list[float | None], extras: list[ExtraReward]) -> TrainingSteps:
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    steps = _Steps(cfg, Plan(cfg, ["q"]), ReplayBuffer(4), tmp_path, judges=[])
+    steps.scores, steps.extras = scores, extras
+    return steps
+
+
+def test_the_reward_function_adds_extras_on_policy_steps_only(tmp_path: Path) -> None:
+    reward_fn = _steps(tmp_path, [0.5, 0.7, 0.2, None], [ExtraReward("length", 0.1, length_reward)])
     ids = [[1, 2], [1, 2, 3, 4], [1], [1, 2, 3]]
     out, metrics, extra = _call(reward_fn, "policy", ids)
     assert out == pytest.approx([0.5 + 0.2, 0.7 + 0.4, 0.2 + 0.1, 0.2 + 0.3])  # the missing one: its group's mean
@@ -152,11 +159,11 @@ def test_the_reward_function_adds_extras_on_policy_steps_only() -> None:
     assert extra["a_pos"] == ["good"] * 4 and extra["s_pos"] == [0.7] * 4 and extra["rubric"] == [""] * 4
 
 
-def test_a_misbehaving_extra_reward_is_an_error_naming_it() -> None:
-    reward_fn = trl_adapter._reward_function(_Hooks([0.5, 0.5]), [ExtraReward("short", 1.0, lambda **kw: [1.0])])
+def test_a_misbehaving_extra_reward_is_an_error_naming_it(tmp_path: Path) -> None:
+    reward_fn = _steps(tmp_path, [0.5, 0.5], [ExtraReward("short", 1.0, lambda **kw: [1.0])])
     with pytest.raises(InputError, match="rewards.extra: short returned 1 values for 2 completions"):
         _call(reward_fn, "policy", [[1], [2]])
-    nan = trl_adapter._reward_function(_Hooks([0.5, 0.5]), [ExtraReward("nan", 1.0, lambda **kw: [math.nan, None])])
+    nan = _steps(tmp_path, [0.5, 0.5], [ExtraReward("nan", 1.0, lambda **kw: [math.nan, None])])
     assert _call(nan, "policy", [[1], [2]])[0] == [0.5, 0.5]  # NaN and None: no reward from that term
 
 

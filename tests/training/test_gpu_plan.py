@@ -11,10 +11,11 @@ import pytest
 from evolm.cli import main
 from evolm.config import load_config
 from evolm.training import gpu_plan, memory
+from evolm.training.model_shape import KNOWN_MODELS
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PAPER = load_config(CONFIGS / "paper-qwen3-8b.yaml", ["data.prompts=builtin:demo"])
-QWEN3_8B = memory.KNOWN_MODELS["Qwen/Qwen3-8B"]
+QWEN3_8B = KNOWN_MODELS["Qwen/Qwen3-8B"]
 ZERO3 = memory.Sharding(True, 3)
 GPU = 79.6
 PROMPT = 1024
@@ -28,6 +29,22 @@ def test_tokens_per_step_per_role_by_hand() -> None:
     assert policy.prompts == (64 + 512) * PROMPT
     # rubric: 64 fresh answers + 512 rubric samples; every rubric judges a+ and a-: 1,024 requests
     assert (rubric.role, rubric.generated, rubric.judge_requests) == ("rubric", (64 + 512) * 16384, 1024)
+
+
+def test_tokens_per_step_are_the_steps_own_calls_in_the_training_processes() -> None:
+    """generate_calls.step_calls: each call's sequences x its budget, but a served model's."""
+    def rubric_step(*overrides: str) -> gpu_plan.RoleTokens:
+        return gpu_plan.step_tokens(load_config(CONFIGS / "paper-qwen3-8b.yaml", ["data.prompts=builtin:demo",
+                                                                                 *overrides]), PROMPT)[1]
+
+    # inferred_question: per question an answer, the question guessed from it and an answer to that guess
+    inferred = rubric_step("contrast.pairs=inferred_question")
+    assert inferred.generated == (3 * 64 + 512) * 16384 and inferred.prompts == (3 * 64 + 512) * PROMPT
+    # rubric_conditioned: 64 rubrics, then 64 answers with them and 64 without
+    assert rubric_step("contrast.pairs=rubric_conditioned").generated == (64 + 128 + 512) * 16384
+    served = rubric_step("contrast.answerer=Qwen/Qwen3-0.6B", "contrast.answerer_backend=openai",
+                         "contrast.answerer_base_url=http://127.0.0.1:8002/v1")
+    assert served.generated == 512 * 16384  # the fresh answers come from a server: no GPU time here
 
 
 def test_checkpoint_disk_by_hand() -> None:

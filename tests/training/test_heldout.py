@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from evolm.cli.train import launch_plan
 from evolm.config import RunConfig, load_config
 from evolm.errors import InputError
 from evolm.eval.pairs import PreferencePair
@@ -24,6 +23,8 @@ from evolm.runs.rundir import complete_checkpoints, resume_config
 from evolm.scores import Judgment
 from evolm.training.checks import launch_errors
 from evolm.training.contrast import ReplayBuffer, policy_messages
+from evolm.training.dry_run import launch_plan
+from evolm.training.generate_calls import answer_params, rubric_params
 from evolm.training.heldout import (
     EVAL_RUBRICS_FILE,
     HeldOut,
@@ -36,7 +37,7 @@ from evolm.training.heldout import (
 from evolm.training.plan import Plan
 from evolm.training.prompt_length import fit_prompt_set
 from evolm.training.run import run
-from evolm.training.step import TrainingSteps, answer_params, rubric_params
+from evolm.training.step import TrainingSteps
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo-cpu.yaml"
@@ -210,7 +211,7 @@ def test_rubric_steps_take_labelled_pairs_without_an_answerer(tmp_path: Path) ->
                              "contrast.answerer=/no/such/model", f"output_dir={tmp_path / 'run'}",
                              "schedule.steps_per_phase=2", "schedule.prompts_per_step=2"])
     plan = Plan(cfg, ["q"])
-    loop = TrainingSteps(cfg, plan, [], ReplayBuffer(4), tmp_path)
+    loop = TrainingSteps(cfg, plan, ReplayBuffer(4), tmp_path, judges=[])
     engine = ScriptedEngine()
     # coevolve with K=2: steps 2, 3 are the first rubric phase (rubric steps 0, 1), 6, 7 the second (2, 3)
     dealt = {step: loop.step_rows(step, engine) for step in (2, 3, 6, 7)}

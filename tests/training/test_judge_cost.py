@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from evolm.backends.base import SamplingParams
-from evolm.training.rewards import judge_rows, step_rewards
+from evolm.training.judging import judge_rows, step_rewards
 
 
 def test_local_judge_cost_reaches_the_step(tiny_backend) -> None:  # noqa: ANN001

@@ -12,17 +12,16 @@ from evolm.config import load_config
 from evolm.errors import InputError
 from evolm.training.memory import (
     GIB,
-    KNOWN_MODELS,
     Setup,
     Sharding,
     counts_in,
     estimate,
     judge_budget,
-    model_facts,
     read_sharding,
     refusal,
     setup_for,
 )
+from evolm.training.model_shape import KNOWN_MODELS, model_facts
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 QWEN3_8B = KNOWN_MODELS["Qwen/Qwen3-8B"]
@@ -288,7 +287,7 @@ def test_models_loaded_in_the_training_processes_are_counted_whole_under_zero3()
     assert rows["fixed answerer (in process)"] == 15.3
     assert rows["fixed answerer's KV cache (transformers)"] == round(8 * 17_408 * 147_456 / GIB, 1)
     assert "fixed answerer (in process)" not in _rows("base-rubrics.yaml")  # a served or absent fixed model: no row
-    # an hf judge loads in float32 unless judge.dtype says otherwise (models.judge_dtype): 4 bytes a weight
+    # an hf judge loads in float32 unless judge.dtype says otherwise (backends.devices.judge_dtype): 4 bytes a weight
     cfg = load_config(str(CONFIGS / "paper-qwen3-8b.yaml"), ["data.prompts=builtin:demo", "judge.backend=hf",
                                                              "judge.base_url=null"])
     setup = setup_for(cfg, QWEN3_8B, 4, read_sharding(CONFIGS / "accelerate-zero3.yaml"), 80.0)

@@ -58,6 +58,6 @@ def test_the_linear_check_agrees_with_the_set_of_all_windows() -> None:
 def test_the_check_is_fast_on_a_long_answer_of_rubric_words() -> None:
     criteria = ["Names carbon dioxide as the gas taken in."]
     answer = "names carbon dioxide as the gas " * 30_000  # 190,000 characters, every window a near miss
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine does not make a linear check look slow
     assert not copies_rubric(answer, "", criteria)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 2.0  # linear: ~0.1 s here; a quadratic scan of the windows takes minutes

@@ -14,9 +14,12 @@ from evolm.config import load_config
 from evolm.errors import InputError
 from evolm.eval.constraints import constraints_json
 from evolm.runs.jsonl import read_jsonl
-from evolm.training import trl_adapter
+from evolm.training import step
+from evolm.training.contrast import ReplayBuffer
 from evolm.training.extra_rewards import ExtraReward, extra_rewards
-from evolm.training.rewards import JudgeCost, RowReward, step_rewards
+from evolm.training.judging import JudgeCost, RowReward, step_rewards
+from evolm.training.plan import Plan
+from evolm.training.step import TrainingSteps
 
 HERE = "tests.training.test_program_rewards"
 
@@ -31,7 +34,9 @@ def answer_length(completions: list[Any], **_: Any) -> list[float]:
     return [len(c[-1]["content"] if isinstance(c, list) else c) / 100 for c in completions]
 
 
-class _Hooks:
+class _Steps(TrainingSteps):
+    """The run's steps as TRL's reward function, every row judged 0.5 and the step's rewards alone."""
+
     def score(self, rows: list[dict], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
         return [RowReward(0.5, score=0.5) for _ in rows], JudgeCost()
 
@@ -48,9 +53,11 @@ def _call(reward_fn: Any, role: str, texts: list[str]) -> list[float]:
                      rubric_text=[""] * n, a_pos=["good"] * n, a_neg=["bad"] * n)
 
 
-def test_an_extra_reward_adds_to_the_role_it_names_only() -> None:
-    extras = [ExtraReward("rubric_length", 1.0, rubric_length, "rubric"), ExtraReward("len", 2.0, answer_length)]
-    reward_fn = trl_adapter._reward_function(_Hooks(), extras)
+def test_an_extra_reward_adds_to_the_role_it_names_only(tmp_path: Path) -> None:
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    reward_fn = _Steps(cfg, Plan(cfg, ["q"]), ReplayBuffer(4), tmp_path, judges=[])
+    reward_fn.extras = [ExtraReward("rubric_length", 1.0, rubric_length, "rubric"),
+                        ExtraReward("len", 2.0, answer_length)]
     assert _call(reward_fn, "rubric", ["x" * 10, "x" * 30]) == pytest.approx([0.5 + 0.1, 0.5 + 0.3])
     assert _call(reward_fn, "policy", ["x" * 10, "x" * 30]) == pytest.approx([0.5 + 0.2, 0.5 + 0.6])
 
@@ -97,7 +104,7 @@ def test_an_answer_that_crashes_a_checker_is_counted_and_the_run_goes_on(tiny_mo
     cs = json.loads(constraints_json([{"id": "detectable_format:json_format", "kwargs": {}}]))
     prompts.write_text("".join(json.dumps({"prompt": f"Give {i} in JSON.", "constraints": cs}) + "\n"
                                for i in range(4)))
-    monkeypatch.setattr(trl_adapter, "completion_text", lambda completion: "[" * 1000)
+    monkeypatch.setattr(step, "completion_text", lambda completion: "[" * 1000)
     from evolm.training.run import run
 
     out = run(tiny_config(tiny_model_dir, tmp_path / "run", f"data.prompts={prompts}", "schedule.cycles=1",

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,9 +39,9 @@ from evolm.runs.records import FROZEN_RUBRICS_FILE as FROZEN_RUBRICS
 from evolm.runs.rundir import complete_checkpoints, open_run, resume_config
 from evolm.scores import scores_of
 from evolm.training.contrast import ReplayBuffer, choose_builders, policy_messages
+from evolm.training.judging import JudgeCost, RowReward, step_rewards
 from evolm.training.plan import Plan
 from evolm.training.prompts import load_prompts
-from evolm.training.rewards import JudgeCost, RowReward, step_rewards
 from evolm.training.run import run
 from evolm.training.step import TrainingSteps, rubric_rows
 
@@ -162,7 +163,7 @@ def tiny_judge(tiny_backend: Any) -> Judge:
 def loop_for(tmp_path: Path, tiny_model_dir: Path, judge: Judge, *extra: str) -> TrainingSteps:
     cfg = tiny_config(tiny_model_dir, tmp_path / "run", *extra)
     (tmp_path / "run").mkdir()
-    return TrainingSteps(cfg, Plan(cfg, ["q"]), [judge], ReplayBuffer(4), tmp_path / "run")
+    return TrainingSteps(cfg, Plan(cfg, ["q"]), ReplayBuffer(4), tmp_path / "run", judges=[judge])
 
 
 @pytest.mark.parametrize("kind", ["binary", "margin_format", "separation"])
@@ -494,7 +495,7 @@ def test_saved_judge_scores_are_reproducible(coevolve_run: Path, tiny_judge: Jud
 
 
 def test_the_failure_share_stops_a_step_only_past_the_limit_and_says_what_to_do(tmp_path: Path) -> None:
-    from evolm.training.rewards import check_failures
+    from evolm.training.judging import check_failures
 
     def step(failed: int, sent: int) -> Any:
         return step_rewards(["policy"], [RowReward(0.5)], ["q"],
@@ -662,7 +663,8 @@ def test_resume_touches_nothing_until_the_checkpoint_loaded(tmp_path: Path) -> N
     assert (start.run_dir, start.checkpoint, start.step, start.skipped) == (
         tmp_path, tmp_path / "checkpoints" / "checkpoint-10", 10, [])
     assert (tmp_path / "metrics.jsonl").read_text() == before  # not cut yet
-    TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(4), tmp_path, resume_step=start.step).begin(is_main=True)
+    trainer = SimpleNamespace(is_world_process_zero=lambda: True)  # as TRL's on_train_begin hands it
+    TrainingSteps(cfg, Plan(cfg, ["q"]), ReplayBuffer(4), tmp_path, resume_step=start.step, judges=[]).begin(trainer)
     assert [r["step"] for r in metrics(tmp_path)] == list(range(1, 11))  # cut once TRL has loaded it
     assert [r["step"] for r in read_jsonl(tmp_path / "samples" / "phase-000-policy.jsonl")] == [9, 10, 10]
 
@@ -838,7 +840,7 @@ def test_judge_dtype_setting(tmp_path: Path, tiny_model_dir: Path, monkeypatch: 
     it (about 6x slower than float32 there) says so, once, and nothing else does."""
     import warnings
 
-    from evolm.backends.loading import CPU_BF16_WARNING
+    from evolm.backends.devices import CPU_BF16_WARNING
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
@@ -888,7 +890,7 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from cli.test_rubric_and_judge_commands import _long_prompts
 
-    from evolm.training import trl_adapter
+    from evolm.training import run as run_module
 
     class Stop(Exception):
         pass
@@ -898,7 +900,7 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_said_at_the_start(tiny_m
     def stop(cfg: Any) -> None:
         raise Stop
 
-    monkeypatch.setattr(trl_adapter, "training_args", stop)  # the plan is made by then; nothing loads
+    monkeypatch.setattr(run_module, "training_args", stop)  # the plan is made by then; nothing loads
     plan_init = Plan.__init__
 
     def recorded(self: Plan, cfg: Any, questions: Any, *rest: Any, **kw: Any) -> None:
@@ -950,7 +952,7 @@ def test_a_steps_vllm_weight_syncs_and_generate_calls_reach_metrics_jsonl(tmp_pa
     from evolm.runs.records import StepRecord
 
     cfg = load_config(None, [f"output_dir={tmp_path}"])
-    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), ReplayBuffer(8), tmp_path, judges=[])
     loop.state.awaiting_update[1] = StepRecord(step=1, role="policy")
     loop.end_step(1, {"kl": 0.01, "loss": 0.2, "evolm/vllm_weight_syncs": 1.0, "evolm/vllm_generate_calls": 2.0},
                   is_main=True)
@@ -973,7 +975,7 @@ def test_a_steps_peak_gpu_memory_per_phase_reaches_metrics_jsonl(tmp_path: Path)
     from types import SimpleNamespace
 
     from evolm.runs.records import StepRecord
-    from evolm.training.trl_adapter import GpuMemory, _Recorder
+    from evolm.training.trl_adapter import GpuMemory, _StepCallbacks
 
     class FakeCuda:
         def __init__(self) -> None:
@@ -990,10 +992,10 @@ def test_a_steps_peak_gpu_memory_per_phase_reaches_metrics_jsonl(tmp_path: Path)
             return self.reserved
 
     cfg = load_config(None, [f"output_dir={tmp_path}"])
-    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), [], ReplayBuffer(8), tmp_path)
+    loop = TrainingSteps(cfg, Plan(cfg, ["q"]), ReplayBuffer(8), tmp_path, judges=[])
     cuda = FakeCuda()
     memory = GpuMemory(cuda)
-    recorder = _Recorder(loop, None, memory)
+    recorder = _StepCallbacks(loop, None, None, memory)
     state = SimpleNamespace(global_step=0, is_world_process_zero=True)
     for step, (gen, train, res_gen, res_train) in enumerate([(3, 5, 4, 6), (7, 2, 8, 3)], start=1):
         memory.on_step_begin(None, state, None)

@@ -22,15 +22,12 @@ def listed_hooks() -> list[str]:
     return [m.group(1) for line in table.splitlines() if (m := re.match(r"    (\w+)\s{2,}\S", line))]
 
 
-def test_the_step_file_lists_every_hook_the_adapter_calls() -> None:
-    from evolm.training.trl_adapter import StepHooks
-
+def test_the_step_file_lists_every_hook_in_the_order_it_defines_them() -> None:
     hooks = listed_hooks()
-    assert hooks == ["begin", "step_rows", "score", "finish", "is_phase_end", "end_step", "save"]
-    protocol = [n for n in vars(StepHooks) if not n.startswith("_")]
-    assert protocol == hooks  # the adapter's Protocol declares them in the same order
-    methods = [n for n in vars(TrainingSteps) if n in hooks]
-    assert methods == hooks  # and the class defines them in it: the file reads in the order a step happens
+    assert hooks == ["begin", "materialise", "score", "finish", "is_phase_end", "end_step", "save"]
+    methods = [n for n in vars(TrainingSteps) if n in [*hooks, "__call__"]]
+    assert methods == [*hooks[:2], "__call__", *hooks[2:]]  # the file reads in the order a step happens: the reward
+    # function (``__call__``, TRL's reward function is the steps object) runs the judging and the rewards
 
 
 @pytest.mark.slow
@@ -40,7 +37,7 @@ def test_trl_calls_the_hooks_in_the_listed_order(tiny_model_dir: Path, tmp_path:
     the order they came, follow the step file's table step by step."""
     hooks = listed_hooks()
     calls: list[str] = []
-    for name in hooks:
+    for name in [*hooks, "step_rows"]:  # step_rows: inside materialise
         original = getattr(TrainingSteps, name)
 
         def recorded(self, *args, _original=original, _name=name, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -58,9 +55,11 @@ def test_trl_calls_the_hooks_in_the_listed_order(tiny_model_dir: Path, tmp_path:
     assert calls[0] == "begin" and calls.count("begin") == 1
     steps: list[list[str]] = []
     for name in calls[1:]:
-        if name == "step_rows":
+        if name == "materialise":
             steps.append([])
         steps[-1].append(name)
     assert len(steps) == 2  # one policy step, one rubric step
     for seen in steps:
-        assert list(dict.fromkeys(seen)) == hooks[1:], calls  # every hook once per step, in the table's order
+        assert seen[:2] == ["materialise", "step_rows"], calls  # the rows, made inside materialise
+        assert list(dict.fromkeys(n for n in seen if n != "step_rows")) == hooks[1:], calls  # every hook once per
+        # step, in the table's order

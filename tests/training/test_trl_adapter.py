@@ -14,7 +14,7 @@ from evolm.errors import InputError, RunError
 from evolm.scores import scores_of
 from evolm.training import trl_adapter
 from evolm.training.grpo_config import evolm_grpo_settings
-from evolm.training.step import StepState
+from evolm.training.trl_generation import TrainerGenerate, VLLMCounts, count_vllm_calls
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "evolm"
 
@@ -75,8 +75,13 @@ def test_num_iterations_may_only_be_one() -> None:
         load_config(None, ["grpo.num_iterations=2"])
 
 
-def test_reward_refuses_rows_evolm_did_not_fill() -> None:
-    reward = trl_adapter._reward_function(hooks=None)  # type: ignore[arg-type]
+def test_reward_refuses_rows_evolm_did_not_fill(tmp_path: Path) -> None:
+    from evolm.training.contrast import ReplayBuffer
+    from evolm.training.plan import Plan
+    from evolm.training.step import TrainingSteps
+
+    cfg = load_config(None, [f"output_dir={tmp_path}"])
+    reward = TrainingSteps(cfg, Plan(cfg, ["q"]), ReplayBuffer(4), tmp_path)  # TRL's reward function
     with pytest.raises(RunError, match="did not materialise"):
         reward(prompts=["p"], completions=["c"], plan_index=[0])
     with pytest.raises(RunError, match="did not materialise"):
@@ -129,9 +134,9 @@ def test_extra_text_goes_through_trl_vllm_generation(tiny_model_dir: Path) -> No
     vg = _FakeVLLMGeneration(tok)
     trainer = SimpleNamespace(
         args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg, processing_class=tok,
-        state=SimpleNamespace(global_step=3), _last_loaded_step=2, evolm_hooks=SimpleNamespace(state=StepState()),
+        state=SimpleNamespace(global_step=3), _last_loaded_step=2,
         accelerator=SimpleNamespace(num_processes=1, process_index=0))
-    generate = trl_adapter.TrainerGenerate(trainer)
+    generate = TrainerGenerate(trainer)
     convs = [[{"role": "user", "content": "What is 2 + 2?"}], [{"role": "user", "content": "Say yes."}]]
     out = generate(convs, SamplingParams(0.6, 0.9, 64))
     assert out == ["reply 0", "reply 1"]
@@ -208,7 +213,7 @@ def _colocated_sleeping_vllm(monkeypatch: pytest.MonkeyPatch, tokenizer: Any) ->
     trainer = SimpleNamespace(
         args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None, report_to=[]), use_vllm=True,
         vllm_generation=vg, processing_class=tokenizer, state=SimpleNamespace(global_step=0), _last_loaded_step=-1,
-        accelerator=accelerator, evolm_hooks=SimpleNamespace(state=StepState()))
+        accelerator=accelerator)
     trainer.trl_generate = lambda ids: GRPOTrainer._generate_single_turn(trainer, ids, None, {}, 1)
     return trainer, vg, llm
 
@@ -225,18 +230,18 @@ def test_one_weight_sync_per_step_with_sleeping_colocated_vllm(tiny_model_dir: P
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     trainer, vg, llm = _colocated_sleeping_vllm(monkeypatch, tok)
-    counts = trl_adapter.VLLMCounts()
-    trl_adapter.count_vllm_calls(vg, counts)
+    counts = VLLMCounts()
+    count_vllm_calls(vg, counts)
+    generate = TrainerGenerate(trainer)
     convs = [[{"role": "user", "content": "What is 2 + 2?"}]]
     ids = [tok.apply_chat_template(convs[0], tokenize=True, add_generation_prompt=True, return_dict=False)]
     pushes = []
     for step, evolm_calls in enumerate([1, 3]):  # a policy step, then a rubric step
         trainer.state.global_step = step
         before = llm.pushes
-        trainer.evolm_hooks.state.materialising = True  # as _materialise sets it around the step's rows
-        for _ in range(evolm_calls):
-            trl_adapter.TrainerGenerate(trainer)(convs, SamplingParams(0.6, 0.9, 8))
-        trainer.evolm_hooks.state.materialising = False
+        with generate.materialising():  # as TrainingSteps.materialise makes the step's rows
+            for _ in range(evolm_calls):
+                generate(convs, SamplingParams(0.6, 0.9, 8))
         trainer.trl_generate(ids)  # TRL's own generation of the step
         pushes.append(llm.pushes - before)
         assert llm.sleeping == {"weights", "kv_cache"}  # asleep for the update, as TRL leaves it
@@ -298,7 +303,8 @@ def test_the_policy_loads_after_its_training_arguments(tiny_model_dir: Path, tmp
 
 
 def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> tuple[Any, Any]:
-    """(trainer, its loop) as ``coevolve.run`` builds them for the tiny demo, without training."""
+    """(trainer, its steps) as ``run.run`` builds them for the tiny demo, up to TRL's ``on_train_begin`` (the steps'
+    ``begin``: their judges), without training."""
     from tiny_run import tiny_config
 
     from evolm.training.run import run
@@ -306,7 +312,10 @@ def _built(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     seen: dict[str, Any] = {}
     monkeypatch.setattr(trl_adapter, "train", lambda trainer, checkpoint: seen.setdefault("trainer", trainer))
     run(tiny_config(tiny_model_dir, tmp_path / "run", *extra))
-    return seen["trainer"], seen["trainer"].evolm_hooks
+    trainer = seen["trainer"]
+    steps = trainer.reward_funcs[0]  # the run's TrainingSteps: TRL's reward function
+    steps.begin(trainer)
+    return trainer, steps
 
 
 def test_a_judge_of_the_initial_model_reads_trls_reference_model(tiny_model_dir: Path, tmp_path: Path,
@@ -341,7 +350,9 @@ def test_no_model_of_a_run_is_kernelized_with_kernels_from_the_hub(tiny_model_di
     assert main(["train", "--config", str(DEMO), *tiny_overrides(tiny_model_dir, run), "model.lora.r=0"]) == 0
     trainer = seen["trainer"]
     assert trainer.ref_model is not None  # full fine-tuning: TRL loads a reference model from the path
-    models = [trainer.model, trainer.ref_model, *(j.backend.model for j in trainer.evolm_hooks.judges)]
+    steps = trainer.reward_funcs[0]
+    steps.begin(trainer)  # TRL's on_train_begin: the judges load
+    models = [trainer.model, trainer.ref_model, *(j.backend.model for j in steps.judges)]
     assert [m.use_kernels for m in models] == [False] * len(models)
 
 

@@ -25,8 +25,7 @@ from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the h
 from openai_server import run_app  # noqa: E402
 
 from evolm.backends.base import SamplingParams  # noqa: E402
-from evolm.training import trl_adapter  # noqa: E402
-from evolm.training.step import StepState
+from evolm.training.trl_generation import TrainerGenerate  # noqa: E402
 
 
 @contextmanager
@@ -89,9 +88,8 @@ def test_rubrics_are_generated_through_trl_server_mode(tiny_model_dir: Path, mon
         trainer = SimpleNamespace(
             args=SimpleNamespace(use_vllm=True, chat_template_kwargs=None), vllm_generation=vg,
             processing_class=tok, state=SimpleNamespace(global_step=3), _last_loaded_step=3,
-            evolm_hooks=SimpleNamespace(state=StepState()),
             accelerator=SimpleNamespace(num_processes=1, process_index=0))
-        generate = trl_adapter.TrainerGenerate(trainer)
+        generate = TrainerGenerate(trainer)
         convs = [[{"role": "user", "content": f"Write a rubric for question {i}."}] for i in range(3)]
 
         out = generate(convs, SamplingParams(0.6, 0.9, 480, json_schema=RUBRIC_SCHEMA))

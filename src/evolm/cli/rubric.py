@@ -14,8 +14,8 @@ from evolm.cli._common import (
     add_runtime_args,
     check_before_loading,
     load_model,
+    print_stderr,
     rubric_params,
-    say,
     text_rows,
     write_as_you_go,
 )
@@ -74,5 +74,5 @@ def main(args: argparse.Namespace) -> None:
 
     out = write_as_you_go(args, rows, compute, keys=("prompt",), desc="rubrics")
     n_over = sum("rubric_overlong" in r for r in out)
-    say(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}"
-        + (f"; {n_over} questions over the writer's context got none" if n_over else ""))
+    print_stderr(f"wrote {len(out)} rubrics ({sum(r['rubric_valid'] for r in out):.0f} valid) to {args.output}"
+                 + (f"; {n_over} questions over the writer's context got none" if n_over else ""))

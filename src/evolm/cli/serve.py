@@ -18,8 +18,8 @@ from evolm.cli._common import (
     judge_from_args,
     load_model,
     positive_int,
+    print_stderr,
     rubric_params,
-    say,
 )
 from evolm.cli.flags import Flag, add_flags, field_values
 from evolm.serve.settings import ServeSettings
@@ -99,6 +99,6 @@ def main(args: argparse.Namespace) -> None:
     rubrics = RubricSource(writer=writer, params=rubric_params(args), table=table, cache_size=args.rubric_cache)
     settings = ServeSettings.checked({**field_values(args, ServeSettings, (*BATCH_FLAGS, *LIMIT_FLAGS)),
                                       "threads": args.threads or 0})
-    say(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
-        "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
+    print_stderr(f"serving {args.judge} ({args.mode}; rubrics: {rubrics.kind}) on http://{args.host}:{args.port} "
+                 "- POST /get_reward (OpenRLHF), POST /reward (slime), GET /health, /docs")
     run_server(create_app(cached_judge(judge, args.judge_cache), rubrics, settings), args.host, args.port)

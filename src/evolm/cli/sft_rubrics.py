@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import MODEL_NAMES, positive_int, say
+from evolm.cli._common import MODEL_NAMES, positive_int, print_stderr
 
 
 def _positive_float(text: str) -> float:
@@ -79,6 +79,6 @@ def main(args: argparse.Namespace) -> None:
                           max_length=args.max_length, seed=args.seed, dtype=args.dtype, device=args.device)
     check_output_dir(cfg.output_dir)  # an output that cannot take the writer stops here, before the model loads
     rows = seed_rows(cfg)  # a bad seed file stops here, before the model loads
-    say(f"sft-rubrics: {len(rows)} seed rubrics, {cfg.epochs:g} epochs")
+    print_stderr(f"sft-rubrics: {len(rows)} seed rubrics, {cfg.epochs:g} epochs")
     out = warm_start(cfg)
-    say(f"wrote the warm-started writer to {out} (summary: {out / 'sft_rubrics.json'})")
+    print_stderr(f"wrote the warm-started writer to {out} (summary: {out / 'sft_rubrics.json'})")

@@ -14,7 +14,8 @@ import yaml
 from pydantic import BaseModel
 
 from evolm.config.messages import kinds
-from evolm.config.schema import RunConfig, leaves
+from evolm.config.schema import RunConfig
+from evolm.config.settings import leaves
 from evolm.errors import InputError
 
 

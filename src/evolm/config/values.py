@@ -30,7 +30,7 @@ EXTRA_ROLES = ("policy", "rubric")  # rewards.extra[].role: the steps an extra r
 
 def extra_reward_problems(entries: Any) -> list[str]:
     """What is wrong with the shape of ``rewards.extra`` (no import: the functions are imported when the trainer is
-    built, ``training.rewards.extra_rewards``)."""
+    built, ``training.extra_rewards``)."""
     if not isinstance(entries, list | tuple):
         return ["rewards.extra must be a list of {name, weight, kwargs, role} entries"]
     for i, entry in enumerate(entries):

@@ -18,10 +18,11 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from evolm.backends.replies import strip_thinking
 from evolm.eval.constraints import checked_row, constraints_json, parse_constraints
 from evolm.eval.rubric_naming import names
 from evolm.rewards import rubric_reward
-from evolm.rubrics import format_validity, parse_rubric, strip_thinking
+from evolm.rubrics import format_validity, parse_rubric
 
 
 def _uniform(*parts: str) -> float:

@@ -2,27 +2,11 @@
 P.S.") attached to a question, and lm-evaluation-harness's own IFEval checkers deciding whether an answer complies.
 
 A prompt with constraints is a JSONL line ``{"prompt": ..., "question": ..., "constraints": [{"id": ..., "kwargs":
-{...}}, ...]}``: ``prompt`` is the question followed by each constraint's instruction text (the checker's own
-``build_description``), ``question`` the base question alone. The training prompts (``data.prompts``) carry the
-constraints through a run: the policy's rows, the replay buffer's questions, the samples and the step records
-(``constraint_counts``: how many temporal pairs have a newer answer passing more constraints than the older one).
-
-The checks are lm-eval's IFEval checkers, each instruction built as its ``test_instruction_following_strict``
-(the IFEval paper's strict accuracy) builds it from the ids and kwargs of IFEval's ``input_data.jsonl``. The
-answer is optimised against them, so ``check`` reads it defensively (``check_detailed``): an answer over
-``MAX_ANSWER_CHARS`` follows nothing, a checker that raises (lm-eval's JSON check on ``"[" * 1000``:
-``RecursionError``) means "not followed" and is counted, and ``STRICT`` replaces lm-eval's check where that
-one passes what the instruction does not ask for or takes super-linear time (docs/FIDELITY.md); with
-``reference=True`` lm-eval's checks stand unchanged.
-
->>> c = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
->>> check("Paris.\\nP.S. It is lovely in May.", "Capital of France?", c), check("Paris.", "Capital of France?", c)
-([True], [False])
->>> caps = constraints_json([{"id": "change_case:english_capital", "kwargs": {}}])
->>> constraint_reward(["The capital is Paris.", "THE CAPITAL OF FRANCE IS PARIS."], constraints=[caps, caps])
-[0.0, 1.0]
+{...}}, ...]}``: ``prompt`` is the question followed by each constraint's instruction text (``describe``),
+``question`` the base question alone. The training prompts carry the constraints through a run (the policy's rows,
+the replay buffer, the samples and the step records). The answer is optimised against the checks, so they read it
+defensively (``check_detailed``; ``STRICT`` where lm-eval's check is loose or slow, docs/FIDELITY.md).
 """
-
 from __future__ import annotations
 
 import functools
@@ -37,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from evolm.errors import InputError
+from evolm.rubrics import Criterion, Rubric
 from evolm.runs.jsonl import read_jsonl
 
 Constraint = Mapping[str, Any]  # {"id": an IFEval instruction id, "kwargs": its arguments}
@@ -101,6 +86,13 @@ def describe(constraint: Constraint) -> str:
     return str(checker.build_description(**{k: v for k, v in (constraint.get("kwargs") or {}).items() if v}))
 
 
+def stated_rubric(constraints: Sequence[Constraint]) -> Rubric:
+    """The rubric that states a prompt's constraints: each one, as its instruction text (``describe``), a criterion
+    of equal weight. The ceiling of a rubric for these prompts (the constraints study's ``stated`` writer)."""
+    weight = 1.0 / len(constraints)
+    return Rubric(tuple(Criterion(describe(c), weight) for c in constraints))
+
+
 # ----------------------------------------------------------------------------- checking an answer
 
 MAX_ANSWER_CHARS = 20_000
@@ -120,7 +112,12 @@ class Checked(NamedTuple):
 
 
 def check(answer: str, prompt: str, constraints: Sequence[Constraint], reference: bool = False) -> list[bool]:
-    """Whether ``answer`` follows each constraint (``check_detailed``; an empty answer follows none)."""
+    """Whether ``answer`` follows each constraint (``check_detailed``; an empty answer follows none).
+
+    >>> c = [{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}]
+    >>> check("Paris.\\nP.S. It is lovely in May.", "Capital of France?", c), check("Paris.", "Capital of France?", c)
+    ([True], [False])
+    """
     return list(check_detailed(answer, prompt, constraints, reference).followed)
 
 
@@ -188,7 +185,12 @@ def constraint_reward(completions: Sequence[Any], constraints: Sequence[str | No
                       question: Sequence[str] | None = None, **_: Any) -> list[float | None]:
     """A TRL-style reward (``rewards.extra``): the share of its row's constraints an answer follows, ``None`` for a
     row without constraints (TRL's "no reward from this function"). Reads the rows' ``constraints`` column (JSON)
-    and, for the checkers that need it, ``question``; a conversational completion is read as its last message."""
+    and, for the checkers that need it, ``question``; a conversational completion is read as its last message.
+
+    >>> caps = constraints_json([{"id": "change_case:english_capital", "kwargs": {}}])
+    >>> constraint_reward(["The capital is Paris.", "THE CAPITAL OF FRANCE IS PARIS."], constraints=[caps, caps])
+    [0.0, 1.0]
+    """
     out: list[float | None] = []
     for i, completion in enumerate(completions):
         text = completion[-1]["content"] if isinstance(completion, list) else str(completion)

@@ -1,158 +1,36 @@
 """Policy quality (docs/METHOD.md §3.2) with lm-evaluation-harness, on an in-memory model.
 
-The paper scores policies with Ai2's OLMES ``olmo3:adapt`` suite; here we run the matching tasks of
-lm-eval (``lm_eval`` on PyPI) instead, and label every result "lm-eval protocol" so nobody mistakes
-it for OLMES numbers. docs/POLICY_EVAL.md has the task map and how to run the whole suite.
-
-Two decoding protocols (``--protocol``):
-- ``lm-eval`` (default): each lm-eval task's own generation settings (``generation_kwargs`` in its
-  YAML: greedy, its stop sequences and token budget; HFLM's 256 tokens where a task sets none).
-  This is what lm-eval users expect, and it keeps a small CPU run short: the paper's sampling with
-  16k tokens lets a small model that never stops run every batch to thousands of tokens.
-- ``olmo3-adapt``: the paper's decoding on the same tasks: sampled at temperature 0.6, top-p 0.95,
-  up to 16384 new tokens. Each task keeps its stop sequences.
-Explicit ``greedy``/``temperature``/``top_p``/``max_gen_toks`` override either protocol. Under both,
-every task runs zero-shot with the tokenizer's chat template (docs/METHOD.md §3.2), and the token budget is
-capped so that a prompt still fits the model's context (lm-eval refuses a budget >= the context).
-The settings each task actually ran with are written into its result.
-
-Tasks and data:
-- ``ifeval`` and ``gsm8k`` read local JSONL files (shared/data): lm-eval's *stock* config with only
-  its data source replaced (``dataset_path: json`` + ``data_files``), so prompts, metrics and answer
-  filters stay lm-eval's. The override is an inline group whose member names the stock task with
-  overrides (the documented group syntax). These run fully offline.
-- The other tasks of the ``olmo3_adapt`` group read lm-eval's stock data sets from the Hugging Face
-  hub (or its local cache), which needs ``allow_hub`` (CLI ``--hub``); HumanEval+ and MBPP+ also
-  run model-written code to score it, which needs ``allow_code`` (CLI ``--allow-code-execution``).
-  Without them the request is refused up front, in one line, before any model is loaded.
-- Each task runs as its own ``simple_evaluate`` call, so lm-eval's progress bar (with ETA) is per
-  task, and the caller's ``progress`` callback hears when each task starts and ends.
-
-How it stays offline:
-- The model is loaded by ``evolm.backends.loading.load_model`` and handed to lm-eval's ``HFLM`` as an
-  object, so lm-eval never resolves a name on the hub.
-- A TaskManager indexes only the stock folders the requested tasks use (~0.1 s instead of ~10 s
-  for the whole catalogue).
-- Local tasks are built, and every task is evaluated, with the hub in offline mode (restored
-  after); only hub tasks are built outside it (that is where they read data). IFEval's sentence
-  model comes from a local copy. Both are ``evolm.eval.offline``'s.
-
-The tasks, and how to add one, are ``evolm.eval.policy_tasks``'s.
+The paper scores policies with Ai2's OLMES ``olmo3:adapt`` suite; here we run the matching tasks of lm-eval
+(``lm_eval`` on PyPI), one ``simple_evaluate`` call per task, and label every result "lm-eval protocol" so nobody
+mistakes it for OLMES numbers (docs/POLICY_EVAL.md: the task map, the whole suite). How tasks decode:
+``evolm.eval.policy_decoding``; what they read, checked first: ``evolm.eval.policy_inputs``; the tasks and how to add
+one: ``evolm.eval.policy_tasks``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolm.errors import BackendError, InputError
+from evolm.errors import BackendError
 from evolm.eval.offline import code_eval_allowed, ensure_punkt_tab, hub_offline, quiet_git_hash
+from evolm.eval.policy_decoding import (
+    DEFAULT_PROTOCOL,
+    Decoding,
+    describe_generation,
+    resolve_decoding,
+    task_generation_kwargs,
+)
+from evolm.eval.policy_inputs import check_access
 from evolm.eval.policy_tasks import POLICY_TASKS, PolicyTask
-from evolm.runs.jsonl import read_jsonl
 
 LABEL = "lm-eval protocol"  # docs/METHOD.md §3.2: what every result is labelled (not "OLMES")
-PROTOCOLS = ("lm-eval", "olmo3-adapt")
-DEFAULT_PROTOCOL = "lm-eval"
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """The decoding asked for. ``None`` (and ``greedy=False``) leaves a setting to each task's own config.
-
-    Build it with ``resolve_decoding``, which fills in a protocol's values and checks the combination.
-    """
-
-    protocol: str = DEFAULT_PROTOCOL
-    greedy: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
-    max_gen_toks: int | None = None
-    seed: int = 0
-
-
-# The paper's decoding (docs/METHOD.md §3.2): sampled, temperature 0.6, top-p 0.95, up to 16k new tokens.
-OLMO3_ADAPT_DECODING = {"temperature": 0.6, "top_p": 0.95, "max_gen_toks": 16384}
-
-
-def resolve_decoding(
-    protocol: str = DEFAULT_PROTOCOL,
-    *,
-    greedy: bool = False,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    max_gen_toks: int | None = None,
-    seed: int = 0,
-) -> Decoding:
-    """The decoding of ``protocol`` with the given settings on top (``None``: not given).
-
-    ``lm-eval`` leaves everything not given to each task; ``olmo3-adapt`` fills in the paper's values.
-    Raises ``InputError`` for an unknown protocol or settings that contradict each other.
-    """
-    if protocol not in PROTOCOLS:
-        raise InputError(f"unknown protocol '{protocol}' (known: {', '.join(PROTOCOLS)})")
-    if greedy and (temperature is not None or top_p is not None):
-        raise InputError("--greedy contradicts --temperature/--top-p: give one or the other")
-    if temperature is not None and temperature <= 0:
-        raise InputError(f"temperature must be > 0, got {temperature} (for greedy decoding use --greedy)")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise InputError(f"top-p must be in (0, 1], got {top_p}")
-    if max_gen_toks is not None and max_gen_toks < 1:
-        raise InputError(f"max-gen-toks must be >= 1, got {max_gen_toks}")
-    if protocol == "olmo3-adapt":
-        if not greedy:
-            temperature = OLMO3_ADAPT_DECODING["temperature"] if temperature is None else temperature
-            top_p = OLMO3_ADAPT_DECODING["top_p"] if top_p is None else top_p
-        max_gen_toks = OLMO3_ADAPT_DECODING["max_gen_toks"] if max_gen_toks is None else max_gen_toks
-    elif top_p is not None and temperature is None:
-        raise InputError("--top-p needs --temperature under --protocol lm-eval (its tasks decode greedily)")
-    return Decoding(protocol, greedy, temperature, top_p, max_gen_toks, seed)
-
-
-def task_generation_kwargs(
-    stock: Mapping[str, Any], decoding: Decoding, default_max_gen_toks: int, max_length: int
-) -> tuple[dict[str, Any], str | None]:
-    """The generation settings one lm-eval task runs with, and a note when its token budget was cut.
-
-    ``stock`` is the task's own ``generation_kwargs``; ``decoding`` overrides what it sets. The
-    budget is always made explicit (``default_max_gen_toks``, HFLM's default, where neither sets
-    one) and capped by ``effective_max_gen_toks`` so that the prompt still fits ``max_length``.
-    Stop sequences (``until``) always stay the task's.
-    """
-    out = dict(stock)
-    if decoding.greedy:
-        out.update(do_sample=False, temperature=0.0)
-        out.pop("top_p", None)
-    elif decoding.temperature is not None:
-        out.update(do_sample=True, temperature=decoding.temperature)
-        if decoding.top_p is not None:
-            out["top_p"] = decoding.top_p
-    if decoding.max_gen_toks is not None:
-        requested = decoding.max_gen_toks
-    else:
-        requested = int(stock.get("max_gen_toks", default_max_gen_toks))
-    out["max_gen_toks"] = effective_max_gen_toks(requested, max_length)
-    note = None
-    if out["max_gen_toks"] < requested:
-        note = f"max_gen_toks lowered from {requested} to {out['max_gen_toks']}: the model's context is {max_length}"
-    return out, note
-
-
-def describe_generation(kwargs: Mapping[str, Any]) -> str:
-    """A task's decoding in words: "greedy, max_gen_toks 1280" or "sampled T=0.6 top-p=0.95, max_gen_toks 7168"."""
-    if not kwargs:
-        return "log-likelihood (no generation)"
-    if kwargs.get("do_sample"):
-        mode = f"sampled T={kwargs.get('temperature')}" + (f" top-p={kwargs['top_p']}" if "top_p" in kwargs else "")
-    else:
-        mode = "greedy"
-    return f"{mode}, max_gen_toks {kwargs.get('max_gen_toks')}"
 
 
 @dataclass
@@ -203,78 +81,6 @@ class PolicyEvalResult:
         return d
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
-def check_access(tasks: Sequence[str], *, allow_hub: bool = False, allow_code: bool = False) -> None:
-    """Refuse, in one line and before any model is loaded, tasks that need what was not allowed.
-
-    Tasks without a local data file read lm-eval's stock data set from the Hugging Face hub (or its
-    cache); HumanEval+ and MBPP+ execute the model's code to score it.
-    """
-    hub = [n for n in tasks if not POLICY_TASKS[n].local]
-    if hub and not allow_hub:
-        local = [n for n in tasks if POLICY_TASKS[n].local]
-        instead = f", or keep the local ones: --tasks {','.join(local)}" if local else ""
-        raise InputError(
-            f"{', '.join(hub)}: data not available locally (lm-eval reads them from the Hugging Face hub): "
-            f"add --hub on a machine with hub access or a filled HF datasets cache{instead} (docs/POLICY_EVAL.md)"
-        )
-    code = [n for n in tasks if POLICY_TASKS[n].runs_code]
-    if code and not allow_code:
-        raise InputError(
-            f"{', '.join(code)}: scoring runs the model's code on this machine: add --allow-code-execution "
-            "(in a sandbox or container), or leave these tasks out"
-        )
-
-
-def default_data_dir(cwd: str | Path | None = None) -> Path | None:
-    """``data/`` in the working directory (where ``scripts/fetch_data.py`` puts the sets) when it exists, else
-    ``../shared/data`` next to it (the development layout), else None."""
-    for candidate in (Path(cwd or Path.cwd()) / "data", Path(cwd or Path.cwd()) / ".." / "shared" / "data"):
-        if candidate.is_dir():
-            return candidate.resolve()
-    return None
-
-
-def resolve_data_files(
-    tasks: Sequence[str], data_dir: str | Path | None, overrides: Mapping[str, str | Path | None] | None = None
-) -> dict[str, Path | None]:
-    """The data file of each task (an override, else ``data_dir/<task default>``), checked row by row.
-
-    Tasks whose data come from the hub map to None. Raises ``InputError`` for a missing file or a
-    row without the fields the task reads, before any model is loaded, so a typo costs nothing.
-    """
-    overrides = overrides or {}
-    files: dict[str, Path | None] = {}
-    for name in tasks:
-        task = POLICY_TASKS[name]
-        if task.data_file is None:
-            files[name] = None
-            continue
-        given = overrides.get(name)
-        if given is not None:
-            path = Path(given).expanduser()
-        elif data_dir is not None:
-            path = Path(data_dir).expanduser() / task.data_file
-        else:
-            raise InputError(f"{name}: no data file (give --data-dir DIR holding {task.data_file}, "
-                             f"or --{name}-data FILE)")
-        if not path.is_file():
-            raise InputError(f"{name} data file not found: {path} (set --data-dir or --{name}-data)")
-        read_jsonl(path, required=task.required_fields)
-        files[name] = path.resolve()
-    return files
-
-
-def default_output_path(model: str) -> Path | None:
-    """``RUN/eval/policy-checkpoint-N.json`` for ``RUN/checkpoints/checkpoint-N``, where the report looks."""
-    p = Path(model).expanduser()
-    if re.fullmatch(r"checkpoint-\d+", p.name) and p.parent.name == "checkpoints" and p.is_dir():
-        return p.parent.parent / "eval" / f"policy-{p.name}.json"
-    return None
-
-
 # ----------------------------------------------------------------------------- building and running lm-eval tasks
 
 
@@ -306,19 +112,6 @@ def _think_end_token(tokenizer: Any, requested: str | None) -> str | None:
     if requested != "auto":
         return requested or None
     return "</think>" if "</think>" in tokenizer.get_vocab() else None
-
-
-def effective_max_gen_toks(requested: int, max_length: int) -> int:
-    """Cap generation so that a prompt still fits: lm-eval refuses ``max_gen_toks >= max_length``.
-
-    Keeps ``min(1024, max_length // 2)`` tokens for the prompt (IFEval and GSM8K prompts are far
-    shorter). The paper's 16k exceeds small models' context (SmolLM2: 8192).
-
-    >>> effective_max_gen_toks(16384, 8192), effective_max_gen_toks(256, 8192), effective_max_gen_toks(64, 64)
-    (7168, 256, 32)
-    """
-    reserve = min(1024, max_length // 2)
-    return max(1, min(requested, max_length - reserve))
 
 
 def _load_task(manager: Any, task: PolicyTask, data_file: Path | None) -> tuple[Any, dict[str, Any]]:
@@ -369,9 +162,16 @@ def evaluate_policy(
 ) -> PolicyEvalResult:
     """Run the tasks of ``data_files`` (evolm task name -> local JSONL, or None for hub data) on an in-memory model.
 
-    Zero-shot with the tokenizer's chat template, one task after the other. ``limit`` takes the
-    first N documents of each (leaf) task. With ``samples_path`` every prompt, response and
-    per-sample score is written as JSONL. ``progress`` is told when each task starts and ends.
+    Zero-shot with the tokenizer's chat template (docs/METHOD.md §3.2), one task after the other, each its own
+    ``simple_evaluate`` call (lm-eval's progress bar is per task). ``limit`` takes the first N documents of each
+    (leaf) task. With ``samples_path`` every prompt, response and per-sample score is written as JSONL.
+    ``progress`` is told when each task starts and ends. The settings each task ran with go into its result.
+
+    A local task (``ifeval``, ``gsm8k``) is lm-eval's stock config with only its data source replaced (an inline
+    group whose member names the stock task with overrides), so prompts, metrics and answer filters stay lm-eval's.
+    Offline: the model goes to lm-eval's ``HFLM`` as an object, so lm-eval never resolves a name on the hub; the
+    TaskManager indexes only the stock folders the tasks use (~0.1 s instead of ~10 s); local tasks are built, and
+    every task evaluated, with the hub in offline mode (``evolm.eval.offline``); only hub tasks are built outside it.
     """
     decoding = decoding or resolve_decoding()
     tasks = [POLICY_TASKS[name] for name in data_files]

@@ -1,56 +1,8 @@
-"""RewardBench 2 with a rubric writer and a judge as the reward model (docs/METHOD.md §3.1).
-
-Protocol: one rubric per prompt, written from the prompt alone; every completion is then scored
-separately by the judge reading that rubric (or alone, for the no-rubric baseline). All rubrics
-are written in one batched call (plus retries for the ones that did not parse, see
-``evolm.eval.rubric_source``) and all completions are judged in one ``Judge.score`` call, so a
-backend can share the prompt prefix across the completions of a prompt.
-
-Scoring reproduces the released official code, the ``rewardbench`` package 0.1.4 on PyPI
-(Apache-2.0; the same files as allenai/reward-bench commit fdc742df60491235b7f37a8fa9b31b4c116fd40b):
-``reroll_and_score_dataset`` (non-Ties rows), ``sample_stats`` and ``process_single_model``
-(Ties) in ``rewardbench/utils.py``, and the per-subset loop of ``scripts/run_v2.py``. The tests
-run those functions themselves (vendored in ``tests/eval/rewardbench_official.py``) on random
-score files and require equality to 1e-9.
-
-- non-Ties row: with s_0 the score of the first completion (the chosen one) and k the number of
-  completions sharing the maximum, the row earns 1/k if s_0 is the maximum, else 0; a subset
-  scores the mean over its rows.
-- Ties: rows ``ref:<pid>`` / ``tied:<pid>`` (pid an integer, so ``07`` and ``7`` are one prompt),
-  the first ``num_correct`` completions correct. Per prompt: accurate = worst_correct >
-  best_incorrect, ci = worst_correct - best_incorrect, and diff_corr = best_correct -
-  worst_correct, which is *undefined* (None) when the prompt has a single correct answer.
-  Score = 0.30 acc(tied) + 0.30 acc(ref) + 0.20 P + 0.20 H + 0.01 M, where the accuracies are
-  over all tied (ref) prompts and, over the prompt ids with both a ref and a tied row:
-  P = mean(ci_tied > diff_corr) and H = mean(min(ci_ref, ci_tied) > diff_corr), both only over
-  the prompts whose tied diff_corr is defined; M = mean(tanh(min(ci_ref, ci_tied) / diff_corr - 1))
-  only over those with diff_corr > 0 (0 when there are none). diff_corr is the tied prompt's.
-  With no paired prompt id at all, P, H and M are 0.
-- overall: plain mean of the six subset scores (the leaderboard's; ``run_v2.py`` prints the
-  subsets only).
-
-The later GitHub rewrite (commits 5822f16 and a009692, June 2025, not released on PyPI) differs
-at the edges: it averages P, H and M over every paired prompt, counting tanh(±inf) = ±1 for a
-zero diff_corr, and fails on a tied prompt with a single correct answer. We follow the release.
-
-Where the official code has no answer, we decide (and test):
-
-- Missing score (the judge gave none, or NaN): it ranks below every present score, i.e. it is
-  read as -inf and the official arithmetic follows (-inf - -inf is NaN, and a comparison with
-  NaN is false). Two exceptions: a non-Ties row whose chosen score is missing earns 0 (the
-  official code, given -inf everywhere, would give 1/k to a row with every score missing), and a
-  margin-term ratio that is NaN (e.g. -inf / inf) counts 0 instead of turning M into NaN. So a
-  missing correct score makes its Ties prompt inaccurate, a missing incorrect one cannot beat a
-  present correct one, and ``min`` of the two ci keeps a NaN (Python's ``min`` depends on order).
-- Every paired tied prompt has a single correct answer: P and H are 0 (the official mean of an
-  empty list is NaN).
-- Two Ties rows with the same kind and prompt id: ``InputError`` (the release keeps, per
-  completion index, the later row's score; the GitHub rewrite pools both rows).
-- A prompt id that is not an integer is kept as text (the official code raises on it).
-- Subset names are the six above, in any case (written back in the official spelling); any other
-  name, in the data, a score file or ``--subsets``, is an ``InputError``: a seventh subset must
-  not slip into the overall mean. ``overall`` averages the subsets present; ``complete`` says
-  whether all six were.
+"""RewardBench 2 with a rubric writer and a judge as the reward model (docs/METHOD.md §3.1): its data, score files and
+the run. One rubric per prompt, written from the prompt alone (all in one batched call, with retries for those that
+did not parse: ``evolm.eval.rubric_source``); every completion is then judged separately reading that rubric (or
+alone, the no-rubric baseline), all in one ``Judge.score`` call so that a backend shares a prompt's prefix across its
+completions. The official scoring is ``evolm.eval.rb2_scoring``.
 """
 
 from __future__ import annotations
@@ -59,33 +11,20 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from evolm.backends.base import Backend, SamplingParams
 from evolm.errors import InputError
+from evolm.eval.rb2_scoring import SUBSETS, ScoredRow, canonical_subset, is_ties, ties_key
 from evolm.eval.rubric_source import RubricCoverage, RubricTable, prompt_rubrics
 from evolm.runs.jsonl import read_jsonl, read_records, write_jsonl
-from evolm.scores import is_missing
 
 if TYPE_CHECKING:
     from evolm.judge.judge import Judge
 
 HUB_ID = "allenai/reward-bench-2"
-SUBSETS: tuple[str, ...] = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
-TIES = "Ties"
-
-
-def canonical_subset(name: str, where: str = "") -> str:
-    """The official spelling of a RewardBench 2 subset name given in any case.
-
-    Any other name is an error rather than a new subset, so it cannot enter the overall mean.
-    """
-    for known in SUBSETS:
-        if str(name).strip().lower() == known.lower():
-            return known
-    raise InputError(f"{where}unknown RewardBench 2 subset {name!r} (known: {', '.join(SUBSETS)})")
 
 
 # ----------------------------------------------------------------------------- data model
@@ -107,244 +46,6 @@ class RB2Row:
         return self.chosen + self.rejected
 
 
-@dataclass(frozen=True)
-class ScoredRow:
-    """The judge's scores of one row's completions, in the row's order (chosen, then rejected).
-
-    This is one line of ``--save-scores``; ``None`` is a missing score.
-    """
-
-    id: str
-    subset: str
-    num_correct: int
-    scores: tuple[float | None, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "subset": self.subset, "num_correct": self.num_correct, "scores": list(self.scores)}
-
-
-@dataclass(frozen=True)
-class TiesBreakdown:
-    """The five terms of the Ties score and the number of prompts behind each.
-
-    ``n_spread`` counts the paired prompts whose tied row has two or more correct answers (the
-    prompts behind the two "preferred" terms); ``n_margin`` those of them with diff_corr > 0 (the
-    prompts behind the margin term).
-    """
-
-    tied_accuracy: float
-    ref_accuracy: float
-    correctness_preferred: float
-    correctness_preferred_hard: float
-    margin: float
-    n_tied: int
-    n_ref: int
-    n_paired: int
-    n_spread: int = 0
-    n_margin: int = 0
-
-    @property
-    def score(self) -> float:
-        return (
-            0.3 * self.tied_accuracy
-            + 0.3 * self.ref_accuracy
-            + 0.2 * self.correctness_preferred
-            + 0.2 * self.correctness_preferred_hard
-            + 0.01 * self.margin
-        )
-
-
-@dataclass
-class RB2Result:
-    """Per-subset scores in [0, 1] (Ties may reach 1.01, as officially), their mean, and counts."""
-
-    subsets: dict[str, float]
-    counts: dict[str, int]
-    overall: float
-    complete: bool
-    missing_scores: int
-    ties: TiesBreakdown | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "benchmark": "RewardBench 2",
-            "subsets": dict(self.subsets),
-            "overall": self.overall,
-            "complete": self.complete,
-            "counts": dict(self.counts),
-            "missing_scores": self.missing_scores,
-        }
-        if self.ties is not None:
-            out["ties"] = {**asdict(self.ties), "score": self.ties.score}
-        out.update(self.extra)
-        return out
-
-
-# ----------------------------------------------------------------------------- scoring (pure)
-
-
-def _as_score(s: float | None) -> float:
-    """A missing score (None or NaN) ranks below every present one."""
-    return -math.inf if is_missing(s) else float(s)  # type: ignore[arg-type]
-
-
-def row_credit(scores: Sequence[float | None]) -> float:
-    """Credit of a non-Ties row: 1/k when the first (chosen) score ties k-way at the top, else 0.
-
-    A missing score ranks below every present one; a missing chosen score earns 0.
-
-    >>> row_credit([0.9, 0.1, 0.2, 0.3]), row_credit([0.9, 0.9, 0.2, 0.3]), row_credit([0.5] * 4)
-    (1.0, 0.5, 0.25)
-    >>> row_credit([None, 0.1, None, 0.2]), row_credit([0.4, None, None, 0.4])
-    (0.0, 0.5)
-    """
-    if not scores:
-        raise ValueError("a row needs at least one score")
-    if is_missing(scores[0]):
-        return 0.0
-    values = [_as_score(s) for s in scores]
-    top = max(values)
-    return 1.0 / sum(v == top for v in values) if values[0] == top else 0.0
-
-
-@dataclass(frozen=True)
-class PromptStats:
-    """Ties statistics of one prompt, as the official ``sample_stats`` computes them.
-
-    NaN where missing scores leave a margin undefined.
-    """
-
-    accurate: bool
-    diff_corr: float | None  # best_correct - worst_correct; None with a single correct answer
-    ci: float  # worst_correct - best_incorrect
-
-
-def prompt_stats(scores: Sequence[float | None], num_correct: int) -> PromptStats:
-    """Accuracy and margins of one Ties prompt whose first ``num_correct`` scores are the correct answers.
-
-    >>> prompt_stats([8, 7, 5, 2], 2)
-    PromptStats(accurate=True, diff_corr=1.0, ci=2.0)
-    >>> prompt_stats([8, 5, 2], 1).diff_corr is None
-    True
-    """
-    return _stats([(i < num_correct, _as_score(s)) for i, s in enumerate(scores)])
-
-
-def _stats(samples: Sequence[tuple[bool, float]]) -> PromptStats:
-    correct = [s for ok, s in samples if ok]
-    incorrect = [s for ok, s in samples if not ok]
-    if not correct or not incorrect:
-        raise ValueError("a Ties prompt needs at least one correct and one incorrect answer")
-    worst_correct = min(correct)
-    ci = worst_correct - max(incorrect)  # -inf - -inf is NaN: all missing
-    diff = max(correct) - worst_correct if len(correct) > 1 else None
-    return PromptStats(accurate=worst_correct > max(incorrect), diff_corr=diff, ci=ci)
-
-
-def _nanmin(a: float, b: float) -> float:
-    """``min`` that keeps a NaN whichever side it is on (Python's ``min`` depends on the order)."""
-    return math.nan if math.isnan(a) or math.isnan(b) else min(a, b)
-
-
-def _margin_term(m: float, diff: float) -> float:
-    """tanh(m / diff - 1) for diff > 0; NaN (only from missing scores, e.g. -inf / inf) reads as 0."""
-    value = math.tanh(m / diff - 1)
-    return 0.0 if math.isnan(value) else value
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def _ties_key(row_id: str) -> tuple[str, str]:
-    kind, sep, pid = row_id.partition(":")
-    if not sep or kind not in ("ref", "tied") or not pid.strip():
-        raise InputError(f"Ties row id '{row_id}' is not 'ref:<prompt id>' or 'tied:<prompt id>'")
-    pid = pid.strip()
-    return kind, str(int(pid)) if re.fullmatch(r"[+-]?\d+", pid) else pid  # "07" and "7" are one prompt, as officially
-
-
-def ties_breakdown(rows: Sequence[ScoredRow]) -> TiesBreakdown:
-    """The official Ties score of ``rows`` (all from the Ties subset), term by term.
-
-    Each kind and prompt id may appear once: the official release silently overwrites a
-    duplicate's scores index by index, which no real data needs.
-    """
-    samples: dict[tuple[str, str], list[tuple[bool, float]]] = {}
-    for row in rows:
-        key = _ties_key(row.id)
-        if key in samples:
-            raise InputError(f"Ties row id '{row.id}' appears twice (as {key[0]}:{key[1]}); "
-                             "give each prompt id one row per kind")
-        samples[key] = [(i < row.num_correct, _as_score(s)) for i, s in enumerate(row.scores)]
-    ref: dict[str, PromptStats] = {}
-    tied: dict[str, PromptStats] = {}
-    for (kind, pid), group in samples.items():
-        (ref if kind == "ref" else tied)[pid] = _stats(group)
-    paired = [pid for pid in tied if pid in ref]
-    spread = [pid for pid in paired if tied[pid].diff_corr is not None]  # official: diff_corr is not None
-    preferred, preferred_hard, margins = [], [], []
-    for pid in spread:
-        t, r = tied[pid], ref[pid]
-        diff = t.diff_corr
-        assert diff is not None
-        hard = _nanmin(r.ci, t.ci)
-        preferred.append(float(t.ci > diff))
-        preferred_hard.append(float(hard > diff))
-        if diff > 0:  # official: the margin term only over positive spreads
-            margins.append(_margin_term(hard, diff))
-    return TiesBreakdown(
-        tied_accuracy=_mean([float(s.accurate) for s in tied.values()]),
-        ref_accuracy=_mean([float(s.accurate) for s in ref.values()]),
-        correctness_preferred=_mean(preferred),
-        correctness_preferred_hard=_mean(preferred_hard),
-        margin=_mean(margins),
-        n_tied=len(tied),
-        n_ref=len(ref),
-        n_paired=len(paired),
-        n_spread=len(spread),
-        n_margin=len(margins),
-    )
-
-
-def is_ties(subset: str) -> bool:
-    return subset.lower() == TIES.lower()
-
-
-def score_rows(rows: Sequence[ScoredRow]) -> RB2Result:
-    """Per-subset scores (in the official order of the six), their mean, and the Ties breakdown.
-
-    A subset name outside the six is an ``InputError``.
-
-    >>> r = score_rows([ScoredRow("1", "Math", 1, (0.9, 0.9, 0.1, 0.1)),
-    ...                 ScoredRow("2", "Math", 1, (0.2, 0.7, 0.1, 0.1))])
-    >>> r.subsets, r.overall
-    ({'Math': 0.25}, 0.25)
-    """
-    by_subset: dict[str, list[ScoredRow]] = {name: [] for name in SUBSETS}
-    for row in rows:
-        by_subset[canonical_subset(row.subset, f"row id {row.id!r}: ")].append(row)
-    subsets: dict[str, float] = {}
-    ties = None
-    for name, group in by_subset.items():
-        if not group:
-            continue
-        if is_ties(name):
-            ties = ties_breakdown(group)
-            subsets[name] = ties.score
-        else:
-            subsets[name] = _mean([row_credit(r.scores) for r in group])
-    return RB2Result(
-        subsets=subsets,
-        counts={name: len(group) for name, group in by_subset.items() if group},
-        overall=_mean(list(subsets.values())),
-        complete=len(subsets) == len(SUBSETS),
-        missing_scores=sum(is_missing(s) for r in rows for s in r.scores),
-        ties=ties,
-    )
-
-
 _Row = TypeVar("_Row", RB2Row, ScoredRow)
 
 
@@ -359,19 +60,6 @@ def filter_subsets(rows: Sequence[_Row], subsets: Sequence[str] | None, source: 
         raise InputError(f"{source}: no rows of subset(s) {', '.join(absent)} (present: "
                          f"{', '.join(s for s in SUBSETS if s in present) or 'none'})")
     return [r for r in rows if r.subset in wanted]
-
-
-def format_table(result: RB2Result) -> str:
-    """Plain aligned text: one line per subset, scores in percent (as RewardBench reports them)."""
-    width = max([len("overall"), *(len(s) for s in result.subsets)])
-    lines = [f"{'subset':<{width}}  {'rows':>5}  {'score':>6}"]
-    for name, score in result.subsets.items():
-        lines.append(f"{name:<{width}}  {result.counts[name]:>5}  {100 * score:>6.1f}")
-    total = sum(result.counts.values())
-    lines.append(f"{'overall':<{width}}  {total:>5}  {100 * result.overall:>6.1f}")
-    if not result.complete:
-        lines.append(f"(overall averages the {len(result.subsets)} subsets present, not all six)")
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- score files
@@ -419,14 +107,6 @@ def _check_ids(rows: Sequence[ScoredRow], path: str | Path) -> None:
         if row.id in seen:
             raise InputError(f"{path}: id {row.id!r} appears twice (one row per id)")
         seen.add(row.id)
-
-
-def unpaired_tied(rows: Sequence[ScoredRow]) -> list[str]:
-    """Prompt ids of Ties ``tied:`` rows without their ``ref:`` row. The official release scores them (in the tied
-    accuracy only, out of P, H and M), so they are scored, and the CLI says how many there were."""
-    ties = [_ties_key(r.id) for r in rows if is_ties(r.subset)]
-    refs = {pid for kind, pid in ties if kind == "ref"}
-    return [pid for kind, pid in ties if kind == "tied" and pid not in refs]
 
 
 # ----------------------------------------------------------------------------- data
@@ -515,7 +195,7 @@ def select_rows(rows: Sequence[RB2Row], subsets: Sequence[str] | None = None, li
     out = []
     for r in rows:
         if is_ties(r.subset):
-            pid = _ties_key(r.id)[1]
+            pid = ties_key(r.id)[1]
             if pid not in ties_ids:
                 if len(ties_ids) >= limit:
                     continue

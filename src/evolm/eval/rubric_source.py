@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from evolm.backends.base import Backend, SamplingParams
+from evolm.backends.replies import strip_thinking
 from evolm.errors import InputError
-from evolm.rubrics import Rubric, WrittenRubric, strip_thinking, write_rubrics
+from evolm.rubrics import Rubric, WrittenRubric, write_rubrics
 from evolm.runs.jsonl import read_jsonl
 
 RETRY_TEMPERATURES: tuple[float, ...] = (0.3, 0.1)  # after the first attempt, for prompts whose rubric did not parse

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evolm.rewards import policy_reward
-from evolm.training.rewards import completion_text
+from evolm.training.judging import completion_text
 
 
 def make_trl_reward(judge: Any, rubric_column: str = "rubric", asynchronous: bool | None = None

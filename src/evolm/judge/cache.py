@@ -1,43 +1,18 @@
-"""Never pay twice for a judgment: a bounded cache of judge results, and duplicates within a call scored once.
-
-``CachedJudge`` wraps a judge (anything with ``score(items, progress)``, whatever per-item result it returns)
-and keeps its results in a ``JudgeCache``: an LRU of at most ``max_entries`` results and ``max_mb`` MiB (each result
-counted at its size: a generative judgment keeps its reasoning, which can be long), keyed by the sha256 of
-
-    (the judge: its backend and model, mode, decoding settings, prompt wording, defences, parse, context guard;
-     a reward model: its model, reading and maximum length;
-     the prompt template version: a digest of the prompts the judge sends for a fixed example;
-     question, parsed rubric, rubric text as written, reference answer, answer)
-
-so a result comes back only for the same judge reading the same prompt. What a call does:
-
-1. identical items within the call are scored once (a group's duplicate completions, a pair seen twice);
-2. items found in the cache are not sent;
-3. the rest go to the judge ordered by (question, rubric), so answers sharing a question and a rubric reach it
-   together: a local backend computes their shared prefix once, a vLLM server's prefix cache keeps it.
-
-A missing result (``None``, or a result whose ``score`` is ``None``: an unreadable reply, a server that failed)
-is not kept, so it is asked again next time. A sampled judge (``generative`` at temperature > 0) gives a cached
-answer its first sample again rather than a fresh draw; ``judge.cache: 0`` turns the cache off (the paper config
-does, as the authors' code re-judges every completion). Hit rates: ``JudgeCache.stats`` (whole life) and the
-``CacheCall`` each ``score_with_hits`` returns; training logs ``judge_cache_hit_rate`` per step.
-
-The cache lives in memory, for one process, and one loaded model is one identity (its object's ``id`` is in the key).
-A judge behind a server is known only by its model name and URL: when the weights served under that name change, the
-cache cannot tell. Then clear it (``JudgeCache.clear``), restart the process (``evolm serve``, a training run), serve
-the new weights under a new model name, or run with the cache off (``judge.cache: 0``, ``--judge-cache 0``).
+"""Never pay twice for a judgment: a bounded cache of judge results (``JudgeCache``, cachetools' LRU), and a judge
+behind it (``CachedJudge``) that scores duplicates within a call once and sends the rest grouped by question and
+rubric. A result comes back only for the same judge reading the same prompt (``judgment_key``).
 """
-
 from __future__ import annotations
 
 import hashlib
 import json
 import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from cachetools import LRUCache
 
 CACHE_ENTRIES = 10_000  # default bound: at most this many results are kept
 CACHE_MB = 256.0  # and at most this many MiB of them (``result_bytes``): a probability-mode result is about a kilobyte;
@@ -78,44 +53,53 @@ class CacheStats:
 
 class JudgeCache:
     """A bounded LRU of judge results by key (``judgment_key``), safe to share between threads: at most
-    ``max_entries`` results and ``max_mb`` MiB of them (``result_bytes``; a result larger than that is not kept)."""
+    ``max_entries`` results and ``max_mb`` MiB of them (``result_bytes``; a result larger than that is not kept).
+
+    cachetools' ``LRUCache`` keeps the byte bound (each entry weighs its ``result_bytes``) and the order of use; the
+    entry bound is kept here on top of it, and the lock (cachetools' caches are not thread-safe). The cache lives in
+    memory, for one process, and one loaded model is one identity (its object's ``id`` is in the key). A judge behind
+    a server is known only by its model name and URL: when the weights served under that name change, the cache
+    cannot tell. Then ``clear`` it, restart the process (``evolm serve``, a training run), serve the new weights
+    under a new model name, or run with the cache off (``judge.cache: 0``, ``--judge-cache 0``).
+    """
 
     def __init__(self, max_entries: int = CACHE_ENTRIES, max_mb: float = CACHE_MB) -> None:
         if max_entries < 1 or not max_mb > 0:
             raise ValueError(f"a judge cache holds at least 1 entry and some bytes, not {max_entries} and {max_mb} MiB")
         self.max_entries, self.max_bytes = max_entries, int(max_mb * 2**20)
         self.stats = CacheStats()
-        self.bytes = 0  # what the kept results take (``result_bytes``)
-        self._store: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._store: LRUCache[str, tuple[Any, int]] = LRUCache(self.max_bytes, getsizeof=lambda entry: entry[1])
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._store)
 
+    @property
+    def bytes(self) -> int:
+        """What the kept results take (``result_bytes``)."""
+        return self._store.currsize
+
     def get(self, key: str) -> tuple[bool, Any]:
+        """``(True, result)`` for a kept key (now the most recently used), else ``(False, None)``."""
         with self._lock:
-            if key not in self._store:
-                return False, None
-            self._store.move_to_end(key)
-            return True, self._store[key][0]
+            entry = self._store.get(key)
+            return (False, None) if entry is None else (True, entry[0])
 
     def put(self, key: str, value: Any) -> None:
+        """Keep ``value`` under ``key``, dropping the least recently used results until both bounds hold."""
         size = result_bytes(key, value)
         with self._lock:
-            if key in self._store:
-                self.bytes -= self._store.pop(key)[1]
+            self._store.pop(key, None)
             if size > self.max_bytes:
                 return
-            self._store[key] = (value, size)
-            self.bytes += size
-            while len(self._store) > self.max_entries or self.bytes > self.max_bytes:
-                self.bytes -= self._store.popitem(last=False)[1][1]
+            self._store[key] = (value, size)  # LRUCache drops the least recently used until the bytes fit
+            while len(self._store) > self.max_entries:
+                self._store.popitem()
 
     def clear(self) -> None:
-        """Forget every result (the judge's weights changed under the same name: module docstring); counts stay."""
+        """Forget every result (the judge's weights changed under the same name: see the class); counts stay."""
         with self._lock:
             self._store.clear()
-            self.bytes = 0
 
 
 def _text(x: Any) -> str:
@@ -173,7 +157,9 @@ def template_version(judge: Any) -> str:
 
 def judgment_key(identity: str, item: Any) -> str:
     """The cache key of ``item`` under a judge of ``identity``: sha256 over length-prefixed fields (no two
-    different tuples serialise alike)."""
+    different tuples serialise alike) of the judge (``judge_identity``: its backend and model, mode, decoding,
+    wording, defences, parse, context guard and prompt template version; a reward model: its model, reading and
+    maximum length), the question, the parsed rubric, the rubric as written, the reference answer and the answer."""
     h = hashlib.sha256()
     for part in (identity, _text(getattr(item, "question", None)), _rubric(item),
                  _text(getattr(item, "rubric_text", None)), _text(getattr(item, "reference", None)),
@@ -203,7 +189,16 @@ class CacheCall:
 
 @dataclass
 class CachedJudge:
-    """A judge whose results are cached (module docstring); reads as the judge it wraps for everything else."""
+    """A judge whose results are cached; reads as the judge it wraps for everything else.
+
+    A call scores identical items once (a group's duplicate completions, a pair seen twice), does not send items
+    found in the cache, and sends the rest ordered by (question, rubric), so answers sharing a prompt prefix reach the
+    judge together (a local backend computes it once, a vLLM server's prefix cache keeps it). A missing result
+    (``None``, or a ``score`` of ``None``) is not kept, so it is asked again next time. A sampled judge gives a cached
+    answer its first sample again rather than a fresh draw; ``judge.cache: 0`` turns the cache off (the paper config
+    does, as the authors' code re-judges every completion). Hit rates: ``JudgeCache.stats`` (whole life) and the
+    ``CacheCall`` each ``score_with_hits`` returns; training logs ``judge_cache_hit_rate`` per step.
+    """
 
     judge: Any
     cache: JudgeCache = field(default_factory=JudgeCache)
@@ -244,7 +239,7 @@ class CachedJudge:
         try:
             fresh = self.judge.score([items[i] for i in firsts], progress) if firsts else []
         except Exception as e:
-            from evolm.judge.judge import OverlongPrompt
+            from evolm.judge.context_guard import OverlongPrompt
 
             if isinstance(e, OverlongPrompt):  # its index is into the items sent (reordered): name the caller's
                 raise OverlongPrompt(firsts[e.index], e.reason) from None

@@ -1,96 +1,30 @@
 """The frozen judge (docs/METHOD.md §2.2): question + rubric + answer in, a score in [0, 1] (or ``None``) out.
 
-Modes, one contract (``JUDGE_MODES``):
-
-- ``generative``: the reference behaviour. The judge rates how far the answer satisfies each
-  criterion (0 to 1), multiplies by the weight, sums, and replies with JSON
-  ``{"reasoning": ..., "score": ...}`` (sampled at temperature 0.6, top-p 0.95). The prompt shows
-  two worked examples of that arithmetic and the rubric as its writer wrote it (``rubric_text``).
-- ``prob``: one forward pass. The judge is asked for one digit 0-9; the score is the expected
-  digit under its next-token distribution, divided by 9. Deterministic; missing only when a server
-  reports no score token at all.
-- ``yesno``: one forward pass per criterion. The score is the rubric-weighted mean of
-  P(Yes) / (P(Yes) + P(No)) for "does the answer meet this criterion?". Deterministic; missing only
-  as ``prob``.
-- ``likert`` (the paper's Direct-Likert baseline): no rubric; one holistic 1-10 rating of the
-  answer (shown the reference answer when the item has one), generative, scored (r - 1) / 9.
-- ``rar_implicit`` (RaR implicit): one holistic 1-10 rating given the rubric, generative, (r - 1) / 9.
-- ``rar_explicit`` (RaR explicit): a binary verdict per criterion, met when P(Yes) > P(No) for
-  the ``yesno`` question; the score is the weight of the criteria met over the total weight.
-  Deterministic; missing only as ``prob``.
-- ``listwise`` (not the paper's: it judges pointwise): the judge sees the question, the rubric and
-  every answer of a group, and is asked for each answer in turn for one digit 0-9 (the score is the
-  expected digit / 9, as ``prob``; one forward pass per answer over a prefix shared by the group).
-  A group is the items with the same question and rubric (or the same ``JudgeItem.group``): a
-  policy step's samples of one question, the two answers of an evaluation pair, the rows of
-  ``evolm judge`` with one prompt. The order the answers are shown in is shuffled (seeded by
-  ``Judge.seed`` and the group's text, so the same group is shown the same way in any batch) and
-  the group is judged twice, the second time in the reverse order; an answer's score is the mean
-  of its readings over the two orders (against position bias), missing only when neither order
-  gave one. Deterministic; a group alone is judged as a list of one.
-
-Rubric shown: the generative modes (``generative``, ``rar_implicit``) show the rubric as its writer
-wrote it, minus thinking (``JudgeItem.rubric_text``), as the reference does; only without that text
-do they show the parsed rubric re-rendered (``render_rubric``). ``prob`` keeps the re-rendering
-when the rubric parses, because it scored better here: on the first 30 LLMBar Natural pairs with
-SmolLM2-135M as judge and one generic three-criterion rubric, pairwise accuracy 0.53 re-rendered
-against 0.27 with the same rubric as indented JSON (a small sample and a small judge; rerun it with
-the judge you train with). The per-criterion modes (``yesno``, ``rar_explicit``) need the parsed
-criteria. A rubric that does not parse is judged as its raw text (per criterion: one of weight 1).
-
-Generative replies that cannot be read give ``None``; a readable score outside its scale is
-clipped to it. A request that fails after the backend's retries raises ``BackendError``, or with
-``failures="missing"`` (training) gives its items no score and says why (``Judgment.failed``), the
-other items keeping theirs, as the reference's failed request gives a NaN score. Sampled modes send
-every request the same seed (``seeds="same"``, the reference's), so a repeated question, rubric and
-answer get the same reply on backends that seed each request.
-
-``parse="reference"`` (the paper config) reads replies as the authors' code does instead:
-``json_repair`` over the whole reply (``parse_judge_score_reference``, ``parse_rating_reference``),
-the score then clipped to [0, 1] unless ``clamp_scores`` is off (the paper config: the authors' raw
-number, docs/SECURITY.md).
-
-Wording: ``prompt="evolm"`` (default) is evolm's own; ``prompt="reference"`` (the paper config)
-sends the authors' prompts as they wrote them in ``generative``, ``likert`` and ``rar_implicit``.
-
-Thinking: answers and rubric texts are stripped of ``<think>`` blocks before judging. A thinking
-judge (Qwen3 with thinking on, as in the paper) thinks in the generative modes, within
-``max_new_tokens`` (the paper's 16384 by default); a reply cut before ``</think>`` has no score.
-In the probability modes the backend reads the score token after an empty think block, never
-where the model would open one (see ``evolm.backends.base.close_thinking``).
-
-Untrusted text: with ``defences`` on (the default; off in the paper config, whose authors' prompt has
-none) every prompt fences the answer between ``[ANSWER START]`` and ``[ANSWER END]`` after a note
-that it is data to grade, not instructions (``fence_answer``); in every config the backends keep any
-control token written in a question, answer or rubric from becoming one (docs/SECURITY.md).
-
-Context guard: a prompt that leaves the judge no room to reply within its context has its answer
-cut from the middle, with a marker saying so, or is refused (``Judge.max_context``, ``overlong``;
-``Judge.fit_to_context``, ``evolm.backends.context``). Chat markup written in any text the prompt shows
-(``<|im_end|>``...) reaches the judge as its plain words (``plain_markup``).
-
-Answers are scored one at a time (pointwise) in every mode but ``listwise``. In the probability modes the prompt puts
-everything an answer does not change (instructions, question, rubric or criterion) before the
-answer, so a backend can compute that shared prefix once for all answers to the same question.
-Without a rubric the judge scores alone (the "judge alone" baseline).
+``Judge`` holds a judge's settings (mode, decoding, wording, defences, reading of replies, context guard, what a
+failed request gives) and ``build_judge`` is the one way training and the CLI build one. Each mode is a scorer
+(``SCORERS``) over one batched backend call: ``generative`` (the reference), ``prob`` and ``yesno`` (next-token
+probabilities, deterministic), the paper's baselines ``likert``, ``rar_implicit`` and ``rar_explicit``, and
+``listwise`` (``evolm.judge.listwise``). Every mode but ``listwise`` scores answers one at a time, each prompt
+putting what the answer does not change first, so that a backend computes that shared prefix once. What a mode
+sends: ``evolm.judge.prompts``; how a reply is read: ``evolm.judge.parse``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evolm.backends.base import Backend, Conversation, SamplingParams
 from evolm.backends.constrained import JUDGE_SCHEMA
-from evolm.backends.context import PROBE_RESERVE, context_length, fit_middle, prompt_tokens, reply_reserve
+from evolm.backends.context import PROBE_RESERVE, context_length, prompt_tokens
+from evolm.backends.replies import strip_thinking
 from evolm.config import JUDGE_MODES, JUDGE_PARSERS, JUDGE_PROMPTS, JUDGE_SEEDS, OVERLONG, JudgeConfig
-from evolm.errors import BackendError, InputError
+from evolm.errors import BackendError
+from evolm.judge.context_guard import ContextFit, fit_items
+from evolm.judge.listwise import listwise_blocks, listwise_requests, listwise_scores
 from evolm.judge.parse import (
     DIGITS,
     copied_score,
@@ -105,7 +39,6 @@ from evolm.judge.parse import (
     parse_scale_score,
 )
 from evolm.judge.prompts import (
-    clean_answer,
     generative_messages,
     likert_messages,
     listwise_messages,
@@ -115,7 +48,7 @@ from evolm.judge.prompts import (
     shown_answer,
     yesno_messages,
 )
-from evolm.rubrics import Rubric, render_rubric, strip_thinking
+from evolm.rubrics import Rubric
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, scores_of
 
 
@@ -150,29 +83,6 @@ JUDGE_MAX_NEW_TOKENS = 16384
 judge cut off before ``</think>`` gives no score, so a short budget turns scores into ``None``s."""
 
 # ----------------------------------------------------------------------------- the judge
-
-
-@dataclass
-class ContextFit:
-    """What the context guard did to one ``Judge.score`` call's items (indices into those items)."""
-
-    cut: dict[int, int] = field(default_factory=dict)
-    """Item index -> characters cut from the middle of its answer to fit the judge's context."""
-    unscored: dict[int, str] = field(default_factory=dict)
-    """Item index -> why it has no score (its prompt does not fit even with the answer cut entirely)."""
-
-    @property
-    def truncated(self) -> list[int]:
-        """Indices of the items whose answer was cut, in order."""
-        return sorted(self.cut)
-
-
-class OverlongPrompt(InputError):
-    """A judge prompt longer than the judge's context, with ``overlong="refuse"``; ``index`` is the item's."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(f"item {index + 1}: {reason}")
-        self.index, self.reason = index, reason
 
 
 def judge_conversations(judge: Judge, item: JudgeItem) -> list[Conversation]:
@@ -211,7 +121,8 @@ class Judge:
     prompt: str = "evolm"
     """``generative`` mode's wording: ``evolm`` or ``reference`` (the authors'; ``generative_messages``)."""
     defences: bool = True
-    """Fence the answer as data and say that length and polish earn nothing (``generative_messages``)."""
+    """Fence the answer as data and say that length and polish earn nothing (``generative_messages``; off in the
+    paper config, whose authors' prompt has none: docs/SECURITY.md)."""
     parse: str = "evolm"
     """``generative`` mode's reading of a reply: ``evolm`` (``parse_judge_score``), ``reference``
     (``parse_judge_score_reference``: the authors' reading, scores not clipped to [0, 1]) or ``rb2``
@@ -274,7 +185,7 @@ class Judge:
             return score(self, items, progress)  # the generative modes have their own bar
         from tqdm.auto import tqdm
 
-        blocks = (_listwise_blocks(items) if self.mode == "listwise"  # a block must not split a listwise group
+        blocks = (listwise_blocks(items, PROGRESS_BLOCK) if self.mode == "listwise"  # whole listwise groups
                   else [range(start, min(start + PROGRESS_BLOCK, len(items)))
                         for start in range(0, len(items), PROGRESS_BLOCK)])
         out: list[Judgment] = [Judgment(None)] * len(items)
@@ -291,56 +202,13 @@ class Judge:
                               seed_per_row=self.seeds == "per_row")
 
     def fit_to_context(self, items: Sequence[JudgeItem]) -> tuple[list[JudgeItem], ContextFit]:
-        """The items with every answer too long for the judge's context cut from its middle, and what was done.
-
-        The context is ``max_context``, else the backend's own (``evolm.backends.context``; unknown for a server:
-        then nothing is checked). A prompt must leave room for the reply: ``max_new_tokens`` (at most
-        half the context) in the generative modes, ``PROBE_RESERVE`` tokens in the probability modes;
-        in the per-criterion modes the longest criterion's prompt counts. An item whose prompt fits is
-        returned as it is (its prompt is byte-identical to an unguarded one). One that does not gets
-        its answer (thinking stripped) cut from the middle, a marker saying how much in its place,
-        until it fits (``ContextFit.cut``); when the question and rubric alone do not fit, it is left
-        unscored with the reason (``ContextFit.unscored``). With ``overlong="refuse"`` the first item
-        that does not fit raises ``OverlongPrompt`` instead.
-        """
-        items = list(items)
-        fit = ContextFit()
-        context = context_length(self.backend, self.max_context)
-        if context is None or not items:
-            return items, fit
-        reads_one = self.mode not in GENERATIVE_MODES
-        budget = context - (PROBE_RESERVE if reads_one else reply_reserve(context, self.max_new_tokens))
-
-        def tokens(batch: list[JudgeItem]) -> list[int]:
-            """The longest prompt of each item (per-criterion modes: one prompt per criterion)."""
-            convs, owner = [], []
-            for i, it in enumerate(batch):
-                for conv in judge_conversations(self, it):
-                    convs.append(conv)
-                    owner.append(i)
-            longest = [0] * len(batch)
-            for i, n in zip(owner, prompt_tokens(self.backend, convs, self.chat_template_kwargs,
-                                                 reads_one_token=reads_one), strict=True):
-                longest[i] = max(longest[i], n)
-            return longest
-
-        for i, n in enumerate(tokens(items)):
-            if n <= budget:
-                continue
-            where = (f"the judge prompt is {n:,} tokens, over the {budget:,} that the judge's {context:,}-token "
-                     "context leaves beside the reply")
-            if self.overlong == "refuse":
-                raise OverlongPrompt(i, f"{where} (overlong=refuse; 'truncate' cuts the middle of the answer instead)")
-            answer = clean_answer(items[i].answer)
-            cut, chars, fixed = fit_middle(answer, lambda text, it=items[i]: tokens([replace(it, answer=text)])[0],
-                                           budget, None if answer != items[i].answer else n)
-            if cut is None:
-                fit.unscored[i] = (f"{where}, and the question and rubric alone take {fixed:,}: no score "
-                                   "(a shorter rubric, or a judge with a longer context)")
-            else:
-                items[i] = replace(items[i], answer=cut)
-                fit.cut[i] = chars
-        return items, fit
+        """The items with every answer too long for the judge's context cut from its middle, and what was done
+        (``evolm.judge.context_guard.fit_items``). The context is ``max_context``, else the backend's own
+        (``evolm.backends.context``; unknown for a server: then nothing is checked)."""
+        return fit_items(items, self.backend, context_length(self.backend, self.max_context),
+                         prompts=lambda item: judge_conversations(self, item),
+                         reads_one=self.mode not in GENERATIVE_MODES, max_new_tokens=self.max_new_tokens,
+                         chat_template_kwargs=self.chat_template_kwargs, overlong=self.overlong)
 
 
 FAILURES = ("raise", "missing")  # Judge.failures
@@ -392,9 +260,13 @@ def _after_thinking(judge: Judge, replies: list[str]) -> list[str]:
 
 
 def _score_generative(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
-    """The reference: per criterion rating x weight, summed, as JSON; unreadable replies give ``None``.
+    """The reference: the judge rates how far the answer meets each criterion (0 to 1), multiplies by its weight,
+    sums, and replies ``{"reasoning": ..., "score": ...}`` (sampled, by default at temperature 0.6, top-p 0.95). The
+    prompt shows two worked examples of that arithmetic and the rubric as its writer wrote it (``rubric_text``).
 
-    The reasoning is kept, and per-criterion ratings when the reasoning gives one per parsed criterion.
+    An unreadable reply (or one cut before ``</think>``) gives ``None``; a readable score outside [0, 1] is clipped
+    (``parse="reference"``: unless ``clamp_scores`` is off). The reasoning is kept, and per-criterion ratings when
+    the reasoning gives one per parsed criterion.
     """
     reference = judge.parse != "evolm"
     read = {"reference": parse_judge_score_reference, "rb2": parse_judge_score_rb2}.get(judge.parse, parse_judge_score)
@@ -428,6 +300,12 @@ def _score_scale(judge: Judge, items: list[JudgeItem], progress: bool) -> list[J
 
 
 def _score_prob(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
+    """One forward pass per answer: asked for one digit 0-9, the score is the expected digit under the judge's
+    next-token distribution, divided by 9; missing only when a server reports no digit among its top tokens.
+
+    A rubric that parses is shown re-rendered (``render_rubric``), not as written: on a small sample it scored
+    better than the same rubric as JSON (dev/performance.md, "Judge accuracy: every measurement in one place").
+    """
     lps, failed = _ask(judge, "next_token_logprobs", [prob_messages(it, defences=judge.defences) for it in items],
                        DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
     return _failed([Judgment(expected_digit(lp)) for lp in lps], failed)
@@ -470,7 +348,8 @@ def _weighted(pairs: list[tuple[float, float | None]]) -> float | None:
 
 
 def _score_yesno(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
-    """Rubric-weighted mean of P(Yes) per criterion."""
+    """One forward pass per criterion, "does the answer meet it?": the rubric-weighted mean of P(Yes) / (P(Yes) +
+    P(No)); missing only as ``prob``. A rubric that does not parse is one criterion of weight 1, its raw text."""
     per_item, failed = _criterion_p_yes(judge, items)
     return _failed([Judgment(_weighted([(c.weight, c.value) for c in crit]), crit) for crit in per_item], failed)
 
@@ -487,92 +366,27 @@ def _score_rar_explicit(judge: Judge, items: list[JudgeItem], progress: bool) ->
                                         for c in crit]), crit) for crit in per_item], failed)
 
 
-def listwise_group(item: JudgeItem) -> Any:
-    """The ``listwise`` group of an item: its ``group``, else its question and rubric (parsed and as written)."""
-    if item.group is not None:
-        return ("group", item.group)
-    parsed = render_rubric(item.rubric) if item.rubric is not None else None
-    return ("question", item.question, item.rubric_text, parsed)
-
-
-def _listwise_blocks(items: Sequence[JudgeItem]) -> list[list[int]]:
-    """Item indices in blocks of whole ``listwise`` groups (in order of first appearance), each up to
-    ``PROGRESS_BLOCK`` answers (a larger group is a block of its own): the progress bar's steps.
-
-    >>> items = [JudgeItem(f"q{k % 70}", f"a{k}") for k in range(140)]  # 70 pairs, each pair 70 apart
-    >>> blocks = _listwise_blocks(items)
-    >>> [len(b) for b in blocks], blocks[0][:4], sorted(sum(blocks, [])) == list(range(140))
-    ([128, 12], [0, 70, 1, 71], True)
-    """
-    groups: dict[Any, list[int]] = {}
-    for i, it in enumerate(items):
-        groups.setdefault(listwise_group(it), []).append(i)
-    blocks: list[list[int]] = [[]]
-    for group in groups.values():
-        if blocks[-1] and len(blocks[-1]) + len(group) > PROGRESS_BLOCK:
-            blocks.append([])
-        blocks[-1] += group
-    return blocks
-
-
-def listwise_orders(items: Sequence[JudgeItem], seed: int | None) -> list[list[int]]:
-    """The orders a ``listwise`` group is shown in: a seeded shuffle, then its reverse (one order for one answer).
-
-    The shuffle is seeded by ``seed`` and the group's texts, so the same group is shown the same way whatever else
-    is in the batch.
-
-    >>> items = [JudgeItem("q", a) for a in "abcd"]
-    >>> first, second = listwise_orders(items, 0)
-    >>> sorted(first) == [0, 1, 2, 3] and second == first[::-1], listwise_orders(items[:1], 0)
-    (True, [[0]])
-    """
-    digest = hashlib.sha256(json.dumps([seed, [(it.question, it.rubric_text, it.answer) for it in items]],
-                                       ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
-    first = list(range(len(items)))
-    random.Random(digest).shuffle(first)
-    return [first] if len(first) < 2 else [first, first[::-1]]
-
-
-def _fit_group(judge: Judge, group: list[int], items: list[JudgeItem]) -> list[list[int]]:
-    """``group`` (item indices) split in halves until each part's list prompt fits the judge's context (if known)."""
-    context = context_length(judge.backend, judge.max_context)
-    if context is None or len(group) < 2:
-        return [group]
-    shown = [items[i] for i in group]
-    n = prompt_tokens(judge.backend, [listwise_messages(shown, len(shown) - 1, defences=judge.defences)],
-                      judge.chat_template_kwargs, reads_one_token=True)[0]
-    if n <= context - PROBE_RESERVE:
-        return [group]
-    half = len(group) // 2
-    return _fit_group(judge, group[:half], items) + _fit_group(judge, group[half:], items)
-
-
 def _score_listwise(judge: Judge, items: list[JudgeItem], progress: bool) -> list[Judgment]:
-    """Each group's answers listed in one prompt, one 0-9 reading per answer, averaged over two orders.
+    """Each group's answers listed in one prompt, one 0-9 reading per answer, averaged over two orders
+    (``evolm.judge.listwise``).
 
     One batched backend call for every group, order and answer. A group whose list does not fit the judge's
     context is judged in parts that do (halves, recursively). A reading with no score token is left out of
     the mean; an answer with none in either order has no score.
     """
-    groups: dict[Any, list[int]] = {}
-    for i, it in enumerate(items):
-        groups.setdefault(listwise_group(it), []).append(i)
-    convs: list[Conversation] = []
-    owners: list[int] = []  # the item each conversation asks about
-    for group in groups.values():
-        for part in _fit_group(judge, group, items):
-            for order in listwise_orders([items[i] for i in part], judge.seed):
-                shown = [items[part[k]] for k in order]
-                for pos, k in enumerate(order):
-                    convs.append(listwise_messages(shown, pos, defences=judge.defences))
-                    owners.append(part[k])
+    context = context_length(judge.backend, judge.max_context)
+
+    def fits(part: list[int]) -> bool:  # the list prompt asking about its last answer is the longest
+        if context is None:
+            return True
+        shown = [items[i] for i in part]
+        n = prompt_tokens(judge.backend, [listwise_messages(shown, len(shown) - 1, defences=judge.defences)],
+                          judge.chat_template_kwargs, reads_one_token=True)[0]
+        return n <= context - PROBE_RESERVE
+
+    convs, owners = listwise_requests(items, judge.seed, fits, judge.defences)
     lps, failed = _ask(judge, "next_token_logprobs", convs, DIGITS, chat_template_kwargs=judge.chat_template_kwargs)
-    readings: list[list[float]] = [[] for _ in items]
-    for i, lp in zip(owners, lps, strict=True):
-        value = expected_digit(lp)
-        if value is not None:
-            readings[i].append(value)
-    return _failed([Judgment(sum(r) / len(r) if r else None) for r in readings], failed, owners)
+    return _failed([Judgment(s) for s in listwise_scores(lps, owners, len(items))], failed, owners)
 
 
 SCORERS: dict[str, Callable[[Judge, list[JudgeItem], bool], list[Judgment]]] = {  # keys: config.JUDGE_MODES
@@ -603,12 +417,13 @@ def build_judge(cfg: JudgeConfig, model: str | None = None, *, seed: int | None 
     """The one way a judge is built, for training (``RunConfig.judge``) and the CLI alike.
 
     ``model`` overrides ``cfg.model`` (multi-judge training builds one judge per model). ``cfg.dtype == "auto"``:
-    float32 on every device, so that a score does not depend on its batch (``models.judge_dtype``; a reward model takes
-    ``fallback_dtype``, training: the policy's). ``loaded``: that model, already loaded and frozen (training: TRL's
-    reference model, ``trl_adapter.reference_model``), read instead of loading another copy. ``failures``:
-    ``Judge.failures`` (training: ``missing``; the CLI: ``raise`` unless asked otherwise).
+    float32 on every device, so that a score does not depend on its batch (``backends.devices.judge_dtype``; a reward
+    model takes ``fallback_dtype``, training: the policy's). ``loaded``: that model, already loaded and frozen
+    (training: TRL's reference model, ``trl_adapter.reference_model``), read instead of loading another copy.
+    ``failures``: ``Judge.failures`` (training: ``missing``; the CLI: ``raise`` unless asked otherwise).
     """
-    from evolm.backends.loading import judge_dtype, load_backend, load_tokenizer
+    from evolm.backends.devices import judge_dtype
+    from evolm.backends.loading import load_backend, load_tokenizer
 
     if cfg.mode == "reward_model":  # a scalar reward model (the paper's Skywork baseline): no prompt, no rubric
         from evolm.judge.reward_model import load_reward_model

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from evolm.rubrics import repaired_json, strip_thinking
+from evolm.backends.replies import repaired_json, strip_thinking
 
 DIGITS = tuple(str(d) for d in range(10))
 """The score tokens of the ``prob`` mode."""
@@ -44,7 +44,7 @@ def parse_judge_score_reference(text: str) -> float | None:
     """The score as the authors' code reads a judge reply (``judge.parse: reference``), or ``None``. Never raises.
 
     The whole reply, thinking included, from its first ``{`` to its last ``}``, read by ``json_repair``
-    (``evolm.rubrics.repaired_json``); the score is ``float()`` of that object's top-level ``score``,
+    (``evolm.backends.replies.repaired_json``); the score is ``float()`` of that object's top-level ``score``,
     not clipped. Where their code gives NaN (no object, no ``score``, not a number) this gives
     ``None`` (a missing score); a non-finite number is ``None`` too.
 

@@ -16,10 +16,11 @@ from dataclasses import replace
 from typing import Protocol
 
 from evolm.backends.base import Conversation
+from evolm.backends.replies import remove_reasoning, strip_thinking
 from evolm.judge.normalise import folded, lowered, normalised, without_signs
 from evolm.judge.normalise import plain_markup as plain_markup  # re-exported: applied to every judge prompt
 from evolm.judge.self_assessment import FAKE_FENCE, FAKE_HEADER, matches, neutralise_self_assessment
-from evolm.rubrics import Rubric, remove_reasoning, render_rubric, strip_thinking
+from evolm.rubrics import Rubric, render_rubric
 
 
 class PromptItem(Protocol):

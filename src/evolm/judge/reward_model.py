@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evolm.backends.replies import strip_thinking
 from evolm.errors import ModelError
-from evolm.rubrics import strip_thinking
 from evolm.scores import Judgment
 
 

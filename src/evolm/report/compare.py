@@ -1,28 +1,10 @@
 """Several run directories -> one self-contained HTML page that overlays them (``evolm report RUN_A RUN_B ...``).
 
-A comparison reads only ``metrics.jsonl`` and ``config.yaml`` of each run (samples and eval JSON
-stay in the single-run report). It shows, one colour per run:
-
-- training curves against the global step: policy reward, rubric reward, the judge's accuracy on
-  temporal pairs, rubric validity and the within-group reward std (a second role of the same run is
-  dashed). Held-out evaluation lines (role "eval") never enter them;
-- held-out evaluations against the global step with 95% interval bars (``report.HELDOUT``);
-- a table of final values with 95% intervals: for each held-out metric the first and the last
-  evaluation and the change between them (an approximate, unpaired interval); for each training
-  metric the mean over the last phase of its role, with a t-interval over that phase's steps.
-
-Regimes log different things: a metric a run does not have is "—", never an error. A sequential
-run's top directory (no ``metrics.jsonl``, but ``stage1-writer/`` and ``stage2-policy/`` holding
-one) reads as one run: stage 1, then stage 2 with its steps shifted after stage 1's last step and
-its phases after stage 1's last phase, so the writer's training comes first on the step axis and
-the last values are stage 2's.
-
-Refused with a ``RunError`` (one line from the CLI): a path that is not a run directory, a run
-whose ``metrics.jsonl`` holds no readable line, labels that do not match the runs. A torn last line
-or out-of-range values are skipped and listed on the page under "What is missing", as in the
-single-run report.
+A comparison reads only each run's ``metrics.jsonl`` and ``config.yaml`` and shows, one colour per run, the training
+curves against the global step (held-out lines never enter them), the held-out evaluations with 95% interval bars,
+and a table of final values with their intervals. A metric a run does not log is "—", never an error; a torn line
+or an odd value is skipped and listed under "What is missing".
 """
-
 from __future__ import annotations
 
 import math
@@ -38,8 +20,9 @@ from markupsafe import Markup
 
 from evolm.errors import InputError, RunError
 from evolm.report import plots
-from evolm.report.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate
-from evolm.report.report import HIGHLIGHTS, _duration, _flatten, heldout_points, plot_html, render_page
+from evolm.report.intervals import HELDOUT, Estimate, fmt_estimate, heldout_change, heldout_estimate, heldout_points
+from evolm.report.page import duration, flatten, plot_html, render_page
+from evolm.report.report import HIGHLIGHTS
 from evolm.report.rundata import EVAL_ROLE, SEQUENTIAL_STAGES, Phase, _nansum, _split_phases, read_metric_rows
 from evolm.runs.files import atomic_writer, check_outputs_differ
 from evolm.runs.records import METRICS_FILE
@@ -115,7 +98,10 @@ def run_inputs(path: str | Path) -> list[Path]:
 def load_compare_run(path: str | Path, label: str) -> CompareRun:
     """Read one run (or a sequential run's two stages) for the comparison.
 
-    Raises ``RunError`` when ``path`` is not a run directory or its metrics hold no readable line.
+    A sequential run's top directory (no ``metrics.jsonl``, but ``stage1-writer/`` and ``stage2-policy/`` holding
+    one) reads as one run: stage 1, then stage 2 with its steps shifted after stage 1's last step and its phases
+    after stage 1's last phase, so the writer's training comes first on the step axis and the last values are
+    stage 2's. Raises ``RunError`` when ``path`` is not a run directory or its metrics hold no readable line.
     """
     root = Path(path)
     stages = run_stages(root)
@@ -228,7 +214,7 @@ def _run_rows(runs: list[CompareRun]) -> list[list[Any]]:
         where = str(r.path) + (f" ({' + '.join(r.stages)})" if r.stages else "")
         steps = f"{r.rows[0]['step']}–{r.rows[-1]['step']}" if r.rows else "—"
         seconds = _nansum([x["seconds"] for x in r.rows])
-        time = "—" if math.isnan(seconds) else _duration(seconds)
+        time = "—" if math.isnan(seconds) else duration(seconds)
         rows.append([_swatch(i, r.label), where, regime if isinstance(regime, str) else "—", roles.get("policy", 0),
                      roles.get("rubric", 0), steps, len(r.heldout), time])
     return rows
@@ -236,7 +222,7 @@ def _run_rows(runs: list[CompareRun]) -> list[list[Any]]:
 
 def _settings(runs: list[CompareRun]) -> list[list[Any]]:
     """The header settings any run has, one column per run; a setting whose values differ in bold."""
-    flat = [dict(_flatten(r.config)) if isinstance(r.config, dict) else {} for r in runs]
+    flat = [dict(flatten(r.config)) if isinstance(r.config, dict) else {} for r in runs]
     rows = []
     for k in HIGHLIGHTS:
         if any(k in f for f in flat):
@@ -315,7 +301,10 @@ def _heldout(runs: list[CompareRun], notes: list[str]) -> list[tuple[str, list[s
 
 
 def render_comparison(runs: list[CompareRun]) -> str:
-    """The comparison page's HTML for loaded runs."""
+    """The comparison page's HTML for loaded runs: training curves (policy and rubric reward, pair accuracy, rubric
+    validity, within-group reward std; a second role of a run dashed), held-out evaluations, and final values: per
+    held-out metric its first and last evaluation and their change (an approximate, unpaired interval), per training
+    metric the mean over its role's last phase with a t-interval over that phase's steps."""
     notes = [f"{r.label}: {n}" for r in runs for n in r.notes]
     heldout, curves = _heldout(runs, notes), _curves(runs, notes)  # drawn before the page: a failed plot adds a note
     return render_page("compare.html.j2", runs=runs, notes=notes, run_rows=_run_rows(runs), settings=_settings(runs),

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from evolm.report import plots
 from evolm.stats import mean_interval, newcombe_difference, welch_difference, wilson
 
 # ----------------------------------------------------------------------------- held-out evaluation lines
@@ -75,3 +76,12 @@ def fmt_estimate(e: Estimate | None) -> str:
     if e is None:
         return "—"
     return fmt_num(e.value) + (f" [{fmt_num(e.ci[0])}, {fmt_num(e.ci[1])}]" if e.ci else "")
+
+
+def heldout_points(rows: list[dict[str, Any]], key: str, label: str, run: int) -> plots.RunPoints | None:
+    """A run's held-out values of ``key`` for ``plots.interval_plot``; None when no eval line has the metric."""
+    ests = [e for r in rows if (e := heldout_estimate(r, key)) is not None]
+    if not ests:
+        return None
+    return plots.RunPoints(label, run, [e.step for e in ests], [e.value for e in ests],
+                           [e.ci[0] if e.ci else math.nan for e in ests], [e.ci[1] if e.ci else math.nan for e in ests])

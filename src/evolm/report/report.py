@@ -13,7 +13,6 @@ module computes what each section shows; the words and markup are in ``templates
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import math
 from collections import Counter
@@ -21,7 +20,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from evolm.eval.constraints import precondition
@@ -33,15 +31,15 @@ from evolm.eval.rubric_stats import (
     is_label_only,
 )
 from evolm.report import plots
-from evolm.report.intervals import HELDOUT, fmt_estimate, heldout_estimate
+from evolm.report.intervals import HELDOUT, fmt_estimate, heldout_estimate, heldout_points
+from evolm.report.page import MIN_PLOT_POINTS, duration, figure, flatten, fmt, plot_html, render_page
 from evolm.report.rundata import EVAL_ROLE, RunData, _nansum, load_run
 from evolm.rubrics import Rubric
 from evolm.runs.files import atomic_writer
-from evolm.runs.records import METRIC_FIELDS, StepRecord, read_metrics
+from evolm.runs.records import StepRecord, read_metrics
 from evolm.stats import sign_p
 from evolm.training.monitor import LENGTH_FACTOR, hacking_flags
 
-METRIC_KEYS = METRIC_FIELDS
 # RunConfig settings shown in the header (dotted paths; tests check each exists in RunConfig, so a renamed
 # setting cannot silently drop out); the whole config is shown collapsed below them
 HIGHLIGHTS = ("model.name", "model.dtype", "judge.model", "judge.mode", "judge.backend", "judge.dtype",
@@ -49,85 +47,6 @@ HIGHLIGHTS = ("model.name", "model.dtype", "judge.model", "judge.mode", "judge.b
               "schedule.samples_per_prompt", "rubric.reward", "contrast.pairs", "contrast.min_age", "contrast.max_age",
               "contrast.buffer_size", "grpo.learning_rate", "grpo.beta", "grpo.max_completion_length", "seed")
 _MAX_EVAL_ROWS = 300
-# ----------------------------------------------------------------------------- page helpers
-
-
-def _fmt(v: Any, pct: bool = False) -> Any:
-    """A table cell or a number in words: text as given (the template escapes it; Markup stays), numbers rounded."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return str(v)
-    if pct:
-        return f"{100 * v:.1f}%"
-    return str(v) if isinstance(v, int) else f"{v:.4g}"
-
-
-# the page markup lives in templates/*.html.j2 (docs/ARCHITECTURE.md, report/); autoescaped, so a
-# rubric, a question or a label written by a model or a user is text, and only Markup built here is kept as HTML
-_PAGES = Environment(loader=PackageLoader("evolm.report", "templates"), autoescape=True, undefined=StrictUndefined,
-                    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-_PAGES.filters["fmt"] = _fmt
-
-
-def render_page(template: str, **context: Any) -> str:
-    """A page of templates/ with ``context`` and the time it was generated."""
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return _PAGES.get_template(template).render(now=now, **context)
-
-
-def plot_html(notes: list[str], alt: str, fn, *args) -> Markup:  # noqa: ANN001 - a plots.* function
-    """A plot as an embedded PNG <img>, or a line saying why it is missing (a note is added: one odd value in a
-    partial run must not lose the whole page)."""
-    try:
-        png = base64.b64encode(fn(*args)).decode("ascii")
-    except Exception as e:  # noqa: BLE001 - the report must survive any odd value in a partial run
-        notes.append(f"plot '{alt}' could not be drawn: {type(e).__name__}: {e}")
-        return Markup('<p class="muted">Plot "{}" could not be drawn ({}).</p>').format(alt, type(e).__name__)
-    return Markup('<p><img alt="{}" src="data:image/png;base64,{}"></p>').format(alt, png)
-
-
-MIN_PLOT_POINTS = 3  # fewer steps than this make no curve (a lone point gets ticks like 0.945-1.050): a table instead
-
-
-def _points(s: plots.Series) -> int:
-    return sum(not math.isnan(y) for y in s.y)
-
-
-def figure(notes: list[str], alt: str, columns: dict[str, tuple[plots.Series, float]], fn, *args) -> Markup:  # noqa: ANN001
-    """``plot_html(notes, alt, fn, *args)``, or, when no curve of ``columns`` (header -> (series, scale)) has
-    ``MIN_PLOT_POINTS`` values, a small table of those values by step."""
-    if max((_points(s) for s, _ in columns.values()), default=0) >= MIN_PLOT_POINTS:
-        return plot_html(notes, alt, fn, *args)
-    by_step: dict[float, dict[str, float]] = {}
-    for name, (s, scale) in columns.items():
-        for x, y in zip(s.x, s.y, strict=True):
-            if not math.isnan(y):
-                by_step.setdefault(x, {})[name] = y * scale
-    rows = [[x, *[cells.get(name, math.nan) for name in columns]] for x, cells in sorted(by_step.items())]
-    table = _PAGES.get_template("macros.html.j2").module.table(["step", *columns], rows, 1)
-    return Markup('<p class="muted">{}: fewer than {} steps with a value, so a table instead of a plot.</p>{}').format(
-        alt, MIN_PLOT_POINTS, table)
-
-
-def _duration(seconds: float) -> str:
-    if math.isnan(seconds):
-        return "–"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d} (h:mm:ss)"
-
-
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted path, leaf) pairs of a nested JSON/YAML value."""
-    if isinstance(value, dict):
-        return [kv for k, v in value.items() for kv in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
-    if isinstance(value, list):
-        return [kv for i, v in enumerate(value) for kv in _flatten(v, f"{prefix}[{i}]")]
-    return [(prefix, value)]
-
-
 # ----------------------------------------------------------------------------- sections: what each one shows
 
 
@@ -143,14 +62,14 @@ def _summary(d: RunData) -> list[list[Any]]:
         *[[f"{role} steps", n] for role, n in sorted(per_role.items())],
         ["global steps", f"{m[0]['step']}–{m[-1]['step']}" if m else "–"],
         ["phases / cycles", f"{len(d.phases)} / {len({r['cycle'] for r in m if r['cycle'] is not None})}"],
-        ["training time (sum of step times)", _duration(seconds)],
+        ["training time (sum of step times)", duration(seconds)],
         ["wall-clock span (start of the first step to the last record; adds checkpoints, held-out evaluation and "
-         "any time stopped before a resume)", _duration(max(times) - min(starts + times)) if times else "–"],
+         "any time stopped before a resume)", duration(max(times) - min(starts + times)) if times else "–"],
     ]
     if d.heldout:
         at = steps_text([r["step"] for r in d.heldout])
         rows[5:5] = [["held-out evaluations", f"{len(d.heldout)} (at steps {at})"],
-                     ["held-out evaluation time", _duration(_nansum([r["seconds"] for r in d.heldout]))]]
+                     ["held-out evaluation time", duration(_nansum([r["seconds"] for r in d.heldout]))]]
     if times:
         try:
             last = dt.datetime.fromtimestamp(max(times), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -161,7 +80,7 @@ def _summary(d: RunData) -> list[list[Any]]:
 
 
 def _highlights(d: RunData) -> list[list[str]]:
-    flat = dict(_flatten(d.config)) if isinstance(d.config, dict) else {}
+    flat = dict(flatten(d.config)) if isinstance(d.config, dict) else {}
     return [[k, str(flat[k])] for k in HIGHLIGHTS if k in flat][:24]
 
 
@@ -199,7 +118,7 @@ def _rewards(d: RunData) -> Markup | None:
 
 def _age_window(d: RunData) -> str:
     """How old the pairs' older answers were meant to be, from the run's own config (contrast.min_age / max_age)."""
-    flat = dict(_flatten(d.config)) if isinstance(d.config, dict) else {}
+    flat = dict(flatten(d.config)) if isinstance(d.config, dict) else {}
     lo, hi = flat.get("contrast.min_age"), flat.get("contrast.max_age")
     if not isinstance(lo, int) or not isinstance(hi, int):
         return "some policy steps earlier"
@@ -341,15 +260,6 @@ def steps_text(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 12 else f"{', '.join(map(str, steps[:10]))}, … {steps[-1]}"
 
 
-def heldout_points(rows: list[dict[str, Any]], key: str, label: str, run: int) -> plots.RunPoints | None:
-    """A run's held-out values of ``key`` for ``plots.interval_plot``; None when no eval line has the metric."""
-    ests = [e for r in rows if (e := heldout_estimate(r, key)) is not None]
-    if not ests:
-        return None
-    return plots.RunPoints(label, run, [e.step for e in ests], [e.value for e in ests],
-                           [e.ci[0] if e.ci else math.nan for e in ests], [e.ci[1] if e.ci else math.nan for e in ests])
-
-
 def _heldout(d: RunData) -> dict[str, Any] | None:
     """Only for a run that logged held-out evaluations (a run without eval.* settings keeps its usual report)."""
     if not d.heldout:
@@ -378,11 +288,11 @@ def pair_n(judgements: int | None, pairs: int | None) -> str:
 
 
 def _phase_rows(d: RunData) -> list[list[Any]]:
-    return [[p.index, _fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
+    return [[p.index, fmt(p.cycle), p.role, f"{p.first}–{p.last}", len(p.rows), p.mean("reward_mean"),
              p.mean("reward_std"), p.mean("pair_accuracy"),
              pair_n(p.count("pair_judgements"), p.count("pairs")) if p.role == "rubric" else "–",
              p.mean("rubric_validity"), p.mean("kl"), p.mean("completion_length"),
-             _duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
+             duration(_nansum([r["seconds"] for r in p.rows]))] for p in d.phases]
 
 
 def _stats(d: RunData) -> dict[str, Any] | None:
@@ -393,9 +303,9 @@ def _stats(d: RunData) -> dict[str, Any] | None:
     header = ["phase", "cycle", "source", "rubrics", "unparsed", "criteria per rubric", "chars per criterion",
               "label-only", "specific value", "constraint", "mean max weight", f"max weight ≥ {DOMINANT_WEIGHT}",
               f"rubrics by max weight: {' / '.join(bins)}"]
-    table_rows = [[r["phase"], _fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
-                   r["criterion_chars"], _fmt(r["label_only"], True), _fmt(r["specific_value"], True),
-                   _fmt(r["constraint"], True), r["max_weight"], _fmt(r["dominant"], True),
+    table_rows = [[r["phase"], fmt(r["cycle"]), r["source"], r["n_rubrics"], r["n_unparsed"], r["criteria_per_rubric"],
+                   r["criterion_chars"], fmt(r["label_only"], True), fmt(r["specific_value"], True),
+                   fmt(r["constraint"], True), r["max_weight"], fmt(r["dominant"], True),
                    " / ".join(str(r["max_weight_hist"][b]) for b in bins)] for r in rows]
     phases = Counter(r["source"] for r in rows)
     plot = plot_html(d.notes, "rubric statistics by phase", plots.rubric_stats_plot, rows) \
@@ -461,7 +371,7 @@ def _eval_tables(value: Any) -> dict[str, Any]:
         if "overall" in value:
             subsets.append([Markup("<b>overall</b>"), value["overall"]])
         rest = {k: v for k, v in value.items() if k not in ("subsets", "overall")}
-    leaves = [[k, v] for k, v in _flatten(rest) if isinstance(v, int | float) and not isinstance(v, bool)]
+    leaves = [[k, v] for k, v in flatten(rest) if isinstance(v, int | float) and not isinstance(v, bool)]
     return {"subsets": subsets, "leaves": leaves}
 
 

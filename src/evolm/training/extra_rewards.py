@@ -1,11 +1,13 @@
 """``rewards.extra``: TRL-style reward functions added, with weights, to a role's reward. Resolved (imported, a
-factory called) when the trainer is built; the config only checks the entries' shape."""
+factory called) when the run's steps are made; the config only checks the entries' shape. Called at each step of
+their role (``score_extra``)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,3 +96,24 @@ def _check_reward_fn(fn: Any, name: str, where: str) -> None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
+
+
+def score_extra(extras: Sequence[ExtraReward], n: int, kwargs: Mapping[str, Any]
+                ) -> list[tuple[tuple[str, float, float | None], ...]]:
+    """Each extra reward function on ``n`` rows, called with TRL's keyword arguments ``kwargs`` (``prompts``,
+    ``completions``, ``completion_ids``, the row columns, ...): per row, (label, weight, value).
+
+    A ``None`` or non-finite value is "no reward" (it adds nothing); a wrong count or a non-number is an ``InputError``.
+    """
+    columns: list[list[float | None]] = []
+    for e in extras:
+        values = list(e.fn(**kwargs))
+        if len(values) != n:
+            raise InputError(f"rewards.extra: {e.label} returned {len(values)} values for {n} completions")
+        col: list[float | None] = []
+        for v in values:
+            if v is not None and (isinstance(v, str) or not isinstance(v, int | float) and not hasattr(v, "__float__")):
+                raise InputError(f"rewards.extra: {e.label} returned {v!r}, not a number")
+            col.append(None if v is None or not math.isfinite(float(v)) else float(v))
+        columns.append(col)
+    return [tuple((e.label, e.weight, col[i]) for e, col in zip(extras, columns, strict=True)) for i in range(n)]

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from evolm.config import RunConfig
+from evolm.config import RunConfig, grpo_setting
 
 
 def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def evolm_grpo_settings(cfg: RunConfig, num_processes: int = 1) -> dict[str, Any
     """
     s = cfg.schedule
     rows_per_step = s.prompts_per_step * s.samples_per_prompt
-    per_device = int(cfg.grpo.get("per_device_train_batch_size", 8))
+    per_device = int(grpo_setting(cfg.grpo, "per_device_train_batch_size"))
     accum = max(1, rows_per_step // max(1, per_device * num_processes))
     return {
         "output_dir": str(Path(cfg.output_dir) / "checkpoints"),
@@ -48,7 +48,7 @@ def batch_error(cfg: RunConfig, num_processes: int) -> str | None:
     """Why the batch arithmetic fails for ``num_processes`` processes, or ``None``."""
     s = cfg.schedule
     rows_per_step = s.prompts_per_step * s.samples_per_prompt
-    per_device = cfg.grpo.get("per_device_train_batch_size", 8)
+    per_device = grpo_setting(cfg.grpo, "per_device_train_batch_size")
     if not isinstance(per_device, int) or isinstance(per_device, bool) or per_device < 1:
         return f"grpo.per_device_train_batch_size must be an integer >= 1, not {per_device!r}"
     if rows_per_step % (per_device * num_processes):
@@ -61,7 +61,7 @@ def grpo_errors(grpo: dict[str, Any]) -> list[str]:
     """Why ``grpo:`` would not make the installed TRL's ``GRPOConfig``: unknown keys and values of the wrong type.
 
     Read from the installed TRL's dataclass fields and their type hints, so the dry run and the real
-    launch (``trl_adapter.check_launch``) refuse the same keys. A value is accepted when it matches one
+    launch (``run.check_launch``) refuse the same keys. A value is accepted when it matches one
     member of the field's type (an int where a float is expected; text where an enum is; anything where
     the hint is a class evolm does not know); TRL's own ``__post_init__`` checks stay TRL's.
     """
@@ -120,7 +120,9 @@ def importance_sampling_rule(grpo: dict[str, Any]) -> str:
     policy-gradient term only (TRL: ``vllm_importance_sampling_mode: token_truncate``,
     ``vllm_importance_sampling_clip_max: 2.0``). TRL's default masks whole sequences whose product of
     ratios leaves [0, 3.0]. ``use_bias_correction_kl`` (TRL's default true) also multiplies the KL term
-    by the policy ratio, which changes its gradient; the reference's k3 term has no such factor.
+    by the policy ratio, which changes its gradient; the reference's k3 term has no such factor. An unset key is
+    TRL's default (``grpo_setting``), and the deprecated ``vllm_importance_sampling_cap``, when set, wins over
+    ``vllm_importance_sampling_clip_max`` as in TRL's ``__post_init__``.
 
     >>> rule = importance_sampling_rule({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
     ...                                  "vllm_importance_sampling_clip_max": 2.0, "use_bias_correction_kl": False})
@@ -129,13 +131,17 @@ def importance_sampling_rule(grpo: dict[str, Any]) -> str:
     per token, ratio exp(trainer - vLLM log-prob) truncated at 2.0, on the policy-gradient term only
     (the reference's rule); KL term: k3, no ratio
     """
-    if not grpo.get("use_vllm", False):
+    def get(key: str) -> Any:
+        return grpo_setting(grpo, key)
+
+    if not get("use_vllm"):
         return "none: generation in the trainer, no vLLM/trainer log-prob gap to correct"
-    if not grpo.get("vllm_importance_sampling_correction", True):
+    if not get("vllm_importance_sampling_correction"):
         return "off (grpo.vllm_importance_sampling_correction: false)"
-    mode = grpo.get("vllm_importance_sampling_mode", "sequence_mask")
-    high = grpo.get("vllm_importance_sampling_clip_max", grpo.get("vllm_importance_sampling_cap", 3.0))
-    low = grpo.get("vllm_importance_sampling_clip_min")
+    mode = get("vllm_importance_sampling_mode")
+    cap = get("vllm_importance_sampling_cap")
+    high = get("vllm_importance_sampling_clip_max") if cap is None else cap
+    low = get("vllm_importance_sampling_clip_min")
     level, how = mode.split("_", 1) if "_" in mode else (mode, "?")
     where = "per token, ratio" if level == "token" else "per sequence, product of token ratios"
     bounds = f"[{low}, {high}]" if low is not None else f"{high}"
@@ -143,5 +149,5 @@ def importance_sampling_rule(grpo: dict[str, Any]) -> str:
             f"{where} exp(trainer - vLLM log-prob); outside {bounds if low is not None else f'[0, {high}]'} set to 0")
     reference = " (the reference's rule)" if (mode, high, low) == ("token_truncate", 2.0, None) else \
         " (the reference: per token, truncated at 2.0)"
-    kl = "k3 x policy ratio (use_bias_correction_kl)" if grpo.get("use_bias_correction_kl", True) else "k3, no ratio"
+    kl = "k3 x policy ratio (use_bias_correction_kl)" if get("use_bias_correction_kl") else "k3, no ratio"
     return f"{rule}, on the policy-gradient term only{reference}; KL term: {kl}"

@@ -31,9 +31,9 @@ What is measured:
   them. A question without a fixed rubric (``eval.questions`` changed on resume) is not scored; resuming with
   ``eval.questions`` but no ``eval_rubrics.jsonl`` (the run did not set it at step 0) is an error.
 
-Rubrics are written with ``step.rubric_params`` of step 0 (``rubric.temperature``, ``top_p``,
+Rubrics are written with ``generate_calls.rubric_params`` of step 0 (``rubric.temperature``, ``top_p``,
 ``max_new_tokens``, ``constrained``; the run's seed) at every evaluation, so two evaluations differ only by the
-weights; answers with ``step.answer_params`` of step 0 at temperature 0. The judge
+weights; answers with ``generate_calls.answer_params`` of step 0 at temperature 0. The judge
 reads a rubric as in training (the text as written; with ``rubric.invalid=zero`` an unparsed one leaves the judge
 alone). With several judges an answer's score is the mean of theirs (``judge.score_with_judges``). Generation
 runs on every process (it is collective); the judging, the record and ``eval_rubrics.jsonl`` only on the main one.
@@ -85,8 +85,8 @@ class HeldOut:
 
     cfg: RunConfig | None = None
     run_dir: Path | None = None
-    rubric_params: SamplingParams = field(default_factory=SamplingParams)  # step.rubric_params of step 0
-    answer_params: SamplingParams = field(default_factory=SamplingParams)  # step.answer_params of step 0, greedy
+    rubric_params: SamplingParams = field(default_factory=SamplingParams)  # generate_calls.rubric_params of step 0
+    answer_params: SamplingParams = field(default_factory=SamplingParams)  # answer_params of step 0, greedy
     pairs: list[PreferencePair] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     fixed: dict[str, str] | None = None  # question -> rubric text of the fixed set (None until step 0 writes it)
@@ -102,8 +102,9 @@ class HeldOut:
         """The evaluation of ``pairs`` and ``questions`` (``read_eval_sets``, without those over
         ``data.max_prompt_tokens``: ``prompt_length.fit_prompt_set``), with the run's saved fixed rubric set.
 
-        ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate (``step.rubric_params``
-        and ``answer_params`` of step 0); answers are decoded greedily whatever their temperature."""
+        ``rubric_params`` / ``answer_params``: how the rubric and policy roles generate
+        (``generate_calls.rubric_params`` and ``answer_params`` of step 0); answers are decoded greedily whatever
+        their temperature."""
         saved = run_dir / EVAL_RUBRICS_FILE
         fixed = {str(r["question"]): str(r["text"]) for r in iter_lenient(saved) if "question" in r and "text" in r} \
             if saved.is_file() else None
@@ -177,7 +178,7 @@ def generate_heldout(generate: Generate, pairs: Sequence[PreferencePair], questi
 
 
 def _item(question: str, answer: str, rubric: WrittenRubric, invalid: str) -> Any:
-    """A judge item reading ``rubric`` as training does (``rewards.judge_rows``, policy rows)."""
+    """A judge item reading ``rubric`` as training does (``judging.judge_rows``, policy rows)."""
     from evolm.judge.judge import JudgeItem
 
     raw = strip_thinking(rubric.text) or None

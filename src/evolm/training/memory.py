@@ -1,7 +1,8 @@
 """Memory per training GPU and the judge's time budget, estimated from sizes alone (``evolm train --dry-run``).
 
-Nothing here loads a model or touches a GPU: the estimate is arithmetic over the model's shape (read from a local
-``config.json``, or ``KNOWN_MODELS`` for a few hub ids) and the run's settings. It is meant to tell a launch that
+Nothing here loads a model or touches a GPU: the estimate is arithmetic over the model's shape (``model_shape``: a
+local ``config.json``, or ``KNOWN_MODELS`` for a few hub ids) and the run's settings, TRL's defaults where ``grpo:``
+sets none (``config.grpo_setting``). It is meant to tell a launch that
 cannot fit from one that may, and which setting to turn; it is not a measurement. docs/PERFORMANCE.md ("Memory per
 training GPU") derives each term and lists the assumptions, which are, in short:
 
@@ -46,7 +47,6 @@ GiB here is 2**30 bytes; an "80 GB" A100/H100 has about 79.6 GiB (``torch.cuda.m
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,9 +54,10 @@ from typing import Any
 
 import yaml
 
-from evolm.config import WRITER_REGIMES, RunConfig, endpoint_urls
+from evolm.config import WRITER_REGIMES, RunConfig, endpoint_urls, grpo_setting
 from evolm.errors import InputError
 from evolm.judge.judge import GENERATIVE_MODES
+from evolm.training.model_shape import KNOWN_MODELS, ModelFacts, model_facts  # noqa: F401 - KNOWN_MODELS: estimate's doctest
 
 GIB = 2**30
 CONTEXT_GIB = 1.5  # CUDA context and NCCL, outside torch's allocator, per process (1.3 measured on an H200)
@@ -67,113 +68,6 @@ VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (assumed)
 HEAD_TOKEN_CHUNK, HEAD_VOCAB_CHUNK = 4096, 32768  # trl/kernels/chunked_logprob.py (TRL 1.16)
 PROMPT_TOKENS = 1024  # prompt length assumed for a training row (a question, or the rubric-writing instructions)
 JUDGE_TOKENS_PER_SECOND = 50.0  # decode speed assumed for one judge request on a busy server
-LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """The shape of a dense Llama/Qwen3-style decoder, as its ``config.json`` states it."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied_embeddings: bool
-    max_positions: int = 0  # the context vLLM allocates for when grpo.vllm_max_model_length is unset
-    qk_norm: bool = False  # Qwen3 normalises queries and keys per head (two head_dim weights per layer)
-    score_head: bool = False  # a sequence-classification reward model: one output (hidden x 1) instead of the LM head
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def layer_parameters(self) -> int:
-        """One decoder layer: attention projections, the gated MLP, two norm weights."""
-        h = self.hidden
-        norms = 2 * h + (2 * self.head_dim if self.qk_norm else 0)
-        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 3 * h * self.intermediate + norms
-
-    def parameters(self) -> int:
-        """Every weight: embeddings, layers, final norm, and the output head unless tied to the embeddings.
-
-        >>> KNOWN_MODELS["Qwen/Qwen3-8B"].parameters()
-        8190735360
-        """
-        head = self.hidden if self.score_head else 0 if self.tied_embeddings else self.vocab * self.hidden
-        return self.vocab * self.hidden + self.layers * self.layer_parameters() + self.hidden + head
-
-    def lora_parameters(self, rank: int, targets: list[str]) -> int:
-        """Adapter weights of rank ``rank`` on the decoder's linear layers named in ``targets`` (``all-linear``:
-        all seven; PEFT leaves the output head out). A name matches a module whose name ends with it."""
-        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i),
-                  "up_proj": (h, i), "down_proj": (i, h)}
-        chosen = LINEAR_MODULES if "all-linear" in targets else [m for m in LINEAR_MODULES
-                                                                 if any(m.endswith(t) for t in targets)]
-        return self.layers * sum(rank * (shapes[m][0] + shapes[m][1]) for m in chosen)
-
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """KV cache of one token over every layer."""
-        return 2 * self.layers * self.kv_dim * dtype_bytes
-
-    def activation_bytes_per_token_layer(self) -> int:
-        """What autograd keeps per token in one bfloat16 decoder layer (flash/SDPA attention, fp32 RMSNorm inputs):
-        the two RMSNorms 6 h each, the shared q/k/v input 2 h and MLP input 2 h; q: its norm 6 q, RoPE 4 q, attention
-        input and output 4 q, o_proj input 2 q; k: norm 6 kv, RoPE 4 kv, attention input 2 kv; v: 2 kv; the MLP's
-        gate, SiLU output, up and product 8 I."""
-        return 16 * self.hidden + 16 * self.q_dim + 14 * self.kv_dim + 8 * self.intermediate
-
-
-def _qwen3(layers: int, hidden: int, intermediate: int, heads: int, tied: bool) -> ModelFacts:
-    return ModelFacts(layers, hidden, intermediate, heads, 8, 128, 151936, tied, 40960, qk_norm=True)
-
-
-KNOWN_MODELS: dict[str, ModelFacts] = {  # read from each model's config.json on the Hugging Face Hub
-    "Qwen/Qwen3-0.6B": _qwen3(28, 1024, 3072, 16, True),
-    "Qwen/Qwen3-1.7B": _qwen3(28, 2048, 6144, 16, True),
-    "Qwen/Qwen3-4B": _qwen3(36, 2560, 9728, 32, True),
-    "Qwen/Qwen3-8B": _qwen3(36, 4096, 12288, 32, False),
-    "Qwen/Qwen3-14B": _qwen3(40, 5120, 17408, 40, False),
-    "HuggingFaceTB/SmolLM2-135M-Instruct": ModelFacts(30, 576, 1536, 9, 3, 64, 49152, True, 8192),
-}
-KNOWN_MODELS["smollm2-135m-instruct"] = KNOWN_MODELS["HuggingFaceTB/SmolLM2-135M-Instruct"]  # the built-in models
-# Qwen2.5-Coder-Instruct as evolm converts its GGUF (config.json of the converted model: both GGUFs hold an untied head)
-KNOWN_MODELS["qwen2.5-coder-1.5b-instruct"] = ModelFacts(28, 1536, 8960, 12, 2, 128, 151936, False, 32768)
-KNOWN_MODELS["qwen2.5-coder-0.5b-instruct"] = ModelFacts(24, 896, 4864, 14, 2, 64, 151936, False, 32768)
-# The Skywork reward-model baseline (configs/baselines/skywork-rm.yaml): Llama-3.1-8B with a one-output score head,
-# vocabulary 128,257 (a pad token added), as Skywork-Reward-Llama-3.1-8B's config.json states
-KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"] = ModelFacts(32, 4096, 14336, 32, 8, 128, 128257, False,
-                                                                         131072, score_head=True)
-KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B"] = KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B-40M"]
-
-
-def model_facts(name: str) -> ModelFacts | None:
-    """The shape of ``name``: its ``config.json`` if it is a local directory, else ``KNOWN_MODELS``; None if neither."""
-    config = Path(name) / "config.json"
-    if config.is_file():
-        c = json.loads(config.read_text(encoding="utf-8"))
-        c = c.get("text_config", c)
-        try:
-            heads = int(c["num_attention_heads"])
-            return ModelFacts(
-                layers=int(c["num_hidden_layers"]), hidden=int(c["hidden_size"]),
-                intermediate=int(c["intermediate_size"]), heads=heads,
-                kv_heads=int(c.get("num_key_value_heads") or heads),
-                head_dim=int(c.get("head_dim") or c["hidden_size"] // heads), vocab=int(c["vocab_size"]),
-                tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-                max_positions=int(c.get("max_position_embeddings") or 0),
-                qk_norm=str(c.get("model_type", "")).startswith("qwen3"),
-                score_head=any(str(a).endswith("ForSequenceClassification") for a in c.get("architectures") or []))
-        except (KeyError, TypeError, ValueError):
-            return None  # not a dense decoder config this estimate knows
-    return KNOWN_MODELS.get(name)
 
 
 # ----------------------------------------------------------------------------- the launch's sharding
@@ -250,7 +144,7 @@ def sharding_for(cfg: RunConfig, accelerate_config: str | None, zero_stage: int 
         return Sharding(True, zero_stage, source=f"--zero-stage {zero_stage} (DeepSpeed)")
     if accelerate_config:
         return read_sharding(accelerate_config)
-    ds = cfg.grpo.get("deepspeed")
+    ds = grpo_setting(cfg.grpo, "deepspeed")
     if isinstance(ds, dict):
         return _deepspeed_json(ds, "grpo.deepspeed")
     if isinstance(ds, str) and ds:
@@ -471,13 +365,16 @@ def estimate(facts: ModelFacts, s: Setup) -> Estimate:
 def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Sharding, gpu_gib: float,
               prompt_tokens: int = PROMPT_TOKENS) -> Setup:
     """The ``Setup`` of one training process of ``cfg`` launched on ``processes`` processes."""
-    g = cfg.grpo
-    per_device = int(g.get("per_device_train_batch_size", 8))
+
+    def g(key: str) -> Any:  # grpo.<key>, or TRL's default
+        return grpo_setting(cfg.grpo, key)
+
+    dtype_bytes = weight_bytes(cfg)
     rows = cfg.schedule.prompts_per_step * cfg.schedule.samples_per_prompt
     judge_params = 0
-    reference = float(g.get("beta", 0.0)) != 0 and cfg.model.lora.r == 0
+    reference = float(g("beta")) != 0 and cfg.model.lora.r == 0
     # a judge of the initial model reads TRL's reference instead of a copy, on one process without DeepSpeed only
-    # (trl_adapter.reference_model); a judge served elsewhere (openai) costs nothing here; backend vllm is not counted
+    # (step.reference_model); a judge served elsewhere (openai) costs nothing here; backend vllm is not counted
     shares_reference = cfg.judge.model == cfg.model.name and reference and processes == 1 and not sharding.deepspeed
     rm = cfg.judge.mode == "reward_model"  # a reward model always runs in process
     if (cfg.judge.backend == "hf" or rm) and not shares_reference:
@@ -487,23 +384,23 @@ def setup_for(cfg: RunConfig, facts: ModelFacts, processes: int, sharding: Shard
     fixed_facts = (model_facts(fixed[1]) or model_facts(cfg.model.name)) if fixed else None
     fixed_tokens = 8 * (prompt_tokens + fixed[2]) if fixed_facts and fixed else 0  # load_backend's batch of 8
     return Setup(
-        processes=processes, sharding=sharding, gpu_gib=gpu_gib, micro_batch=per_device, prompt_tokens=prompt_tokens,
-        completion_tokens=cfg.policy_tokens,
-        gradient_checkpointing=bool(g.get("gradient_checkpointing", True)),
-        dtype_bytes=4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2,
-        reference_model=reference,
+        processes=processes, sharding=sharding, gpu_gib=gpu_gib, micro_batch=int(g("per_device_train_batch_size")),
+        prompt_tokens=prompt_tokens, completion_tokens=cfg.policy_tokens,
+        gradient_checkpointing=bool(g("gradient_checkpointing")), dtype_bytes=dtype_bytes, reference_model=reference,
         lora_rank=cfg.model.lora.r, lora_targets=tuple(cfg.model.lora.target_modules),
-        vllm_mode=g.get("vllm_mode", "colocate") if g.get("use_vllm") else None,
-        vllm_share=float(g.get("vllm_gpu_memory_utilization", 0.3)),
-        vllm_sleep=bool(g.get("vllm_enable_sleep_mode", False)),
-        vllm_tensor_parallel=int(g.get("vllm_tensor_parallel_size", 1)),
-        vllm_max_model_length=g.get("vllm_max_model_length"),
-        rows_per_process=max(1, rows // processes), cast_lm_head_to_fp32=bool(g.get("cast_lm_head_to_fp32")),
+        vllm_mode=g("vllm_mode") if g("use_vllm") else None,
+        vllm_share=float(g("vllm_gpu_memory_utilization")), vllm_sleep=bool(g("vllm_enable_sleep_mode")),
+        vllm_tensor_parallel=int(g("vllm_tensor_parallel_size")), vllm_max_model_length=g("vllm_max_model_length"),
+        rows_per_process=max(1, rows // processes), cast_lm_head_to_fp32=bool(g("cast_lm_head_to_fp32")),
         judge_parameters=judge_params, judge_name="reward model (in process)" if rm else "judge (in process)",
-        judge_dtype_bytes=_dtype_bytes(cfg.judge.dtype, cfg.model.dtype if rm else "float32",
-                                       4 if cfg.model.dtype == "float32" or g.get("use_cpu") else 2),
+        judge_dtype_bytes=_dtype_bytes(cfg.judge.dtype, cfg.model.dtype if rm else "float32", dtype_bytes),
         fixed_role=fixed[0] if fixed else "", fixed_parameters=fixed_facts.parameters() if fixed_facts else 0,
         fixed_kv_tokens=fixed_tokens, fixed_kv_bytes_per_token=fixed_facts.kv_bytes_per_token() if fixed_facts else 0)
+
+
+def weight_bytes(cfg: RunConfig) -> int:
+    """Bytes per weight of the trained model: 4 in float32 (``model.dtype``, or a CPU run), else 2."""
+    return 4 if cfg.model.dtype == "float32" or grpo_setting(cfg.grpo, "use_cpu") else 2
 
 
 def _dtype_bytes(dtype: str, auto: str, auto_bytes: int) -> int:
@@ -574,7 +471,7 @@ def judge_budget(cfg: RunConfig, processes: int, tokens_per_second: float = JUDG
     token. A rubric step judges two answers per rubric sample, a policy step one per answer: at worst
     ``2 x rows per process`` requests in waves of ``judge.max_concurrency`` per URL of ``judge.base_url``
     (``judge.batch_size`` in process), each a full reply. The other processes wait that long in a collective,
-    so ``grpo.ddp_timeout`` (TrainingArguments' default 1800 s) should exceed it plus generation.
+    so ``grpo.ddp_timeout`` (TRL's default: TrainingArguments' 1800 s) should exceed it plus generation.
     """
     j = cfg.judge
     reply = j.max_new_tokens if j.mode in GENERATIVE_MODES else 1
@@ -583,4 +480,4 @@ def judge_budget(cfg: RunConfig, processes: int, tokens_per_second: float = JUDG
     at_once = j.max_concurrency * len(endpoint_urls(j.base_url)) if j.backend == "openai" else j.batch_size
     waves = math.ceil(2 * rows / at_once)
     return JudgeBudget(reply, seconds, j.timeout if j.backend == "openai" else None, waves * seconds,
-                       float(cfg.grpo.get("ddp_timeout", 1800)))
+                       float(grpo_setting(cfg.grpo, "ddp_timeout")))

@@ -30,11 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evolm.config import RunConfig
+from evolm.config import RunConfig, grpo_setting
 from evolm.errors import InputError, RunError
 from evolm.eval.constraints import prompt_constraints
-from evolm.judge.cache import cached_judge
-from evolm.judge.judge import build_judge
 from evolm.runs.records import BUFFER_FILE, StepRecord
 from evolm.runs.rundir import (
     RunStart,
@@ -46,10 +44,13 @@ from evolm.runs.rundir import (
 )
 from evolm.training.checks import path_errors
 from evolm.training.contrast import ReplayBuffer
+from evolm.training.extra_rewards import extra_rewards
+from evolm.training.generate_calls import answer_params, rubric_params
+from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
 from evolm.training.heldout import HeldOut
 from evolm.training.plan import Plan, sequential_stages
 from evolm.training.prompt_length import fit_prompt_set
-from evolm.training.step import TrainingSteps, answer_params, rubric_params
+from evolm.training.step import TrainingSteps
 
 # ============================================================================= the run
 
@@ -82,7 +83,7 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
 
     if cfg.schedule.regime == "sequential":
         return run_sequential(cfg, resume, on_step, on_start, on_tokens)
-    trl_adapter.check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
+    check_launch(cfg)  # TRL version, batch arithmetic, grpo.* keys: before anything loads
     start = open_run(cfg, resume)  # a fresh directory, or the newest checkpoint that validates
     run_dir, checkpoint = start.run_dir, start.checkpoint
     if stop_after is not None and stop_after <= start.step:
@@ -97,31 +98,140 @@ def _run(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], N
     heldout = HeldOut.load(cfg, run_dir, rubric_params(cfg, first), answer_params(cfg, first), fit.eval_pairs,
                            fit.eval_questions, on_step)
     models.resolve_model_path(cfg.model.name)  # a missing model: said before the training arguments are built
-    args = trl_adapter.training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
+    args = training_args(cfg)  # first: under ZeRO-3 the policy then loads sharded (zero.Init)
     model, tokenizer = models.load_model(cfg.model.name, device="auto", dtype=cfg.model.dtype, sharded=True,
                                          train_adapter=cfg.model.lora.r > 0)  # a LoRA warm start trains on
     models.count_generated_tokens(model, on_tokens)  # answers, rubrics, pair answers: the CLI's bar moves in a step
 
     n = cfg.contrast.buffer_size
     buffer = ReplayBuffer.load(checkpoint / BUFFER_FILE, n) if checkpoint else ReplayBuffer(n)
+    steps = TrainingSteps(cfg, plan, buffer, run_dir, on_step, start.step, heldout)  # TRL's reward function
 
-    def make_loop(trainer: Any) -> TrainingSteps:  # the judges first: the initial model's judge reads TRL's frozen copy
-        judges = [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
-                                           loaded=trl_adapter.reference_model(trainer, cfg, m), failures="missing"),
-                               cfg.judge.cache, cfg.judge.cache_mb)  # a failed request: a missing score
-                  for m in [cfg.judge.model, *cfg.judge.extra_models]]
-        return TrainingSteps(cfg, plan, judges, buffer, run_dir, on_step, start.step, heldout)
-
-    # TRL runs the steps of the plan in order: for each cycle, for each phase (one role), K steps of
-    #   1. loop.step_rows       the step's rows, materialised with the current weights
-    #   2. TRL generates G completions per row; 3. loop.score, finish: rewards (missing -> group mean), buffer, samples
-    #   4. TRL's GRPO update, then loop.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
-    #      ends and every save_every steps, a checkpoint with loop.save (replay buffer + completeness marker).
-    trainer = trl_adapter.build_trainer(cfg, args, model, tokenizer, make_loop)
+    # TRL runs the plan: steps.begin once it loaded the checkpoint (the judges; the initial model's reads TRL's frozen
+    # reference model), then in order, for each cycle, for each phase (one role), K steps of
+    #   1. steps.materialise    the step's rows, made with the current weights
+    #   2. TRL generates G completions per row; 3. steps.score, finish: rewards (missing -> group mean), buffer, samples
+    #   4. TRL's GRPO update, then steps.end_step (metrics.jsonl; held-out evaluation when due) and, at phase
+    #      ends and every save_every steps, a checkpoint with steps.save (replay buffer + completeness marker).
+    trainer = trl_adapter.EvolmGRPOTrainer(cfg, args, model, tokenizer, steps)
     if stop_after is not None:
         trl_adapter.stop_after(trainer, stop_after, only=stop_only)
     trl_adapter.train(trainer, checkpoint)
     return run_dir
+
+
+# ============================================================================= the launch, before any model loads
+
+
+def check_launch(cfg: RunConfig) -> None:
+    """Everything about the launch that can be refused before a model loads (one-line errors)."""
+    from evolm.dist import world_size
+    from evolm.training import trl_adapter
+
+    trl_adapter.check_trl()
+    err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
+    if err:
+        raise InputError(err)
+    if errors := grpo_errors(cfg.grpo):  # unknown keys, wrong value types: the dry run checks the same
+        raise InputError(errors[0])
+    if cfg.rubric.constrained:
+        _check_constrained(cfg.grpo)
+    _check_optional(cfg)
+    extra_rewards(cfg.rewards.extra)  # rewards.extra imported (and factories called) before a model loads
+
+
+def _check_optional(cfg: RunConfig) -> None:
+    """LoRA needs peft, ``report_to: wandb`` needs wandb: one-line errors before a model loads (``trl_adapter``
+    contract items 6, 7)."""
+    import importlib.util
+
+    from evolm.backends.loading import adapter_rank
+    from evolm.training import trl_adapter
+
+    if cfg.model.lora.r > 0:
+        if importlib.util.find_spec("peft") is None:
+            raise InputError("model.lora needs peft: pip install 'evolm[lora]'")
+        if (rank := adapter_rank(cfg.model.name)) and rank != cfg.model.lora.r:
+            raise InputError(f"model.name {cfg.model.name} is a LoRA adapter of rank {rank}, which the run trains on; "
+                             f"model.lora.r says {cfg.model.lora.r}: set them equal")
+        if grpo_setting(cfg.grpo, "sync_ref_model"):
+            raise InputError("model.lora's KL reference is frozen (the base with the adapter off, or a warm-start "
+                             "adapter's frozen copy); grpo.sync_ref_model has no reference model to sync: unset it")
+    reports = trl_adapter.reported_to(grpo_setting(cfg.grpo, "report_to"))
+    if "wandb" in reports and importlib.util.find_spec("wandb") is None:
+        raise InputError("grpo.report_to=wandb needs wandb: pip install 'evolm[wandb]'")
+
+
+def _check_constrained(grpo: dict[str, Any]) -> None:
+    """``rubric.constrained`` needs xgrammar and a TRL generation path the adapter can constrain (``trl_adapter``
+    contract item 5)."""
+    from evolm.backends.constrained import require_xgrammar
+
+    require_xgrammar()
+    if grpo_setting(grpo, "use_vllm") and grpo_setting(grpo, "vllm_structured_outputs_regex") is not None:
+        raise InputError("rubric.constrained and grpo.vllm_structured_outputs_regex both constrain TRL's "
+                         "generation: set one")
+    if not grpo_setting(grpo, "use_vllm") and grpo_setting(grpo, "use_transformers_continuous_batching"):
+        raise InputError("rubric.constrained needs TRL's plain transformers generation: unset "
+                         "grpo.use_transformers_continuous_batching (generate_batch takes no logits processor)")
+
+
+def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
+    """Hand ``gradient_checkpointing[_kwargs]`` to TrainingArguments as ``activation_checkpointing[_kwargs]``.
+
+    transformers 5 renamed them and warns (FutureWarning) whenever only the old name is set, which TRL's
+    GRPOConfig does by default (``gradient_checkpointing=True``): a warning on every run, about a name the user
+    may never have written. The old names then mirror the new ones, so TRL reads the same values. TRL's own calls
+    of the renamed model methods (``unwrap_model_for_generation``) warn too: those warnings only are ignored.
+    """
+    import dataclasses
+    import warnings
+
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+        if new in fields and old in fields and new not in grpo:
+            value = grpo.pop(old, None if fields[old].default is dataclasses.MISSING else fields[old].default)
+            if value is not None:
+                grpo[new] = value
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
+                            category=FutureWarning, module=r"transformers\.modeling_utils")
+
+
+def training_args(cfg: RunConfig) -> Any:
+    """The run's ``GRPOConfig``, built before the policy loads (``run.run``).
+
+    Under DeepSpeed ZeRO-3 it registers its config with transformers, so the policy's ``from_pretrained`` that follows
+    builds the model under ``deepspeed.zero.Init``: each process holds its shard of the weights, not the whole model
+    (at 8B, 16 GB per GPU and as much host memory per process, while colocated vLLM wants its share free). It also
+    creates the process group (with ``grpo.ddp_timeout``). The caller has passed ``check_launch(cfg)``.
+    """
+    from trl import GRPOConfig
+
+    from evolm.dist import world_size
+
+    world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
+    grpo = dict(cfg.grpo)
+    grpo.setdefault("report_to", _report_to())
+    grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
+    # Every trainable weight of a causal LM gets a gradient each step; transformers' default (True unless
+    # checkpointing, always for a LoRA model) has DDP search for unused ones and warn at every launch that none were.
+    grpo.setdefault("ddp_find_unused_parameters", False)
+    _checkpointing_by_new_name(grpo, GRPOConfig)
+    try:
+        args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # RunConfig refused overlaps
+    except ValueError as e:  # transformers' and TRL's checks of the settings, e.g. bf16 on a machine without it
+        raise RunError(f"trl.GRPOConfig refused the run's grpo settings: {e}".splitlines()[0]) from None
+    if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
+        raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
+                       "launch with torchrun or `accelerate launch` with a config that starts every process")
+    return args
+
+
+def _report_to() -> list[str]:
+    import importlib.util
+
+    return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
 
 
 def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[StepRecord], None] | None = None,
@@ -142,7 +252,8 @@ def run_sequential(cfg: RunConfig, resume: bool = False, on_step: Callable[[Step
         if _on_gpu(cfg):  # stage 1's trainer (DeepSpeed, colocated vLLM) cannot be torn down in this process
             raise RunError(f"sequential: stage 1 (the writer) is done in {writer_dir}; stage 2 trains the policy "
                            "from the base weights and must start in a fresh process, since this one still holds "
-                           "stage 1's trainer" + (" and its colocated vLLM engine" if cfg.grpo.get("use_vllm") else "")
+                           "stage 1's trainer"
+                           + (" and its colocated vLLM engine" if grpo_setting(cfg.grpo, "use_vllm") else "")
                            + f" on the GPU: run `evolm train --resume {top}` (the same launch command) to start it")
         import gc
 
@@ -156,4 +267,4 @@ def _on_gpu(cfg: RunConfig) -> bool:
     """Whether the run trains on a CUDA device (not ``grpo.use_cpu``, and torch sees one)."""
     import torch
 
-    return not cfg.grpo.get("use_cpu") and torch.cuda.is_available()
+    return not grpo_setting(cfg.grpo, "use_cpu") and torch.cuda.is_available()

@@ -375,7 +375,8 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True, log: Any = None) -> 
     import torch
     from tqdm.auto import tqdm
 
-    from evolm.backends.loading import load_model, resolve_device
+    from evolm.backends.devices import resolve_device
+    from evolm.backends.loading import load_model
 
     out = check_output_dir(cfg.output_dir)
     rows = seed_rows(cfg)

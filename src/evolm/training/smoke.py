@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolm.config import RunConfig
+from evolm.config import RunConfig, grpo_setting
 from evolm.errors import InputError
 from evolm.runs.records import CHECKPOINTS_DIR, METRICS_FILE, SMOKE_MARKER, StepRecord, read_metrics
 from evolm.runs.rundir import checkpoint_state, complete_checkpoints
@@ -66,7 +66,7 @@ def smoke_questions(cfg: RunConfig, processes: int) -> int:
     >>> smoke_questions(load_config("configs/paper-qwen3-8b.yaml"), 4), smoke_questions(load_config(None), 8)
     (1, 8)
     """
-    per_step = processes * int(cfg.grpo.get("per_device_train_batch_size", 8))
+    per_step = processes * int(grpo_setting(cfg.grpo, "per_device_train_batch_size"))
     p = per_step // math.gcd(per_step, cfg.schedule.samples_per_prompt)
     return min(p, cfg.schedule.prompts_per_step)
 
@@ -81,7 +81,7 @@ def smoke_overrides(cfg: RunConfig, processes: int) -> list[str]:
             "schedule.steps_per_phase=1", "schedule.save_every=1000000",
             f"schedule.prompts_per_step={smoke_questions(cfg, processes)}", "contrast.min_age=0",
             f"contrast.max_age={max(1, cfg.contrast.max_age)}", "eval.pairs=null", "eval.questions=null",
-            *(["grpo.save_total_limit=2"] if isinstance(limit := cfg.grpo.get("save_total_limit"), int)
+            *(["grpo.save_total_limit=2"] if isinstance(limit := grpo_setting(cfg.grpo, "save_total_limit"), int)
               and limit < 2 else [])]  # checkpoint 2 stays beside the resume's
 
 
@@ -290,7 +290,7 @@ def _vllm_row(full: RunConfig, smoke: RunConfig, processes: int, room: tuple[int
     def per_process(c: RunConfig) -> int:
         return c.schedule.prompts_per_step * c.schedule.samples_per_prompt // max(1, processes)
 
-    if not smoke.grpo.get("use_vllm"):
+    if not grpo_setting(smoke.grpo, "use_vllm"):
         return "not used (grpo.use_vllm is off)"
     asked = f"a process generates {per_process(smoke)} row(s) per call here, {per_process(full)} in the full run"
     if room is None:

@@ -1,13 +1,15 @@
-"""One optimizer step of either role, read top to bottom: its rows (pure functions over ``generate``), then
-``TrainingSteps``, the work TRL's hooks call. TRL owns the loop over steps; it calls these methods in this order
-(``tests/training/test_step.py`` records the order on a real run and holds this list to it):
+"""One optimizer step of either role, read top to bottom in the order it happens: its rows, the judges, its rewards,
+its record. TRL owns the loop over steps, the generation from the rows and the GRPO update; ``TrainingSteps`` does the
+rest, and is itself TRL's reward function. TRL reaches it at these moments, in this order (``trl_adapter`` makes the
+calls; ``tests/training/test_step.py`` records the order on a real run and holds this list to it):
 
-    begin         on_train_begin: TRL built the run and loaded the checkpoint; a resumed run's logs are cut back
-    step_rows     training_step, first micro-batch: 1. the rubrics for the step's questions (a policy step) or the
-                  writer's pairs (a rubric step), and the rows TRL generates from; 2. TRL generates
-    score         the reward function, this process's rows: 3. the judges score each completion
-    finish        the reward function, every process's rows: 4. rewards (missing ones filled with the group mean),
-                  the replay buffer, samples; 5. TRL updates
+    begin         on_train_begin: TRL built the trainer and loaded the checkpoint; the judges are built, a resumed
+                  run's logs are cut back
+    materialise   training_step, first micro-batch: 1. the step's rows (step_rows): the rubrics for its questions (a
+                  policy step) or the writer's pairs (a rubric step), on the trainer's engine; 2. TRL generates
+    score         the reward function (``__call__``), this process's rows: 3. the judges score each completion
+    finish        the reward function, every process's rows (gathered): 4. rewards (missing ones filled with the group
+                  mean), the replay buffer, samples; 5. TRL updates
     is_phase_end  on_step_end: a phase end forces a save
     end_step      on_log (or on_save): 6. the step record (metrics.jsonl), held-out evaluation when due
     save          on_save: the replay buffer, then the completeness marker, into the checkpoint TRL wrote
@@ -17,6 +19,7 @@ What one hook leaves for a later one lives in ``StepState`` (``TrainingSteps.sta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -25,12 +28,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from evolm.backends.base import Backend, SamplingParams
-from evolm.backends.constrained import rubric_schema
+from evolm.backends.base import Backend
+from evolm.backends.replies import strip_thinking
 from evolm.config import RunConfig
+from evolm.errors import RunError
 from evolm.eval.constraints import checker_failures, constraint_fields, newer_passes
-from evolm.judge.judge import Judge
-from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages, strip_thinking
+from evolm.judge.cache import cached_judge
+from evolm.judge.judge import Judge, build_judge
+from evolm.rubrics import WrittenRubric, read_written, render_rubric, rubric_messages
 from evolm.runs.records import (
     BUFFER_FILE,
     GPU_LOGGED,
@@ -55,10 +60,21 @@ from evolm.training.contrast import (
     rubric_conditioned_pairs,
     temporal_pairs,
 )
+from evolm.training.extra_rewards import ExtraReward, extra_rewards, score_extra
+from evolm.training.generate_calls import answer_params, rubric_params, writer_params
 from evolm.training.heldout import HeldOut
+from evolm.training.judging import (
+    JudgeCost,
+    RowReward,
+    check_failures,
+    completion_text,
+    judge_rows,
+    step_rewards,
+    unjudged_rubric,
+)
 from evolm.training.monitor import LengthDrift, monitor_step
 from evolm.training.plan import Plan, StepInfo
-from evolm.training.rewards import JudgeCost, RowReward, check_failures, judge_rows, step_rewards, unjudged_rubric
+from evolm.training.trl_generation import TrainerGenerate, VLLMCounts, trl_version
 
 # ======================================================================== 1. a step's rows: rubrics, or the pairs
 
@@ -101,8 +117,8 @@ class Row(Mapping[str, Any]):
 _ROW_FIELDS = tuple(f.name for f in fields(Row))
 
 
-def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: WrittenRubric | None = None,
-         pair: Pair | None = None, reference: str | None = None, constraints: str | None = None) -> Row:
+def _make_row(info: StepInfo, slot: int, prompt: Any, question: str, written: WrittenRubric | None = None,
+              pair: Pair | None = None, reference: str | None = None, constraints: str | None = None) -> Row:
     """A materialised row of either role."""
     return Row(prompt, question, info.role, info.step + 1, slot, info.cycle, info.phase,
                rubric=json.dumps(written.rubric.to_dict()) if written and written.rubric else None,
@@ -112,23 +128,12 @@ def _row(info: StepInfo, slot: int, prompt: Any, question: str, written: Written
                pair_source=pair.source if pair else None, reference=reference, constraints=constraints)
 
 
-def rubric_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
-    r, seed = cfg.rubric, cfg.seed + info.step
-    return SamplingParams(r.temperature, r.top_p, r.max_new_tokens, seed, cfg.model.chat_template_kwargs,
-                          rubric_schema(r.max_criteria) if r.constrained else None)
-
-
-def answer_params(cfg: RunConfig, info: StepInfo) -> SamplingParams:
-    c = cfg.contrast
-    return SamplingParams(c.temperature, cfg.grpo.get("top_p", 1.0), cfg.pair_answer_tokens, cfg.seed + info.step,
-                          cfg.model.chat_template_kwargs)
-
-
 def policy_rows(cfg: RunConfig, plan: Plan, info: StepInfo, rubrics: Sequence[WrittenRubric | None]) -> list[Row]:
     """Policy step: each slot's question in the policy prompt, with the rubric its answers share (or none)."""
     questions = [plan.policy_question(info.policy_step, s) for s in range(plan.prompts_per_step)]
-    return [_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w, reference=plan.references.get(q) or None,
-                 constraints=plan.constraints.get(q)) for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
+    return [_make_row(info, s, policy_messages(q, cfg.model.system_prompt), q, w,
+                      reference=plan.references.get(q) or None, constraints=plan.constraints.get(q))
+            for s, (q, w) in enumerate(zip(questions, rubrics, strict=True))]
 
 
 def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer, generate: Generate,
@@ -157,11 +162,12 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
     conditioned = [s for s in range(n) if s not in pairs]  # rubric_conditioned, and temporal with an empty buffer
     if conditioned:
         qs = [question(s) for s in conditioned]
-        written = [read_written(t) for t in generate([ask(cfg, q) for q in qs], rubric_params(cfg, info))]
+        written = [read_written(t) for t in generate([rubric_conversation(cfg, q) for q in qs],
+                                                     rubric_params(cfg, info))]
         texts = [render_rubric(w.rubric) if w.rubric else strip_thinking(w.text) for w in written]
         pairs.update(zip(conditioned, rubric_conditioned_pairs(qs, texts, answer, params, sys_prompt)))
-    return [_row(info, s, ask(cfg, pairs[s].question), pairs[s].question, pair=pairs[s],
-                 constraints=plan.constraints.get(pairs[s].question)) for s in range(n)]
+    return [_make_row(info, s, rubric_conversation(cfg, pairs[s].question), pairs[s].question, pair=pairs[s],
+                      constraints=plan.constraints.get(pairs[s].question)) for s in range(n)]
 
 
 def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
@@ -175,61 +181,150 @@ def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
                                     "fallback_model": r.writer_fallback if role == "writer" else None}
 
 
-def ask(cfg: RunConfig, question: str) -> Any:
+def rubric_conversation(cfg: RunConfig, question: str) -> Any:
     """The rubric role's conversation for ``question`` under the run's rubric prompt (``rubric.prompt``)."""
     return rubric_messages(question, cfg.rubric.prompt)
 
 
-def _shared(engine: Generate, fixed: Generate) -> Generate:
+def _shared_by_processes(engine: Generate, fixed: Generate) -> Generate:
     """A fixed model's ``generate`` spread over the processes by the engine's ``share`` (each writes a share, all get
     the same texts: a server samples anew per request), or as it is."""
     return engine.share(fixed) if hasattr(engine, "share") else fixed
 
 
-# ============================================================================= the step body, around TRL
+def plan_digest(rows: list[dict[str, Any]]) -> str:
+    """A fingerprint of a step's rows (every column, in order): equal on every process, or the step is refused."""
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_same_rows(processes: Any, step: int, rows: list[dict[str, Any]]) -> None:
+    """Every process (``processes``: accelerate's ``PartialState``) must materialise the same rows for a step: each
+    trains on its slice of them, and the rewards are computed over all of them. A ``RunError`` names the step when
+    their digests differ (e.g. a server-side writer or answerer that sampled differently on two processes)."""
+    if processes.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    digests = gather_object([plan_digest(rows)])
+    if len(set(digests)) != 1:
+        raise RunError(f"step {step + 1}: the processes planned different rows (digests {', '.join(digests)}); "
+                       "every process must write the same rubrics and pairs")
+
+
+# ======================================================================== 3. the judges; 4. TRL's table of the rewards
+
+
+def build_judges(cfg: RunConfig, trainer: Any) -> list[Judge]:
+    """The run's judges (``judge.model``, then ``judge.extra_models``), each behind the judge cache; a failed request
+    is a missing score. A judge of the initial model reads TRL's frozen reference model (``reference_model``)."""
+    return [cached_judge(build_judge(cfg.judge, m, seed=cfg.seed, fallback_dtype=cfg.model.dtype,
+                                     loaded=reference_model(trainer, cfg, m), failures="missing"),
+                         cfg.judge.cache, cfg.judge.cache_mb) for m in [cfg.judge.model, *cfg.judge.extra_models]]
+
+
+def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
+    """TRL's reference model when a judge of ``judge_model`` can read it instead of loading another copy, else None.
+
+    It can when they are the same frozen weights: the judge is the run's initial model (same resolved path, no
+    adapter, same dtype, transformers backend) and TRL built a reference that never moves (``beta != 0``, no PEFT,
+    no ``sync_ref_model``) whole on one process (no DeepSpeed / FSDP shards). TRL's fused LM head leaves the
+    model's plain forward as it was (``add_fused_lm_head``: only ``fused_lm_head=True`` changes it).
+    """
+    from evolm.backends.loading import adapter_base, resolve_model_path
+
+    ref, j = getattr(trainer, "ref_model", None), cfg.judge
+    if ref is None or j.backend != "hf" or j.mode == "reward_model" or j.dtype not in ("auto", cfg.model.dtype) \
+            or getattr(trainer.args, "sync_ref_model", False) or trainer.accelerator.num_processes != 1 \
+            or getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return None
+    path = resolve_model_path(cfg.model.name)
+    same = resolve_model_path(judge_model) == path and getattr(ref.config, "_name_or_path", None) == path
+    return ref if same and adapter_base(path) is None else None
+
+
+def _log_table_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[RowReward]) -> None:
+    """evolm's columns in TRL's completions table (a W&B table with ``grpo.log_completions``); the same columns at
+    every step of either role, so TRL's per-column buffers stay aligned."""
+    policy = [r["role"] == "policy" for r in rows]
+    log_extra("role", [r["role"] for r in rows])
+    log_extra("rubric", [str(r.get("rubric_text") or "") if p else "" for r, p in zip(rows, policy, strict=True)])
+    for key in ("a_pos", "a_neg"):
+        log_extra(key, [str(r.get(key) or "") for r in rows])
+    for key in ("score", "s_pos", "s_neg"):
+        log_extra(key, [getattr(s, key, None) for s in scored])
+
+
+# ======================================================================== the step, around TRL
 
 
 @dataclass
 class StepState:
     """What crosses TRL's hooks within a run (the only state that does): set by one hook, read by a later one."""
 
-    materialising: bool = False  # inside step_rows: colocated vLLM stays awake until TRL's generation (trl_generation)
     awaiting_update: dict[int, StepRecord] = field(default_factory=dict)  # step -> its record: finish -> end_step
     last_time: float = field(default_factory=time.time)  # when the last step record was written (its ``seconds``)
 
 
 @dataclass
 class TrainingSteps:
-    """The work of each training step around TRL, one method per hook (``trl_adapter.StepHooks``), in TRL's order."""
+    """The work of each training step around TRL, one method per moment TRL reaches it (the table above), in TRL's
+    order. An instance is the run's reward function (TRL's keyword contract, ``__call__``), built before the trainer;
+    what needs the trainer (the judges, its engine) comes with ``begin``."""
 
     cfg: RunConfig
     plan: Plan
-    judges: list[Judge]
     buffer: ReplayBuffer
     run_dir: Path
     on_step: Callable[[StepRecord], None] | None = None
     resume_step: int = 0  # the checkpoint's step when resuming: logs are cut back to it once TRL loaded it
     heldout: HeldOut = field(default_factory=HeldOut)  # eval.*: held-out evaluation with the current weights
+    judges: list[Judge] | None = None  # None: built by ``begin``, where they may read TRL's reference model
     frozen: dict[str, WrittenRubric] = field(default_factory=dict)  # a fixed writer's rubrics, by question
     drift: LengthDrift = field(default_factory=LengthDrift)  # the monitor's length baseline (first policy steps)
     _fixed: dict[str, Backend] = field(default_factory=dict)
-    is_main: bool = True  # the process that writes files (set by ``begin`` from TRL's state)
+    is_main: bool = True  # the process that writes files (set by ``begin`` from the trainer)
     state: StepState = field(default_factory=StepState)
+    generate: TrainerGenerate | None = None  # the trainer's engine (set by ``begin``)
+    memory: Any = None  # ``trl_adapter.GpuMemory``, told when a step's generation is done (set by ``begin``)
+    vllm_counts: VLLMCounts | None = None  # the trainer's vLLM work, logged with each step's rewards (set by ``begin``)
+    extras: list[ExtraReward] = field(init=False)  # rewards.extra, resolved
 
     def __post_init__(self) -> None:
+        self.__name__ = "evolm_reward"  # TRL logs a reward function by its name (rewards/evolm_reward/mean)
+        self.extras = extra_rewards(self.cfg.rewards.extra)  # imported, factories called: once for the run
         self.frozen = {q: read_written(t) for q, t in read_frozen_rubrics(self.run_dir).items()}
         if self.resume_step:  # the length baseline from the policy steps already logged
             for rec in read_metrics(self.run_dir):
                 if rec.role == "policy" and rec.step <= self.resume_step:
                     self.drift.update(rec.completion_length)
 
-    def begin(self, is_main: bool) -> None:
-        """TRL has loaded the checkpoint: only now are the logs cut back to it (a failed load changes nothing)."""
-        self.heldout.is_main = self.is_main = is_main
-        if self.resume_step and is_main:
+    def begin(self, trainer: Any, memory: Any = None, vllm_counts: VLLMCounts | None = None) -> None:
+        """TRL built ``trainer`` and loaded the checkpoint: the judges are built (one of the initial model reads TRL's
+        frozen reference model), extra text is generated on the trainer's engine, and only now are a resumed run's
+        logs cut back (a failed load changes nothing). ``memory``, ``vllm_counts``: read as a step's rewards begin."""
+        self.heldout.is_main = self.is_main = trainer.is_world_process_zero()
+        if self.judges is None:
+            self.judges = build_judges(self.cfg, trainer)
+        self.generate, self.memory, self.vllm_counts = TrainerGenerate(trainer), memory, vllm_counts
+        if self.resume_step and self.is_main:
             cut_logs_back(self.run_dir, self.resume_step)
 
-    # ---------------------------------------------------------------- 1. the step's rows (before TRL generates)
+    # ---------------------------------------------------------------- 1. the step's rows; 2. TRL generates from them
+
+    def materialise(self, inputs: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+        """This process's plan rows of optimizer step ``step`` (0-based), filled in before TRL generates from them:
+        the step's rows, made alike on every process (and checked so), each input taking its slot's."""
+        from accelerate import PartialState
+
+        slots = self.plan.prompts_per_step
+        for r in inputs:
+            if int(r["plan_index"]) // slots != step:
+                raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
+                               f"order (trl {trl_version()}); the adapter's contract is broken")
+        with self.generate.materialising():  # colocated vLLM stays awake until TRL's generation (trl_generation)
+            full = [dict(row) for row in self.step_rows(step, self.generate)]  # TRL's columns
+        _check_same_rows(PartialState(), step, full)
+        return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
 
     def step_rows(self, step: int, generate: Generate) -> list[Row]:
         """All rows of optimizer step ``step`` (0-based), identical on every process: a policy step's questions with
@@ -237,7 +332,7 @@ class TrainingSteps:
         self.state.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer
-            answer = _shared(generate, self.fixed_model("answerer").generate) \
+            answer = _shared_by_processes(generate, self.fixed_model("answerer").generate) \
                 if self.cfg.contrast.answerer and self.plan.labelled is None else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
@@ -248,14 +343,14 @@ class TrainingSteps:
         """coevolve: written now, by the current weights. Otherwise by a fixed writer, once, and kept."""
         params = rubric_params(self.cfg, info)
         if self.plan.regime == "coevolve":
-            return [read_written(t) for t in generate([ask(self.cfg, q) for q in questions], params)]
+            return [read_written(t) for t in generate([rubric_conversation(self.cfg, q) for q in questions], params)]
         if missing := [q for q in questions if q not in self.frozen]:
             if self.cfg.rubric.writer is not None:  # another model, sampled as rubric.writer_* say (no template kwargs)
-                batch, gen = missing, _shared(generate, lambda convs, p: self.fixed_model("writer").generate(
-                    convs, replace(p, **self.cfg.rubric.writer_sampling())))
+                batch, gen = missing, _shared_by_processes(generate, lambda convs, p: self.fixed_model(
+                    "writer").generate(convs, writer_params(self.cfg, info)))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
-            texts = dict(zip(batch, gen([ask(self.cfg, q) for q in batch], params), strict=True))
+            texts = dict(zip(batch, gen([rubric_conversation(self.cfg, q) for q in batch], params), strict=True))
             self.frozen.update({q: read_written(t) for q, t in texts.items()})
             if self.is_main:  # every process wrote the same rubrics (generation is gathered): one copy on disk
                 append_frozen_rubrics(self.run_dir, texts)
@@ -270,7 +365,45 @@ class TrainingSteps:
             self._fixed[role] = load_backend(name, **settings)
         return self._fixed[role]
 
-    # ---------------------------------------------------------------- 3. judging and 4. rewards (after TRL generates)
+    # ---------------------------------------------------------------- 3. judging and 4. rewards: TRL's reward function
+
+    def __call__(self, prompts: list, completions: list, completion_ids: list | None = None, log_metric: Any = None,
+                 **cols: Any) -> list[float]:
+        """TRL's reward function: this process's rows (TRL's columns) and completions in, their rewards out. Every
+        process's rows are gathered (a collective each reaches: TRL calls reward functions on all of them), so the
+        rewards, the buffer and the step's numbers are the whole step's, the same on every process."""
+        from accelerate import PartialState
+        from accelerate.utils import gather_object
+
+        if self.memory is not None:  # the step's generation is done
+            self.memory.generated()
+        if "role" not in cols or any(not r for r in cols["role"]):
+            raise RunError("TRL generated from rows evolm did not materialise: the adapter's contract with "
+                           f"trl {trl_version()} is broken")
+        keys = [k for k in cols if k not in ("trainer_state", "log_extra", "environments")]
+        rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
+        texts = [completion_text(c) for c in completions]
+        scored, cost = self.score(rows, texts)
+        if mine := [e for e in self.extras if rows and e.role == rows[0]["role"]]:  # rewards.extra of the step's role
+            kwargs = {**cols, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
+                      "log_metric": log_metric}
+            scored = [replace(s, extras=e) for s, e in zip(scored, score_extra(mine, len(texts), kwargs), strict=True)]
+        if cols.get("log_extra") is not None:
+            _log_table_columns(cols["log_extra"], rows, scored)
+        lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * len(texts)
+        state = PartialState()
+        local = list(zip(rows, texts, scored, lengths, strict=True))
+        parts = [(local, cost)] if state.num_processes == 1 else gather_object([(local, cost)])
+        everyone = [x for part, _ in parts for x in part]
+        rewards, metrics = self.finish([x[0] for x in everyone], [x[1] for x in everyone], [x[2] for x in everyone],
+                                       [x[3] for x in everyone], state.is_main_process, [c for _, c in parts])
+        if self.vllm_counts is not None:  # TRL's generation of the step is done: the step's vLLM work, since the last
+            metrics = {**metrics, **self.vllm_counts.take()}
+        if log_metric is not None:
+            for k, v in metrics.items():
+                log_metric(f"evolm/{k}", v)
+        start = sum(len(p) for p, _ in parts[: state.process_index]) if state.num_processes > 1 else 0
+        return rewards[start : start + len(local)]  # this process's slice
 
     def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[RowReward], JudgeCost]:
         """This process's completions judged, row by row: each row's raw reward, and what judging took (with

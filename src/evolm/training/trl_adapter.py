@@ -1,7 +1,7 @@
 """The one door between evolm and TRL: the only module that knows TRL beyond its public API.
 
-Contract (checked by ``check_trl`` when a trainer is built; a mismatch is a one-line ``RunError``)
--------------------------------------------------------------------------------------------------
+Contract (checked by ``check_trl`` at launch and when the trainer is built; a mismatch is a one-line ``RunError``)
+-----------------------------------------------------------------------------------------------------------------
 Tested with TRL ``TESTED_TRL`` (the pin in pyproject.toml). evolm relies on, in the order they run
 at every optimizer step:
 
@@ -10,19 +10,21 @@ at every optimizer step:
    step's generation batch, and TRL generates from exactly those rows (``_prepare_inputs`` calls
    ``_generate_and_score_completions`` when its micro-step counter is a multiple of
    ``steps_per_generation``). evolm overrides ``training_step`` to *materialise* those rows (fill the
-   role's prompt, rubric or pair with the current weights) before calling the parent. Its settings
+   role's prompt, rubric or pair with the current weights: ``TrainingSteps.materialise``) before calling the
+   parent. Its settings
    (``grpo_config.evolm_grpo_settings``) make one generation batch exactly one optimizer step
    (``steps_per_generation == gradient_accumulation_steps``, ``num_iterations == 1``), and the plan
    dataset is read in order (``shuffle_dataset=False``), so row ``i`` is slot ``i % P`` of step ``i // P``.
    The reward function refuses rows evolm did not fill, so a TRL that generated at another moment
    fails loudly instead of training on placeholders.
-2. The reward function (public contract): called on every process with this process's rows as
-   keyword columns plus ``completions``, ``completion_ids``, ``trainer_state`` and ``log_metric``;
-   returns one float per row. evolm gathers all processes' rows itself (accelerate's
+2. The reward function (public contract), the run's ``step.TrainingSteps`` itself: called on every process
+   with this process's rows as keyword columns plus ``completions``, ``completion_ids``, ``trainer_state`` and
+   ``log_metric``; returns one float per row. evolm gathers all processes' rows itself (accelerate's
    ``gather_object``, a collective every process reaches because TRL calls reward functions on all
    of them), fills missing rewards with their group's mean (so TRL never sees ``None``), updates
    the replay buffer identically everywhere, and returns this process's slice.
-3. Callbacks (public): ``on_log`` takes ``loss`` and ``kl`` if TRL logged them (optional columns);
+3. Callbacks (public): ``on_train_begin`` hands the steps the built trainer (``TrainingSteps.begin``: the judges,
+   the engine); ``on_log`` takes ``loss`` and ``kl`` if TRL logged them (optional columns);
    ``on_step_end`` forces a save at phase ends; ``on_save`` writes the replay buffer and the
    completeness marker into ``checkpoint-<global_step>`` after TRL saved it.
 4. Extra text (rubrics, fresh a+ answers) is generated on the trainer's own engine:
@@ -91,31 +93,20 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from accelerate.utils import is_peft_model  # TRL's own test: a model that carries an adapter trains it as it is
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from evolm.backends.loading import adapter_rank, base_model_name
+from evolm.backends.loading import base_model_name
 from evolm.config import RunConfig, to_dict
-from evolm.errors import InputError, RunError
+from evolm.errors import RunError
 from evolm.training import vllm_cpu
-from evolm.training.extra_rewards import ExtraReward, extra_rewards
-from evolm.training.grpo_config import batch_error, evolm_grpo_settings, grpo_errors
-from evolm.training.rewards import completion_text, score_extra
-from evolm.training.step import StepState
-from evolm.training.trl_generation import (
-    TrainerGenerate,
-    VLLMCounts,
-    constrained_generation,
-    constrained_rubric_schema,
-    count_vllm_calls,
-)
+from evolm.training.step import TrainingSteps
+from evolm.training.trl_generation import VLLMCounts, constrained_generation, count_vllm_calls, rubric_grammar
 
 TESTED_TRL = ("1.16",)  # minor versions this adapter was tested with (keep in step with pyproject.toml)
 PLACEHOLDER = [{"role": "user", "content": "(filled in by evolm at the step)"}]
@@ -126,28 +117,6 @@ _HOOKED = {
     "VLLMGeneration.generate": ("self", "prompts", "images", "num_generations"),
     "VLLMGeneration.sync_weights": ("self",),
 }
-
-
-class StepHooks(Protocol):
-    """What a run gives the adapter: ``evolm.training.step.TrainingSteps``, whose docstring lists which TRL hook calls
-    which method, in the order TRL calls them (the one place that order is written)."""
-
-    state: StepState
-
-    def begin(self, is_main: bool) -> None: ...
-
-    def step_rows(self, step: int, generate: Any) -> Sequence[Mapping[str, Any]]: ...
-
-    def score(self, rows: list[dict[str, Any]], completions: list[str]) -> tuple[list[Any], Any]: ...
-
-    def finish(self, rows: list[dict[str, Any]], completions: list[str], scored: list[Any], lengths: list[int],
-               is_main: bool, costs: Sequence[Any] = ()) -> tuple[list[float], dict[str, float]]: ...
-
-    def is_phase_end(self, step: int) -> bool: ...
-
-    def end_step(self, step: int, trl_logs: dict[str, Any], is_main: bool) -> None: ...
-
-    def save(self, checkpoint: Path, step: int) -> None: ...
 
 
 # ============================================================================= the contract check
@@ -177,237 +146,60 @@ def check_trl() -> str:
     return version
 
 
-# ============================================================================= building and running
-
-
-def check_launch(cfg: RunConfig) -> None:
-    """Everything about the launch that can be refused before a model loads (one-line errors)."""
-    from evolm.dist import world_size
-
-    check_trl()
-    err = batch_error(cfg, world_size())  # the launcher's world: no process group before TrainingArguments
-    if err:
-        raise InputError(err)
-    if errors := grpo_errors(cfg.grpo):  # unknown keys, wrong value types: the dry run checks the same
-        raise InputError(errors[0])
-    if cfg.rubric.constrained:
-        _check_constrained(cfg.grpo)
-    _check_optional(cfg)
-    extra_rewards(cfg.rewards.extra)  # rewards.extra imported (and factories called) before a model loads
-
-
-def _check_optional(cfg: RunConfig) -> None:
-    """LoRA needs peft, ``report_to: wandb`` needs wandb: one-line errors before a model loads (contract items 6, 7)."""
-    import importlib.util
-
-    if cfg.model.lora.r > 0:
-        if importlib.util.find_spec("peft") is None:
-            raise InputError("model.lora needs peft: pip install 'evolm[lora]'")
-        if (rank := adapter_rank(cfg.model.name)) and rank != cfg.model.lora.r:
-            raise InputError(f"model.name {cfg.model.name} is a LoRA adapter of rank {rank}, which the run trains on; "
-                             f"model.lora.r says {cfg.model.lora.r}: set them equal")
-        if cfg.grpo.get("sync_ref_model"):
-            raise InputError("model.lora's KL reference is frozen (the base with the adapter off, or a warm-start "
-                             "adapter's frozen copy); grpo.sync_ref_model has no reference model to sync: unset it")
-    if "wandb" in _report_to_list(cfg.grpo.get("report_to")) and importlib.util.find_spec("wandb") is None:
-        raise InputError("grpo.report_to=wandb needs wandb: pip install 'evolm[wandb]'")
-
-
-def _report_to_list(value: Any) -> list[str]:
+def reported_to(value: Any) -> list[str]:
+    """``grpo.report_to`` (or ``TrainingArguments.report_to``) as a list of logger names."""
     return [value] if isinstance(value, str) else list(value or [])
 
 
-def _check_constrained(grpo: dict[str, Any]) -> None:
-    """``rubric.constrained`` needs xgrammar and a TRL generation path the adapter can constrain (item 5)."""
-    from evolm.backends.constrained import require_xgrammar
-
-    require_xgrammar()
-    if grpo.get("use_vllm") and grpo.get("vllm_structured_outputs_regex") is not None:
-        raise InputError("rubric.constrained and grpo.vllm_structured_outputs_regex both constrain TRL's "
-                         "generation: set one")
-    if not grpo.get("use_vllm") and grpo.get("use_transformers_continuous_batching"):
-        raise InputError("rubric.constrained needs TRL's plain transformers generation: unset "
-                         "grpo.use_transformers_continuous_batching (generate_batch takes no logits processor)")
-
-
-def _checkpointing_by_new_name(grpo: dict[str, Any], config_class: Any) -> None:
-    """Hand ``gradient_checkpointing[_kwargs]`` to TrainingArguments as ``activation_checkpointing[_kwargs]``.
-
-    transformers 5 renamed them and warns (FutureWarning) whenever only the old name is set, which TRL's
-    GRPOConfig does by default (``gradient_checkpointing=True``): a warning on every run, about a name the user
-    may never have written. The old names then mirror the new ones, so TRL reads the same values. TRL's own calls
-    of the renamed model methods (``unwrap_model_for_generation``) warn too: those warnings only are ignored.
-    """
-    import dataclasses
-    import warnings
-
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
-    for old, new in (("gradient_checkpointing", "activation_checkpointing"),
-                     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
-        if new in fields and old in fields and new not in grpo:
-            value = grpo.pop(old, None if fields[old].default is dataclasses.MISSING else fields[old].default)
-            if value is not None:
-                grpo[new] = value
-    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
-                            category=FutureWarning, module=r"transformers\.modeling_utils")
-
-
-def training_args(cfg: RunConfig) -> Any:
-    """The run's ``GRPOConfig``, built before the policy loads (``run.run``).
-
-    Under DeepSpeed ZeRO-3 it registers its config with transformers, so the policy's ``from_pretrained`` that follows
-    builds the model under ``deepspeed.zero.Init``: each process holds its shard of the weights, not the whole model
-    (at 8B, 16 GB per GPU and as much host memory per process, while colocated vLLM wants its share free). It also
-    creates the process group (with ``grpo.ddp_timeout``). The caller has passed ``check_launch(cfg)``.
-    """
-    from trl import GRPOConfig
-
-    from evolm.dist import world_size
-
-    world = world_size()  # the launcher's; TrainingArguments creates the process group (with grpo.ddp_timeout)
-    grpo = dict(cfg.grpo)
-    grpo.setdefault("report_to", _report_to())
-    grpo.setdefault("run_name", Path(cfg.output_dir).name)  # the W&B run's name
-    # Every trainable weight of a causal LM gets a gradient each step; transformers' default (True unless
-    # checkpointing, always for a LoRA model) has DDP search for unused ones and warn at every launch that none were.
-    grpo.setdefault("ddp_find_unused_parameters", False)
-    _checkpointing_by_new_name(grpo, GRPOConfig)
-    try:
-        args = GRPOConfig(**{**grpo, **evolm_grpo_settings(cfg, world)})  # RunConfig refused overlaps
-    except ValueError as e:  # transformers' and TRL's checks of the settings, e.g. bf16 on a machine without it
-        raise RunError(f"trl.GRPOConfig refused the run's grpo settings: {e}".splitlines()[0]) from None
-    if args.world_size != world:  # the state TRL trains with: the plan's accumulation must be computed for it
-        raise RunError(f"the launcher says {world} process(es) (WORLD_SIZE) but transformers set up {args.world_size}: "
-                       "launch with torchrun or `accelerate launch` with a config that starts every process")
-    return args
-
-
-def build_trainer(cfg: RunConfig, args: Any, model: Any, tokenizer: Any,
-                  make_hooks: Callable[[Any], StepHooks]) -> Any:
-    """One ``GRPOTrainer`` for the whole run; its dataset is the plan (one placeholder row per slot).
-
-    ``args`` is ``training_args(cfg)``, built before ``model`` loaded. ``make_hooks(trainer)`` makes the step's
-    hooks once the trainer exists (their judges may read TRL's reference model, ``reference_model``); the reward
-    function, handed to TRL before that, reaches them through ``_Deferred``.
-    """
-    import datasets
-
-    n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
-    dataset = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
-    counts = VLLMCounts() if args.use_vllm else None
-    deferred = _Deferred()
-    memory = GpuMemory(_cuda_if_used(args))
-    with vllm_cpu.keep_linear_weights() if vllm_cpu.needed(args) else contextlib.nullcontext():  # TRL builds it here
-        trainer = EvolmGRPOTrainer(model=model, reward_funcs=[_reward_function(
-            deferred, extra_rewards(cfg.rewards.extra), counts, memory)], args=args, train_dataset=dataset,
-            processing_class=tokenizer, peft_config=None if is_peft_model(model) else _peft_config(cfg))
-    trainer.evolm_hooks = deferred.hooks = hooks = make_hooks(trainer)
-    trainer.evolm_slots = cfg.schedule.prompts_per_step
-    trainer.evolm_base = base_model_name(cfg.model.name)
-    trainer.evolm_rubric_schema = constrained_rubric_schema(cfg, args, trainer)
-    if args.use_vllm and not hasattr(trainer, "_last_loaded_step"):
-        raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
-    if counts is not None:
-        count_vllm_calls(trainer.vllm_generation, counts)
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(memory)
-    trainer.add_callback(_Recorder(hooks, to_dict(cfg), memory))
-    return trainer
-
-
-class _Deferred:
-    """The step's hooks for a reward function made before them (``build_trainer``): every call goes to ``hooks``."""
-
-    hooks: StepHooks | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self.hooks is None:
-            raise RunError("TRL called the reward function before evolm's hooks were made")
-        return getattr(self.hooks, name)
-
-
-def reference_model(trainer: Any, cfg: RunConfig, judge_model: str) -> Any:
-    """TRL's reference model when a judge of ``judge_model`` can read it instead of loading another copy, else None.
-
-    It can when they are the same frozen weights: the judge is the run's initial model (same resolved path, no
-    adapter, same dtype, transformers backend) and TRL built a reference that never moves (``beta != 0``, no PEFT,
-    no ``sync_ref_model``) whole on one process (no DeepSpeed / FSDP shards). TRL's fused LM head leaves the
-    model's plain forward as it was (``add_fused_lm_head``: only ``fused_lm_head=True`` changes it).
-    """
-    from evolm.backends.loading import adapter_base, resolve_model_path
-
-    ref, j = getattr(trainer, "ref_model", None), cfg.judge
-    if ref is None or j.backend != "hf" or j.mode == "reward_model" or j.dtype not in ("auto", cfg.model.dtype) \
-            or getattr(trainer.args, "sync_ref_model", False) or trainer.accelerator.num_processes != 1 \
-            or getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
-        return None
-    path = resolve_model_path(cfg.model.name)
-    same = resolve_model_path(judge_model) == path and getattr(ref.config, "_name_or_path", None) == path
-    return ref if same and adapter_base(path) is None else None
-
-
-def stop_after(trainer: Any, step: int, only: bool = False) -> None:
-    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there (``evolm train
-    --stop-after-step``); with ``only`` none before it (``evolm train --smoke``, ``training.smoke``)."""
-    trainer.add_callback(_StopAfter(step, only))
-
-
-def train(trainer: Any, checkpoint: Path | None) -> None:
-    """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
-    stages are two W&B runs)."""
-    import sys
-
-    before = getattr(sys.modules.get("wandb"), "run", None)
-    try:
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    finally:
-        wandb = sys.modules.get("wandb")
-        if wandb is not None and wandb.run is not None and wandb.run is not before and \
-                "wandb" in _report_to_list(trainer.args.report_to):
-            wandb.finish()
-
-
-def _peft_config(cfg: RunConfig) -> Any:
-    """``peft.LoraConfig`` for ``model.lora`` (``None``: off, every weight trains). Contract item 6."""
-    lora = cfg.model.lora
-    if lora.r <= 0:
-        return None
-    from peft import LoraConfig
-
-    modules = lora.target_modules
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
-                      target_modules="all-linear" if list(modules) == ["all-linear"] else list(modules))
-
-
-def _report_to() -> list[str]:
-    import importlib.util
-
-    return ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+# ============================================================================= the trainer
 
 
 class EvolmGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer; at the first micro-batch of each optimizer step the rows are materialised."""
+    """TRL's GRPOTrainer for one run: its dataset is the plan (one placeholder row per slot), its reward function the
+    run's ``TrainingSteps``, which at the first micro-batch of each optimizer step materialise the rows TRL generates
+    from.
 
-    evolm_hooks: StepHooks
-    evolm_slots: int
-    evolm_base: str = ""  # the base model as the config names it (model.name)
-    _evolm_step: int = -1
+    ``args`` is ``run.training_args(cfg)``, built before ``model`` loaded. The steps get the trainer at
+    ``on_train_begin`` (``_StepCallbacks``), once TRL has loaded the checkpoint: their judges may read TRL's reference
+    model.
+    """
+
+    def __init__(self, cfg: RunConfig, args: Any, model: Any, tokenizer: Any, steps: TrainingSteps) -> None:
+        import datasets
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        n_rows = cfg.total_steps * cfg.schedule.prompts_per_step
+        plan_rows = datasets.Dataset.from_dict({"prompt": [PLACEHOLDER] * n_rows, "plan_index": list(range(n_rows))})
+        with vllm_cpu.keep_linear_weights() if vllm_cpu.needed(args) else contextlib.nullcontext():  # TRL builds it
+            super().__init__(model=model, reward_funcs=[steps], args=args, train_dataset=plan_rows,
+                             processing_class=tokenizer,
+                             peft_config=None if is_peft_model(model) else _peft_config(cfg))
+        self._evolm_steps, self._evolm_step = steps, -1
+        self._evolm_base = base_model_name(cfg.model.name)  # the base model as the config names it (model.name)
+        self._evolm_grammar = rubric_grammar(cfg, self)  # rubric.constrained: TRL's rubric samples (contract item 5)
+        if args.use_vllm and not hasattr(self, "_last_loaded_step"):
+            raise RunError(f"trl {check_trl()}: GRPOTrainer has no _last_loaded_step; the adapter needs updating")
+        counts = VLLMCounts() if args.use_vllm else None
+        if counts is not None:
+            count_vllm_calls(self.vllm_generation, counts)
+        memory = GpuMemory(_cuda_if_used(args))
+        self.remove_callback(PrinterCallback)
+        self.remove_callback(ProgressCallback)
+        self.add_callback(memory)
+        self.add_callback(_StepCallbacks(steps, self, to_dict(cfg), memory, counts))
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):  # noqa: ANN001, ANN202
         super().create_model_card(model_name, dataset_name, tags)
         if self.is_world_process_zero():
-            name_base_model(Path(self.args.output_dir) / "README.md", self.evolm_base,
+            name_base_model(Path(self.args.output_dir) / "README.md", self._evolm_base,
                             f"checkpoint-{self.state.global_step}")
 
     def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
         step = self.state.global_step
         if self._evolm_step != step:  # first micro-batch of this optimizer step: TRL generates from it
             self._evolm_step = step
-            inputs = _materialise(self, inputs, step)
-            with constrained_generation(self, inputs):
+            inputs = self._evolm_steps.materialise(inputs, step)
+            with constrained_generation(self, inputs, self._evolm_grammar):
                 return super().training_step(model, inputs, num_items_in_batch)
         return super().training_step(model, inputs, num_items_in_batch)
 
@@ -421,7 +213,7 @@ def name_base_model(card: Path, base: str, checkpoint: str) -> None:
     """
     if not base or not card.is_file():
         return
-    from evolm.backends.loading import BUILTIN_MODELS
+    from evolm.backends.builtin import BUILTIN_MODELS
 
     text = card.read_text(encoding="utf-8")
     if base in BUILTIN_MODELS:
@@ -434,101 +226,16 @@ def name_base_model(card: Path, base: str, checkpoint: str) -> None:
     card.write_text(text, encoding="utf-8")
 
 
-def _materialise(trainer: Any, inputs: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
-    slots = trainer.evolm_slots
-    for r in inputs:
-        if int(r["plan_index"]) // slots != step:
-            raise RunError(f"TRL handed row {r['plan_index']} to optimizer step {step}: the plan is read out of "
-                           f"order (trl {check_trl()}); the adapter's contract is broken")
-    hooks = trainer.evolm_hooks
-    hooks.state.materialising = True  # colocated vLLM stays awake until TRL's generation (contract item 4)
-    try:
-        full = [dict(row) for row in hooks.step_rows(step, TrainerGenerate(trainer))]  # TRL's columns
-    finally:
-        hooks.state.materialising = False
-    _check_same_rows(trainer.accelerator, step, full)
-    return [{**r, **full[int(r["plan_index"]) % slots]} for r in inputs]
+def _peft_config(cfg: RunConfig) -> Any:
+    """``peft.LoraConfig`` for ``model.lora`` (``None``: off, every weight trains). Contract item 6."""
+    lora = cfg.model.lora
+    if lora.r <= 0:
+        return None
+    from peft import LoraConfig
 
-
-def plan_digest(rows: list[dict[str, Any]]) -> str:
-    """A fingerprint of a step's rows (every column, in order): equal on every process, or the step is refused."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _check_same_rows(accelerator: Any, step: int, rows: list[dict[str, Any]]) -> None:
-    """Every process must materialise the same rows for a step (each trains on its slice of them, and the rewards
-    are computed over all of them): one gathered digest per step, a ``RunError`` naming the step when they differ
-    (e.g. a server-side writer or answerer that sampled differently on two processes)."""
-    if accelerator.num_processes == 1:
-        return
-    from accelerate.utils import gather_object
-
-    digests = gather_object([plan_digest(rows)])
-    if len(set(digests)) != 1:
-        raise RunError(f"step {step + 1}: the processes planned different rows (digests {', '.join(digests)}); "
-                       "every process must write the same rubrics and pairs")
-
-
-# ============================================================================= rewards
-
-
-def _reward_function(hooks: StepHooks, extras: Sequence[ExtraReward] = (), vllm_counts: VLLMCounts | None = None,
-                     memory: GpuMemory | None = None) -> Any:
-    def evolm_reward(prompts: list, completions: list, completion_ids: list | None = None,
-                     log_metric: Any = None, **cols: Any) -> list[float]:
-        from accelerate import PartialState
-        from accelerate.utils import gather_object
-
-        if memory is not None:  # the step's generation is done
-            memory.generated()
-
-        if "role" not in cols or any(not r for r in cols["role"]):
-            raise RunError("TRL generated from rows evolm did not materialise: the adapter's contract with "
-                           f"trl {check_trl()} is broken")
-        keys = [k for k in cols if k not in ("trainer_state", "log_extra", "environments")]
-        rows = [{k: cols[k][i] for k in keys} for i in range(len(completions))]
-        texts = [completion_text(c) for c in completions]
-        scored, cost = hooks.score(rows, texts)
-        mine = [e for e in extras if rows and e.role == rows[0]["role"]]  # rewards.extra of this step's role
-        if mine:
-            kwargs = {**cols, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
-                      "log_metric": log_metric}
-            parts = score_extra(mine, len(texts), kwargs)
-            scored = [replace(s, extras=e) for s, e in zip(scored, parts, strict=True)]
-        if cols.get("log_extra") is not None:
-            _log_columns(cols["log_extra"], rows, scored)
-        lengths = [len(ids) for ids in completion_ids] if completion_ids is not None else [0] * len(texts)
-        state = PartialState()
-        local = list(zip(rows, texts, scored, lengths, strict=True))
-        parts = [(local, cost)] if state.num_processes == 1 else gather_object([(local, cost)])
-        everyone = [x for part, _ in parts for x in part]
-        rewards, metrics = hooks.finish([x[0] for x in everyone], [x[1] for x in everyone],
-                                        [x[2] for x in everyone], [x[3] for x in everyone], state.is_main_process,
-                                        [c for _, c in parts])
-        if vllm_counts is not None:  # TRL's generation of the step is done: the step's vLLM work, since the last
-            metrics = {**metrics, **vllm_counts.take()}
-        if log_metric is not None:
-            for k, v in metrics.items():
-                log_metric(f"evolm/{k}", v)
-        start = sum(len(p) for p, _ in parts[: state.process_index]) if state.num_processes > 1 else 0
-        return rewards[start : start + len(local)]
-
-    return evolm_reward
-
-
-def _log_columns(log_extra: Any, rows: list[dict[str, Any]], scored: list[Any]) -> None:
-    """evolm's columns in TRL's completions table (a W&B table with ``grpo.log_completions``); the same columns at
-    every step of either role, so TRL's per-column buffers stay aligned."""
-    policy = [r["role"] == "policy" for r in rows]
-    log_extra("role", [r["role"] for r in rows])
-    log_extra("rubric", [str(r.get("rubric_text") or "") if p else "" for r, p in zip(rows, policy, strict=True)])
-    for key in ("a_pos", "a_neg"):
-        log_extra(key, [str(r.get(key) or "") for r in rows])
-    for key in ("score", "s_pos", "s_neg"):
-        log_extra(key, [getattr(s, key, None) for s in scored])
+    modules = lora.target_modules
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
+                      target_modules="all-linear" if list(modules) == ["all-linear"] else list(modules))
 
 
 # ============================================================================= callbacks
@@ -580,8 +287,8 @@ def _cuda_if_used(args: Any) -> Any | None:
 
 
 class _StopAfter(TrainerCallback):
-    """Stop training after optimizer step ``step`` with a checkpoint there (added after ``_Recorder``); with ``only``
-    that checkpoint alone, the phase-end saves before it overridden. Every process stops at the same step."""
+    """Stop training after optimizer step ``step`` with a checkpoint there (added after ``_StepCallbacks``); with
+    ``only`` that checkpoint alone, the phase-end saves before it overridden. Every process stops at the same step."""
 
     def __init__(self, step: int, only: bool) -> None:
         self.step, self.only = step, only
@@ -595,12 +302,13 @@ class _StopAfter(TrainerCallback):
             control.should_training_stop = True
 
 
-class _Recorder(TrainerCallback):
-    def __init__(self, hooks: StepHooks, config: dict[str, Any] | None = None, memory: GpuMemory | None = None
-                 ) -> None:
-        self.hooks = hooks
-        self.config = config
-        self.memory = memory
+class _StepCallbacks(TrainerCallback):
+    """TRL's moments handed to the run's ``TrainingSteps`` (the order: ``step.py``'s table)."""
+
+    def __init__(self, steps: TrainingSteps, trainer: Any, config: dict[str, Any] | None = None,
+                 memory: GpuMemory | None = None, vllm_counts: VLLMCounts | None = None) -> None:
+        self.steps, self.trainer, self.config = steps, trainer, config
+        self.memory, self.vllm_counts = memory, vllm_counts
         self.logged = -1
 
     def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -608,12 +316,12 @@ class _Recorder(TrainerCallback):
 
         wandb = sys.modules.get("wandb")  # transformers' WandbCallback (before this one) has started its run
         if self.config and state.is_world_process_zero and getattr(wandb, "run", None) is not None \
-                and "wandb" in _report_to_list(args.report_to):
+                and "wandb" in reported_to(args.report_to):
             wandb.run.config.update({"evolm": self.config}, allow_val_change=True)
-        self.hooks.begin(state.is_world_process_zero)
+        self.steps.begin(self.trainer, self.memory, self.vllm_counts)
 
     def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-        if self.hooks.is_phase_end(state.global_step):
+        if self.steps.is_phase_end(state.global_step):
             control.should_save = True
 
     def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
@@ -622,8 +330,7 @@ class _Recorder(TrainerCallback):
     def on_save(self, args, state, control, **kw):  # noqa: ANN001
         self._record(state, {})  # the step record comes before the checkpoint marker
         if state.is_world_process_zero:
-            self.hooks.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}",
-                            state.global_step)
+            self.steps.save(Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}", state.global_step)
 
     def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
         self._record(state, {})
@@ -632,4 +339,28 @@ class _Recorder(TrainerCallback):
         if self.logged != state.global_step and state.global_step > 0:
             self.logged = state.global_step
             memory = self.memory.values if self.memory is not None else {}
-            self.hooks.end_step(state.global_step, {**logs, **memory}, state.is_world_process_zero)
+            self.steps.end_step(state.global_step, {**logs, **memory}, state.is_world_process_zero)
+
+
+# ============================================================================= running
+
+
+def stop_after(trainer: Any, step: int, only: bool = False) -> None:
+    """Make ``trainer`` stop after optimizer step ``step``, with a checkpoint there (``evolm train
+    --stop-after-step``); with ``only`` none before it (``evolm train --smoke``, ``training.smoke``)."""
+    trainer.add_callback(_StopAfter(step, only))
+
+
+def train(trainer: Any, checkpoint: Path | None) -> None:
+    """Run the plan; a W&B run started for it (``grpo.report_to: wandb``) ends with it (a sequential run's
+    stages are two W&B runs)."""
+    import sys
+
+    before = getattr(sys.modules.get("wandb"), "run", None)
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        wandb = sys.modules.get("wandb")
+        if wandb is not None and wandb.run is not None and wandb.run is not before and \
+                "wandb" in reported_to(trainer.args.report_to):
+            wandb.finish()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from evolm.backends.base import Conversation, SamplingParams, tokenizer_thinks
@@ -13,7 +14,8 @@ from evolm.config import RunConfig
 from evolm.errors import RunError
 
 
-def _trl_version() -> str:
+def trl_version() -> str:
+    """The installed TRL's version, for the errors that say the adapter's contract with it is broken."""
     import trl
 
     return trl.__version__
@@ -22,17 +24,24 @@ def _trl_version() -> str:
 # ======================================================================= constrained rubric steps (contract item 5)
 
 
-def constrained_rubric_schema(cfg: RunConfig, args: Any, trainer: Any) -> dict[str, Any] | None:
-    """The schema TRL's rubric-step samples decode under (``rubric.constrained``), after refusing what cannot take
-    it."""
+@dataclass(frozen=True)
+class RubricGrammar:
+    """What TRL's rubric-step samples decode under (``rubric.constrained``)."""
+
+    schema: dict[str, Any]  # the rubric's JSON schema (``backends.constrained.rubric_schema``)
+    thinking: bool  # the tokenizer's template opens a think block: the grammar allows one first
+
+
+def rubric_grammar(cfg: RunConfig, trainer: Any) -> RubricGrammar | None:
+    """The grammar of the trainer's rubric steps (``None``: ``rubric.constrained`` off), after refusing a TRL whose
+    vLLM generation cannot take it."""
     if not cfg.rubric.constrained:
         return None
     from evolm.backends.constrained import rubric_schema
 
-    if args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
-        raise RunError(f"trl {_trl_version()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
-    trainer.evolm_thinking = tokenizer_thinks(trainer.processing_class)
-    return rubric_schema(cfg.rubric.max_criteria)
+    if trainer.args.use_vllm and not isinstance(getattr(trainer.vllm_generation, "generation_kwargs", None), dict):
+        raise RunError(f"trl {trl_version()}: VLLMGeneration has no generation_kwargs; the adapter needs updating")
+    return RubricGrammar(rubric_schema(cfg.rubric.max_criteria), tokenizer_thinks(trainer.processing_class))
 
 
 @contextmanager
@@ -59,22 +68,22 @@ def _vllm_structured(vg: Any, tokenizer: Any, conversation: Conversation, templa
 
 
 @contextmanager
-def constrained_generation(trainer: Any, inputs: list[dict[str, Any]]) -> Iterator[None]:
-    """TRL's own generation constrained to the rubric schema while it runs, on rubric steps only (contract item 5)."""
-    schema = getattr(trainer, "evolm_rubric_schema", None)
-    if schema is None or not inputs or inputs[0].get("role") != "rubric":
+def constrained_generation(trainer: Any, inputs: list[dict[str, Any]], grammar: RubricGrammar | None
+                           ) -> Iterator[None]:
+    """TRL's own generation constrained to ``grammar`` while it runs, on rubric steps only (contract item 5)."""
+    if grammar is None or not inputs or inputs[0].get("role") != "rubric":
         yield
         return
     if getattr(trainer.args, "use_vllm", False):
         with _vllm_structured(trainer.vllm_generation, trainer.processing_class, inputs[0]["prompt"],
-                              trainer.args.chat_template_kwargs or {}, schema, trainer.evolm_thinking):
+                              trainer.args.chat_template_kwargs or {}, grammar.schema, grammar.thinking):
             yield
         return
     from evolm.backends.hf import grammar_generate
 
     # TRL calls ``generate`` on ``accelerator.unwrap_model(trainer.model_wrapped)`` (``_generate_single_turn``)
-    with grammar_generate(trainer.accelerator.unwrap_model(trainer.model_wrapped), trainer.processing_class, schema,
-                          trainer.evolm_thinking):
+    with grammar_generate(trainer.accelerator.unwrap_model(trainer.model_wrapped), trainer.processing_class,
+                          grammar.schema, grammar.thinking):
         yield
 
 
@@ -91,9 +100,20 @@ class TrainerGenerate:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self._materialising = False
+
+    @contextmanager
+    def materialising(self) -> Iterator[None]:
+        """While a step's rows are materialised: colocated vLLM in sleep mode stays awake from the first call through
+        TRL's generation of the step (``_awake_for_step``)."""
+        self._materialising = True
+        try:
+            yield
+        finally:
+            self._materialising = False
 
     def __call__(self, conversations: Sequence[Conversation], params: SamplingParams) -> list[str]:
-        return self.share(self._local)(conversations, params)
+        return self.share(self._generate_here)(conversations, params)
 
     def share(self, generate: Callable[[list[Conversation], SamplingParams], list[str]]
               ) -> Callable[[Sequence[Conversation], SamplingParams], list[str]]:
@@ -120,10 +140,10 @@ class TrainerGenerate:
 
         return shared
 
-    def _local(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
+    def _generate_here(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
         t = self.trainer
         if getattr(t.args, "use_vllm", False):
-            return self._vllm(convs, params)
+            return self._generate_on_vllm(convs, params)
         from trl.models import unwrap_model_for_generation
 
         from evolm.backends.hf import HFBackend
@@ -135,7 +155,7 @@ class TrainerGenerate:
                                 synced_gpus=None)  # ZeRO-3 shards (ds3_gather_for_generation off): transformers syncs
             return backend.generate(convs, params)
 
-    def _vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
+    def _generate_on_vllm(self, convs: list[Conversation], params: SamplingParams) -> list[str]:
         t = self.trainer
         vg = t.vllm_generation
         tok = t.processing_class
@@ -148,7 +168,7 @@ class TrainerGenerate:
         saved = (vg.temperature, vg.top_p, vg.max_completion_length)
         vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
         try:
-            with _awake_for_step(vg, t.evolm_hooks.state.materialising), \
+            with _awake_for_step(vg, self._materialising), \
                     _vllm_structured(vg, tok, convs[0], kwargs, params.json_schema,
                                      params.json_schema is not None and tokenizer_thinks(tok)):
                 _, completion_ids, _, _ = vg.generate(prompts=ids, images=None, num_generations=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import judge_context_note, positive_int, rubric_params, say, write_result
+from evolm.cli._common import judge_context_note, positive_int, print_stderr, rubric_params, write_result
 from evolm.cli.eval._rubric_judge import add_rubric_judge_args, rubric_and_judge, rubric_judge_settings, rubric_note
 
 
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> None:
     write_result(args.output, out, pairs_eval.format_table(result))
     if args.save_scores:
         write_jsonl(args.save_scores, result.items)
-    say(f"pairwise accuracy {100 * result.total.accuracy:.1f} (95% CI "
-        f"{pairs_eval.percent_interval(result.total.interval)}) over {result.total.pairs} pairs"
+    print_stderr(f"pairwise accuracy {100 * result.total.accuracy:.1f} (95% CI "
+                 f"{pairs_eval.percent_interval(result.total.interval)}) over {result.total.pairs} pairs"
           + rubric_note(result.rubrics) + judge_context_note(judge)
           + (f"; wrote {args.output}" if args.output and args.output != "-" else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import add_runtime_args, add_sampling_args, positive_int, say, write_result
+from evolm.cli._common import add_runtime_args, add_sampling_args, positive_int, print_stderr, write_result
 
 
 class _NoteGiven(argparse.Action):
@@ -20,7 +20,7 @@ class _NoteGiven(argparse.Action):
 
 
 def make_parser(esub: argparse._SubParsersAction) -> None:
-    from evolm.eval.policy import OLMO3_ADAPT_DECODING, PROTOCOLS
+    from evolm.eval.policy_decoding import OLMO3_ADAPT_DECODING, PROTOCOLS
     from evolm.eval.policy_tasks import POLICY_TASKS, TASK_GROUPS
 
     p = esub.add_parser(
@@ -79,15 +79,9 @@ def make_parser(esub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from evolm.eval.policy import (
-        check_access,
-        default_data_dir,
-        default_output_path,
-        format_table,
-        resolve_data_files,
-        resolve_decoding,
-        run_policy_eval,
-    )
+    from evolm.eval.policy import format_table, run_policy_eval
+    from evolm.eval.policy_decoding import resolve_decoding
+    from evolm.eval.policy_inputs import check_access, default_data_dir, default_output_path, resolve_data_files
     from evolm.eval.policy_tasks import POLICY_TASKS, parse_tasks
 
     given = getattr(args, "given", set())
@@ -107,8 +101,8 @@ def main(args: argparse.Namespace) -> None:
         args.model, tasks, files, device=args.device, dtype=args.dtype, decoding=decoding, limit=args.limit,
         batch_size=args.batch_size, system_instruction=args.system_instruction,
         think_end_token=args.think_end_token, samples_path=args.samples, allow_hub=args.hub,
-        allow_code=args.allow_code_execution, progress=say,
+        allow_code=args.allow_code_execution, progress=print_stderr,
     )
     write_result(output, result.to_dict(), format_table(result))
     if output != "-":
-        say(f"wrote {output}")
+        print_stderr(f"wrote {output}")

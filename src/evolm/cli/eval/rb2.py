@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import judge_context_note, positive_int, rubric_params, say, write_result
+from evolm.cli._common import judge_context_note, positive_int, print_stderr, rubric_params, write_result
 from evolm.cli.eval._rubric_judge import add_rubric_judge_args, rubric_and_judge, rubric_judge_settings, rubric_note
 
 
@@ -65,7 +65,7 @@ RB2_PAPER_LISTING = (
 
 def main(args: argparse.Namespace) -> None:
     from evolm.errors import InputError
-    from evolm.eval import rb2
+    from evolm.eval import rb2, rb2_scoring
     from evolm.eval.rubric_source import read_rubric_table
     from evolm.runs.files import check_outputs_differ, check_writable
 
@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> None:
         table = read_rubric_table(args.rubrics) if args.rubrics and not args.no_rubric else None
         if args.protocol == "paper":
             vars(args).update(RB2_PAPER)
-            say("RewardBench 2, the paper's protocol: " + "; ".join(f"{k}: {v}" for k, v in RB2_PAPER_LISTING))
+            print_stderr("RewardBench 2, the paper's protocol: " + "; ".join(f"{k}: {v}" for k, v in RB2_PAPER_LISTING))
         rubric_backend, judge = rubric_and_judge(args, need_rubric_model=table is None)
         scored, coverage = rb2.run_rb2(rows, judge, rubric_backend=rubric_backend, rubric_params=rubric_params(args),
                                        rubric_table=table, progress=True,
@@ -99,19 +99,19 @@ def main(args: argparse.Namespace) -> None:
         settings.update(rubric_judge_settings(args), rubrics_file=args.rubrics, limit=args.limit, subsets=subsets,
                         protocol=args.protocol, **({k: v for k, v in RB2_PAPER.items() if k not in
                                                      rubric_judge_settings(args)} if args.protocol == "paper" else {}))
-    if (orphans := rb2.unpaired_tied(scored)) and not args.allow_unpaired_ties:
+    if (orphans := rb2_scoring.unpaired_tied(scored)) and not args.allow_unpaired_ties:
         raise InputError(f"{len(orphans)} Ties 'tied:' row(s) without their 'ref:' row (tied:{orphans[0]}): not a "
                          "whole Ties subset; --allow-unpaired-ties scores them as the official code does")
-    result = rb2.score_rows(scored)
+    result = rb2_scoring.score_rows(scored)
     result.extra["settings"] = settings
     if coverage is not None:
         result.extra["rubrics"] = coverage.to_dict()
-    write_result(args.output, result.to_dict(), rb2.format_table(result))
+    write_result(args.output, result.to_dict(), rb2_scoring.format_table(result))
     wrote = [p for p in (args.save_scores if not args.from_scores else None, args.output) if p and p != "-"]
-    say(f"RewardBench 2 overall {100 * result.overall:.1f} over {len(scored)} rows"
-        + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
-        + (f"; {n} Ties tied: rows without their ref: row (in the tied accuracy only, as the official code "
-           "scores them)" if (n := len(rb2.unpaired_tied(scored))) else "")
-        + (rubric_note(coverage) if coverage is not None else "")
-        + (judge_context_note(judge) if judge is not None else "")
-        + (f"; wrote {', '.join(wrote)}" if wrote else ""))
+    print_stderr(f"RewardBench 2 overall {100 * result.overall:.1f} over {len(scored)} rows"
+                 + (f" ({result.missing_scores} missing scores)" if result.missing_scores else "")
+                 + (f"; {n} Ties tied: rows without their ref: row (in the tied accuracy only, as the official code "
+           "scores them)" if (n := len(rb2_scoring.unpaired_tied(scored))) else "")
+                 + (rubric_note(coverage) if coverage is not None else "")
+                 + (judge_context_note(judge) if judge is not None else "")
+                 + (f"; wrote {', '.join(wrote)}" if wrote else ""))

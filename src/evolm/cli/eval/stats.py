@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from evolm.cli._common import say, write_result
+from evolm.cli._common import print_stderr, write_result
 
 
 def make_parser(esub: argparse._SubParsersAction) -> None:
@@ -43,4 +43,4 @@ def main(args: argparse.Namespace) -> None:
         table, result = format_table([stats]), {"file": str(path), **stats}
     write_result(args.output, result, table)
     if args.output and args.output != "-":
-        say(f"wrote rubric statistics to {args.output}")
+        print_stderr(f"wrote rubric statistics to {args.output}")

@@ -1,11 +1,10 @@
-"""Rewards for one training step (docs/METHOD.md §2.3): judging a step's rows, each row's reward from the ground
-floor's maths (``evolm.rewards``), the step's rewards for TRL (missing ones filled, flat criteria dropped), what
-judging cost, and the extra reward functions beside the judge.
+"""Judging a step's rows (docs/METHOD.md §2.3): each row's judgment as its raw reward, by the ground floor's maths
+(``evolm.rewards``), what judging cost, and the step's rewards and numbers made from them (missing rewards filled
+with their group's mean, flat criteria dropped, ``rewards.extra`` added). The step that calls it: ``step.py``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections import defaultdict
@@ -15,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from evolm.config import INVALID_RUBRICS
-from evolm.errors import InputError, RunError
+from evolm.errors import RunError
 from evolm.rewards import FLAT_SPREAD, fill_missing_with_group_mean, multi_judge_reward, policy_reward, rubric_reward
 from evolm.scores import CriterionScore, Judgment, aggregate_scores, is_missing, scores_of
-from evolm.training.extra_rewards import ExtraReward
 
 # ----------------------------------------------------------------------------- one step's rows, both roles
 
@@ -68,11 +66,11 @@ class JudgeCost:
         JudgeCost(seconds=1.5, tokens=10, prompt_tokens=None, generated_tokens=None, requests=None, cache_hits=None, \
 lookups=None, sent=2, failures=1, error='HTTP 500')
         """
-        def add(key: str) -> int | None:
+        def summed(key: str) -> int | None:
             counts = [getattr(c, key) for c in costs if getattr(c, key) is not None]
             return sum(counts) if counts else None
         seconds = [c.seconds for c in costs if c.seconds is not None]
-        return JudgeCost(max(seconds) if seconds else None, *(add(k) for k in (
+        return JudgeCost(max(seconds) if seconds else None, *(summed(k) for k in (
             "tokens", "prompt_tokens", "generated_tokens", "requests", "cache_hits", "lookups", "sent", "failures")),
             next((c.error for c in costs if c.error), None))
 
@@ -102,9 +100,10 @@ def judge_rows(rows: Sequence[Mapping[str, Any]], completions: Sequence[str], ju
     ``slot`` of one ``step``; rows without a slot: those sharing a question and rubric) in one prompt, and a rubric
     row's pair in another.
     """
+    from evolm.backends.replies import strip_thinking
     from evolm.judge.cache import CachedJudge
     from evolm.judge.judge import JudgeItem
-    from evolm.rubrics import Rubric, read_written, strip_thinking
+    from evolm.rubrics import Rubric, read_written
 
     if invalid_rubrics not in INVALID_RUBRICS:
         raise ValueError(f"unknown invalid_rubrics '{invalid_rubrics}' (choose from {', '.join(INVALID_RUBRICS)})")
@@ -398,8 +397,8 @@ def flat_positions(raw: Sequence[RowReward], groups: Sequence[Hashable], policy:
     per criterion position, whether the criterion is flat: its values (present ones, at least two) span less than
     ``FLAT_SPREAD``. Units whose answers' criteria differ in number, or have fewer than two, are left out.
 
-    >>> c = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
-    >>> flat_positions([RowReward(0.5, criteria=(c(0.9, 0.2),)), RowReward(0.6, criteria=(c(0.92, 0.8),))],
+    >>> crit = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
+    >>> flat_positions([RowReward(0.5, criteria=(crit(0.9, 0.2),)), RowReward(0.6, criteria=(crit(0.92, 0.8),))],
     ...                ["g", "g"], policy=True)
     {'g': [True, False]}
     """
@@ -429,9 +428,9 @@ def drop_flat(raw: Sequence[RowReward], groups: Sequence[Hashable], flat: dict[A
     weight grows, squeezes the others' differences into a smaller range. A row keeps its reward when it has a
     missing value, when every criterion is flat, or when its group was not compared (``flat_positions``).
 
-    >>> c = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
-    >>> rows = [RowReward(0.55, score=0.55, criteria=(c(0.9, 0.2),)),
-    ...         RowReward(0.86, score=0.86, criteria=(c(0.92, 0.8),))]
+    >>> crit = lambda *v: tuple(CriterionScore(str(k), 0.5, x) for k, x in enumerate(v))
+    >>> rows = [RowReward(0.55, score=0.55, criteria=(crit(0.9, 0.2),)),
+    ...         RowReward(0.86, score=0.86, criteria=(crit(0.92, 0.8),))]
     >>> [round(r.reward, 2) for r in drop_flat(rows, ["g", "g"], {"g": [True, False]})]
     [0.2, 0.8]
     """
@@ -466,27 +465,3 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list):
         return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
     return str(completion)
-
-
-# ----------------------------------------------------------------------------- reward functions besides the judge
-
-
-def score_extra(extras: Sequence[ExtraReward], n: int, kwargs: Mapping[str, Any]
-                ) -> list[tuple[tuple[str, float, float | None], ...]]:
-    """Each extra reward function on ``n`` policy rows, called with TRL's keyword arguments ``kwargs``
-    (``prompts``, ``completions``, ``completion_ids``, the row columns, ...): per row, (label, weight, value).
-
-    A ``None`` or non-finite value is "no reward" (it adds nothing); a wrong count or a non-number is an ``InputError``.
-    """
-    columns: list[list[float | None]] = []
-    for e in extras:
-        values = list(e.fn(**kwargs))
-        if len(values) != n:
-            raise InputError(f"rewards.extra: {e.label} returned {len(values)} values for {n} completions")
-        col: list[float | None] = []
-        for v in values:
-            if v is not None and (isinstance(v, str) or not isinstance(v, int | float) and not hasattr(v, "__float__")):
-                raise InputError(f"rewards.extra: {e.label} returned {v!r}, not a number")
-            col.append(None if v is None or not math.isfinite(float(v)) else float(v))
-        columns.append(col)
-    return [tuple((e.label, e.weight, col[i]) for e, col in zip(extras, columns, strict=True)) for i in range(n)]
