@@ -297,7 +297,10 @@ def test_dry_run_refuses_a_constrained_rubric_budget_that_holds_no_rubric_and_wa
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "rubric.max_new_tokens=64 cannot hold a whole rubric" in err
     assert main(["train", "--config", demo, "--dry-run", "grpo.max_completion_length=128"]) == 0
-    assert "warning: grpo.max_completion_length=128 is below a rubric of 3 criteria" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: grpo.max_completion_length=128 is below a rubric of 3 criteria" in err
+    assert "rubric steps sample rubrics within grpo.max_completion_length (128 tokens), below rubric.max_new_tokens" \
+        in err  # the writer would be trained on shorter rubrics than the policy is judged with
     assert main(["train", "--config", demo, "--dry-run"]) == 0
     assert "is below a rubric" not in capsys.readouterr().err
     assert main(["train", "--config", demo, "--dry-run", "rubric.constrained=false", "rubric.max_new_tokens=64"]) == 0

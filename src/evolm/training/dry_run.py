@@ -73,6 +73,7 @@ def plan(cfg: RunConfig, opts: Options) -> Iterator[Table | str]:
     check_endpoints(cfg)  # each served judge's URL, key and model name (its scoring probe runs when training starts)
     tokenizer, stand_in = counting_tokenizer(cfg)
     yield from rubric_budget(cfg, tokenizer, stand_in)
+    yield from rubric_step_budget(cfg)
     extra_rewards(cfg.rewards.extra)  # imported now: a bad name is a one-line error before anything runs
     fit = _prompt_fit(cfg, tokenizer)
     if fit.note():
@@ -231,6 +232,17 @@ def counting_tokenizer(cfg: RunConfig) -> tuple[Any | None, bool]:
         return load_tokenizer(name if local else STAND_IN_TOKENIZER), not local
     except EvolmError:
         return None, False
+
+
+def rubric_step_budget(cfg: RunConfig) -> Iterator[str]:
+    """A warning when rubric steps (TRL's generation, ``grpo.max_completion_length``) cut rubrics shorter than the
+    ones the policy is judged with (``rubric.max_new_tokens``): the writer would be trained on other rubrics than it
+    writes. (The temperatures differ by design: the paper samples 1.0 in rubric steps, 0.6 for the policy's.)"""
+    steps, used = grpo_setting(cfg.grpo, "max_completion_length"), cfg.rubric.max_new_tokens
+    if cfg.schedule.regime in WRITER_REGIMES and isinstance(steps, int) and steps < used:
+        yield (f"evolm: warning: rubric steps sample rubrics within grpo.max_completion_length ({steps} tokens), "
+               f"below rubric.max_new_tokens ({used}) that the policy's rubrics get: longer rubrics are cut (and "
+               "score as unparsed) in training only; set both to the same budget")
 
 
 def rubric_budget(cfg: RunConfig, tokenizer: Any, stand_in: bool) -> Iterator[str]:
