@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from evolm.backends.replies import strip_thinking
-from evolm.eval.constraints import checked_row, constraints_json, parse_constraints
-from evolm.eval.rubric_naming import names
+from evolm.eval.constraints import checked_row, parse_constraints
+from evolm.eval.rubric_naming import names, pair_rows
 from evolm.rewards import rubric_reward
 from evolm.rubrics import format_validity, parse_rubric
 
@@ -37,6 +37,7 @@ def checker_score(rubric: str, answer: str, question: str, constraints: str, q: 
     constraints it names (1 when the answer follows them all), flipped with probability 1 - q; for a criterion that
     names none, a uniform draw. Weighted by the criteria's weights; a rubric that does not parse is one criterion.
 
+    >>> from evolm.eval.constraints import constraints_json
     >>> cs = constraints_json([{"id": "detectable_content:postscript", "kwargs": {"postscript_marker": "P.S."}}])
     >>> rubric = '{"criteria": [{"criterion": "Ends with a P.S.", "weight": 1}]}'
     >>> checker_score(rubric, "Hi.\\nP.S. Bye.", "q", cs, q=1.0), checker_score(rubric, "Hi.", "q", cs, q=1.0)
@@ -71,16 +72,12 @@ def checker_judge_reward(q: float, kind: str = "margin_format") -> Callable[...,
                constraints: Sequence[str | None] = (), question: Sequence[str] | None = None,
                **_: Any) -> list[float | None]:
         out: list[float | None] = []
-        for i, completion in enumerate(completions):
-            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-            pos, neg = (a_pos[i] if i < len(a_pos) else None), (a_neg[i] if i < len(a_neg) else None)
-            cs = constraints[i] if i < len(constraints) else None
-            if pos is None or neg is None or not cs:
+        for row in pair_rows(completions, a_pos, a_neg, constraints, question):
+            if row is None:
                 out.append(None)
                 continue
-            cs = cs if isinstance(cs, str) else constraints_json(parse_constraints(cs))
-            asked = question[i] if question is not None and i < len(question) else ""
-            s_pos, s_neg = (checker_score(text, str(a), asked, cs, q) for a in (pos, neg))
+            text, pos, neg, cs, asked = row
+            s_pos, s_neg = (checker_score(text, a, asked, cs, q) for a in (pos, neg))
             out.append(rubric_reward(s_pos, s_neg, kind, validity=format_validity(text)))
         return out
 

@@ -8,7 +8,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from evolm.eval.constraints import Constraint, checked_row, constraints_json, parse_constraints
@@ -54,6 +54,22 @@ def differing(a_pos: str, a_neg: str, question: str, constraints: str) -> tuple[
                  if p != n)
 
 
+def pair_rows(completions: Sequence[Any], a_pos: Sequence[str | None], a_neg: Sequence[str | None],
+              constraints: Sequence[str | None], question: Sequence[str] | None
+              ) -> Iterator[tuple[str, str, str, str, str] | None]:
+    """Per rubric row of a TRL reward call: ``(rubric text, a+, a-, constraints JSON, question)``, or ``None`` for a
+    row with no pair or no constraints (columns shorter than the completions count as missing)."""
+    for i, completion in enumerate(completions):
+        text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
+        pos, neg = (a_pos[i] if i < len(a_pos) else None), (a_neg[i] if i < len(a_neg) else None)
+        cs = constraints[i] if i < len(constraints) else None
+        if pos is None or neg is None or not cs:
+            yield None
+            continue
+        yield (text, str(pos), str(neg), cs if isinstance(cs, str) else constraints_json(parse_constraints(cs)),
+               question[i] if question is not None and i < len(question) else "")
+
+
 def named_difference_reward(completions: Sequence[Any], a_pos: Sequence[str | None] = (),
                             a_neg: Sequence[str | None] = (), constraints: Sequence[str | None] = (),
                             question: Sequence[str] | None = None, **_: Any) -> list[float | None]:
@@ -68,14 +84,11 @@ def named_difference_reward(completions: Sequence[Any], a_pos: Sequence[str | No
     [1.0, 0.0, None]
     """
     out: list[float | None] = []
-    for i, completion in enumerate(completions):
-        text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-        pos, neg = (a_pos[i] if i < len(a_pos) else None), (a_neg[i] if i < len(a_neg) else None)
-        cs = constraints[i] if i < len(constraints) else None
-        if pos is None or neg is None or not cs:
+    for row in pair_rows(completions, a_pos, a_neg, constraints, question):
+        if row is None:
             out.append(None)
             continue
-        diff = differing(str(pos), str(neg), question[i] if question is not None and i < len(question) else "",
-                         cs if isinstance(cs, str) else constraints_json(parse_constraints(cs)))
+        text, pos, neg, cs, asked = row
+        diff = differing(pos, neg, asked, cs)
         out.append(sum(names(text, c) for c in diff) / len(diff) if diff else None)
     return out
