@@ -102,9 +102,12 @@ def test_a_full_queue_still_lets_in_a_client_with_nothing_waiting() -> None:
     settings = ServeSettings(max_batch=1, max_wait_ms=1, max_queue=3, max_client_queue=64)
     with running(create_app(judge, settings=settings)) as url, _client(FLOODER) as flooder, \
             _client(OTHER) as other, ThreadPoolExecutor(5) as pool:
-        held = [pool.submit(flooder.post, url + "/get_reward", json=_body("Q?", [f"held {k}"]))
-                for k in range(4)]
+        # one in the judge first, then three waiting: sent together, all four could queue before the judge
+        # took one, and the fourth would be refused (--max-queue 3)
+        held = [pool.submit(flooder.post, url + "/get_reward", json=_body("Q?", ["held 0"]))]
         assert judge.entered.wait(10)
+        held += [pool.submit(flooder.post, url + "/get_reward", json=_body("Q?", [f"held {k}"]))
+                 for k in range(1, 4)]
         _wait_queued(url, 3)
         more = flooder.post(url + "/get_reward", json=_body("Q?", ["one more"]))
         mine = pool.submit(other.post, url + "/get_reward", json=_body("Mine?", ["mine"]))
