@@ -562,19 +562,21 @@ def test_headers_over_the_size_limit_are_refused() -> None:
 
 @pytest.mark.slow
 def test_a_newcomer_goes_first_when_a_batch_has_room_for_one_answer() -> None:
-    """With batches of one answer (a slow judge: --max-batch-s), the 1-answer request is the next call, not the
-    5,000-answer request that got there first."""
-    judge = SlowJudge(seconds_per_call=0.05)
+    """With batches of one answer, the 1-answer request is the next judge call, not the 200-answer request that got
+    there first. The judge holds its first call until both requests wait, so the order does not hang on timing."""
+    judge = FakeJudge(gate=threading.Event())
     with running(create_app(judge, settings=ServeSettings(max_batch=1, max_wait_ms=1))) as url, \
-            ThreadPoolExecutor(1) as pool:
+            ThreadPoolExecutor(2) as pool:
         big = pool.submit(httpx.post, url + "/get_reward", json=_body("Q?", ["a"] * 200), timeout=120)
+        assert judge.entered.wait(10)
+        small = pool.submit(httpx.post, url + "/reward", json={"prompt": "Small?", "response": "x"}, timeout=60)
         deadline = time.monotonic() + 30
-        while len(judge.calls) < 3 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        small = httpx.post(url + "/reward", json={"prompt": "Small?", "response": "x"}, timeout=60)
-        calls_then = len(judge.calls)
-        assert big.result().status_code == 200
-    assert small.status_code == 200 and calls_then < 10  # within a call or two, not after the 200
+        while httpx.get(url + "/health").json()["queued"] < 2:
+            assert time.monotonic() < deadline, "the small request did not queue"
+            time.sleep(0.02)
+        judge.gate.set()
+        assert small.result().status_code == 200 and big.result().status_code == 200
+    assert [it.question for it in judge.calls[1]] == ["Small?"]  # the call after the one it waited behind
 
 
 class CountingListBackend:
