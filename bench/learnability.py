@@ -98,6 +98,21 @@ def summary(counts: dict[int, dict[str, list[int]]], first: int = 3, last: int =
             for fam in [*fams, None]}
 
 
+def _last(counts: dict[int, dict[str, list[int]]], last: int = 3) -> tuple[float | None, int]:
+    """The naming share over the last ``last`` steps, every constraint, and its count."""
+    return summary(counts, last=last)["all"]["last"]
+
+
+def _fisher(a: float | None, na: int, b: float | None, nb: int) -> str:
+    """Fisher's exact two-sided p for two shares (``a`` of ``na`` against ``b`` of ``nb``), or "-"."""
+    if a is None or b is None:
+        return "-"
+    from scipy.stats import fisher_exact
+
+    ka, kb = round(a * na), round(b * nb)
+    return f"{fisher_exact([[ka, na - ka], [kb, nb - kb]]).pvalue:.3g}"
+
+
 def plot(curves: dict[str, dict[int, dict[str, list[int]]]], path: Path) -> None:
     import matplotlib
 
@@ -151,26 +166,30 @@ def main() -> None:
     if not curves:
         sys.exit("learnability: no arm to read")
     args.out.mkdir(parents=True, exist_ok=True)
-    lines = ["| arm | constraint | first 3 steps | last 3 steps |", "|---|---|---|---|"]
+    lines = ["| arm | constraint | first 3 steps | last 3 steps | p (Fisher, first against last) |",
+             "|---|---|---|---|---|"]
     per_step = ["| arm | step | named / differing (all constraints) | per constraint |", "|---|---|---|---|"]
     for arm, counts in curves.items():
         for fam, v in summary(counts).items():
             (a, na), (b, nb) = v["first"], v["last"]
             lines.append(f"| {arm} | {fam} | {'-' if a is None else f'{a:.2f}'} (n={na}) | "
-                         f"{'-' if b is None else f'{b:.2f}'} (n={nb}) |")
+                         f"{'-' if b is None else f'{b:.2f}'} (n={nb}) | {_fisher(a, na, b, nb)} |")
         for s in sorted(counts):
             k, n = sum(c[0] for c in counts[s].values()), sum(c[1] for c in counts[s].values())
             per = ", ".join(f"{f} {c[0]}/{c[1]}" for f, c in sorted(counts[s].items()))
             per_step.append(f"| {arm} | {s} | {k}/{n} | {per} |")
+    against = [f"- {plus} against {minus}, last 3 steps, every constraint: p = "
+               f"{_fisher(*_last(curves[plus]), *_last(curves[minus]))} (Fisher)"
+               for plus in curves for minus in curves if plus.startswith("plus-") and minus == "minus-" + plus[5:]]
     text = "\n".join([f"# The writer's {args.name} check", "", "Share of rubrics naming the constraint their pair's "
                       f"answers differ in (`python bench/learnability.py --name {args.name} --arms {args.arms}`).", "",
-                      *lines, "", "## Per step", "",
+                      *lines, "", *against, "", "## Per step", "",
                       *per_step]) + "\n"
     (args.out / f"{args.name}.md").write_text(text, encoding="utf-8")
     (args.out / f"{args.name}.json").write_text(json.dumps(
         {arm: {str(s): dict(c) for s, c in counts.items()} for arm, counts in curves.items()}, indent=1) + "\n")
     plot(curves, args.out / f"{args.name}.png")
-    print("\n".join(lines))
+    print("\n".join([*lines, *against]))
     print(f"wrote {args.out}/{args.name}.{{md,json,png}}")
 
 
