@@ -9,10 +9,11 @@ the share of the step's rubrics that name the constraint their pair differs in, 
 runs' samples files: a table, a JSON file and a figure in ``--out``. An arm whose run directory already holds its
 steps is read, not run again (``--rerun`` to redo it). Run from the repository root:
 
-    python bench/learnability.py                        # 4 arms x 20 steps (about an hour a arm on 2 CPU cores)
+    python bench/learnability.py                        # 4 arms x 20 steps (5-9 minutes a step on 2 CPU cores)
     python bench/learnability.py --steps 5 --arms plus-warm,minus-warm --out /tmp/learn   # a quick re-check
     python bench/learnability.py --table-only           # the table and figure again from the kept runs
-    python bench/learnability.py --name reading --arms q100-warm,q080-warm,q065-warm --runs runs/study/reading
+    python bench/learnability.py --name reading --runs runs/study/reading \
+        --arms q100-warm,q080-warm,q065-warm,judge15-warm    # the reading curve (64 rubrics a step: a GPU)
 """
 
 from __future__ import annotations
@@ -24,19 +25,21 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"plus": "learnability/plus.yaml", "minus": "learnability/minus.yaml", "q100": "reading/q100.yaml",
-           "q080": "reading/q080.yaml", "q065": "reading/q065.yaml"}
+           "q080": "reading/q080.yaml", "q065": "reading/q065.yaml", "judge15": "reading/judge-1.5b.yaml"}
 """An arm is a config (under configs/study/) and a start: ``plus-warm``, ``q080-base``. The q arms are the reading
-curve: EvoLM's own writer reward under a checker judge that reads a named constraint right with probability q."""
+curve: EvoLM's own writer reward under a checker judge that reads a named constraint right with probability q, and
+under the real 1.5B judge (``judge15``)."""
 ARMS = tuple(f"{c}-{start}" for c in CONFIGS for start in ("warm", "base"))
 BASE = "smollm2-135m-instruct"
 
 
-def run_arm(arm: str, steps: int, runs: Path, rerun: bool) -> Path:
+def run_arm(arm: str, steps: int, runs: Path, rerun: bool, extra: Sequence[str] = ()) -> Path:
     """``evolm train`` for one arm, ``steps`` rubric steps (one phase of ``steps``); its run directory."""
     sign, start = arm.split("-")
     out = runs / arm
@@ -46,7 +49,7 @@ def run_arm(arm: str, steps: int, runs: Path, rerun: bool) -> Path:
             print(f"{arm}: {done} steps kept in {out}", flush=True)
             return out
     overrides = [f"output_dir={out}", "schedule.cycles=1", f"schedule.steps_per_phase={steps}",
-                 f"schedule.save_every={min(5, steps)}"]  # an adapter every 5 steps: a stopped arm keeps one
+                 f"schedule.save_every={min(5, steps)}", *extra]  # an adapter every 5 steps: a stopped arm keeps one
     if start == "base":  # the untrained writer: a fresh LoRA adapter (run (a)'s) on the built-in base
         overrides.append(f"model.name={BASE}")
     config = ROOT / "configs" / "study" / CONFIGS[sign]
@@ -150,6 +153,8 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "study" / "learnability", help="run directories")
     ap.add_argument("--out", type=Path, default=ROOT / "studies" / "constraints" / "results" / "learnability",
                     help="where the table (.md), numbers (.json) and figure (.png) go")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every arm, e.g. schedule.prompts_per_step=4 (a CPU look at the q arms)")
     ap.add_argument("--rerun", action="store_true", help="train the arms again even where their runs are kept")
     ap.add_argument("--table-only", action="store_true", help="only read the kept runs")
     args = ap.parse_args()
@@ -158,7 +163,7 @@ def main() -> None:
         sys.exit(f"learnability: unknown arm {bad[0]!r} (choose from {', '.join(ARMS)})")
     curves = {}
     for arm in arms:
-        run = args.runs / arm if args.table_only else run_arm(arm, args.steps, args.runs, args.rerun)
+        run = args.runs / arm if args.table_only else run_arm(arm, args.steps, args.runs, args.rerun, args.set)
         if not (run / "samples").is_dir():
             print(f"{arm}: no samples in {run}: skipped")
             continue

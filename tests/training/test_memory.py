@@ -177,6 +177,11 @@ def test_model_facts_from_a_local_config(tmp_path: Path) -> None:
     # a layer: 32 x 32 + 2 x 32 x 16 + 32 x 32 + 3 x 32 x 64 + 2 x 32 = 9,280; x 2 + 400 x 32 + 32 = 31,392
     assert f.parameters() == 31_392
     assert model_facts("someone/unknown-model") is None
+    adapter = tmp_path / "adapter"  # a LoRA adapter (a warm start): its base model's shape
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path)}))
+    assert model_facts(str(adapter)) == f
+    assert model_facts("studies/constraints/results/adapters/warm-start") == KNOWN_MODELS["smollm2-135m-instruct"]
 
 
 def test_sharding_is_read_from_accelerate_and_deepspeed_configs(tmp_path: Path) -> None:

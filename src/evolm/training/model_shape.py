@@ -95,7 +95,12 @@ KNOWN_MODELS["Skywork/Skywork-Reward-V2-Llama-3.1-8B"] = KNOWN_MODELS["Skywork/S
 
 
 def model_facts(name: str) -> ModelFacts | None:
-    """The shape of ``name``: its ``config.json`` if it is a local directory, else ``KNOWN_MODELS``; None if neither."""
+    """The shape of ``name``: its ``config.json`` if it is a local directory, its base model's if it is a LoRA
+    adapter's (a warm start), else ``KNOWN_MODELS``; None if none of them."""
+    adapter = Path(name) / "adapter_config.json"
+    if adapter.is_file() and not (Path(name) / "config.json").is_file():
+        base = json.loads(adapter.read_text(encoding="utf-8")).get("base_model_name_or_path")
+        return model_facts(str(base)) if base and str(base) != name else None
     config = Path(name) / "config.json"
     if config.is_file():
         c = json.loads(config.read_text(encoding="utf-8"))
