@@ -91,16 +91,27 @@ def trl_params(cfg: RunConfig, role: str) -> SamplingParams:
 # ----------------------------------------------------------------------------- a step's calls
 
 
-def fixed_writer(cfg: RunConfig) -> bool:
-    """Whether a policy step's rubrics come from a fixed writer: ``rubric.writer``, or sequential's writer stage."""
-    return cfg.schedule.regime == "sequential" or (cfg.schedule.regime == "frozen_rubric" and bool(cfg.rubric.writer))
+def fixed_model(cfg: RunConfig, role: str) -> str | None:
+    """The model a run loads to play ``role`` ("writer" or "answerer") beside the one it trains, or None when the
+    trained model plays it. The writer: ``rubric.writer`` under frozen_rubric, or sequential's (its policy stage
+    loads the writer stage's checkpoint, of the model's shape). The answerer of a rubric step's pairs:
+    ``contrast.answerer``, or the base model in sequential's writer stage (``plan.sequential_stages``); labelled
+    pairs need none. The one place this is decided: the step loads it (``step.fixed_model_spec``), the dry run
+    plans its calls and its memory (``memory.fixed_model``).
 
-
-def fixed_answerer(cfg: RunConfig) -> bool:
-    """Whether a rubric step's pair answers come from a fixed answerer: ``contrast.answerer``, or the base model in
-    sequential's writer stage (``plan.sequential_stages``); labelled pairs need none."""
-    c = cfg.contrast
-    return (bool(c.answerer) or cfg.schedule.regime == "sequential") and c.pairs != "labelled"
+    >>> from evolm.config import load_config
+    >>> cfg = load_config(None, ["schedule.regime=sequential"])
+    >>> fixed_model(cfg, "writer") == fixed_model(cfg, "answerer") == cfg.model.name
+    True
+    >>> fixed_model(load_config(None, []), "writer") is None
+    True
+    """
+    r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
+    if role == "writer":
+        return cfg.model.name if regime == "sequential" else r.writer if regime == "frozen_rubric" else None
+    if c.pairs == "labelled":
+        return None
+    return c.answerer or (cfg.model.name if regime == "sequential" else None)
 
 
 def step_calls(cfg: RunConfig, role: str, *, builders: Sequence[str] | None = None, buffer_empty: bool | None = None,
@@ -164,7 +175,7 @@ def _policy_calls(cfg: RunConfig, info: StepInfo, first_step: bool, questions: i
         return [GenerateCall("its rubrics", TRAINED, p, 1, rubric_params(cfg, info))]
     if regime == "judge_only":
         return []
-    if fixed_writer(cfg):  # sequential's policy stage loads the writer stage's checkpoint on hf
+    if fixed_model(cfg, "writer"):  # sequential's policy stage loads the writer stage's checkpoint on hf
         local = regime == "sequential" or cfg.rubric.writer_backend == "hf"
         return [GenerateCall("rubrics", WRITER, p, 1, writer_params(cfg, info), local)]
     return [GenerateCall("the frozen rubrics", TRAINED, questions, 1, rubric_params(cfg, info))] if first_step else []
@@ -173,7 +184,7 @@ def _policy_calls(cfg: RunConfig, info: StepInfo, first_step: bool, questions: i
 def _rubric_calls(cfg: RunConfig, info: StepInfo, builders: Sequence[str], buffer_empty: bool) -> list[GenerateCall]:
     if cfg.contrast.pairs == "labelled":
         return []
-    fixed = fixed_answerer(cfg)
+    fixed = fixed_model(cfg, "answerer") is not None
     who, local = (ANSWERER, cfg.contrast.answerer_backend == "hf") if fixed else (TRAINED, True)
     answers = answer_params(cfg, info)
     count = Counter(builders)

@@ -57,6 +57,7 @@ import yaml
 from evolm.config import WRITER_REGIMES, RunConfig, endpoint_urls, grpo_setting
 from evolm.errors import InputError
 from evolm.judge.judge import GENERATIVE_MODES
+from evolm.training import generate_calls
 from evolm.training.model_shape import KNOWN_MODELS, ModelFacts, model_facts  # noqa: F401 - KNOWN_MODELS: estimate's doctest
 
 GIB = 2**30
@@ -411,19 +412,17 @@ def _dtype_bytes(dtype: str, auto: str, auto_bytes: int) -> int:
 
 def fixed_model(cfg: RunConfig) -> tuple[str, str, int] | None:
     """The fixed rubric writer or answerer a run loads in its training processes (backend hf), as ``(role, model,
-    max_new_tokens)``, or None (served elsewhere, or none).
+    max_new_tokens)``, or None (served elsewhere, or none): ``generate_calls.fixed_model``'s, where it runs here.
 
     ``sequential`` holds one per stage (``plan.sequential_stages``): the base model answering in the writer stage,
     then the writer stage's checkpoint writing in the policy stage, both of the model's shape; the answerer is named.
     """
-    r, c, regime = cfg.rubric, cfg.contrast, cfg.schedule.regime
-    answerer = (c.answerer or (cfg.model.name if regime == "sequential" else None)) if c.pairs != "labelled" else None
-    if answerer and c.answerer_backend == "hf" and regime in WRITER_REGIMES:
+    regime = cfg.schedule.regime
+    answerer, writer = generate_calls.fixed_model(cfg, "answerer"), generate_calls.fixed_model(cfg, "writer")
+    if answerer and cfg.contrast.answerer_backend == "hf" and regime in WRITER_REGIMES:
         return "answerer", answerer, cfg.pair_answer_tokens
-    if regime == "sequential":
-        return "writer", cfg.model.name, r.max_new_tokens
-    if regime == "frozen_rubric" and r.writer and r.writer_backend == "hf":
-        return "writer", r.writer, r.max_new_tokens
+    if writer and (regime == "sequential" or cfg.rubric.writer_backend == "hf"):
+        return "writer", writer, cfg.rubric.max_new_tokens
     return None
 
 

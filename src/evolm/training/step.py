@@ -61,7 +61,7 @@ from evolm.training.contrast import (
     temporal_pairs,
 )
 from evolm.training.extra_rewards import ExtraReward, extra_rewards, score_extra
-from evolm.training.generate_calls import answer_params, rubric_params, writer_params
+from evolm.training.generate_calls import answer_params, fixed_model, rubric_params, writer_params
 from evolm.training.heldout import HeldOut
 from evolm.training.judging import (
     JudgeCost,
@@ -171,12 +171,12 @@ def rubric_rows(cfg: RunConfig, plan: Plan, info: StepInfo, buffer: ReplayBuffer
 
 
 def fixed_model_spec(cfg: RunConfig, role: str) -> tuple[str, dict[str, Any]]:
-    """The model of a fixed ``writer`` (``rubric.writer``) or ``answerer`` (``contrast.answerer``), default the model
-    being trained, and its ``models.load_backend`` settings."""
+    """The model of a fixed ``writer`` or ``answerer`` (``generate_calls.fixed_model``; default the model being
+    trained) and its ``models.load_backend`` settings."""
     r, c = cfg.rubric, cfg.contrast
-    name, backend, url = (r.writer, r.writer_backend, r.writer_base_url) if role == "writer" else \
-        (c.answerer, c.answerer_backend, c.answerer_base_url)
-    return name or cfg.model.name, {"backend": backend, "base_url": url, "dtype": cfg.model.dtype,
+    backend, url = (r.writer_backend, r.writer_base_url) if role == "writer" else \
+        (c.answerer_backend, c.answerer_base_url)
+    return fixed_model(cfg, role) or cfg.model.name, {"backend": backend, "base_url": url, "dtype": cfg.model.dtype,
                                     "timeout": r.writer_timeout, "max_retries": r.writer_max_retries,
                                     "fallback_model": r.writer_fallback if role == "writer" else None}
 
@@ -332,8 +332,8 @@ class TrainingSteps:
         self.state.last_time += self.heldout.before_step(step, generate, self.judges)  # step 0: the initial weights
         info = self.plan.info(step)
         if info.role == "rubric":  # labelled pairs need no answerer
-            answer = _shared_by_processes(generate, self.fixed_model("answerer").generate) \
-                if self.cfg.contrast.answerer and self.plan.labelled is None else generate
+            answer = _shared_by_processes(generate, self.fixed_backend("answerer").generate) \
+                if fixed_model(self.cfg, "answerer") else generate
             return rubric_rows(self.cfg, self.plan, info, self.buffer, generate, answer)
         questions = [self.plan.policy_question(info.policy_step, s) for s in range(self.plan.prompts_per_step)]
         rubrics = None if self.plan.regime == "judge_only" else self.policy_rubrics(info, questions, generate)
@@ -345,8 +345,8 @@ class TrainingSteps:
         if self.plan.regime == "coevolve":
             return [read_written(t) for t in generate([rubric_conversation(self.cfg, q) for q in questions], params)]
         if missing := [q for q in questions if q not in self.frozen]:
-            if self.cfg.rubric.writer is not None:  # another model, sampled as rubric.writer_* say (no template kwargs)
-                batch, gen = missing, _shared_by_processes(generate, lambda convs, p: self.fixed_model(
+            if fixed_model(self.cfg, "writer"):  # another model, sampled as rubric.writer_* say (no template kwargs)
+                batch, gen = missing, _shared_by_processes(generate, lambda convs, p: self.fixed_backend(
                     "writer").generate(convs, writer_params(self.cfg, info)))
             else:  # the model itself, frozen from now on: every question the remaining policy steps will see
                 batch, gen = [q for q in self.plan.policy_questions_from(info.step) if q not in self.frozen], generate
@@ -356,7 +356,7 @@ class TrainingSteps:
                 append_frozen_rubrics(self.run_dir, texts)
         return [self.frozen[q] for q in questions]
 
-    def fixed_model(self, role: str) -> Backend:
+    def fixed_backend(self, role: str) -> Backend:
         """The fixed rubric writer (``rubric.writer``) or answerer (``contrast.answerer``), loaded once."""
         if role not in self._fixed:
             from evolm.backends.loading import load_backend
