@@ -473,6 +473,25 @@ def paired(rows: list[dict], other: list[dict] | None) -> str:
     return f"{up} / {down}, p = {sign_p(up, down):.3f}" if up + down else "0 / 0"
 
 
+def margin_test(rows: list[dict], other: list[dict] | None) -> str:
+    """Wilcoxon signed-rank test of an arm's paired margin (s+ minus s-) against another's on the same pairs: the
+    median margin difference, the matched-pairs rank-biserial correlation r (-1 to 1: the share of rank weight for the
+    arm minus against it) and p; pairs whose margins are equal are dropped (scipy's "wilcox" zero method)."""
+    if other is None:
+        return "-"
+    from scipy.stats import rankdata, wilcoxon
+
+    theirs = {r["prompt"]: r["s_pos"] - r["s_neg"] for r in other}
+    d = [r["s_pos"] - r["s_neg"] - theirs[r["prompt"]] for r in rows if r["prompt"] in theirs]
+    d = [x for x in d if abs(x) > 1e-12]
+    if len(d) < 2:
+        return f"n = {len(d)}"
+    ranks = rankdata([abs(x) for x in d])
+    r = (sum(k for k, x in zip(ranks, d, strict=True) if x > 0) - sum(k for k, x in zip(ranks, d, strict=True)
+                                                                    if x < 0)) / sum(ranks)
+    return f"{statistics.median(d):+.3f}, r = {r:+.2f}, p = {wilcoxon(d).pvalue:.3f} (n = {len(d)})"
+
+
 ORDER = ("none", "stated", "base", "warm-start")  # first: no rubric, the ceiling, the base writer, the warm start
 
 
@@ -490,7 +509,8 @@ def table(args: argparse.Namespace) -> None:
     asked = {p["prompt"]: p["constraints"] for p in read_jsonl(RESULTS / "heldout-pairs.jsonl")}
     names = [n for n in ORDER if n in arms] + [n for n in arms if n not in ORDER]
     lines = ["| writer | pairs | n | pair accuracy [95% CI] | vs no rubric (better / worse, p) "
-             "| vs base writer | names the constraint |", "|---|---|---|---|---|---|---|"]
+             "| vs base writer | margin vs no rubric (median, r, Wilcoxon p) | margin vs base writer "
+             "| names the constraint |", "|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         rows = arms[name]
         split_of = {r["family"]: r["split"] for r in rows}
@@ -504,10 +524,12 @@ def table(args: argparse.Namespace) -> None:
             lo, hi = wilson(k, n)
             vs_none = paired(rs, arms["none"]) if "none" in arms and name != "none" else "-"
             vs_base = paired(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
+            m_none = margin_test(rs, arms["none"]) if "none" in arms and name != "none" else "-"
+            m_base = margin_test(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
             named = [names_constraint(r["rubric"], asked[r["prompt"]]) for r in rs if r.get("rubric")]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
             lines.append(f"| {name} | {label} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs_none} | {vs_base} "
-                         f"| {share} |")
+                         f"| {m_none} | {m_base} | {share} |")
     text = "\n".join(lines) + "\n" + policy_table()
     (RESULTS / "heldout-table.md").write_text(text)
     figure({name: arms[name] for name in names}, RESULTS / "heldout.png")

@@ -263,3 +263,18 @@ def test_keep_copies_the_adapter_alone_in_bfloat16_and_refuses_a_base_named_by_a
     kept = load_file(out / "adapter_model.safetensors")
     assert kept["base_model.model.x.lora_A.weight"].dtype == torch.bfloat16
     assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == study.POLICY
+
+
+def test_the_margin_test_pairs_arms_by_prompt_and_says_which_way_and_how_strongly() -> None:
+    """Wilcoxon on the paired margin (s+ minus s-): an arm whose margin is larger on every pair gets r = +1 and a
+    small p; pairs with equal margins are dropped; the other arm's order does not matter."""
+    def rows(margins: list[float]) -> list[dict]:
+        return [{"prompt": f"q{i}", "s_pos": 0.5 + m, "s_neg": 0.5} for i, m in enumerate(margins)]
+
+    ref = rows([0.0] * 12)
+    better = rows([0.01 * (i + 1) for i in range(12)])
+    out = study.margin_test(better, list(reversed(ref)))
+    assert out.startswith("+0.065, r = +1.00, p = 0.000") and out.endswith("(n = 12)")
+    assert study.margin_test(ref, better).startswith("-0.065, r = -1.00")
+    assert study.margin_test(rows([0.0] * 11 + [0.3]), ref) == "n = 1"  # eleven ties dropped
+    assert study.margin_test(better, None) == "-"
