@@ -51,7 +51,7 @@ def _arm_file(results: Path, name: str, credits: list[float], named: list[bool] 
     asked = [[{"id": "detectable_content:postscript", "kwargs": {}}] if i % 2 else [end] for i in range(len(credits))]
     said = ["Ends with a postscript that starts with P.S.", "Ends with Any other questions?"]
     rows = [{"prompt": f"q{i}", "family": asked[i][0]["id"], "split": "trained family" if i % 2 else "held-out family",
-             "credit": c, "rubric": None if named is None else said[1 - i % 2] if named[i] else said[i % 2]}
+             "credit": c, "s_pos": 0.5 + (c - 0.5) * (i + 1) / 100, "s_neg": 0.5, "rubric": None if named is None else said[1 - i % 2] if named[i] else said[i % 2]}
             for i, c in enumerate(credits)]  # not named: the other family's criterion (a postscript also "ends with")
     (results / "heldout-pairs.jsonl").write_text("".join(json.dumps({"prompt": f"q{i}", "constraints": c}) + "\n"
                                                          for i, c in enumerate(asked)))
@@ -72,6 +72,8 @@ def test_the_table_gives_paired_sign_tests_against_no_rubric_and_the_base_writer
     # 9.5 of 10; against no rubric 10 better (p = 2/1024), against the base writer 8 better, 1 worse
     assert "| 10 | 0.950 [" in trained_all and "10 / 0, p = 0.002" in trained_all
     assert "8 / 1, p = 0.039" in trained_all and trained_all.endswith("| 1.00 |")
+    # the margin (s+ minus s-, here growing with the pair's index): larger than no rubric's on all 10 pairs
+    assert "| +0.050, r = +1.00, p = 0.002 (n = 10) | +0.040, r = +0.76, p = 0.043 (n = 9) |" in trained_all
     assert any(line.startswith("| trained | held-out family | 5 |") for line in lines)
     assert any(line.startswith("| trained |   end_checker | 5 |") for line in lines)
     assert (tmp_path / "heldout.png").stat().st_size > 10_000  # the same, as a picture
