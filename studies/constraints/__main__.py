@@ -487,8 +487,7 @@ def margin_test(rows: list[dict], other: list[dict] | None) -> str:
     if len(d) < 2:
         return f"n = {len(d)}"
     ranks = rankdata([abs(x) for x in d])
-    r = (sum(k for k, x in zip(ranks, d, strict=True) if x > 0) - sum(k for k, x in zip(ranks, d, strict=True)
-                                                                    if x < 0)) / sum(ranks)
+    r = sum(k if x > 0 else -k for k, x in zip(ranks, d, strict=True)) / sum(ranks)
     return f"{statistics.median(d):+.3f}, r = {r:+.2f}, p = {wilcoxon(d).pvalue:.3f} (n = {len(d)})"
 
 
@@ -522,10 +521,10 @@ def table(args: argparse.Namespace) -> None:
                 continue
             n, k = len(rs), sum(r["credit"] for r in rs)
             lo, hi = wilson(k, n)
-            vs_none = paired(rs, arms["none"]) if "none" in arms and name != "none" else "-"
-            vs_base = paired(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
-            m_none = margin_test(rs, arms["none"]) if "none" in arms and name != "none" else "-"
-            m_base = margin_test(rs, arms["base"]) if "base" in arms and name not in ("none", "stated", "base") else "-"
+            none = arms.get("none") if name != "none" else None
+            base = arms.get("base") if name not in ("none", "stated", "base") else None
+            vs_none, vs_base, m_none, m_base = paired(rs, none), paired(rs, base), margin_test(rs, none), \
+                margin_test(rs, base)
             named = [names_constraint(r["rubric"], asked[r["prompt"]]) for r in rs if r.get("rubric")]
             share = f"{sum(named) / len(named):.2f}" if named else "-"
             lines.append(f"| {name} | {label} | {n} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {vs_none} | {vs_base} "
